@@ -1,0 +1,512 @@
+#include "config/config.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <variant>
+
+extern char** environ;
+
+namespace ktune {
+namespace {
+
+namespace fs = std::filesystem;
+
+// What a key stores into, and the bounds its value must respect.
+using Member = std::variant<std::string DaemonConfig::*, int DaemonConfig::*, double DaemonConfig::*,
+                            bool DaemonConfig::*, std::vector<std::string> DaemonConfig::*,
+                            std::vector<int> DaemonConfig::*, LogLevel DaemonConfig::*,
+                            LogFormat DaemonConfig::*>;
+
+enum class Check { none, host_port, host_port_or_empty, strategy };
+
+struct KeySpec {
+  ConfigKey key;
+  Member member;
+  double min = 0;
+  double max = 0;  // min == max == 0: no numeric bound
+  Check check = Check::none;
+};
+
+// The one table of keys. Keep in step with config/ktuned.yaml (a test checks both directions).
+const std::vector<KeySpec>& key_specs() {
+  static const std::vector<KeySpec> specs = {
+      {{"server.socket", "KTUNE_SOCKET", "Unix socket path clients connect to"},
+       &DaemonConfig::socket_path},
+      {{"server.tcp", "KTUNE_TCP", "optional TCP listener host:port (\"\" = off)"},
+       &DaemonConfig::tcp_address, 0, 0, Check::host_port_or_empty},
+      {{"server.tcp_token", "KTUNE_TCP_TOKEN", "token TCP clients must send"},
+       &DaemonConfig::tcp_token},
+      {{"server.max_connections", "KTUNE_MAX_CONNECTIONS", "most simultaneous connections"},
+       &DaemonConfig::max_connections, 1, 1'000'000},
+      {{"server.read_timeout_ms", "KTUNE_READ_TIMEOUT_MS", "deadline for the next request line"},
+       &DaemonConfig::read_timeout_ms, 100, 3'600'000},
+      {{"server.io_threads", "KTUNE_IO_THREADS", "threads running the socket server"},
+       &DaemonConfig::io_threads, 1, 64},
+      {{"server.metrics", "KTUNE_METRICS", "metrics/health HTTP host:port (\"\" = off)"},
+       &DaemonConfig::metrics_address, 0, 0, Check::host_port_or_empty},
+      {{"store.data_dir", "KTUNE_DATA_DIR", "RocksDB database and state directory"},
+       &DaemonConfig::data_dir},
+      {{"store.seed_tables", "KTUNE_SEED_TABLES", "tables merged into the store at start"},
+       &DaemonConfig::seed_tables},
+      {{"templates.dirs", "KTUNE_TEMPLATE_DIRS", "directories scanned for template manifests"},
+       &DaemonConfig::template_dirs},
+      {{"templates.compile_threads", "KTUNE_COMPILE_THREADS", "NVRTC threads (0 = all cores)"},
+       &DaemonConfig::compile_threads, 0, 1024},
+      {{"tuning.devices", "KTUNE_DEVICES", "GPU ordinals to tune on (empty = all)"},
+       &DaemonConfig::devices, 0, 1023},
+      {{"tuning.strategy", "KTUNE_STRATEGY", "exhaustive | random | anneal | model"},
+       &DaemonConfig::strategy, 0, 0, Check::strategy},
+      {{"tuning.budget_trials", "KTUNE_BUDGET_TRIALS", "most configs measured per job"},
+       &DaemonConfig::budget_trials, 1, 10'000'000},
+      {{"tuning.budget_seconds", "KTUNE_BUDGET_SECONDS", "most seconds per job"},
+       &DaemonConfig::budget_seconds, 0.001, 7 * 86400.0},
+      {{"tuning.idle_threshold_percent", "KTUNE_IDLE_THRESHOLD",
+        "tune only while GPU utilization is at or under this"},
+       &DaemonConfig::idle_threshold_percent, 0, 100},
+      {{"tuning.background", "KTUNE_BACKGROUND_TUNING", "tune missed lookups when idle"},
+       &DaemonConfig::background_tuning},
+      {{"lookup.nearest_radius", "KTUNE_NEAREST_RADIUS", "largest log2 distance for nearest"},
+       &DaemonConfig::nearest_radius, 0, 64},
+      {{"log.level", "KTUNE_LOG_LEVEL", "debug | info | warn | error | off"},
+       &DaemonConfig::log_level},
+      {{"log.format", "KTUNE_LOG_FORMAT", "text | json"}, &DaemonConfig::log_format},
+  };
+  return specs;
+}
+
+const KeySpec* find_spec(std::string_view name) {
+  for (const auto& s : key_specs())
+    if (s.key.name == name) return &s;
+  return nullptr;
+}
+
+// Suggests the closest known key for an unknown one (same last component, or same section).
+std::string suggestion(std::string_view name) {
+  const auto dot = name.rfind('.');
+  const std::string_view leaf = dot == std::string_view::npos ? name : name.substr(dot + 1);
+  for (const auto& s : key_specs()) {
+    const auto sdot = s.key.name.rfind('.');
+    if (s.key.name.substr(sdot + 1) == leaf) return " (did you mean '" + std::string(s.key.name) + "'?)";
+  }
+  return "";
+}
+
+// A value as read from YAML, the environment or a flag: one scalar or a list of scalars.
+struct RawValue {
+  bool is_list = false;
+  std::vector<std::string> items;  // one item when !is_list
+};
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string_view::npos) return "";
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+Result<long long> parse_integer(const std::string& s) {
+  long long v = 0;
+  const auto t = trim(s);
+  auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec != std::errc() || p != t.data() + t.size() || t.empty())
+    return fail(ErrorCode::invalid_argument, "expected an integer, got '" + s + "'");
+  return v;
+}
+
+Result<double> parse_number(const std::string& s) {
+  const auto t = trim(s);
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || end != t.c_str() + t.size() || errno == ERANGE)
+    return fail(ErrorCode::invalid_argument, "expected a number, got '" + s + "'");
+  return v;
+}
+
+Result<bool> parse_bool(const std::string& s) {
+  const auto t = trim(s);
+  if (t == "true" || t == "yes" || t == "on" || t == "1") return true;
+  if (t == "false" || t == "no" || t == "off" || t == "0") return false;
+  return fail(ErrorCode::invalid_argument, "expected true or false, got '" + s + "'");
+}
+
+Result<void> check_bounds(const KeySpec& spec, double v) {
+  if (spec.min == 0 && spec.max == 0) return {};
+  if (v < spec.min || v > spec.max) {
+    std::ostringstream os;
+    os << "value " << v << " out of range [" << spec.min << ", " << spec.max << "]";
+    return fail(ErrorCode::invalid_argument, os.str());
+  }
+  return {};
+}
+
+Result<void> check_host_port(const std::string& v) {
+  const auto colon = v.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    return fail(ErrorCode::invalid_argument, "expected host:port, got '" + v + "'");
+  auto port = parse_integer(v.substr(colon + 1));
+  if (!port || *port < 0 || *port > 65535)
+    return fail(ErrorCode::invalid_argument, "port must be 0..65535 in '" + v + "'");
+  return {};
+}
+
+Result<void> check_string(const KeySpec& spec, const std::string& v) {
+  switch (spec.check) {
+    case Check::none: return {};
+    case Check::host_port: return check_host_port(v);
+    case Check::host_port_or_empty: return v.empty() ? Result<void>{} : check_host_port(v);
+    case Check::strategy:
+      if (v == "exhaustive" || v == "random" || v == "anneal" || v == "model") return {};
+      return fail(ErrorCode::invalid_argument,
+                  "unknown strategy '" + v + "' (exhaustive, random, anneal, model)");
+  }
+  return {};
+}
+
+Result<std::string> single(const RawValue& raw) {
+  if (raw.is_list) return fail(ErrorCode::invalid_argument, "expected a single value, got a list");
+  return raw.items.empty() ? std::string() : raw.items.front();
+}
+
+// Stores `raw` into the member `spec` names, converting and checking it.
+Result<void> assign(DaemonConfig& config, const KeySpec& spec, const RawValue& raw) {
+  return std::visit(
+      [&](auto member) -> Result<void> {
+        using M = std::remove_cvref_t<decltype(config.*member)>;
+        if constexpr (std::is_same_v<M, std::string>) {
+          auto s = single(raw);
+          if (!s) return std::unexpected(s.error());
+          if (auto ok = check_string(spec, *s); !ok) return ok;
+          config.*member = *s;
+        } else if constexpr (std::is_same_v<M, int>) {
+          auto s = single(raw);
+          if (!s) return std::unexpected(s.error());
+          auto v = parse_integer(*s);
+          if (!v) return std::unexpected(v.error());
+          if (auto ok = check_bounds(spec, double(*v)); !ok) return ok;
+          config.*member = int(*v);
+        } else if constexpr (std::is_same_v<M, double>) {
+          auto s = single(raw);
+          if (!s) return std::unexpected(s.error());
+          auto v = parse_number(*s);
+          if (!v) return std::unexpected(v.error());
+          if (auto ok = check_bounds(spec, *v); !ok) return ok;
+          config.*member = *v;
+        } else if constexpr (std::is_same_v<M, bool>) {
+          auto s = single(raw);
+          if (!s) return std::unexpected(s.error());
+          auto v = parse_bool(*s);
+          if (!v) return std::unexpected(v.error());
+          config.*member = *v;
+        } else if constexpr (std::is_same_v<M, std::vector<std::string>>) {
+          std::vector<std::string> out;
+          for (const auto& item : raw.items)
+            if (!trim(item).empty()) out.push_back(trim(item));
+          config.*member = std::move(out);
+        } else if constexpr (std::is_same_v<M, std::vector<int>>) {
+          std::vector<int> out;
+          for (const auto& item : raw.items) {
+            if (trim(item).empty()) continue;
+            auto v = parse_integer(item);
+            if (!v) return std::unexpected(v.error());
+            if (auto ok = check_bounds(spec, double(*v)); !ok) return ok;
+            out.push_back(int(*v));
+          }
+          config.*member = std::move(out);
+        } else if constexpr (std::is_same_v<M, LogLevel>) {
+          auto s = single(raw);
+          if (!s) return std::unexpected(s.error());
+          for (auto l : {LogLevel::debug, LogLevel::info, LogLevel::warn, LogLevel::error,
+                         LogLevel::off})
+            if (to_string(l) == *s) return (config.*member = l, Result<void>{});
+          return fail(ErrorCode::invalid_argument,
+                      "unknown level '" + *s + "' (debug, info, warn, error, off)");
+        } else if constexpr (std::is_same_v<M, LogFormat>) {
+          auto s = single(raw);
+          if (!s) return std::unexpected(s.error());
+          if (*s == "text") return (config.*member = LogFormat::text, Result<void>{});
+          if (*s == "json") return (config.*member = LogFormat::json, Result<void>{});
+          return fail(ErrorCode::invalid_argument, "unknown format '" + *s + "' (text, json)");
+        }
+        return {};
+      },
+      spec.member);
+}
+
+// Splits an environment or flag value into list items on ':' or ','; "[a, b]" YAML style too.
+RawValue raw_from_text(const KeySpec& spec, std::string_view text) {
+  const bool list = std::holds_alternative<std::vector<std::string> DaemonConfig::*>(spec.member) ||
+                    std::holds_alternative<std::vector<int> DaemonConfig::*>(spec.member);
+  RawValue raw;
+  if (!list) {
+    raw.items.push_back(std::string(text));
+    return raw;
+  }
+  raw.is_list = true;
+  std::string t = trim(text);
+  if (t.size() >= 2 && t.front() == '[' && t.back() == ']') t = t.substr(1, t.size() - 2);
+  std::string cur;
+  for (char c : t) {
+    if (c == ':' || c == ',') {
+      raw.items.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  raw.items.push_back(cur);
+  return raw;
+}
+
+std::string yaml_error_prefix(std::string_view origin, const YAML::Node& node, std::string_view key) {
+  std::string out(origin);
+  if (node.Mark().line >= 0) out += ":" + std::to_string(node.Mark().line + 1);
+  out += ": ";
+  out += key;
+  out += ": ";
+  return out;
+}
+
+Result<RawValue> raw_from_yaml(const YAML::Node& node) {
+  RawValue raw;
+  if (node.IsNull()) {
+    raw.is_list = false;
+    raw.items.push_back("");
+    return raw;
+  }
+  if (node.IsScalar()) {
+    raw.items.push_back(node.Scalar());
+    return raw;
+  }
+  if (node.IsSequence()) {
+    raw.is_list = true;
+    for (const auto& item : node) {
+      if (!item.IsScalar())
+        return fail(ErrorCode::invalid_argument, "list items must be plain values");
+      raw.items.push_back(item.Scalar());
+    }
+    return raw;
+  }
+  return fail(ErrorCode::invalid_argument, "expected a value or a list, got a mapping");
+}
+
+bool spec_is_list(const KeySpec& spec) {
+  return std::holds_alternative<std::vector<std::string> DaemonConfig::*>(spec.member) ||
+         std::holds_alternative<std::vector<int> DaemonConfig::*>(spec.member);
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+fs::path executable_dir() {
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path() : exe.parent_path();
+}
+
+std::string installed_or_source(std::string_view share_sub, const char* source_dir) {
+  const auto installed = executable_dir() / ".." / "share" / "ktune" / share_sub;
+  std::error_code ec;
+  if (fs::is_directory(installed, ec)) return fs::weakly_canonical(installed, ec).string();
+  return source_dir;
+}
+
+}  // namespace
+
+std::span<const ConfigKey> config_keys() {
+  static const std::vector<ConfigKey> keys = [] {
+    std::vector<ConfigKey> out;
+    for (const auto& s : key_specs()) out.push_back(s.key);
+    return out;
+  }();
+  return keys;
+}
+
+std::string expand_home(std::string_view path) {
+  if (path.starts_with("~/")) return env_or("HOME", "/tmp") + std::string(path.substr(1));
+  return std::string(path);
+}
+
+std::string builtin_template_dir() { return installed_or_source("templates", KTUNE_SOURCE_TEMPLATE_DIR); }
+std::string builtin_table_dir() { return installed_or_source("tables", KTUNE_SOURCE_TABLE_DIR); }
+
+DaemonConfig default_config() {
+  DaemonConfig c;
+  const std::string runtime = env_or("XDG_RUNTIME_DIR", "");
+  c.socket_path = runtime.empty() ? "/tmp/ktune-" + std::to_string(::getuid()) + "/ktuned.sock"
+                                  : runtime + "/ktune/ktuned.sock";
+  const std::string state = env_or("XDG_STATE_HOME", "");
+  c.data_dir = state.empty() ? env_or("HOME", "/tmp") + "/.local/state/ktune" : state + "/ktune";
+  c.template_dirs = {builtin_template_dir()};
+  std::error_code ec;
+  std::vector<std::string> tables;
+  for (const auto& entry : fs::directory_iterator(builtin_table_dir(), ec))
+    if (entry.path().extension() == ".json") tables.push_back(entry.path().string());
+  std::sort(tables.begin(), tables.end());
+  c.seed_tables = std::move(tables);
+  return c;
+}
+
+Result<void> apply_config_yaml(DaemonConfig& config, std::string_view yaml,
+                               std::string_view origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    return fail(ErrorCode::invalid_argument, std::string(origin) + ":" +
+                                                 std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (root.IsNull()) return {};  // an empty file changes nothing
+  if (!root.IsMap())
+    return fail(ErrorCode::invalid_argument,
+                std::string(origin) + ":1: the file must be a mapping of sections");
+  DaemonConfig next = config;
+  for (const auto& section : root) {
+    const std::string sname = section.first.as<std::string>();
+    if (section.second.IsNull()) continue;
+    if (!section.second.IsMap()) {
+      bool known = false;
+      for (const auto& s : key_specs()) known |= s.key.name.starts_with(sname + ".");
+      return fail(ErrorCode::invalid_argument,
+                  yaml_error_prefix(origin, section.first, sname) +
+                      (known ? "expected a mapping of keys" : "unknown section"));
+    }
+    for (const auto& item : section.second) {
+      const std::string full = sname + "." + item.first.as<std::string>();
+      const KeySpec* spec = find_spec(full);
+      if (!spec)
+        return fail(ErrorCode::invalid_argument,
+                    yaml_error_prefix(origin, item.first, full) + "unknown key" + suggestion(full));
+      auto raw = raw_from_yaml(item.second);
+      if (raw && !raw->is_list && spec_is_list(*spec) && !item.second.IsNull())
+        raw = fail(ErrorCode::invalid_argument, "expected a list, e.g. [a, b]");
+      if (raw && item.second.IsNull() && spec_is_list(*spec)) raw = RawValue{true, {}};
+      Result<void> ok = raw ? assign(next, *spec, *raw) : Result<void>(std::unexpected(raw.error()));
+      if (!ok)
+        return fail(ErrorCode::invalid_argument,
+                    yaml_error_prefix(origin, item.second, full) + ok.error().message);
+    }
+  }
+  config = std::move(next);
+  return {};
+}
+
+Result<void> apply_config_file(DaemonConfig& config, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return fail(ErrorCode::io_error, path + ": cannot open config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return apply_config_yaml(config, ss.str(), path);
+}
+
+std::map<std::string, std::string> ktune_environment() {
+  std::map<std::string, std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    if (!kv.starts_with("KTUNE_")) continue;
+    const auto eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    out.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return out;
+}
+
+Result<void> apply_config_env(DaemonConfig& config, const std::map<std::string, std::string>& env) {
+  DaemonConfig next = config;
+  for (const auto& spec : key_specs()) {
+    auto it = env.find(std::string(spec.key.env));
+    if (it == env.end()) continue;
+    if (auto ok = assign(next, spec, raw_from_text(spec, it->second)); !ok)
+      return fail(ErrorCode::invalid_argument,
+                  "environment " + it->first + ": " + std::string(spec.key.name) + ": " +
+                      ok.error().message);
+  }
+  config = std::move(next);
+  return {};
+}
+
+Result<void> apply_config_assignment(DaemonConfig& config, std::string_view assignment) {
+  const auto eq = assignment.find('=');
+  if (eq == std::string_view::npos)
+    return fail(ErrorCode::invalid_argument,
+                "--set " + std::string(assignment) + ": expected key=value");
+  const std::string key = trim(assignment.substr(0, eq));
+  const KeySpec* spec = find_spec(key);
+  if (!spec)
+    return fail(ErrorCode::invalid_argument, "--set " + key + ": unknown key" + suggestion(key));
+  if (auto ok = assign(config, *spec, raw_from_text(*spec, assignment.substr(eq + 1))); !ok)
+    return fail(ErrorCode::invalid_argument, "--set " + key + ": " + ok.error().message);
+  return {};
+}
+
+Result<void> validate_config(const DaemonConfig& c) {
+  if (c.socket_path.empty() && c.tcp_address.empty())
+    return fail(ErrorCode::invalid_argument, "server.socket and server.tcp are both empty: no listener");
+  if (c.data_dir.empty()) return fail(ErrorCode::invalid_argument, "store.data_dir is empty");
+  if (!c.tcp_address.empty()) {
+    const std::string host = c.tcp_address.substr(0, c.tcp_address.rfind(':'));
+    const bool loopback = host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "::1";
+    if (!loopback && c.tcp_token.empty())
+      return fail(ErrorCode::invalid_argument,
+                  "server.tcp: " + c.tcp_address +
+                      " is not a loopback address; set server.tcp_token so strangers cannot use it");
+  }
+  return {};
+}
+
+std::string config_to_yaml(const DaemonConfig& config) {
+  std::ostringstream os;
+  std::string section;
+  for (const auto& spec : key_specs()) {
+    const auto dot = spec.key.name.find('.');
+    const std::string sec(spec.key.name.substr(0, dot));
+    if (sec != section) {
+      os << sec << ":\n";
+      section = sec;
+    }
+    os << "  " << spec.key.name.substr(dot + 1) << ": ";
+    std::visit(
+        [&](auto member) {
+          using M = std::remove_cvref_t<decltype(config.*member)>;
+          const auto& v = config.*member;
+          if constexpr (std::is_same_v<M, std::string>) {
+            os << '"' << json_escape(v) << '"';
+          } else if constexpr (std::is_same_v<M, bool>) {
+            os << (v ? "true" : "false");
+          } else if constexpr (std::is_same_v<M, std::vector<std::string>> ||
+                               std::is_same_v<M, std::vector<int>>) {
+            os << '[';
+            for (size_t i = 0; i < v.size(); ++i) {
+              if (i) os << ", ";
+              if constexpr (std::is_same_v<M, std::vector<std::string>>)
+                os << '"' << json_escape(v[i]) << '"';
+              else
+                os << v[i];
+            }
+            os << ']';
+          } else if constexpr (std::is_same_v<M, LogLevel> || std::is_same_v<M, LogFormat>) {
+            if constexpr (std::is_same_v<M, LogLevel>)
+              os << to_string(v);
+            else
+              os << (v == LogFormat::json ? "json" : "text");
+          } else {
+            os << v;
+          }
+        },
+        spec.member);
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace ktune

@@ -1,0 +1,131 @@
+// DaemonConfig: everything an operator can set for ktuned, and how it is loaded.
+//
+// Plain struct, every field documented with its default. Values come, highest precedence first,
+// from command-line flags (`--set key=value` and the named flags), `KTUNE_*` environment
+// variables, a YAML file, and the embedded defaults, so `ktuned` runs with no file at all.
+// Every key lives in one table (config_keys()) that drives YAML, environment and flag parsing,
+// the documentation and a consistency test. Loading is pure (no I/O beyond reading the file) and
+// thread-compatible: build a DaemonConfig once at start and share it read-only.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/error.h"
+#include "config/log.h"
+
+namespace ktune {
+
+struct DaemonConfig {
+  // ---- server ----
+  // Unix socket clients connect to. Default: $XDG_RUNTIME_DIR/ktune/ktuned.sock, or
+  // /tmp/ktune-<uid>/ktuned.sock when XDG_RUNTIME_DIR is unset. Created with mode 0660.
+  std::string socket_path;
+  // Optional TCP listener "host:port". Default "" (off). A non-loopback host needs tcp_token.
+  std::string tcp_address;
+  // Shared secret a TCP client must send as "token" in each request. Default "" (none).
+  std::string tcp_token;
+  // Most simultaneous client connections; further ones are refused with an error. Default 1024.
+  int max_connections = 1024;
+  // A request line must arrive within this many ms of the previous reply. Default 30000.
+  int read_timeout_ms = 30000;
+  // Threads running the socket server. Default 2.
+  int io_threads = 2;
+  // Prometheus metrics and /livez /readyz over HTTP, "host:port". Default "127.0.0.1:9464";
+  // "" turns it off. Port 0 picks a free port (logged at start).
+  std::string metrics_address = "127.0.0.1:9464";
+
+  // ---- store ----
+  // RocksDB database and other state. Default: $XDG_STATE_HOME/ktune, else ~/.local/state/ktune.
+  std::string data_dir;
+  // Tuning tables (export format) merged into the store at every start, so a node without a GPU
+  // serves answers measured elsewhere. Default: the shipped tables/ directory's *.json files.
+  std::vector<std::string> seed_tables;
+
+  // ---- templates ----
+  // Directories scanned for <name>/<name>.yaml template manifests. Default: the built-in
+  // templates directory.
+  std::vector<std::string> template_dirs;
+  // NVRTC compile threads. Default 0: one per CPU core.
+  int compile_threads = 0;
+
+  // ---- devices and tuning ----
+  // GPU ordinals this node tunes on. Default empty: every GPU the driver shows.
+  std::vector<int> devices;
+  // Search strategy: exhaustive | random | anneal | model. Default "model".
+  std::string strategy = "model";
+  // Most configs measured per tuning job. Default 256.
+  int budget_trials = 256;
+  // Most wall-clock seconds per tuning job. Default 600.
+  double budget_seconds = 600;
+  // Background tuning runs only while the GPU's utilization (NVML) is at or under this percent.
+  // Default 5.
+  double idle_threshold_percent = 5;
+  // Tune missed lookups in the background when the GPU is idle. Default true.
+  bool background_tuning = true;
+
+  // ---- lookup ----
+  // Largest distance (sum over dims of |log2 a - log2 b|) at which a tuned shape answers a lookup
+  // for another shape as "nearest". Default 2.0.
+  double nearest_radius = 2.0;
+
+  // ---- log ----
+  // debug | info | warn | error | off. Default info.
+  LogLevel log_level = LogLevel::info;
+  // text | json (JSON lines on stderr). Default text.
+  LogFormat log_format = LogFormat::text;
+};
+
+// Where a configuration value came from; kept for `ktune status` and error messages.
+enum class ConfigSource { default_value, file, env, flag };
+
+// One row of the key table.
+struct ConfigKey {
+  std::string_view name;  // dotted YAML path, e.g. "server.socket"
+  std::string_view env;   // environment variable, e.g. "KTUNE_SOCKET"
+  std::string_view help;  // one line for --help and docs
+};
+
+// Every key ktuned understands, in documentation order.
+std::span<const ConfigKey> config_keys();
+
+// The embedded defaults, with paths resolved from the environment (XDG dirs, HOME, uid).
+DaemonConfig default_config();
+
+// Applies a YAML file over `config`. Unknown keys, wrong types and out-of-range values fail with
+// "path:line: key: what is wrong"; on failure `config` is left unchanged.
+Result<void> apply_config_file(DaemonConfig& config, const std::string& path);
+
+// Applies YAML text (used by apply_config_file and tests); `origin` names it in errors.
+Result<void> apply_config_yaml(DaemonConfig& config, std::string_view yaml, std::string_view origin);
+
+// Applies KTUNE_* variables from `env` (name -> value). Lists are ':'- or ','-separated.
+Result<void> apply_config_env(DaemonConfig& config, const std::map<std::string, std::string>& env);
+
+// Reads the process environment into the map apply_config_env takes (KTUNE_* only).
+std::map<std::string, std::string> ktune_environment();
+
+// Applies one "key=value" assignment as a command-line flag would.
+Result<void> apply_config_assignment(DaemonConfig& config, std::string_view assignment);
+
+// Checks cross-field rules (e.g. a non-loopback TCP address needs a token).
+Result<void> validate_config(const DaemonConfig& config);
+
+// The configuration as YAML, every key present; what `ktuned --print-config` shows.
+std::string config_to_yaml(const DaemonConfig& config);
+
+// Paths ----------------------------------------------------------------------------------------
+
+// The built-in template and shipped table directories: next to the executable when installed
+// (../share/ktune/...), else the source tree the binary was built from.
+std::string builtin_template_dir();
+std::string builtin_table_dir();
+
+// Expands a leading "~/" with $HOME.
+std::string expand_home(std::string_view path);
+
+}  // namespace ktune

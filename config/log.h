@@ -1,0 +1,42 @@
+// Structured logging to stderr, as text for people or JSON lines for log shippers.
+//
+// One process-wide logger: set its level and format once at start (`log_setup`), then call
+// `log(LogLevel::info, "event", {{"key", "value"}})` from any thread; each record is written with a
+// single write(2) so lines from different threads never interleave.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace ktune {
+
+enum class LogLevel { debug = 0, info = 1, warn = 2, error = 3, off = 4 };
+enum class LogFormat { text, json };
+
+std::string_view to_string(LogLevel level);
+
+// A structured field. Numbers are passed as strings by the caller (std::to_string) and printed
+// unquoted in JSON when `numeric` is set.
+struct LogField {
+  std::string key;
+  std::string value;
+  bool numeric = false;
+
+  LogField(std::string k, std::string v) : key(std::move(k)), value(std::move(v)) {}
+  LogField(std::string k, const char* v) : key(std::move(k)), value(v) {}
+  LogField(std::string k, std::string_view v) : key(std::move(k)), value(v) {}
+  template <typename N>
+    requires std::is_arithmetic_v<N>
+  LogField(std::string k, N n) : key(std::move(k)), value(std::to_string(n)), numeric(true) {}
+};
+
+void log_setup(LogLevel level, LogFormat format);
+bool log_enabled(LogLevel level);
+void log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields = {});
+
+// Escapes `s` as the inside of a JSON string literal.
+std::string json_escape(std::string_view s);
+
+}  // namespace ktune

@@ -1,0 +1,198 @@
+// The records kept in each Store table, their keys, and their encoding.
+//
+// Every value starts with one byte, the record encoding version (k_record_encoding), followed by
+// compact JSON (cubins: JSON header, then the raw cubin). docs/store-format.md is the spec; enum
+// values written to disk are never renumbered. The whole store carries a format version in the
+// meta table (k_store_format_version); a mismatch refuses to open.
+//
+// Free functions over a Store&; thread-safe as the Store is.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/problem.h"
+#include "store/store.h"
+
+namespace ktune {
+
+inline constexpr int k_store_format_version = 1;
+inline constexpr std::uint8_t k_record_encoding = 1;
+
+// The toolchain a measurement was taken under. An entry whose validators differ from the node's
+// is served as "stale", never as "exact".
+struct Validators {
+  std::string driver;  // driver version, e.g. "580.159.03" (NVML) or "cuda-13000" (driver API)
+  std::string nvrtc;   // NVRTC version, e.g. "13.0"
+  int store_format = k_store_format_version;
+  friend bool operator==(const Validators&, const Validators&) = default;
+};
+
+// One tuned config of a winner record, with what it measured.
+struct RankedConfig {
+  std::string template_name;
+  std::string template_hash;  // XXH3-64 of source + manifest, 16 hex digits
+  Params params;
+  double median_us = 0;   // median kernel time
+  double spread_pct = 0;  // (p90 - p10) / median * 100 over the timed runs
+  double tflops = 0;      // achieved, for compute-bound ops (0 if not meaningful)
+  double gbps = 0;        // achieved, for memory-bound ops (0 if not meaningful)
+  friend bool operator==(const RankedConfig&, const RankedConfig&) = default;
+};
+
+// The best configs for one problem on one device class, best first, with full provenance.
+struct WinnerRecord {
+  DeviceClass device;
+  Problem problem;
+  Validators validators;
+  std::vector<RankedConfig> ranked;  // never empty in a valid record
+  double ref_error = 0;              // ||out - ref|| / ||ref|| of ranked[0]
+  int sm_clock_mhz = 0;              // clocks and power while timing (0 = NVML absent)
+  int mem_clock_mhz = 0;
+  double power_w = 0;
+  std::string node_id;     // host that measured it
+  std::int64_t timestamp = 0;  // unix seconds
+  int trials = 0;          // configs measured by the job
+  std::string strategy;    // strategy that found it
+
+  // Store key: "<device id>/<problem key>".
+  std::string key() const;
+  friend bool operator==(const WinnerRecord&, const WinnerRecord&) = default;
+};
+
+// Outcome of one trial. Persisted: do not renumber.
+enum class Outcome : std::uint8_t {
+  ok = 0,
+  invalid = 1,         // pruned by a constraint
+  compile_error = 2,
+  resource_error = 3,  // launch refused (shared memory, registers, threads); worker keeps going
+  wrong_result = 4,
+  crash = 5,           // sticky CUDA error: worker replaced, config blocklisted
+  timeout = 6,         // worker killed after the deadline
+  in_flight = 7,       // recorded before launch; still set after a crash means it was to blame
+};
+std::string_view to_string(Outcome outcome);
+Result<Outcome> parse_outcome(std::string_view text);
+
+// One measured (or failed) config.
+struct TrialRecord {
+  DeviceClass device;
+  Problem problem;
+  std::string template_name;
+  std::string template_hash;
+  Params params;
+  Outcome outcome = Outcome::in_flight;
+  double median_us = 0;
+  double spread_pct = 0;
+  double ref_error = 0;
+  int registers = 0;
+  int spill_bytes = 0;
+  int smem_bytes = 0;
+  double compile_ms = 0;
+  std::string message;  // compile log excerpt, CUDA error, ...
+  std::int64_t timestamp = 0;
+  std::string job_id;
+
+  // "<device id>/<problem key>/<template>/<params>": the latest result per config.
+  std::string key() const;
+  friend bool operator==(const TrialRecord&, const TrialRecord&) = default;
+};
+
+// Tuning job state. Persisted: do not renumber.
+enum class JobState : std::uint8_t { queued = 0, running = 1, done = 2, failed = 3, cancelled = 4 };
+std::string_view to_string(JobState state);
+Result<JobState> parse_job_state(std::string_view text);
+
+struct JobRecord {
+  std::string id;  // zero-padded sequence number, so keys sort in creation order
+  DeviceClass device;
+  Problem problem;
+  std::string strategy;
+  int budget_trials = 0;
+  double budget_seconds = 0;
+  JobState state = JobState::queued;
+  double priority = 0;  // expected GPU time saved; larger first
+  std::string origin;   // "request" (a client asked) or "miss" (lookups missed)
+  std::int64_t created = 0;
+  std::int64_t updated = 0;
+  int trials_done = 0;
+  double best_us = 0;
+  std::string message;
+
+  std::string key() const { return id; }
+  friend bool operator==(const JobRecord&, const JobRecord&) = default;
+};
+
+// A config that crashed or hung a worker; never tried again for this template hash, arch, driver.
+struct BlockEntry {
+  std::string template_hash;
+  std::string arch;
+  std::string driver;
+  Params params;
+  Outcome outcome = Outcome::crash;
+  std::string message;
+  std::int64_t timestamp = 0;
+
+  std::string key() const;  // "<hash>/<arch>/<driver>/<params>"
+  friend bool operator==(const BlockEntry&, const BlockEntry&) = default;
+};
+
+// A compiled kernel in the cubin cache.
+struct CubinEntry {
+  std::string lowered_name;  // mangled kernel symbol to load
+  int registers = 0;
+  int spill_stores = 0;  // bytes
+  int spill_loads = 0;   // bytes
+  int smem_bytes = 0;    // static shared memory
+  int stack_bytes = 0;
+  double compile_ms = 0;
+  std::string cubin;  // the ELF image
+  friend bool operator==(const CubinEntry&, const CubinEntry&) = default;
+};
+
+// --- encoding (records.cc); decode_* fail with ErrorCode::corruption on bad bytes ---
+std::string encode(const WinnerRecord& r);
+std::string encode(const TrialRecord& r);
+std::string encode(const JobRecord& r);
+std::string encode(const BlockEntry& r);
+std::string encode(const CubinEntry& r);
+Result<WinnerRecord> decode_winner(std::string_view bytes);
+Result<TrialRecord> decode_trial(std::string_view bytes);
+Result<JobRecord> decode_job(std::string_view bytes);
+Result<BlockEntry> decode_block(std::string_view bytes);
+Result<CubinEntry> decode_cubin(std::string_view bytes);
+
+// Checks a winner record's content (what import and the tuner enforce before writing).
+Result<void> validate_winner(const WinnerRecord& r);
+
+// --- typed access ---
+// Winners and jobs are written with Durability::sync; trials and cubins buffered.
+Result<void> put_winner(Store& store, const WinnerRecord& r);
+Result<std::optional<WinnerRecord>> get_winner(Store& store, const DeviceClass& device,
+                                               const Problem& problem);
+// Every winner (optionally only one device class's), in key order. A record that fails to
+// decode is an error naming its key.
+Result<std::vector<WinnerRecord>> scan_winners(Store& store, const std::string& device_id = "");
+
+// Trials go in batches: the tuner buffers and flushes.
+void add_trial(WriteBatch& batch, const TrialRecord& r);
+Result<std::vector<TrialRecord>> scan_trials(Store& store, const std::string& prefix = "");
+
+Result<void> put_job(Store& store, const JobRecord& r);
+Result<std::optional<JobRecord>> get_job(Store& store, const std::string& id);
+Result<std::vector<JobRecord>> scan_jobs(Store& store);
+
+Result<void> put_block(Store& store, const BlockEntry& r);
+Result<bool> is_blocked(Store& store, const BlockEntry& probe);
+Result<std::vector<BlockEntry>> scan_blocklist(Store& store);
+
+Result<void> put_cubin(Store& store, const std::string& cache_key, const CubinEntry& r);
+Result<std::optional<CubinEntry>> get_cubin(Store& store, const std::string& cache_key);
+
+// Writes the format version into a new store, or checks it in an existing one
+// (ErrorCode::format_mismatch naming both versions). Called by RocksDbStore::open.
+Result<void> check_store_format(Store& store, bool existing);
+
+}  // namespace ktune
