@@ -373,14 +373,15 @@ Result<void> apply_config_yaml(DaemonConfig& config, std::string_view yaml,
   DaemonConfig next = config;
   for (const auto& section : root) {
     const std::string sname = section.first.as<std::string>();
-    if (section.second.IsNull()) continue;
-    if (!section.second.IsMap()) {
-      bool known = false;
-      for (const auto& s : key_specs()) known |= s.key.name.starts_with(sname + ".");
+    bool known = false;
+    for (const auto& s : key_specs()) known |= s.key.name.starts_with(sname + ".");
+    if (!known)
       return fail(ErrorCode::invalid_argument,
-                  yaml_error_prefix(origin, section.first, sname) +
-                      (known ? "expected a mapping of keys" : "unknown section"));
-    }
+                  yaml_error_prefix(origin, section.first, sname) + "unknown section");
+    if (section.second.IsNull()) continue;
+    if (!section.second.IsMap())
+      return fail(ErrorCode::invalid_argument,
+                  yaml_error_prefix(origin, section.first, sname) + "expected a mapping of keys");
     for (const auto& item : section.second) {
       const std::string full = sname + "." + item.first.as<std::string>();
       const KeySpec* spec = find_spec(full);

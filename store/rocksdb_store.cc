@@ -86,6 +86,11 @@ Result<std::unique_ptr<RocksDbStore>> RocksDbStore::open(const std::string& path
 
 RocksDbStore::~RocksDbStore() {
   if (!m_db) return;
+  // Flush memtables so the data lives in table files, which carry their column family's name:
+  // that is what lets `--recover` (RepairDB) put records back where they belong even if the
+  // MANIFEST is lost. Also makes the next open skip WAL replay.
+  std::vector<rocksdb::ColumnFamilyHandle*> handles(std::begin(m_handles), std::end(m_handles));
+  m_db->Flush(rocksdb::FlushOptions(), handles);
   for (auto* h : m_handles)
     if (h) m_db->DestroyColumnFamilyHandle(h);
   m_db->Close();

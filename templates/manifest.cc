@@ -1,0 +1,528 @@
+#include "templates/manifest.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+namespace ktune {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Thrown inside this file only; load_manifest turns it into an Error.
+struct ManifestError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class Parser {
+ public:
+  explicit Parser(std::string path) : m_path(std::move(path)) {}
+
+  [[noreturn]] void fail_at(const YAML::Node& node, const std::string& where,
+                            const std::string& what) const {
+    std::string msg = m_path;
+    if (node.IsDefined() && node.Mark().line >= 0) msg += ":" + std::to_string(node.Mark().line + 1);
+    throw ManifestError(msg + ": " + where + ": " + what);
+  }
+
+  int line(const YAML::Node& n) const { return n.Mark().line + 1; }
+
+  std::string scalar(const YAML::Node& n, const std::string& where) const {
+    if (!n.IsDefined() || n.IsNull()) fail_at(n, where, "missing");
+    if (!n.IsScalar()) fail_at(n, where, "expected a single value");
+    return n.Scalar();
+  }
+
+  std::int64_t integer(const YAML::Node& n, const std::string& where) const {
+    const std::string s = scalar(n, where);
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(s, &used);
+      if (used == s.size()) return v;
+    } catch (const std::exception&) {
+    }
+    fail_at(n, where, "expected an integer, got '" + s + "'");
+  }
+
+  double number(const YAML::Node& n, const std::string& where) const {
+    const std::string s = scalar(n, where);
+    try {
+      size_t used = 0;
+      const double v = std::stod(s, &used);
+      if (used == s.size()) return v;
+    } catch (const std::exception&) {
+    }
+    fail_at(n, where, "expected a number, got '" + s + "'");
+  }
+
+  std::vector<std::string> strings(const YAML::Node& n, const std::string& where) const {
+    if (!n.IsDefined() || n.IsNull()) return {};
+    if (!n.IsSequence()) fail_at(n, where, "expected a list");
+    std::vector<std::string> out;
+    for (size_t i = 0; i < n.size(); ++i) out.push_back(scalar(n[i], where + "[" + std::to_string(i) + "]"));
+    return out;
+  }
+
+  void only_keys(const YAML::Node& n, const std::string& where, std::initializer_list<const char*> keys) const {
+    if (!n.IsMap()) fail_at(n, where, "expected a mapping");
+    for (const auto& kv : n) {
+      const std::string k = kv.first.Scalar();
+      if (std::none_of(keys.begin(), keys.end(), [&](const char* a) { return k == a; })) {
+        std::string known;
+        for (const char* a : keys) known += std::string(known.empty() ? "" : ", ") + a;
+        fail_at(kv.first, where.empty() ? k : where + "." + k, "unknown key (known: " + known + ")");
+      }
+    }
+  }
+
+  Expression expr(const YAML::Node& n, const std::string& where, const SymbolTable& symbols) const {
+    auto e = compile_expression(scalar(n, where), symbols);
+    if (!e) fail_at(n, where, e.error().message);
+    return *e;
+  }
+
+  LaunchSpec launch(const YAML::Node& n, const std::string& where, const SymbolTable& symbols) const {
+    if (!n.IsDefined()) fail_at(n, where, "missing");
+    only_keys(n, where, {"grid", "block", "smem"});
+    LaunchSpec l;
+    l.line = line(n);
+    for (const char* key : {"grid", "block"}) {
+      const YAML::Node v = n[key];
+      const std::string w = where + "." + key;
+      if (!v.IsSequence()) fail_at(v.IsDefined() ? v : n, w, "expected [x, y, z]");
+      const auto items = rejoin_split_calls(v, w);
+      if (items.size() != 3) fail_at(v, w, "expected [x, y, z], got " + std::to_string(items.size()) + " items");
+      for (size_t i = 0; i < 3; ++i) {
+        auto e = compile_expression(items[i], symbols);
+        if (!e) fail_at(v, w + "[" + std::to_string(i) + "]", e.error().message);
+        (std::string(key) == "grid" ? l.grid : l.block)[i] = *e;
+      }
+    }
+    l.smem = n["smem"].IsDefined() ? expr(n["smem"], where + ".smem", symbols)
+                                   : *compile_expression("0", symbols);
+    return l;
+  }
+
+  const std::string& path() const { return m_path; }
+
+  // YAML splits "[ceil_div(M, BM), 1, 1]" at every comma, including the one inside the call.
+  // Joins adjacent items back while their parentheses are unbalanced, so launch geometry can be
+  // written naturally.
+  std::vector<std::string> rejoin_split_calls(const YAML::Node& seq, const std::string& where) const {
+    std::vector<std::string> out;
+    int depth = 0;
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const std::string item = scalar(seq[i], where + "[" + std::to_string(i) + "]");
+      if (depth > 0) out.back() += ", " + item;
+      else out.push_back(item);
+      for (char c : item) depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+    }
+    return out;
+  }
+
+ private:
+  std::string m_path;
+};
+
+// Parses "name(a, b)" into its two numbers.
+std::optional<std::pair<double, double>> two_arg_call(std::string text, std::string_view name) {
+  text.erase(std::remove_if(text.begin(), text.end(), ::isspace), text.end());
+  if (!text.starts_with(std::string(name) + "(") || !text.ends_with(")")) return std::nullopt;
+  const std::string inner = text.substr(name.size() + 1, text.size() - name.size() - 2);
+  const auto comma = inner.find(',');
+  if (comma == std::string::npos) return std::nullopt;
+  try {
+    size_t u1 = 0, u2 = 0;
+    const double a = std::stod(inner.substr(0, comma), &u1);
+    const double b = std::stod(inner.substr(comma + 1), &u2);
+    if (u1 != comma || u2 != inner.size() - comma - 1) return std::nullopt;
+    return std::make_pair(a, b);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+bool is_dtype_or_index(const std::string& d) { return is_known_dtype(d) || d == "i32"; }
+
+void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
+  if (!n.IsMap() || n.size() == 0) P.fail_at(n, "params", "expected a mapping of name: domain");
+  for (const auto& kv : n) {
+    ParamDomain d;
+    d.name = kv.first.Scalar();
+    d.line = P.line(kv.first);
+    const std::string where = "params." + d.name;
+    const YAML::Node& v = kv.second;
+    if (v.IsSequence()) {
+      for (size_t i = 0; i < v.size(); ++i) d.values.push_back(P.integer(v[i], where + "[" + std::to_string(i) + "]"));
+    } else if (v.IsMap() && v["range"].IsDefined()) {
+      P.only_keys(v, where, {"range", "step"});
+      const YAML::Node r = v["range"];
+      if (!r.IsSequence() || r.size() != 2) P.fail_at(r, where + ".range", "expected [lo, hi]");
+      const auto lo = P.integer(r[0], where + ".range"), hi = P.integer(r[1], where + ".range");
+      const auto step = v["step"].IsDefined() ? P.integer(v["step"], where + ".step") : 1;
+      if (step < 1 || hi < lo || (hi - lo) / step > 4096)
+        P.fail_at(r, where + ".range", "expected lo <= hi, step >= 1, at most 4096 values");
+      for (auto x = lo; x <= hi; x += step) d.values.push_back(x);
+    } else if (v.IsMap() && v["values"].IsDefined()) {
+      P.only_keys(v, where, {"values", "names"});
+      const YAML::Node vals = v["values"];
+      if (!vals.IsSequence()) P.fail_at(vals, where + ".values", "expected a list of integers");
+      for (size_t i = 0; i < vals.size(); ++i) d.values.push_back(P.integer(vals[i], where + ".values"));
+      d.value_names = P.strings(v["names"], where + ".names");
+      if (!d.value_names.empty() && d.value_names.size() != d.values.size())
+        P.fail_at(v["names"], where + ".names", "needs one name per value");
+    } else {
+      P.fail_at(v, where, "expected a list of integers, {range: [lo, hi]} or {values: [...]}");
+    }
+    if (d.values.empty()) P.fail_at(v, where, "empty domain");
+    std::set<std::int64_t> uniq(d.values.begin(), d.values.end());
+    if (uniq.size() != d.values.size()) P.fail_at(v, where, "repeated value");
+    if (m.param(d.name)) P.fail_at(kv.first, where, "defined twice");
+    m.params.push_back(std::move(d));
+  }
+}
+
+ArgSpec parse_arg(const Parser& P, const YAML::Node& n, const std::string& where, const SymbolTable& symbols) {
+  ArgSpec a;
+  a.line = P.line(n);
+  a.name = P.scalar(n["name"], where + ".name");
+  if (n["buffer"].IsDefined()) {
+    P.only_keys(n, where, {"name", "buffer", "dtype", "count", "init"});
+    const std::string role = P.scalar(n["buffer"], where + ".buffer");
+    if (role == "in") a.role = BufferRole::in;
+    else if (role == "out") a.role = BufferRole::out;
+    else if (role == "inout") a.role = BufferRole::inout;
+    else if (role == "workspace") a.role = BufferRole::workspace;
+    else P.fail_at(n["buffer"], where + ".buffer", "expected in, out, inout or workspace");
+    a.dtype = P.scalar(n["dtype"], where + ".dtype");
+    if (a.dtype != "in" && a.dtype != "out" && !is_dtype_or_index(a.dtype))
+      P.fail_at(n["dtype"], where + ".dtype", "expected in, out, bf16, fp16, fp32 or i32");
+    a.count = P.expr(n["count"], where + ".count", symbols);
+    if (n["init"].IsDefined()) {
+      const std::string init = P.scalar(n["init"], where + ".init");
+      const auto uni = two_arg_call(init, "uniform");
+      const auto nor = two_arg_call(init, "normal");
+      if (uni && uni->first < uni->second)
+        a.init = {InitSpec::Kind::uniform, uni->first, uni->second};
+      else if (nor && nor->second > 0)
+        a.init = {InitSpec::Kind::normal, nor->first, nor->second};
+      else
+        P.fail_at(n["init"], where + ".init", "expected uniform(lo, hi) with lo < hi or normal(mean, std)");
+    }
+  } else if (n["scalar"].IsDefined()) {
+    P.only_keys(n, where, {"name", "scalar", "value"});
+    a.is_buffer = false;
+    const std::string t = P.scalar(n["scalar"], where + ".scalar");
+    if (t == "i32") a.scalar = ScalarType::i32;
+    else if (t == "i64") a.scalar = ScalarType::i64;
+    else if (t == "f32") a.scalar = ScalarType::f32;
+    else P.fail_at(n["scalar"], where + ".scalar", "expected i32, i64 or f32");
+    a.value = P.expr(n["value"], where + ".value", symbols);
+  } else {
+    P.fail_at(n, where, "expected a buffer (buffer: in|out|inout|workspace) or a scalar (scalar: i32|i64|f32)");
+  }
+  return a;
+}
+
+void check_template_args(const Parser& P, const YAML::Node& n, const std::string& where,
+                         const std::vector<std::string>& args, const Manifest& m, bool reference) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "T_IN" || a == "T_OUT") continue;
+    const bool is_param = m.param(a) != nullptr;
+    const bool is_derived = std::any_of(m.derived.begin(), m.derived.end(), [&](const NamedExpr& d) { return d.name == a; });
+    const bool is_dim = std::find(m.dims.begin(), m.dims.end(), a) != m.dims.end();
+    bool is_layout = false;
+    for (const auto& [_, consts] : m.layouts) is_layout |= consts.count(a) > 0;
+    if (reference && (is_param || is_derived))
+      P.fail_at(n[i], where + "[" + std::to_string(i) + "]", "a reference kernel cannot depend on the params ('" + a + "')");
+    if (!is_param && !is_derived && !is_dim && !is_layout)
+      P.fail_at(n[i], where + "[" + std::to_string(i) + "]",
+                "'" + a + "' is not T_IN, T_OUT, a param, a derived value, a dim or a layout constant");
+  }
+}
+
+Manifest parse(const YAML::Node& root, const std::string& path) {
+  Parser P(path);
+  Manifest m;
+  m.path = path;
+  m.dir = fs::path(path).parent_path().string();
+  if (!root.IsMap()) P.fail_at(root, "manifest", "expected a mapping");
+  P.only_keys(root, "", {"name", "op", "version", "description", "source", "headers", "entry", "dims",
+                         "dtypes", "out_dtypes", "layouts", "min_cc", "max_cc", "arch_suffix",
+                         "nvrtc_options", "params", "derived", "constraints", "template_args",
+                         "launch", "args", "reference", "tolerance", "metric", "heuristic"});
+
+  m.name = P.scalar(root["name"], "name");
+  const std::string stem = fs::path(path).stem().string();
+  if (m.name != stem) P.fail_at(root["name"], "name", "must match the file name '" + stem + "'");
+  m.op = P.scalar(root["op"], "op");
+  m.version = int(root["version"].IsDefined() ? P.integer(root["version"], "version") : 1);
+  m.description = root["description"].IsDefined() ? P.scalar(root["description"], "description") : "";
+  m.source = (fs::path(m.dir) / P.scalar(root["source"], "source")).lexically_normal().string();
+  for (const auto& h : P.strings(root["headers"], "headers"))
+    m.headers.push_back((fs::path(m.dir) / h).lexically_normal().string());
+  m.entry = P.scalar(root["entry"], "entry");
+  m.dims = P.strings(root["dims"], "dims");
+  if (m.dims.empty()) P.fail_at(root["dims"], "dims", "at least one dim");
+  m.dtypes = P.strings(root["dtypes"], "dtypes");
+  if (m.dtypes.empty()) P.fail_at(root["dtypes"], "dtypes", "at least one dtype");
+  for (size_t i = 0; i < m.dtypes.size(); ++i)
+    if (!is_known_dtype(m.dtypes[i])) P.fail_at(root["dtypes"][i], "dtypes", "unknown dtype '" + m.dtypes[i] + "'");
+  if (root["out_dtypes"].IsDefined() && !(root["out_dtypes"].IsScalar() && root["out_dtypes"].Scalar() == "same")) {
+    m.out_dtypes = P.strings(root["out_dtypes"], "out_dtypes");
+    for (size_t i = 0; i < m.out_dtypes.size(); ++i)
+      if (!is_known_dtype(m.out_dtypes[i]))
+        P.fail_at(root["out_dtypes"][i], "out_dtypes", "unknown dtype '" + m.out_dtypes[i] + "'");
+  }
+  if (root["layouts"].IsDefined()) {
+    const YAML::Node l = root["layouts"];
+    if (!l.IsMap()) P.fail_at(l, "layouts", "expected a mapping of layout name to constants");
+    for (const auto& kv : l) {
+      std::map<std::string, std::int64_t> consts;
+      const std::string lname = kv.first.IsNull() ? "" : kv.first.Scalar();
+      if (!kv.second.IsNull()) {
+        if (!kv.second.IsMap()) P.fail_at(kv.second, "layouts." + lname, "expected {CONST: value, ...}");
+        for (const auto& c : kv.second) consts[c.first.Scalar()] = P.integer(c.second, "layouts." + lname + "." + c.first.Scalar());
+      }
+      m.layouts[lname] = consts;
+    }
+  } else {
+    m.layouts[""] = {};
+  }
+  m.min_cc = int(root["min_cc"].IsDefined() ? P.integer(root["min_cc"], "min_cc") : 0);
+  m.max_cc = int(root["max_cc"].IsDefined() ? P.integer(root["max_cc"], "max_cc") : 0);
+  m.arch_suffix = root["arch_suffix"].IsDefined() ? P.scalar(root["arch_suffix"], "arch_suffix") : "";
+  if (!m.arch_suffix.empty() && m.arch_suffix != "a") P.fail_at(root["arch_suffix"], "arch_suffix", "expected \"\" or \"a\"");
+  m.nvrtc_options = P.strings(root["nvrtc_options"], "nvrtc_options");
+
+  parse_params(P, root["params"], m);
+
+  // Symbols: params, dims, dtype sizes, layout constants, device limits, then derived in order.
+  for (const auto& p : m.params) m.symbols.add(p.name);
+  for (const auto& d : m.dims) {
+    if (m.symbols.find(d) >= 0) P.fail_at(root["dims"], "dims", "'" + d + "' is also a param");
+    m.symbols.add(d);
+  }
+  m.symbols.add("in_bytes");
+  m.symbols.add("out_bytes");
+  for (const auto& [_, consts] : m.layouts)
+    for (const auto& [c, __] : consts) m.symbols.add(c);
+  for (const char* s : k_device_symbols) m.symbols.add(s);
+
+  if (root["derived"].IsDefined()) {
+    const YAML::Node dn = root["derived"];
+    if (!dn.IsMap()) P.fail_at(dn, "derived", "expected a mapping of name: expression");
+    for (const auto& kv : dn) {
+      const std::string name = kv.first.Scalar();
+      if (m.symbols.find(name) >= 0) P.fail_at(kv.first, "derived." + name, "name already in use");
+      NamedExpr d{name, P.expr(kv.second, "derived." + name, m.symbols), P.line(kv.first)};
+      m.symbols.add(name);  // later derived values and everything below may use it
+      m.derived.push_back(std::move(d));
+    }
+  }
+
+  const YAML::Node cn = root["constraints"];
+  if (cn.IsDefined() && !cn.IsSequence()) P.fail_at(cn, "constraints", "expected a list");
+  for (size_t i = 0; cn.IsDefined() && i < cn.size(); ++i) {
+    const std::string where = "constraints[" + std::to_string(i) + "]";
+    Constraint c;
+    c.line = P.line(cn[i]);
+    if (cn[i].IsMap()) {
+      P.only_keys(cn[i], where, {"expr", "why"});
+      c.expr = P.expr(cn[i]["expr"], where, m.symbols);
+      c.why = cn[i]["why"].IsDefined() ? P.scalar(cn[i]["why"], where + ".why") : c.expr.text;
+    } else {
+      c.expr = P.expr(cn[i], where, m.symbols);
+      c.why = c.expr.text;
+    }
+    m.constraints.push_back(std::move(c));
+  }
+
+  m.template_args = P.strings(root["template_args"], "template_args");
+  check_template_args(P, root["template_args"], "template_args", m.template_args, m, false);
+  m.launch = P.launch(root["launch"], "launch", m.symbols);
+
+  const YAML::Node an = root["args"];
+  if (!an.IsSequence() || an.size() == 0) P.fail_at(an, "args", "expected a non-empty list");
+  std::set<std::string> arg_names;
+  for (size_t i = 0; i < an.size(); ++i) {
+    ArgSpec a = parse_arg(P, an[i], "args[" + std::to_string(i) + "]", m.symbols);
+    if (!arg_names.insert(a.name).second) P.fail_at(an[i], "args[" + std::to_string(i) + "]", "duplicate name '" + a.name + "'");
+    m.args.push_back(std::move(a));
+  }
+  if (std::none_of(m.args.begin(), m.args.end(), [](const ArgSpec& a) {
+        return a.is_buffer && (a.role == BufferRole::out || a.role == BufferRole::inout);
+      }))
+    P.fail_at(an, "args", "no output buffer: nothing to verify");
+
+  const YAML::Node rn = root["reference"];
+  if (!rn.IsDefined()) P.fail_at(root, "reference", "missing (how is correctness judged?)");
+  if (rn["builtin"].IsDefined()) {
+    P.only_keys(rn, "reference", {"builtin"});
+    m.reference.builtin = P.scalar(rn["builtin"], "reference.builtin");
+    if (m.reference.builtin != "cublas_gemm")
+      P.fail_at(rn["builtin"], "reference.builtin", "unknown builtin (cublas_gemm)");
+  } else {
+    P.only_keys(rn, "reference", {"entry", "template_args", "launch"});
+    m.reference.entry = P.scalar(rn["entry"], "reference.entry");
+    m.reference.template_args = P.strings(rn["template_args"], "reference.template_args");
+    check_template_args(P, rn["template_args"], "reference.template_args", m.reference.template_args, m, true);
+    m.reference.launch = P.launch(rn["launch"], "reference.launch", m.symbols);
+    const std::set<int> forbidden = [&] {
+      std::set<int> s;
+      for (const auto& p : m.params) s.insert(m.symbols.find(p.name));
+      for (const auto& d : m.derived) s.insert(m.symbols.find(d.name));
+      return s;
+    }();
+    auto check_free = [&](const Expression& e, const char* what) {
+      for (int slot : e.used_slots)
+        if (forbidden.count(slot))
+          P.fail_at(rn["launch"], std::string("reference.launch.") + what,
+                    "a reference kernel cannot depend on the params ('" + m.symbols.name(slot) + "')");
+    };
+    for (int i = 0; i < 3; ++i) {
+      check_free(m.reference.launch.grid[size_t(i)], "grid");
+      check_free(m.reference.launch.block[size_t(i)], "block");
+    }
+    check_free(m.reference.launch.smem, "smem");
+  }
+
+  const YAML::Node tn = root["tolerance"];
+  if (!tn.IsMap()) P.fail_at(tn, "tolerance", "expected {dtype: max relative error, ...}");
+  for (const auto& kv : tn) {
+    const std::string d = kv.first.Scalar();
+    if (!is_known_dtype(d)) P.fail_at(kv.first, "tolerance." + d, "unknown dtype");
+    const double t = P.number(kv.second, "tolerance." + d);
+    if (t < 0 || t > 1) P.fail_at(kv.second, "tolerance." + d, "expected 0 <= tolerance <= 1");
+    m.tolerance[d] = t;
+  }
+  for (const auto& d : m.out_dtypes.empty() ? m.dtypes : m.out_dtypes)
+    if (!m.tolerance.count(d)) P.fail_at(tn, "tolerance", "no tolerance for output dtype " + d);
+
+  const YAML::Node mn = root["metric"];
+  if (!mn.IsMap() || mn.size() != 1) P.fail_at(mn, "metric", "expected {flops: expr} or {bytes: expr}");
+  if (mn["flops"].IsDefined()) {
+    m.metric = {MetricSpec::Kind::flops, P.expr(mn["flops"], "metric.flops", m.symbols)};
+  } else if (mn["bytes"].IsDefined()) {
+    m.metric = {MetricSpec::Kind::bytes, P.expr(mn["bytes"], "metric.bytes", m.symbols)};
+  } else {
+    P.fail_at(mn, "metric", "expected {flops: expr} or {bytes: expr}");
+  }
+
+  const YAML::Node hn = root["heuristic"];
+  if (!hn.IsSequence() || hn.size() == 0) P.fail_at(hn, "heuristic", "expected a non-empty list of rules");
+  for (size_t i = 0; i < hn.size(); ++i) {
+    const std::string where = "heuristic[" + std::to_string(i) + "]";
+    P.only_keys(hn[i], where, {"when", "params"});
+    HeuristicRule r;
+    r.line = P.line(hn[i]);
+    if (hn[i]["when"].IsDefined()) r.when = P.expr(hn[i]["when"], where + ".when", m.symbols);
+    const YAML::Node pn = hn[i]["params"];
+    if (!pn.IsMap()) P.fail_at(hn[i], where + ".params", "expected {PARAM: value, ...}");
+    for (const auto& kv : pn) {
+      const std::string name = kv.first.Scalar();
+      const ParamDomain* d = m.param(name);
+      if (!d) P.fail_at(kv.first, where + ".params." + name, "not a param of this template");
+      const auto v = P.integer(kv.second, where + ".params." + name);
+      if (std::find(d->values.begin(), d->values.end(), v) == d->values.end())
+        P.fail_at(kv.second, where + ".params." + name, "value " + std::to_string(v) + " is not in the domain");
+      r.params[name] = v;
+    }
+    for (const auto& p : m.params)
+      if (!r.params.count(p.name)) P.fail_at(pn, where + ".params", "missing param " + p.name);
+    m.heuristic.push_back(std::move(r));
+  }
+  if (!m.heuristic.back().when.text.empty())
+    P.fail_at(hn[hn.size() - 1], "heuristic", "the last rule must have no 'when' (the default)");
+  return m;
+}
+
+}  // namespace
+
+std::string_view to_string(BufferRole role) {
+  switch (role) {
+    case BufferRole::in: return "in";
+    case BufferRole::out: return "out";
+    case BufferRole::inout: return "inout";
+    case BufferRole::workspace: return "workspace";
+  }
+  return "?";
+}
+
+std::string_view to_string(ScalarType type) {
+  switch (type) {
+    case ScalarType::i32: return "i32";
+    case ScalarType::i64: return "i64";
+    case ScalarType::f32: return "f32";
+  }
+  return "?";
+}
+
+const ParamDomain* Manifest::param(std::string_view n) const {
+  for (const auto& p : params)
+    if (p.name == n) return &p;
+  return nullptr;
+}
+
+bool Manifest::supports(const Problem& p, int cc) const {
+  if (p.op != op) return false;
+  if (std::find(dtypes.begin(), dtypes.end(), p.dtype) == dtypes.end()) return false;
+  if (out_dtypes.empty() ? p.out_dtype != p.dtype
+                         : std::find(out_dtypes.begin(), out_dtypes.end(), p.out_dtype) == out_dtypes.end())
+    return false;
+  if (!layouts.count(p.layout)) return false;
+  if (p.dims.size() != dims.size()) return false;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (p.dims[i].first != dims[i]) return false;
+  if (cc < min_cc || (max_cc && cc > max_cc)) return false;
+  return true;
+}
+
+double Manifest::space_size() const {
+  double n = 1;
+  for (const auto& p : params) n *= double(p.values.size());
+  return n;
+}
+
+std::string cpp_type(std::string_view dtype) {
+  if (dtype == "bf16") return "ktune_bf16";
+  if (dtype == "fp16") return "ktune_fp16";
+  if (dtype == "fp32") return "float";
+  if (dtype == "i32") return "int";
+  return "void";
+}
+
+Result<Manifest> parse_manifest(const std::string& yaml, const std::string& path) {
+  try {
+    return parse(YAML::Load(yaml), path);
+  } catch (const ManifestError& e) {
+    return fail(ErrorCode::invalid_argument, e.what());
+  } catch (const YAML::Exception& e) {
+    return fail(ErrorCode::invalid_argument,
+                path + ":" + std::to_string(e.mark.line + 1) + ": YAML: " + e.msg);
+  }
+}
+
+Result<Manifest> load_manifest(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return fail(ErrorCode::io_error, path + ": cannot open manifest");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto m = parse_manifest(ss.str(), path);
+  if (!m) return m;
+  std::error_code ec;
+  if (!fs::is_regular_file(m->source, ec))
+    return fail(ErrorCode::invalid_argument, path + ": source: no file " + m->source);
+  for (const auto& h : m->headers)
+    if (!fs::is_regular_file(h, ec)) return fail(ErrorCode::invalid_argument, path + ": headers: no file " + h);
+  return m;
+}
+
+}  // namespace ktune

@@ -1,0 +1,326 @@
+#include "templates/space.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+
+namespace ktune {
+namespace {
+
+constexpr double k_max_valid_configs = 2'000'000;
+
+// Sets dims, dtype sizes, layout constants and device limits in an evaluator.
+void bind_problem(Evaluator& ev, const Manifest& m, const Problem& p, const DeviceLimits& l) {
+  for (const auto& [name, value] : p.dims) {
+    const int slot = m.symbols.find(name);
+    if (slot >= 0) ev.set(slot, double(value));
+  }
+  ev.set(m.symbols.find("in_bytes"), dtype_bytes(p.dtype));
+  ev.set(m.symbols.find("out_bytes"), dtype_bytes(p.out_dtype));
+  // Constants of every layout default to 0; the problem's layout sets its own.
+  for (const auto& [_, consts] : m.layouts)
+    for (const auto& [c, __] : consts) ev.set(m.symbols.find(c), 0);
+  if (auto it = m.layouts.find(p.layout); it != m.layouts.end())
+    for (const auto& [c, v] : it->second) ev.set(m.symbols.find(c), double(v));
+  const double limits[] = {double(l.cc), double(l.sm_count), double(l.max_threads_per_block),
+                           double(l.max_smem_per_block), double(l.max_regs_per_block),
+                           double(l.max_regs_per_thread), double(l.l2_bytes)};
+  for (size_t i = 0; i < std::size(k_device_symbols); ++i)
+    ev.set(m.symbols.find(k_device_symbols[i]), limits[i]);
+}
+
+bool truthy(const Result<double>& v) { return v && !std::isnan(*v) && *v != 0; }
+
+Result<void> check_supported(const KernelTemplate& t, const Problem& p, const DeviceLimits& l) {
+  const Manifest& m = t.manifest;
+  if (!m.supports(p, l.cc)) {
+    std::string dims;
+    for (const auto& d : m.dims) dims += (dims.empty() ? "" : ",") + d;
+    return fail(ErrorCode::invalid_argument,
+                "template " + m.name + " does not implement " + p.describe() + " on sm_" +
+                    std::to_string(l.cc) + " (op " + m.op + ", dims " + dims + ", cc " +
+                    std::to_string(m.min_cc) + (m.max_cc ? ".." + std::to_string(m.max_cc) : "+") + ")");
+  }
+  return {};
+}
+
+Result<std::int64_t> as_integer(const Result<double>& v, const std::string& what) {
+  if (!v) return std::unexpected(v.error());
+  if (std::isnan(*v) || std::isinf(*v) || std::floor(*v) != *v)
+    return fail(ErrorCode::invalid_argument, what + ": expected an integer, got " + std::to_string(*v));
+  return static_cast<std::int64_t>(*v);
+}
+
+Result<LaunchGeometry> eval_launch(Evaluator& ev, const LaunchSpec& spec, const std::string& where) {
+  LaunchGeometry g;
+  for (size_t i = 0; i < 3; ++i) {
+    auto gx = as_integer(ev.eval(spec.grid[i]), where + ".grid[" + std::to_string(i) + "]");
+    auto bx = as_integer(ev.eval(spec.block[i]), where + ".block[" + std::to_string(i) + "]");
+    if (!gx) return std::unexpected(gx.error());
+    if (!bx) return std::unexpected(bx.error());
+    if (*gx < 1 || *gx > 0x7fffffff || *bx < 1 || *bx > 1024)
+      return fail(ErrorCode::invalid_argument, where + ": grid/block out of range");
+    g.grid[i] = std::uint32_t(*gx);
+    g.block[i] = std::uint32_t(*bx);
+  }
+  auto smem = as_integer(ev.eval(spec.smem), where + ".smem");
+  if (!smem) return std::unexpected(smem.error());
+  if (*smem < 0 || *smem > (1 << 30)) return fail(ErrorCode::invalid_argument, where + ".smem: out of range");
+  g.smem = std::uint32_t(*smem);
+  return g;
+}
+
+std::string concrete_dtype(const std::string& d, const Problem& p) {
+  if (d == "in") return p.dtype;
+  if (d == "out") return p.out_dtype;
+  return d;
+}
+
+Result<std::string> name_expression(Evaluator& ev, const Manifest& m, const Problem& p,
+                                    const std::string& entry, const std::vector<std::string>& args) {
+  std::string s = entry + "<";
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i) s += ", ";
+    if (args[i] == "T_IN") {
+      s += cpp_type(p.dtype);
+    } else if (args[i] == "T_OUT") {
+      s += cpp_type(p.out_dtype);
+    } else {
+      const int slot = m.symbols.find(args[i]);
+      if (slot < 0) return fail(ErrorCode::internal, "template arg '" + args[i] + "' has no slot");
+      const double v = ev.get(slot);
+      if (std::floor(v) != v)
+        return fail(ErrorCode::invalid_argument, "template arg " + args[i] + " is not an integer");
+      s += std::to_string(static_cast<long long>(v));
+    }
+  }
+  return s + ">";
+}
+
+Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const Problem& p) {
+  std::vector<ArgValue> out;
+  for (const auto& a : m.args) {
+    ArgValue v;
+    v.name = a.name;
+    v.is_buffer = a.is_buffer;
+    if (a.is_buffer) {
+      v.role = a.role;
+      v.dtype = concrete_dtype(a.dtype, p);
+      auto count = as_integer(ev.eval(a.count), "args." + a.name + ".count");
+      if (!count) return std::unexpected(count.error());
+      if (*count < 1) return fail(ErrorCode::invalid_argument, "args." + a.name + ".count < 1");
+      v.count = *count;
+      v.init = a.init;
+    } else {
+      v.scalar = a.scalar;
+      auto value = ev.eval(a.value);
+      if (!value) return std::unexpected(value.error());
+      v.value = *value;
+    }
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// Evaluates derived values then constraints for a full config; the first failure is returned.
+Result<void> check_config(Evaluator& ev, const Manifest& m, const Params& params) {
+  for (const auto& p : m.params) {
+    auto it = params.find(p.name);
+    if (it == params.end()) return fail(ErrorCode::invalid_argument, "missing param " + p.name);
+    ev.set(m.symbols.find(p.name), double(it->second));
+  }
+  for (const auto& [name, _] : params)
+    if (!m.param(name))
+      return fail(ErrorCode::invalid_argument, "template " + m.name + " has no param " + name);
+  for (const auto& d : m.derived) {
+    auto v = ev.eval(d.expr);
+    if (!v) return std::unexpected(v.error());
+    ev.set(m.symbols.find(d.name), *v);
+  }
+  for (const auto& c : m.constraints)
+    if (!truthy(ev.eval(c.expr)))
+      return fail(ErrorCode::invalid_argument,
+                  "constraint at " + m.path + ":" + std::to_string(c.line) + " fails: " + c.why);
+  return {};
+}
+
+}  // namespace
+
+std::string target_arch(const Manifest& manifest, int cc) {
+  return "sm_" + std::to_string(cc) + manifest.arch_suffix;
+}
+
+Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem& problem,
+                                       const DeviceLimits& limits) {
+  if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());
+  const Manifest& m = tmpl.manifest;
+  SearchSpace space;
+  space.m_template = &tmpl;
+  space.m_problem = problem;
+  space.m_limits = limits;
+
+  Evaluator ev(m.symbols);
+  bind_problem(ev, m, problem, limits);
+
+  // The depth (param index) after which each derived value and constraint can be evaluated:
+  // the last param it reads, directly or through derived values. -1: reads no params.
+  const int n = int(m.params.size());
+  std::map<int, int> slot_depth;  // symbol slot -> depth
+  for (int i = 0; i < n; ++i) slot_depth[m.symbols.find(m.params[size_t(i)].name)] = i;
+  auto depth_of = [&](const Expression& e) {
+    int d = -1;
+    for (int slot : e.used_slots)
+      if (auto it = slot_depth.find(slot); it != slot_depth.end()) d = std::max(d, it->second);
+    return d;
+  };
+  std::vector<std::vector<const NamedExpr*>> derived_at(size_t(n) + 1);
+  for (const auto& d : m.derived) {
+    const int depth = depth_of(d.expr);
+    slot_depth[m.symbols.find(d.name)] = depth;
+    derived_at[size_t(depth + 1)].push_back(&d);
+  }
+  std::vector<std::vector<size_t>> constraints_at(size_t(n) + 1);
+  for (size_t i = 0; i < m.constraints.size(); ++i)
+    constraints_at[size_t(depth_of(m.constraints[i].expr) + 1)].push_back(i);
+
+  // Configs below each depth: pruning at depth i removes suffix[i + 1] configs.
+  std::vector<double> suffix(size_t(n) + 1, 1.0);
+  for (int i = n - 1; i >= 0; --i) suffix[size_t(i)] = suffix[size_t(i) + 1] * double(m.params[size_t(i)].values.size());
+  space.m_report.total = suffix[0];
+
+  std::vector<double> pruned(m.constraints.size(), 0.0);
+  std::vector<std::int64_t> current(size_t(n), 0);
+  std::optional<Error> error;
+
+  // Evaluates what becomes known at `level` (0 = before any param); false if pruned.
+  auto settle = [&](int level) -> bool {
+    for (const NamedExpr* d : derived_at[size_t(level)]) {
+      auto v = ev.eval(d->expr);
+      if (!v) {
+        error = v.error();
+        return false;
+      }
+      ev.set(m.symbols.find(d->name), *v);
+    }
+    for (size_t ci : constraints_at[size_t(level)]) {
+      auto v = ev.eval(m.constraints[ci].expr);
+      if (!v) {
+        error = v.error();
+        return false;
+      }
+      if (std::isnan(*v) || *v == 0) {
+        pruned[ci] += suffix[size_t(level)];
+        return false;
+      }
+    }
+    return true;
+  };
+
+  auto recurse = [&](auto&& self, int depth) -> void {
+    if (error) return;
+    if (depth == n) {
+      if (double(space.m_configs.size()) >= k_max_valid_configs) {
+        error = Error{ErrorCode::invalid_argument, m.path + ": more than 2M valid configs; add constraints"};
+        return;
+      }
+      Params p;
+      for (int i = 0; i < n; ++i) p[m.params[size_t(i)].name] = current[size_t(i)];
+      space.m_configs.push_back(std::move(p));
+      return;
+    }
+    const ParamDomain& dom = m.params[size_t(depth)];
+    const int slot = m.symbols.find(dom.name);
+    for (std::int64_t v : dom.values) {
+      current[size_t(depth)] = v;
+      ev.set(slot, double(v));
+      if (settle(depth + 1)) self(self, depth + 1);
+      if (error) return;
+    }
+  };
+  if (settle(0)) recurse(recurse, 0);
+  if (error) return std::unexpected(Error{error->code, m.path + ": " + error->message});
+
+  space.m_report.valid = double(space.m_configs.size());
+  for (size_t i = 0; i < m.constraints.size(); ++i)
+    if (pruned[i] > 0) space.m_report.pruned.push_back({m.constraints[i].why, m.constraints[i].line, pruned[i]});
+  std::stable_sort(space.m_report.pruned.begin(), space.m_report.pruned.end(),
+                   [](const PruneCount& a, const PruneCount& b) { return a.configs > b.configs; });
+  if (space.m_configs.empty()) {
+    const auto& top = space.m_report.pruned.front();
+    return fail(ErrorCode::invalid_argument,
+                m.path + ":" + std::to_string(top.line) + ": constraints prune every config for " +
+                    problem.describe() + "; most (" + std::to_string(std::int64_t(top.configs)) +
+                    " of " + std::to_string(std::int64_t(space.m_report.total)) + ") by: " + top.why);
+  }
+  return space;
+}
+
+Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
+                             const DeviceLimits& limits, const Params& params) {
+  if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());
+  const Manifest& m = tmpl.manifest;
+  Evaluator ev(m.symbols);
+  bind_problem(ev, m, problem, limits);
+  if (auto ok = check_config(ev, m, params); !ok)
+    return fail(ok.error().code, m.name + " {" + params_to_string(params) + "}: " + ok.error().message);
+  Instance inst;
+  inst.params = params;
+  auto name = name_expression(ev, m, problem, m.entry, m.template_args);
+  if (!name) return std::unexpected(name.error());
+  inst.name_expression = std::move(*name);
+  auto launch = eval_launch(ev, m.launch, m.path + ": launch");
+  if (!launch) return std::unexpected(launch.error());
+  inst.launch = *launch;
+  auto args = eval_args(ev, m, problem);
+  if (!args) return std::unexpected(args.error());
+  inst.args = std::move(*args);
+  auto metric = ev.eval(m.metric.amount);
+  if (!metric) return std::unexpected(metric.error());
+  inst.metric = *metric;
+  inst.metric_kind = m.metric.kind;
+  return inst;
+}
+
+Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& problem,
+                                    const DeviceLimits& limits) {
+  const Manifest& m = tmpl.manifest;
+  if (!m.reference.builtin.empty())
+    return fail(ErrorCode::invalid_argument, m.name + ": reference is builtin " + m.reference.builtin);
+  // Argument sizes may depend on params (e.g. a workspace); take them from the heuristic config,
+  // whose buffers the candidate's own are compared against only by output.
+  auto heuristic = heuristic_config(tmpl, problem, limits);
+  if (!heuristic) return std::unexpected(heuristic.error());
+  auto inst = instantiate(tmpl, problem, limits, *heuristic);
+  if (!inst) return inst;
+  Evaluator ev(m.symbols);
+  bind_problem(ev, m, problem, limits);
+  auto name = name_expression(ev, m, problem, m.reference.entry, m.reference.template_args);
+  if (!name) return std::unexpected(name.error());
+  inst->name_expression = std::move(*name);
+  inst->params.clear();
+  auto launch = eval_launch(ev, m.reference.launch, m.path + ": reference.launch");
+  if (!launch) return std::unexpected(launch.error());
+  inst->launch = *launch;
+  return inst;
+}
+
+Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& problem,
+                                const DeviceLimits& limits) {
+  if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());
+  const Manifest& m = tmpl.manifest;
+  Evaluator ev(m.symbols);
+  bind_problem(ev, m, problem, limits);
+  std::string tried;
+  for (const auto& rule : m.heuristic) {
+    if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
+    if (auto ok = check_config(ev, m, rule.params); ok) return rule.params;
+    else tried += "\n  rule at line " + std::to_string(rule.line) + ": " + ok.error().message;
+  }
+  // No rule fits this problem: fall back to the first config of the pruned space.
+  auto space = SearchSpace::build(tmpl, problem, limits);
+  if (!space) return fail(ErrorCode::invalid_argument, space.error().message + tried);
+  return space->configs().front();
+}
+
+}  // namespace ktune

@@ -1,0 +1,171 @@
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+
+namespace ktune {
+namespace {
+
+const std::string k_example = std::string(KTUNE_SOURCE_DIR) + "/config/ktuned.yaml";
+
+TEST(ConfigTest, DefaultsAreUsableWithoutAFile) {
+  DaemonConfig c = default_config();
+  EXPECT_FALSE(c.socket_path.empty());
+  EXPECT_FALSE(c.data_dir.empty());
+  ASSERT_EQ(c.template_dirs.size(), 1u);
+  EXPECT_TRUE(c.template_dirs[0].ends_with("templates"));
+  EXPECT_EQ(c.strategy, "model");
+  EXPECT_TRUE(validate_config(c).has_value());
+}
+
+TEST(ConfigTest, ExampleFileLoadsCleanly) {
+  DaemonConfig c = default_config();
+  auto ok = apply_config_file(c, k_example);
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(c.socket_path, "/tmp/ktune-example/ktuned.sock");
+  EXPECT_EQ(c.data_dir, "/tmp/ktune-example/state");
+  EXPECT_EQ(c.budget_trials, 256);
+  EXPECT_TRUE(c.seed_tables.empty());
+  EXPECT_TRUE(validate_config(c).has_value());
+}
+
+// Every key in the table appears in the example file with its env name, and vice versa.
+TEST(ConfigTest, ExampleFileAndKeyTableAgree) {
+  std::ifstream in(k_example);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  std::set<std::string> file_keys;
+  std::string section;
+  std::regex section_re(R"(^([a-z_]+):\s*$)"), key_re(R"(^  ([a-z_]+):)");
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (std::regex_match(line, m, section_re)) section = m[1];
+    else if (std::regex_search(line, m, key_re)) file_keys.insert(section + "." + std::string(m[1]));
+  }
+  std::set<std::string> table_keys;
+  for (const auto& k : config_keys()) {
+    table_keys.insert(std::string(k.name));
+    EXPECT_NE(text.find(std::string(k.env)), std::string::npos) << k.env << " not documented";
+    EXPECT_FALSE(k.help.empty()) << k.name;
+  }
+  EXPECT_EQ(file_keys, table_keys);
+}
+
+TEST(ConfigTest, UnknownKeyNamesFileLineAndSuggests) {
+  DaemonConfig c = default_config();
+  auto r = apply_config_yaml(c, "server:\n  socket: /x\n  max_conections: 5\n", "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message,
+            "k.yaml:3: server.max_conections: unknown key");
+}
+
+TEST(ConfigTest, UnknownKeySuggestsTheRightSection) {
+  DaemonConfig c = default_config();
+  auto r = apply_config_yaml(c, "tuning:\n  nearest_radius: 3\n", "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message,
+            "k.yaml:2: tuning.nearest_radius: unknown key (did you mean 'lookup.nearest_radius'?)");
+}
+
+TEST(ConfigTest, UnknownSection) {
+  DaemonConfig c = default_config();
+  auto r = apply_config_yaml(c, "servr:\n  socket: /x\n", "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "k.yaml:1: servr: unknown section");
+}
+
+TEST(ConfigTest, WrongTypeIsRejectedAndConfigUnchanged) {
+  DaemonConfig c = default_config();
+  const DaemonConfig before = c;
+  auto r = apply_config_yaml(c, "server:\n  io_threads: 2\n  max_connections: lots\n", "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "k.yaml:3: server.max_connections: expected an integer, got 'lots'");
+  EXPECT_EQ(c.max_connections, before.max_connections);
+}
+
+TEST(ConfigTest, OutOfRangeIsRejected) {
+  DaemonConfig c = default_config();
+  auto r = apply_config_yaml(c, "tuning:\n  idle_threshold_percent: 150\n", "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message,
+            "k.yaml:2: tuning.idle_threshold_percent: value 150 out of range [0, 100]");
+  r = apply_config_yaml(c, "tuning:\n  strategy: genetic\n", "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("k.yaml:2: tuning.strategy: unknown strategy 'genetic'"),
+            std::string::npos);
+}
+
+TEST(ConfigTest, ListExpectedWhereScalarGiven) {
+  DaemonConfig c = default_config();
+  auto r = apply_config_yaml(c, "templates:\n  dirs: /opt/t\n", "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "k.yaml:2: templates.dirs: expected a list, e.g. [a, b]");
+}
+
+TEST(ConfigTest, SyntaxErrorHasLine) {
+  DaemonConfig c = default_config();
+  auto r = apply_config_yaml(c, "server:\n  socket: [unclosed\n", "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().message.starts_with("k.yaml:")) << r.error().message;
+}
+
+TEST(ConfigTest, PrecedenceFlagsOverEnvOverFile) {
+  DaemonConfig c = default_config();
+  ASSERT_TRUE(apply_config_yaml(c, "tuning:\n  budget_trials: 10\n  strategy: random\n", "f"));
+  ASSERT_TRUE(apply_config_env(c, {{"KTUNE_BUDGET_TRIALS", "20"}, {"KTUNE_DEVICES", "0,2"}}));
+  ASSERT_TRUE(apply_config_assignment(c, "tuning.budget_trials=30"));
+  EXPECT_EQ(c.budget_trials, 30);
+  EXPECT_EQ(c.strategy, "random");
+  EXPECT_EQ(c.devices, (std::vector<int>{0, 2}));
+}
+
+TEST(ConfigTest, EnvErrorsNameTheVariable) {
+  DaemonConfig c = default_config();
+  auto r = apply_config_env(c, {{"KTUNE_IO_THREADS", "0"}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message,
+            "environment KTUNE_IO_THREADS: server.io_threads: value 0 out of range [1, 64]");
+}
+
+TEST(ConfigTest, EnvListsSplitOnColon) {
+  DaemonConfig c = default_config();
+  ASSERT_TRUE(apply_config_env(c, {{"KTUNE_TEMPLATE_DIRS", "/a:/b"}}));
+  EXPECT_EQ(c.template_dirs, (std::vector<std::string>{"/a", "/b"}));
+}
+
+TEST(ConfigTest, BadAssignment) {
+  DaemonConfig c = default_config();
+  EXPECT_FALSE(apply_config_assignment(c, "tuning.budget_trials"));
+  auto r = apply_config_assignment(c, "log.level=loud");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("unknown level 'loud'"), std::string::npos);
+}
+
+TEST(ConfigTest, NonLoopbackTcpNeedsToken) {
+  DaemonConfig c = default_config();
+  ASSERT_TRUE(apply_config_assignment(c, "server.tcp=0.0.0.0:7878"));
+  auto r = validate_config(c);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("tcp_token"), std::string::npos);
+  ASSERT_TRUE(apply_config_assignment(c, "server.tcp_token=s3cret"));
+  EXPECT_TRUE(validate_config(c));
+  EXPECT_FALSE(apply_config_assignment(c, "server.tcp=localhost"));  // no port
+}
+
+TEST(ConfigTest, PrintedConfigLoadsBackIdentically) {
+  DaemonConfig c = default_config();
+  ASSERT_TRUE(apply_config_assignment(c, "templates.dirs=/x:/y"));
+  ASSERT_TRUE(apply_config_assignment(c, "log.format=json"));
+  DaemonConfig d;
+  auto r = apply_config_yaml(d, config_to_yaml(c), "printed");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(config_to_yaml(c), config_to_yaml(d));
+}
+
+}  // namespace
+}  // namespace ktune

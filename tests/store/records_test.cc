@@ -1,0 +1,105 @@
+#include "store/records.h"
+
+#include <gtest/gtest.h>
+
+#include "store/mem_store.h"
+#include "tests/fakes/test_records.h"
+
+namespace ktune {
+namespace {
+
+TEST(RecordsTest, EncodingStartsWithVersionByte) {
+  const auto bytes = encode(testing::winner(testing::gemm_problem(16, 4096, 4096), 20.0));
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_EQ(std::uint8_t(bytes[0]), k_record_encoding);
+  EXPECT_EQ(bytes[1], '{');
+}
+
+TEST(RecordsTest, UnknownEncodingVersionIsCorruption) {
+  auto bytes = encode(testing::winner(testing::gemm_problem(16, 4096, 4096), 20.0));
+  bytes[0] = 9;
+  auto r = decode_winner(bytes);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::corruption);
+  EXPECT_NE(r.error().message.find("unknown encoding version 9"), std::string::npos);
+}
+
+TEST(RecordsTest, TrialJobBlockRoundTrip) {
+  TrialRecord t;
+  t.device = testing::h200();
+  t.problem = testing::gemm_problem(64, 14336, 4096);
+  t.template_name = "gemm";
+  t.template_hash = "fedcba9876543210";
+  t.params = {{"SPLIT_K", 4}, {"BLOCK_M", 64}};
+  t.outcome = Outcome::resource_error;
+  t.message = "too many resources requested for launch";
+  t.timestamp = 42;
+  t.job_id = "000007";
+  auto tb = decode_trial(encode(t));
+  ASSERT_TRUE(tb) << tb.error().message;
+  EXPECT_EQ(*tb, t);
+
+  JobRecord j;
+  j.id = "000007";
+  j.device = testing::h200();
+  j.problem = t.problem;
+  j.strategy = "anneal";
+  j.budget_trials = 100;
+  j.budget_seconds = 60;
+  j.state = JobState::running;
+  j.origin = "miss";
+  j.priority = 1.5;
+  auto jb = decode_job(encode(j));
+  ASSERT_TRUE(jb) << jb.error().message;
+  EXPECT_EQ(*jb, j);
+
+  BlockEntry b{"fedcba9876543210", "sm_90", "580.159.03", {{"BLOCK_M", 256}}, Outcome::crash,
+               "illegal address", 7};
+  auto bb = decode_block(encode(b));
+  ASSERT_TRUE(bb);
+  EXPECT_EQ(*bb, b);
+  EXPECT_EQ(b.key(), "fedcba9876543210/sm_90/580.159.03/BLOCK_M=256");
+}
+
+TEST(RecordsTest, OutcomeNamesAreStable) {
+  // Persisted: these spellings and numbers must never change.
+  EXPECT_EQ(int(Outcome::ok), 0);
+  EXPECT_EQ(int(Outcome::in_flight), 7);
+  EXPECT_EQ(to_string(Outcome::wrong_result), "wrong_result");
+  EXPECT_EQ(*parse_outcome("timeout"), Outcome::timeout);
+  EXPECT_FALSE(parse_outcome("exploded"));
+  EXPECT_EQ(int(JobState::cancelled), 4);
+}
+
+TEST(RecordsTest, CubinTruncationDetected) {
+  CubinEntry c{"_Z1k", 32, 0, 0, 0, 0, 1.0, std::string(100, 'x')};
+  auto bytes = encode(c);
+  auto ok = decode_cubin(bytes);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(*ok, c);
+  bytes.resize(bytes.size() - 10);
+  auto bad = decode_cubin(bytes);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::corruption);
+}
+
+TEST(RecordsTest, ValidateWinnerCatchesBadContent) {
+  auto w = testing::winner(testing::gemm_problem(16, 16, 16), 1.0);
+  EXPECT_TRUE(validate_winner(w));
+  auto unsorted = w;
+  std::swap(unsorted.ranked[0], unsorted.ranked[1]);
+  EXPECT_FALSE(validate_winner(unsorted));
+  auto zero = w;
+  zero.ranked[0].median_us = 0;
+  EXPECT_FALSE(validate_winner(zero));
+  auto hash = w;
+  hash.ranked[0].template_hash = "xyz";
+  EXPECT_FALSE(validate_winner(hash));
+  auto future = w;
+  future.validators.store_format = 2;
+  EXPECT_EQ(validate_winner(future).error().code, ErrorCode::format_mismatch);
+  EXPECT_FALSE(put_winner(*std::make_unique<MemStore>(), zero));
+}
+
+}  // namespace
+}  // namespace ktune

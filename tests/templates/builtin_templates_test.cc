@@ -1,0 +1,79 @@
+// Every built-in template loads, enumerates and prunes for representative problems. (Compiling
+// samples with NVRTC is in tests/tuner/compiler_test.cc.)
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "templates/registry.h"
+#include "templates/space.h"
+
+namespace ktune {
+namespace {
+
+const std::vector<std::string> k_builtin = {"gemm", "softmax", "layernorm", "rmsnorm", "reduce_sum", "transpose"};
+
+// A representative problem per op (the shapes the benchmarks use).
+Problem problem_for(const Manifest& m) {
+  Problem p{m.op, m.dtypes.front(), m.dtypes.front(), m.layouts.begin()->first, {}};
+  if (m.op == "gemm") {
+    p.layout = "rc";
+    p.dims = {{"M", 4096}, {"N", 4096}, {"K", 4096}};
+  } else if (m.op == "reduce_sum") {
+    p.dims = {{"n", 100'000'000}};
+  } else if (m.op == "transpose") {
+    p.dims = {{"rows", 16384}, {"cols", 16384}};
+  } else {
+    p.dims = {{"rows", 32768}, {"cols", 4096}};
+  }
+  return p;
+}
+
+TEST(BuiltinTemplatesTest, AllLoadWithoutErrors) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  for (const auto& e : reg.errors()) ADD_FAILURE() << e.message;
+  for (const auto& name : k_builtin) EXPECT_NE(reg.find(name), nullptr) << name;
+}
+
+TEST(BuiltinTemplatesTest, EverySpaceEnumeratesPrunesAndHasAValidHeuristic) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  for (const auto& t : reg.all()) {
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      const auto limits = *DeviceLimits::for_arch(arch);
+      const Problem p = problem_for(t->manifest);
+      auto space = SearchSpace::build(*t, p, limits);
+      ASSERT_TRUE(space) << t->name() << " " << arch << ": " << space.error().message;
+      const auto& r = space->report();
+      EXPECT_GT(r.valid, 0) << t->name();
+      EXPECT_LE(r.valid, r.total) << t->name();
+      EXPECT_FALSE(r.pruned.empty()) << t->name() << ": constraints pruned nothing at " << p.describe();
+      auto h = heuristic_config(*t, p, limits);
+      ASSERT_TRUE(h) << t->name() << ": " << h.error().message;
+      auto inst = instantiate(*t, p, limits, *h);
+      ASSERT_TRUE(inst) << t->name() << ": " << inst.error().message;
+      EXPECT_GT(inst->metric, 0);
+      if (t->manifest.reference.builtin.empty()) {
+        auto ref = reference_instance(*t, p, limits);
+        EXPECT_TRUE(ref) << t->name() << ": " << ref.error().message;
+      }
+    }
+  }
+}
+
+TEST(BuiltinTemplatesTest, GemmSpaceIsLargeEnoughToTune) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* gemm = reg.find("gemm");
+  ASSERT_NE(gemm, nullptr);
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 8192}, {"N", 8192}, {"K", 8192}}};
+  auto space = SearchSpace::build(*gemm, p, DeviceLimits{});
+  ASSERT_TRUE(space) << space.error().message;
+  EXPECT_GE(space->report().valid, 500);
+  // Decode shapes keep small-M tiles in the space.
+  const Problem decode{"gemm", "bf16", "bf16", "rc", {{"M", 16}, {"N", 4096}, {"K", 4096}}};
+  auto dspace = SearchSpace::build(*gemm, decode, DeviceLimits{});
+  ASSERT_TRUE(dspace) << dspace.error().message;
+  bool small = false;
+  for (const auto& c : dspace->configs()) small |= c.at("BLOCK_M") <= 32;
+  EXPECT_TRUE(small);
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,194 @@
+#include "templates/manifest.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+#include <regex>
+
+#include "templates/registry.h"
+#include "templates/space.h"
+
+namespace ktune {
+namespace {
+
+const std::string k_scale_dir = std::string(KTUNE_SOURCE_DIR) + "/tests/data/templates";
+const std::string k_scale = k_scale_dir + "/scale/scale.yaml";
+
+std::string scale_text() {
+  std::ifstream in(k_scale);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The scale manifest with `from` replaced by `to` (once).
+std::string edited(const std::string& from, const std::string& to) {
+  std::string t = scale_text();
+  const auto pos = t.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  return t.replace(pos, from.size(), to);
+}
+
+int line_of(const std::string& text, const std::string& needle) {
+  const auto pos = text.find(needle);
+  return int(std::count(text.begin(), text.begin() + long(pos), '\n')) + 1;
+}
+
+Problem scale_problem(std::int64_t n, const std::string& dtype = "fp32") {
+  return Problem{"scale", dtype, dtype, "", {{"n", n}}};
+}
+
+TEST(ManifestTest, LoadsTheTestTemplate) {
+  auto m = load_manifest(k_scale);
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->name, "scale");
+  EXPECT_EQ(m->params.size(), 3u);
+  EXPECT_EQ(m->params[2].values, (std::vector<std::int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(m->space_size(), 6 * 4 * 4);
+  EXPECT_TRUE(m->supports(scale_problem(100), 90));
+  EXPECT_FALSE(m->supports(scale_problem(100), 75));
+  EXPECT_FALSE(m->supports(scale_problem(100, "fp16"), 90));
+}
+
+TEST(ManifestTest, YamlSyntaxErrorNamesFileAndLine) {
+  const std::string text = edited("  VEC: [1, 2, 4, 8]", "  VEC: [1, 2, 4, 8");
+  auto m = parse_manifest(text, "scale.yaml");
+  ASSERT_FALSE(m);
+  EXPECT_TRUE(std::regex_search(m.error().message, std::regex(R"(^scale\.yaml:\d+: YAML: )")))
+      << m.error().message;
+}
+
+TEST(ManifestTest, UnknownParamInExpressionNamesFileLineAndName) {
+  const std::string text = edited("n % VEC == 0", "n % VECTOR == 0");
+  auto m = parse_manifest(text, "scale.yaml");
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().message, "scale.yaml:" + std::to_string(line_of(text, "n % VECTOR")) +
+                                   ": constraints[1]: unknown variable 'VECTOR' in 'n % VECTOR == 0'");
+}
+
+TEST(ManifestTest, UnknownNameInLaunchAndArgs) {
+  auto m = parse_manifest(edited("block: [THREADS, 1, 1]", "block: [THREAD, 1, 1]"), "scale.yaml");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().message.find("launch.block[0]: unknown variable 'THREAD'"), std::string::npos)
+      << m.error().message;
+  m = parse_manifest(edited("count: n, init", "count: N, init"), "scale.yaml");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().message.find("args[0].count: unknown variable 'N'"), std::string::npos);
+}
+
+TEST(ManifestTest, StructuralErrors) {
+  struct Case {
+    std::string from, to, expect;
+  };
+  const std::vector<Case> cases = {
+      {"THREADS: [64,", "THREADS: [sixty,", "params.THREADS[0]: expected an integer, got 'sixty'"},
+      {"op: scale", "op: scale\ncolour: blue", "colour: unknown key"},
+      {"{name: y, buffer: out,", "{name: y, buffer: sideways,", "args[1].buffer: expected in, out, inout or workspace"},
+      {"params: {THREADS: 256, VEC: 4, WAVES: 2}", "params: {THREADS: 256, VEC: 4}", "missing param WAVES"},
+      {"params: {THREADS: 256, VEC: 4, WAVES: 2}", "params: {THREADS: 256, VEC: 3, WAVES: 2}", "value 3 is not in the domain"},
+      {"template_args: [T_IN, T_OUT, THREADS, VEC]", "template_args: [T_IN, T_OUT, THREADS, WIDTH]", "'WIDTH' is not T_IN"},
+      {"template_args: [T_IN, T_OUT]", "template_args: [T_IN, T_OUT, VEC]", "a reference kernel cannot depend on the params"},
+      {"tolerance: {fp32: 1e-6, bf16: 1e-2}", "tolerance: {fp32: 1e-6}", "no tolerance for output dtype bf16"},
+      {"name: scale", "name: scaler", "must match the file name 'scale'"},
+      {"  - when: n < 4096\n", "  - when: n < 4096 +\n", "heuristic[0].when: bad expression"},
+  };
+  for (const auto& c : cases) {
+    auto m = parse_manifest(edited(c.from, c.to), "scale.yaml");
+    ASSERT_FALSE(m) << c.to;
+    EXPECT_NE(m.error().message.find(c.expect), std::string::npos) << m.error().message;
+    EXPECT_TRUE(m.error().message.starts_with("scale.yaml:")) << m.error().message;
+  }
+}
+
+TEST(ManifestTest, ConstraintThatPrunesEverythingIsNamed) {
+  const std::string text = edited("    why: vector width must divide n",
+                                  "    why: vector width must divide n\n  - expr: THREADS > 4096\n    why: impossible");
+  auto dir = std::filesystem::temp_directory_path() / ("ktune-manifest-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "scale");
+  std::filesystem::copy_file(k_scale_dir + "/scale/scale.cuh", dir / "scale/scale.cuh",
+                             std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "scale/scale.yaml") << std::regex_replace(text, std::regex(R"(\.\./\.\./\.\./\.\./)"),
+                                                               std::string(KTUNE_SOURCE_DIR) + "/");
+  auto t = TemplateRegistry::load_template((dir / "scale/scale.yaml").string());
+  ASSERT_TRUE(t) << t.error().message;
+  auto space = SearchSpace::build(**t, scale_problem(1 << 20), DeviceLimits{});
+  ASSERT_FALSE(space);
+  const std::string msg = space.error().message;
+  EXPECT_NE(msg.find((dir / "scale/scale.yaml").string() + ":" +
+                     std::to_string(line_of(text, "THREADS > 4096"))), std::string::npos) << msg;
+  EXPECT_NE(msg.find("prune every config"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("impossible"), std::string::npos) << msg;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SpaceTest, EnumeratesAndReportsPruning) {
+  auto t = TemplateRegistry::load_template(k_scale);
+  ASSERT_TRUE(t) << t.error().message;
+  // n = 1004: VEC 8 does not divide; THREADS 2048 exceeds the block limit.
+  auto space = SearchSpace::build(**t, scale_problem(1004), DeviceLimits{});
+  ASSERT_TRUE(space) << space.error().message;
+  const auto& r = space->report();
+  EXPECT_EQ(r.total, 96);
+  EXPECT_EQ(r.valid, 5 * 3 * 4);  // THREADS 64..1024, VEC 1,2,4, WAVES 1..4
+  EXPECT_EQ(space->configs().size(), 60u);
+  ASSERT_EQ(r.pruned.size(), 2u);
+  EXPECT_EQ(r.pruned[0].why, "vector width must divide n");
+  EXPECT_EQ(r.pruned[0].configs, 5 * 1 * 4);
+  EXPECT_EQ(r.pruned[1].why, "block too large for the device");
+  EXPECT_EQ(r.pruned[1].configs, 1 * 4 * 4);
+}
+
+TEST(SpaceTest, InstantiateMakesNameLaunchAndArgs) {
+  auto t = TemplateRegistry::load_template(k_scale);
+  ASSERT_TRUE(t);
+  const Params p{{"THREADS", 256}, {"VEC", 4}, {"WAVES", 2}};
+  auto inst = instantiate(**t, scale_problem(1 << 20, "bf16"), DeviceLimits{}, p);
+  ASSERT_TRUE(inst) << inst.error().message;
+  EXPECT_EQ(inst->name_expression, "ktune_scale<ktune_bf16, ktune_bf16, 256, 4>");
+  EXPECT_EQ(inst->launch.grid[0], 132u * 2);
+  EXPECT_EQ(inst->launch.block[0], 256u);
+  ASSERT_EQ(inst->args.size(), 4u);
+  EXPECT_EQ(inst->args[0].dtype, "bf16");
+  EXPECT_EQ(inst->args[0].count, 1 << 20);
+  EXPECT_EQ(inst->args[0].init.a, -2);
+  EXPECT_FALSE(inst->args[2].is_buffer);
+  EXPECT_EQ(inst->args[3].value, 1.5);
+  EXPECT_EQ(inst->metric, double(1 << 20) * 4);
+
+  auto bad = instantiate(**t, scale_problem(1001), DeviceLimits{}, p);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("vector width must divide n"), std::string::npos);
+  EXPECT_FALSE(instantiate(**t, scale_problem(1024), DeviceLimits{}, {{"THREADS", 256}}));
+
+  auto ref = reference_instance(**t, scale_problem(1000), DeviceLimits{});
+  ASSERT_TRUE(ref) << ref.error().message;
+  EXPECT_EQ(ref->name_expression, "ktune_scale_ref<float, float>");
+  EXPECT_EQ(ref->launch.grid[0], 4u);
+}
+
+TEST(SpaceTest, HeuristicPicksFirstMatchingValidRule) {
+  auto t = TemplateRegistry::load_template(k_scale);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(heuristic_config(**t, scale_problem(100), DeviceLimits{})->at("THREADS"), 128);
+  EXPECT_EQ(heuristic_config(**t, scale_problem(1 << 20), DeviceLimits{})->at("VEC"), 4);
+  // n = 4098: the default rule's VEC 4 does not divide; falls back to the first valid config.
+  auto p = heuristic_config(**t, scale_problem(4098), DeviceLimits{});
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(instantiate(**t, scale_problem(4098), DeviceLimits{}, *p));
+}
+
+TEST(RegistryTest, LoadsDirectoriesAndReportsBadOnes) {
+  auto reg = TemplateRegistry::load({k_scale_dir, "/nonexistent/ktune"});
+  ASSERT_EQ(reg.all().size(), 1u);
+  EXPECT_EQ(reg.all()[0]->hash.size(), 16u);
+  ASSERT_EQ(reg.errors().size(), 1u);
+  EXPECT_NE(reg.errors()[0].message.find("/nonexistent/ktune"), std::string::npos);
+  EXPECT_EQ(reg.for_problem(scale_problem(64), 90).size(), 1u);
+  EXPECT_TRUE(reg.for_problem(scale_problem(64), 70).empty());
+  EXPECT_EQ(reg.ops(), std::vector<std::string>{"scale"});
+}
+
+}  // namespace
+}  // namespace ktune

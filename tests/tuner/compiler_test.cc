@@ -1,0 +1,118 @@
+#include "tuner/compiler.h"
+
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "store/mem_store.h"
+#include "templates/registry.h"
+
+namespace ktune {
+namespace {
+
+const std::string k_scale = std::string(KTUNE_SOURCE_DIR) + "/tests/data/templates/scale/scale.yaml";
+
+Problem scale_problem(std::int64_t n) { return Problem{"scale", "bf16", "bf16", "", {{"n", n}}}; }
+
+TEST(CompilerTest, CompilesForSm80AndSm90WithResourceReport) {
+  auto t = TemplateRegistry::load_template(k_scale);
+  ASSERT_TRUE(t) << t.error().message;
+  auto inst = instantiate(**t, scale_problem(1 << 20), DeviceLimits{}, {{"THREADS", 256}, {"VEC", 4}, {"WAVES", 1}});
+  ASSERT_TRUE(inst);
+  Compiler compiler({.threads = 2});
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    auto r = compiler.compile({t->get(), inst->name_expression, arch});
+    ASSERT_TRUE(r.ok()) << r.log;
+    EXPECT_FALSE(r.cache_hit);
+    EXPECT_GT(r.kernel.cubin.size(), 100u);
+    EXPECT_EQ(r.kernel.cubin.substr(0, 4), "\x7f" "ELF");
+    EXPECT_TRUE(r.kernel.lowered_name.starts_with("_Z")) << r.kernel.lowered_name;
+    EXPECT_GT(r.kernel.registers, 0) << r.log;
+    EXPECT_EQ(r.kernel.spill_stores, 0);
+    EXPECT_GT(r.kernel.compile_ms, 0);
+  }
+}
+
+TEST(CompilerTest, CompileErrorIsAResultWithTheLog) {
+  auto t = TemplateRegistry::load_template(k_scale);
+  ASSERT_TRUE(t);
+  Compiler compiler({.threads = 1});
+  // A name expression that does not match the template's signature.
+  auto r = compiler.compile({t->get(), "ktune_scale<float, float, 128>", "sm_90"});
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.status, CompileResult::Status::compile_error);
+  EXPECT_NE(r.log.find("error"), std::string::npos) << r.log;
+}
+
+TEST(CompilerTest, SecondCompileIsACacheHit) {
+  auto t = TemplateRegistry::load_template(k_scale);
+  ASSERT_TRUE(t);
+  MemStore store;
+  Compiler compiler({.threads = 1, .cache = &store});
+  const CompileRequest req{t->get(), "ktune_scale<float, float, 128, 2>", "sm_90"};
+  auto first = compiler.compile(req);
+  ASSERT_TRUE(first.ok()) << first.log;
+  EXPECT_FALSE(first.cache_hit);
+  auto second = compiler.compile(req);
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second.cache_hit);
+  EXPECT_EQ(second.kernel, first.kernel);
+  EXPECT_EQ(second.cache_key, first.cache_key);
+  // Another arch is another key.
+  auto other = compiler.compile({t->get(), req.name_expression, "sm_80"});
+  EXPECT_FALSE(other.cache_hit);
+  EXPECT_NE(other.cache_key, first.cache_key);
+}
+
+TEST(CompilerTest, ParsesPtxasReport) {
+  CubinEntry e;
+  parse_ptxas_report(
+      "ptxas info    : Compiling entry function '_Z1k' for 'sm_90'\n"
+      "ptxas info    : Function properties for _Z1k\n"
+      "    24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 1 barriers, 4096 bytes smem, 400 bytes cmem[0]\n",
+      e);
+  EXPECT_EQ(e.registers, 168);
+  EXPECT_EQ(e.smem_bytes, 4096);
+  EXPECT_EQ(e.stack_bytes, 24);
+  EXPECT_EQ(e.spill_stores, 8);
+  EXPECT_EQ(e.spill_loads, 12);
+}
+
+// Issue 4's CI check: every built-in template compiles a sample of >= 20 configs (all of a
+// smaller space) for sm_80 and sm_90 with NVRTC, on a machine with no GPU.
+TEST(CompilerTest, BuiltinTemplatesCompileASampleForSm80AndSm90) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  ASSERT_TRUE(reg.errors().empty()) << reg.errors()[0].message;
+  Compiler compiler;
+  size_t compiled = 0;
+  for (const auto& t : reg.all()) {
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      const auto limits = *DeviceLimits::for_arch(arch);
+      Problem p{t->manifest.op, t->manifest.dtypes.front(), t->manifest.dtypes.front(),
+                t->manifest.layouts.rbegin()->first, {}};
+      for (const auto& d : t->manifest.dims) p.dims.emplace_back(d, d == "n" ? 1 << 24 : 4096);
+      auto space = SearchSpace::build(*t, p, limits);
+      ASSERT_TRUE(space) << space.error().message;
+      const auto& configs = space->configs();
+      const size_t want = std::min<size_t>(20, configs.size());
+      std::vector<CompileRequest> reqs;
+      for (size_t i = 0; i < want; ++i) {
+        const auto& params = configs[i * configs.size() / want];  // evenly spread
+        auto inst = instantiate(*t, p, limits, params);
+        ASSERT_TRUE(inst) << inst.error().message;
+        reqs.push_back({t.get(), inst->name_expression, target_arch(t->manifest, limits.cc)});
+      }
+      auto results = compiler.compile_all(reqs);
+      for (size_t i = 0; i < results.size(); ++i) {
+        EXPECT_TRUE(results[i].ok()) << t->name() << " " << arch << " " << reqs[i].name_expression
+                                     << "\n" << results[i].log.substr(0, 2000);
+        EXPECT_EQ(results[i].kernel.spill_stores, 0) << reqs[i].name_expression;
+      }
+      compiled += results.size();
+    }
+  }
+  EXPECT_GE(compiled, 6u * 2 * 20);
+}
+
+}  // namespace
+}  // namespace ktune
