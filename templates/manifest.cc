@@ -292,7 +292,9 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
         for (const auto& c : kv.second) consts[c.first.Scalar()] = P.integer(c.second, "layouts." + lname + "." + c.first.Scalar());
       }
       m.layouts[lname] = consts;
+      if (m.default_layout.empty() && m.layouts.size() == 1) m.default_layout = lname;
     }
+    if (m.layouts.empty()) P.fail_at(l, "layouts", "at least one layout");
   } else {
     m.layouts[""] = {};
   }

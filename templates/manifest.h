@@ -99,6 +99,7 @@ struct Manifest {
   std::vector<std::string> dtypes;
   std::vector<std::string> out_dtypes;  // empty: output dtype equals input dtype
   std::map<std::string, std::map<std::string, std::int64_t>> layouts;
+  std::string default_layout;  // the first layout the manifest lists; used when a problem names none
   int min_cc = 0;
   int max_cc = 0;  // 0: no upper bound
   std::string arch_suffix;

@@ -1,0 +1,270 @@
+#include "client/cli/commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "client/cli/table.h"
+#include "config/config.h"
+#include "store/table_io.h"
+#include "templates/registry.h"
+#include "templates/space.h"
+#include "tuner/compiler.h"
+
+namespace ktune::cli {
+
+using protocol::Json;
+
+namespace {
+
+int report_error(const protocol::Error& e) {
+  std::fprintf(stderr, "ktune: %s: %s\n", std::string(protocol::to_string(e.kind)).c_str(), e.message.c_str());
+  return e.kind == protocol::ErrorKind::connection_failed ? 3 : 1;
+}
+
+void print_json(Json j) {
+  Json out = {{"schema_version", protocol::k_cli_schema_version}};
+  for (auto it = j.begin(); it != j.end(); ++it) out[it.key()] = it.value();
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+std::string join(const Json& arr, const char* sep = ",") {
+  std::string s;
+  for (const auto& v : arr) s += (s.empty() ? "" : sep) + (v.is_string() ? v.get<std::string>() : v.dump());
+  return s;
+}
+
+std::string params_text(const Json& params) {
+  std::string s;
+  for (auto it = params.begin(); it != params.end(); ++it) s += (s.empty() ? "" : " ") + it.key() + "=" + it.value().dump();
+  return s;
+}
+
+}  // namespace
+
+ClientOptions Common::client_options() const {
+  ClientOptions o;
+  o.socket_path = socket;
+  o.tcp_address = tcp;
+  o.token = token;
+  o.timeout = std::chrono::milliseconds(timeout_ms);
+  o.cache_capacity = 0;
+  if (o.socket_path.empty() && o.tcp_address.empty()) o.socket_path = Client::default_socket_path();
+  return o;
+}
+
+int cmd_status(const Common& c) {
+  Client client(c.client_options());
+  auto s = client.status();
+  if (!s) return report_error(s.error());
+  if (c.json) return print_json(*s), 0;
+  const Json& j = *s;
+  std::printf("ktuned %s (protocol %d), pid %d on %s, up %.1f s\n", j["version"].get<std::string>().c_str(),
+              j["protocol"].get<int>(), j["pid"].get<int>(), j["node_id"].get<std::string>().c_str(),
+              j["uptime_s"].get<double>());
+  std::printf("  socket       %s%s\n", j["socket"].get<std::string>().c_str(),
+              j["tcp"].get<std::string>().empty() ? "" : ("  tcp " + j["tcp"].get<std::string>()).c_str());
+  std::printf("  store        %s\n", j["store"].get<std::string>().c_str());
+  std::printf("  winners      %zu (device classes: %s)\n", j["winners"].get<size_t>(),
+              j["device_classes"].empty() ? "none" : join(j["device_classes"], ", ").c_str());
+  std::printf("  templates    %zu loaded%s\n", j["templates"].get<size_t>(),
+              j["template_errors"].empty() ? "" : (", " + std::to_string(j["template_errors"].size()) + " skipped").c_str());
+  for (const auto& e : j["template_errors"]) std::printf("               skipped: %s\n", e.get<std::string>().c_str());
+  if (j["gpus"].empty()) {
+    std::printf("  gpus         none (%s)\n", j["gpu_error"].get<std::string>().c_str());
+  } else {
+    for (const auto& g : j["gpus"])
+      std::printf("  gpu %d        %s  %s\n", g["ordinal"].get<int>(), g["device_class"].get<std::string>().c_str(),
+                  g["pci_bus_id"].get<std::string>().c_str());
+  }
+  const Json& v = j["validators"];
+  std::printf("  validators   driver %s, nvrtc %s, store format %d\n", v["driver"].get<std::string>().c_str(),
+              v["nvrtc"].get<std::string>().c_str(), v["store_format"].get<int>());
+  std::printf("  traffic      %lu requests, %ld connections open, %lu lookup misses (%zu keys)\n",
+              j["requests"].get<unsigned long>(), j["connections"].get<long>(),
+              j["misses"]["total"].get<unsigned long>(), j["misses"]["distinct"].get<size_t>());
+  return 0;
+}
+
+int cmd_templates(const Common& c) {
+  Client client(c.client_options());
+  auto t = client.templates();
+  if (!t) return report_error(t.error());
+  if (c.json) return print_json(*t), 0;
+  TextTable table({"TEMPLATE", "OP", "DTYPES", "LAYOUTS", "DIMS", "PARAMS", "SPACE", "ARCH", "HASH"});
+  for (const auto& x : (*t)["templates"]) {
+    std::string params;
+    for (const auto& p : x["params"]) params += (params.empty() ? "" : ",") + p["name"].get<std::string>();
+    const int min_cc = x["min_cc"].get<int>(), max_cc = x["max_cc"].get<int>();
+    table.add({x["name"].get<std::string>(), x["op"].get<std::string>(), join(x["dtypes"]),
+               join(x["layouts"]).empty() ? "-" : join(x["layouts"]), join(x["dims"]), params,
+               fixed(x["space_size"].get<double>(), 0),
+               "sm_" + std::to_string(min_cc) + (max_cc ? "-" + std::to_string(max_cc) : "+"),
+               x["hash"].get<std::string>()});
+  }
+  std::fputs(table.render().c_str(), stdout);
+  for (const auto& e : (*t)["errors"]) std::printf("skipped: %s\n", e.get<std::string>().c_str());
+  return 0;
+}
+
+int cmd_lookup(const Common& c, const LookupArgs& a) {
+  auto dims = parse_dims(a.shape);
+  if (!dims) {
+    std::fprintf(stderr, "ktune: --shape: %s\n", dims.error().message.c_str());
+    return 1;
+  }
+  protocol::LookupRequest req;
+  req.problem = {a.op, a.dtype, a.out_dtype, a.layout, *dims};
+  req.device = a.device;
+  req.limit = a.limit;
+  Client client(c.client_options());
+  auto reply = client.lookup(req);
+  if (!reply) return report_error(reply.error());
+  if (c.json) return print_json(protocol::to_json(*reply)), 0;
+  std::printf("%s on %s\n", reply->problem_key.c_str(), reply->device.c_str());
+  TextTable table({"#", "PROVENANCE", "TEMPLATE", "PARAMS", "TIME_US", "TFLOP/S", "GB/S", "NOTE"});
+  int rank = 1;
+  for (const auto& e : reply->entries) {
+    Json params = Json::object();
+    for (const auto& [n, v] : e.params) params[n] = v;
+    std::string note = e.provenance == "nearest" ? "from " + e.from + " (distance " + fixed(e.distance, 2) + ")" : e.from;
+    table.add({std::to_string(rank++), e.provenance, e.template_name, params_text(params),
+               e.median_us > 0 ? fixed(e.median_us, 2) : "-", e.tflops > 0 ? fixed(e.tflops, 1) : "-",
+               e.gbps > 0 ? fixed(e.gbps, 0) : "-", note});
+  }
+  std::fputs(table.render().c_str(), stdout);
+  const auto& best = reply->entries.front();
+  if (!best.name_expression.empty())
+    std::printf("kernel: %s for %s, grid [%u,%u,%u] block [%u,%u,%u] smem %u\n", best.name_expression.c_str(),
+                best.arch.c_str(), best.grid[0], best.grid[1], best.grid[2], best.block[0], best.block[1],
+                best.block[2], best.smem);
+  return 0;
+}
+
+int cmd_export(const Common& c, const std::string& format, const std::string& output, const std::string& device) {
+  Client client(c.client_options());
+  auto r = client.export_table(format, device);
+  if (!r) return report_error(r.error());
+  const std::string content = (*r)["content"].get<std::string>();
+  if (output.empty() || output == "-") {
+    std::fputs(content.c_str(), stdout);
+    return 0;
+  }
+  if (auto ok = write_file_atomic(output, content); !ok) {
+    std::fprintf(stderr, "ktune: %s\n", ok.error().message.c_str());
+    return 1;
+  }
+  if (c.json) return print_json({{"path", output}, {"format", format}, {"count", (*r)["count"]}}), 0;
+  std::printf("exported %zu winners to %s (%s)\n", (*r)["count"].get<size_t>(), output.c_str(), format.c_str());
+  return 0;
+}
+
+int cmd_import(const Common& c, const std::string& file) {
+  std::error_code ec;
+  const auto abs = std::filesystem::absolute(file, ec);
+  if (!std::filesystem::is_regular_file(abs, ec)) {
+    std::fprintf(stderr, "ktune: %s: no such file\n", file.c_str());
+    return 1;
+  }
+  Client client(c.client_options());
+  auto r = client.import_file(abs.string());
+  if (!r) return report_error(r.error());
+  if (c.json) return print_json(*r), 0;
+  std::printf("imported %s: %zu records, %zu added, %zu replaced, %zu kept\n", file.c_str(),
+              (*r)["total"].get<size_t>(), (*r)["added"].get<size_t>(), (*r)["replaced"].get<size_t>(),
+              (*r)["kept"].get<size_t>());
+  return 0;
+}
+
+int cmd_compile(const Common& c, const CompileArgs& a) {
+  auto dirs = a.template_dirs.empty() ? std::vector<std::string>{builtin_template_dir()} : a.template_dirs;
+  auto reg = TemplateRegistry::load(dirs);
+  const KernelTemplate* t = reg.find(a.template_name);
+  if (!t) {
+    std::string names;
+    for (const auto& x : reg.all()) names += (names.empty() ? "" : ", ") + x->name();
+    std::fprintf(stderr, "ktune: no template '%s' (have: %s)\n", a.template_name.c_str(), names.c_str());
+    for (const auto& e : reg.errors()) std::fprintf(stderr, "  skipped: %s\n", e.message.c_str());
+    return 1;
+  }
+  const Manifest& m = t->manifest;
+  const std::string base_arch = a.arch.ends_with("a") ? a.arch.substr(0, a.arch.size() - 1) : a.arch;
+  auto limits = DeviceLimits::for_arch(base_arch);
+  if (!limits) {
+    std::fprintf(stderr, "ktune: --arch: %s\n", limits.error().message.c_str());
+    return 1;
+  }
+  Problem p{m.op, a.dtype.empty() ? m.dtypes.front() : a.dtype, "", a.layout.empty() ? m.default_layout : a.layout, {}};
+  p.out_dtype = a.out_dtype.empty() ? p.dtype : a.out_dtype;
+  if (a.shape.empty()) {
+    for (const auto& d : m.dims) p.dims.emplace_back(d, d == "n" ? (1 << 24) : 4096);
+  } else {
+    auto dims = parse_dims(a.shape);
+    if (!dims) return std::fprintf(stderr, "ktune: --shape: %s\n", dims.error().message.c_str()), 1;
+    p.dims = *dims;
+  }
+  std::vector<Params> configs;
+  SpaceReport report;
+  if (!a.config.empty()) {
+    auto params = parse_params(a.config);
+    if (!params) return std::fprintf(stderr, "ktune: --config: %s\n", params.error().message.c_str()), 1;
+    configs.push_back(*params);
+  } else {
+    auto space = SearchSpace::build(*t, p, *limits);
+    if (!space) return std::fprintf(stderr, "ktune: %s\n", space.error().message.c_str()), 1;
+    report = space->report();
+    const auto& all = space->configs();
+    const size_t want = a.all ? all.size() : std::min<size_t>(a.sample > 0 ? size_t(a.sample) : 8, all.size());
+    for (size_t i = 0; i < want; ++i) configs.push_back(all[i * all.size() / want]);
+  }
+  std::vector<CompileRequest> reqs;
+  std::vector<std::string> invalid;
+  for (const auto& params : configs) {
+    auto inst = instantiate(*t, p, *limits, params);
+    if (!inst) return std::fprintf(stderr, "ktune: %s\n", inst.error().message.c_str()), 1;
+    reqs.push_back({t, inst->name_expression, a.arch});
+  }
+  if (!c.json)
+    std::fprintf(stderr, "compiling %zu config%s of %s for %s (%s)%s...\n", reqs.size(), reqs.size() == 1 ? "" : "s",
+                 m.name.c_str(), a.arch.c_str(), p.describe().c_str(),
+                 report.total > 0 ? (", space " + fixed(report.total, 0) + " -> " + fixed(report.valid, 0) + " after constraints").c_str() : "");
+  Compiler compiler({.threads = a.threads});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto results = compiler.compile_all(reqs);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  int failures = 0;
+  Json rows = Json::array();
+  TextTable table({"CONFIG", "STATUS", "TIME_S", "REGS", "SPILLS", "SMEM", "CUBIN_KB"});
+  for (size_t i = 0; i < results.size(); ++i) {
+    const auto& r = results[i];
+    failures += !r.ok();
+    rows.push_back({{"params", params_to_string(configs[i])},
+                    {"status", r.ok() ? "ok" : "compile_error"},
+                    {"compile_s", r.kernel.compile_ms / 1000},
+                    {"registers", r.kernel.registers},
+                    {"spill_bytes", r.kernel.spill_stores + r.kernel.spill_loads},
+                    {"smem_bytes", r.kernel.smem_bytes},
+                    {"cubin_bytes", r.kernel.cubin.size()},
+                    {"log", r.ok() ? "" : r.log}});
+    table.add({params_to_string(configs[i]), r.ok() ? "ok" : "compile_error", fixed(r.kernel.compile_ms / 1000, 2),
+               std::to_string(r.kernel.registers), std::to_string(r.kernel.spill_stores + r.kernel.spill_loads),
+               std::to_string(r.kernel.smem_bytes), fixed(double(r.kernel.cubin.size()) / 1024, 1)});
+  }
+  if (c.json) {
+    print_json({{"template", m.name}, {"arch", a.arch}, {"problem", p.key()}, {"threads", compiler.threads()},
+                {"wall_s", wall}, {"space_total", report.total}, {"space_valid", report.valid}, {"results", rows}});
+  } else {
+    std::fputs(table.render().c_str(), stdout);
+    for (size_t i = 0; i < results.size(); ++i)
+      if (!results[i].ok()) std::printf("\n%s:\n%s\n", params_to_string(configs[i]).c_str(), results[i].log.c_str());
+    std::printf("%zu compiled, %d failed, %.2f s wall on %u threads (%.1f kernels/s)\n", results.size() - size_t(failures),
+                failures, wall, compiler.threads(), double(results.size()) / wall);
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace ktune::cli

@@ -1,0 +1,54 @@
+// The ktune CLI's subcommands. Each returns the process exit code: 0 success, 1 the operation
+// failed (daemon error, bad input), 2 usage (handled by CLI11), 3 the daemon is not reachable.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+
+namespace ktune::cli {
+
+struct Common {
+  std::string socket;
+  std::string tcp;
+  std::string token;
+  int timeout_ms = 5000;
+  bool json = false;
+
+  ClientOptions client_options() const;
+};
+
+int cmd_status(const Common& c);
+int cmd_templates(const Common& c);
+
+struct LookupArgs {
+  std::string op;
+  std::string dtype = "bf16";
+  std::string out_dtype;
+  std::string layout;
+  std::string shape;
+  std::string device;
+  int limit = 4;
+};
+int cmd_lookup(const Common& c, const LookupArgs& a);
+
+int cmd_export(const Common& c, const std::string& format, const std::string& output, const std::string& device);
+int cmd_import(const Common& c, const std::string& file);
+
+struct CompileArgs {
+  std::string template_name;
+  std::string arch = "sm_90";
+  std::string dtype;
+  std::string out_dtype;
+  std::string layout;
+  std::string shape;
+  std::string config;  // k=v,...
+  int sample = 0;
+  bool all = false;
+  std::vector<std::string> template_dirs;
+  unsigned threads = 0;
+};
+int cmd_compile(const Common& c, const CompileArgs& a);
+
+}  // namespace ktune::cli

@@ -1,0 +1,232 @@
+#include "client/client.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+namespace ktune {
+
+using protocol::ErrorKind;
+using protocol::Json;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return left > 0 ? int(left) : 0;
+}
+
+// Waits until fd is ready for `events` or the deadline passes.
+bool wait_for(int fd, short events, Clock::time_point deadline) {
+  pollfd p{fd, events, 0};
+  while (true) {
+    const int r = ::poll(&p, 1, remaining_ms(deadline));
+    if (r > 0) return true;
+    if (r == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+}  // namespace
+
+std::string Client::default_socket_path() {
+  if (const char* s = std::getenv("KTUNE_SOCKET"); s && *s) return s;
+  if (const char* r = std::getenv("XDG_RUNTIME_DIR"); r && *r) return std::string(r) + "/ktune/ktuned.sock";
+  return "/tmp/ktune-" + std::to_string(::getuid()) + "/ktuned.sock";
+}
+
+Client::Client(ClientOptions options) : m_options(std::move(options)) {
+  if (m_options.socket_path.empty() && m_options.tcp_address.empty()) m_options.socket_path = default_socket_path();
+}
+
+Client::~Client() { disconnect_locked(); }
+
+void Client::disconnect_locked() {
+  if (m_fd >= 0) ::close(m_fd);
+  m_fd = -1;
+  m_pending.clear();
+}
+
+protocol::Expected<void> Client::connect_locked() {
+  if (m_fd >= 0) return {};
+  const auto deadline = Clock::now() + m_options.timeout;
+  std::string where;
+  int fd = -1;
+  if (m_options.tcp_address.empty()) {
+    where = m_options.socket_path;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (where.size() >= sizeof addr.sun_path)
+      return protocol::error(ErrorKind::connection_failed, where + ": socket path too long");
+    std::memcpy(addr.sun_path, where.c_str(), where.size() + 1);
+    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      const std::string reason = std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      return protocol::error(ErrorKind::connection_failed,
+                             "cannot connect to ktuned at " + where + ": " + reason +
+                                 (errno == ENOENT || errno == ECONNREFUSED ? " (is ktuned running? start it with `ktuned`)" : ""));
+    }
+  } else {
+    where = m_options.tcp_address;
+    const auto colon = where.rfind(':');
+    if (colon == std::string::npos) return protocol::error(ErrorKind::connection_failed, "expected host:port, got " + where);
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (::getaddrinfo(where.substr(0, colon).c_str(), where.substr(colon + 1).c_str(), &hints, &res) != 0 || !res)
+      return protocol::error(ErrorKind::connection_failed, "cannot resolve " + where);
+    fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
+    ::freeaddrinfo(res);
+    if (rc != 0 && errno == EINPROGRESS && wait_for(fd, POLLOUT, deadline)) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      rc = err == 0 ? 0 : -1;
+      errno = err;
+    }
+    if (rc != 0) {
+      const std::string reason = std::strerror(errno);
+      if (fd >= 0) ::close(fd);
+      return protocol::error(ErrorKind::connection_failed, "cannot connect to ktuned at " + where + ": " + reason);
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  m_fd = fd;
+  return {};
+}
+
+protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line) {
+  const auto deadline = Clock::now() + m_options.timeout;
+  // Send everything.
+  size_t sent = 0;
+  while (sent < line.size()) {
+    const ssize_t n = ::send(m_fd, line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      sent += size_t(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_for(m_fd, POLLOUT, deadline)) return protocol::error(ErrorKind::timeout, "timed out sending to ktuned");
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return protocol::error(ErrorKind::connection_failed, std::string("send to ktuned failed: ") + std::strerror(errno));
+    }
+  }
+  // Read up to the reply's newline.
+  char buf[16384];
+  while (true) {
+    if (const auto nl = m_pending.find('\n'); nl != std::string::npos) {
+      std::string reply = m_pending.substr(0, nl);
+      m_pending.erase(0, nl + 1);
+      return reply;
+    }
+    const ssize_t n = ::recv(m_fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      m_pending.append(buf, size_t(n));
+    } else if (n == 0) {
+      return protocol::error(ErrorKind::connection_failed, "ktuned closed the connection");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_for(m_fd, POLLIN, deadline))
+        return protocol::error(ErrorKind::timeout,
+                               "no reply from ktuned within " + std::to_string(m_options.timeout.count()) + " ms");
+    } else if (errno != EINTR) {
+      return protocol::error(ErrorKind::connection_failed, std::string("recv from ktuned failed: ") + std::strerror(errno));
+    }
+  }
+}
+
+protocol::Expected<Json> Client::call(const std::string& op, Json body) {
+  std::lock_guard lock(m_mutex);
+  Json request = {{"v", protocol::k_version}, {"id", m_next_id++}, {"op", op}};
+  for (auto it = body.begin(); it != body.end(); ++it) request[it.key()] = it.value();
+  if (!m_options.tcp_address.empty() && !m_options.token.empty()) request["token"] = m_options.token;
+  const std::string line = request.dump() + "\n";
+  // One retry on a connection that went away (daemon restarted since the last call).
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
+    auto reply_line = roundtrip_locked(line);
+    if (!reply_line) {
+      disconnect_locked();
+      if (reply_line.error().kind == ErrorKind::connection_failed && attempt == 0) continue;
+      return std::unexpected(reply_line.error());
+    }
+    auto reply = protocol::parse_reply(*reply_line);
+    if (!reply) {
+      disconnect_locked();
+      return std::unexpected(reply.error());
+    }
+    if (!reply->ok) {
+      // Errors after which the daemon closes the connection.
+      if (reply->error.kind == ErrorKind::frame_too_large || reply->error.kind == ErrorKind::timeout ||
+          reply->error.kind == ErrorKind::too_many_connections)
+        disconnect_locked();
+      return std::unexpected(reply->error);
+    }
+    return std::move(reply->result);
+  }
+  return protocol::error(ErrorKind::connection_failed, "unreachable");
+}
+
+protocol::Expected<protocol::LookupReply> Client::lookup(const protocol::LookupRequest& request) {
+  const Json body = protocol::to_json(request);
+  const std::string key = body.dump();
+  const auto now = Clock::now();
+  if (m_options.cache_capacity > 0) {
+    std::lock_guard lock(m_mutex);
+    if (auto it = m_cache.find(key); it != m_cache.end()) {
+      if (it->second.expires > now) {
+        m_lru.splice(m_lru.begin(), m_lru, it->second.lru);
+        return it->second.reply;
+      }
+      m_lru.erase(it->second.lru);
+      m_cache.erase(it);
+    }
+  }
+  auto result = call("lookup", body);
+  if (!result) return std::unexpected(result.error());
+  auto reply = protocol::lookup_reply_from_json(*result);
+  if (!reply) return reply;
+  if (m_options.cache_capacity > 0) {
+    std::lock_guard lock(m_mutex);
+    if (!m_cache.count(key)) {
+      m_lru.push_front(key);
+      m_cache.emplace(key, Cached{*reply, now + m_options.cache_ttl, m_lru.begin()});
+      while (m_cache.size() > m_options.cache_capacity) {
+        m_cache.erase(m_lru.back());
+        m_lru.pop_back();
+      }
+    }
+  }
+  return reply;
+}
+
+void Client::clear_cache() {
+  std::lock_guard lock(m_mutex);
+  m_cache.clear();
+  m_lru.clear();
+}
+
+protocol::Expected<Json> Client::status() { return call("status"); }
+protocol::Expected<Json> Client::templates() { return call("templates"); }
+
+protocol::Expected<Json> Client::export_table(const std::string& format, const std::string& device) {
+  Json body = {{"format", format}};
+  if (!device.empty()) body["device"] = device;
+  return call("export", body);
+}
+
+protocol::Expected<Json> Client::import_file(const std::string& path) { return call("import", {{"path", path}}); }
+
+}  // namespace ktune

@@ -1,0 +1,81 @@
+// ktune::Client — the C++ client library applications link to ask ktuned for kernels.
+//
+//   ktune::Client client;                       // $KTUNE_SOCKET or the default socket path
+//   auto reply = client.lookup({{"gemm", "bf16", "", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}}});
+//   if (reply) use(reply->entries.front());      // best first, with provenance
+//
+// Synchronous, with a per-call timeout and a small in-process cache of lookup answers (a hot
+// loop asking the same shape does not cross the socket each time; entries expire so upgrades
+// reach the application). One persistent connection, re-opened once if the daemon restarted.
+// Thread-safe: calls are serialized on an internal mutex; use one Client per thread for
+// parallelism. Depends only on the protocol header (no daemon, no CUDA).
+#pragma once
+
+#include <chrono>
+#include <list>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "client/protocol.h"
+
+namespace ktune {
+
+struct ClientOptions {
+  // Unix socket of the daemon. Default: $KTUNE_SOCKET, else $XDG_RUNTIME_DIR/ktune/ktuned.sock,
+  // else /tmp/ktune-<uid>/ktuned.sock (the daemon's defaults).
+  std::string socket_path;
+  // "host:port" to use TCP instead of the Unix socket. Default "" (Unix socket).
+  std::string tcp_address;
+  // Token sent with every TCP request. Default "".
+  std::string token;
+  // Deadline for one request (connect + send + reply). Default 2 s.
+  std::chrono::milliseconds timeout{2000};
+  // Lookup answers kept in process, and for how long. Defaults 1024 and 60 s; 0 disables.
+  size_t cache_capacity = 1024;
+  std::chrono::milliseconds cache_ttl{60'000};
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  protocol::Expected<protocol::LookupReply> lookup(const protocol::LookupRequest& request);
+  protocol::Expected<protocol::Json> status();
+  protocol::Expected<protocol::Json> templates();
+  // Returns the rendered table ("json", "yaml", "csv"), optionally one device class only.
+  protocol::Expected<protocol::Json> export_table(const std::string& format, const std::string& device = "");
+  // Imports a table file by path (read by the daemon, so it must be visible on its host).
+  protocol::Expected<protocol::Json> import_file(const std::string& path);
+  // Any op: sends {"v", "id", "op", ...body} and returns the "result" object.
+  protocol::Expected<protocol::Json> call(const std::string& op, protocol::Json body = protocol::Json::object());
+
+  // Drops the cached lookup answers.
+  void clear_cache();
+  const ClientOptions& options() const { return m_options; }
+  static std::string default_socket_path();
+
+ private:
+  protocol::Expected<void> connect_locked();
+  protocol::Expected<std::string> roundtrip_locked(const std::string& line);
+  void disconnect_locked();
+
+  ClientOptions m_options;
+  std::mutex m_mutex;
+  int m_fd = -1;
+  std::string m_pending;  // bytes read past the last reply
+  std::uint64_t m_next_id = 1;
+
+  struct Cached {
+    protocol::LookupReply reply;
+    std::chrono::steady_clock::time_point expires;
+    std::list<std::string>::iterator lru;
+  };
+  std::unordered_map<std::string, Cached> m_cache;
+  std::list<std::string> m_lru;  // most recent first
+};
+
+}  // namespace ktune

@@ -1,0 +1,359 @@
+// ktune wire protocol, version 1: the messages ktuned and its clients exchange.
+//
+// Newline-delimited JSON over a Unix socket (or loopback TCP): one request object per line, one
+// reply object per line, replies in request order. docs/protocol.md is the spec; this header is
+// its C++ form, shared by the daemon and the C++ client (header-only; needs nlohmann_json).
+// Every request carries "v" (protocol version), "id" (echoed in the reply) and "op".
+// Thread-safety: plain functions and value types.
+#pragma once
+
+#include <cstdint>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ktune::protocol {
+
+inline constexpr int k_version = 1;
+inline constexpr size_t k_max_frame = 64 * 1024;  // bytes per request line, newline included
+inline constexpr int k_cli_schema_version = 1;    // of `ktune ... --json` output
+
+using Json = nlohmann::ordered_json;
+
+// Error codes a reply may carry. Spelled on the wire as below; never renamed.
+enum class ErrorKind {
+  parse_error,           // the line is not JSON
+  bad_request,           // JSON, but a field is missing or has the wrong type
+  unsupported_version,   // "v" is not a version this daemon speaks
+  unknown_op,            // "op" names no operation
+  invalid_problem,       // dims out of range, unknown dtype, op no template implements
+  not_found,             // the named thing (device class, template, job) does not exist
+  frame_too_large,       // request line over k_max_frame; the connection is closed after
+  too_many_connections,  // the daemon is at its connection cap; closed after
+  unauthorized,          // TCP token missing or wrong, or peer uid not allowed
+  timeout,               // no complete request within the read deadline; closed after
+  unavailable,           // the daemon cannot serve this now (e.g. no GPU for a tune)
+  internal,              // a bug or a store failure; the daemon keeps serving
+  // Client-side only (never sent by the daemon):
+  connection_failed,     // could not reach the daemon
+};
+
+inline constexpr std::pair<ErrorKind, std::string_view> k_error_names[] = {
+    {ErrorKind::parse_error, "parse_error"},
+    {ErrorKind::bad_request, "bad_request"},
+    {ErrorKind::unsupported_version, "unsupported_version"},
+    {ErrorKind::unknown_op, "unknown_op"},
+    {ErrorKind::invalid_problem, "invalid_problem"},
+    {ErrorKind::not_found, "not_found"},
+    {ErrorKind::frame_too_large, "frame_too_large"},
+    {ErrorKind::too_many_connections, "too_many_connections"},
+    {ErrorKind::unauthorized, "unauthorized"},
+    {ErrorKind::timeout, "timeout"},
+    {ErrorKind::unavailable, "unavailable"},
+    {ErrorKind::internal, "internal"},
+    {ErrorKind::connection_failed, "connection_failed"},
+};
+
+inline std::string_view to_string(ErrorKind k) {
+  for (const auto& [kind, name] : k_error_names)
+    if (kind == k) return name;
+  return "internal";
+}
+
+inline ErrorKind error_kind_from(std::string_view name) {
+  for (const auto& [kind, n] : k_error_names)
+    if (n == name) return kind;
+  return ErrorKind::internal;
+}
+
+struct Error {
+  ErrorKind kind = ErrorKind::internal;
+  std::string message;
+};
+
+template <typename T>
+using Expected = std::expected<T, Error>;
+
+inline std::unexpected<Error> error(ErrorKind kind, std::string message) {
+  return std::unexpected<Error>(Error{kind, std::move(message)});
+}
+
+// ---- framing --------------------------------------------------------------------------------
+
+// A parsed request line: the common fields, and the whole object for op-specific fields.
+struct Request {
+  int v = k_version;
+  Json id;          // any JSON value; echoed
+  std::string op;
+  Json body;        // the full request object
+};
+
+// Parses one request line (without its newline). On failure the Error says what is wrong; the
+// `id` out-parameter still receives the request's id when it could be read, so the error reply
+// can echo it.
+inline Expected<Request> parse_request(std::string_view line, Json* id_out = nullptr) {
+  Request r;
+  try {
+    r.body = Json::parse(line);
+  } catch (const Json::parse_error& e) {
+    return error(ErrorKind::parse_error, std::string("not JSON: ") + e.what());
+  }
+  if (!r.body.is_object()) return error(ErrorKind::bad_request, "a request is a JSON object");
+  if (auto it = r.body.find("id"); it != r.body.end()) {
+    r.id = *it;
+    if (id_out) *id_out = *it;
+  }
+  auto v = r.body.find("v");
+  if (v == r.body.end()) return error(ErrorKind::bad_request, "missing \"v\" (protocol version)");
+  if (!v->is_number_integer()) return error(ErrorKind::bad_request, "\"v\" must be an integer");
+  r.v = v->get<int>();
+  if (r.v != k_version)
+    return error(ErrorKind::unsupported_version,
+                 "protocol version " + std::to_string(r.v) + " not supported (this daemon speaks " +
+                     std::to_string(k_version) + ")");
+  auto op = r.body.find("op");
+  if (op == r.body.end() || !op->is_string())
+    return error(ErrorKind::bad_request, "missing \"op\" (a string)");
+  r.op = op->get<std::string>();
+  return r;
+}
+
+inline std::string reply_ok(const Json& id, Json result) {
+  Json j = {{"v", k_version}, {"id", id}, {"ok", true}, {"result", std::move(result)}};
+  return j.dump() + "\n";
+}
+
+inline std::string reply_error(const Json& id, ErrorKind kind, std::string_view message) {
+  Json j = {{"v", k_version},
+            {"id", id},
+            {"ok", false},
+            {"error", {{"code", std::string(to_string(kind))}, {"message", std::string(message)}}}};
+  return j.dump() + "\n";
+}
+
+// ---- field helpers (throw-free) --------------------------------------------------------------
+
+inline Expected<std::string> get_string(const Json& obj, const char* key, bool required,
+                                        std::string fallback = "") {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) {
+    if (required) return error(ErrorKind::bad_request, std::string("missing \"") + key + "\"");
+    return fallback;
+  }
+  if (!it->is_string()) return error(ErrorKind::bad_request, std::string("\"") + key + "\" must be a string");
+  return it->get<std::string>();
+}
+
+inline Expected<std::int64_t> get_int(const Json& obj, const char* key, std::int64_t fallback) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return fallback;
+  if (!it->is_number_integer())
+    return error(ErrorKind::bad_request, std::string("\"") + key + "\" must be an integer");
+  return it->get<std::int64_t>();
+}
+
+// ---- lookup ---------------------------------------------------------------------------------
+
+// What is computed. Mirrors ktune::Problem without depending on it.
+struct ProblemSpec {
+  std::string op;
+  std::string dtype;
+  std::string out_dtype;  // "" = same as dtype
+  std::string layout;
+  std::vector<std::pair<std::string, std::int64_t>> dims;
+};
+
+inline Json to_json(const ProblemSpec& p) {
+  Json dims = Json::object();
+  for (const auto& [n, v] : p.dims) dims[n] = v;
+  Json j = {{"op", p.op}, {"dtype", p.dtype}};
+  if (!p.out_dtype.empty()) j["out_dtype"] = p.out_dtype;
+  if (!p.layout.empty()) j["layout"] = p.layout;
+  j["dims"] = dims;
+  return j;
+}
+
+inline Expected<ProblemSpec> problem_from_json(const Json& j) {
+  if (!j.is_object()) return error(ErrorKind::bad_request, "\"problem\" must be an object");
+  ProblemSpec p;
+  auto op = get_string(j, "op", true);
+  if (!op) return std::unexpected(op.error());
+  p.op = *op;
+  auto dtype = get_string(j, "dtype", true);
+  if (!dtype) return std::unexpected(dtype.error());
+  p.dtype = *dtype;
+  auto out = get_string(j, "out_dtype", false);
+  if (!out) return std::unexpected(out.error());
+  p.out_dtype = *out;
+  auto layout = get_string(j, "layout", false);
+  if (!layout) return std::unexpected(layout.error());
+  p.layout = *layout;
+  auto dims = j.find("dims");
+  if (dims == j.end() || !dims->is_object() || dims->empty())
+    return error(ErrorKind::bad_request, "\"problem.dims\" must be an object of name: integer");
+  for (auto it = dims->begin(); it != dims->end(); ++it) {
+    if (it.value().is_number_unsigned() || it.value().is_number_integer()) {
+      if (it.value().is_number_unsigned() && it.value().get<std::uint64_t>() > std::uint64_t(INT64_MAX))
+        return error(ErrorKind::invalid_problem, "dims." + it.key() + " overflows");
+      p.dims.emplace_back(it.key(), it.value().get<std::int64_t>());
+    } else if (it.value().is_number_float()) {
+      return error(ErrorKind::invalid_problem, "dims." + it.key() + " must be a whole number");
+    } else {
+      return error(ErrorKind::bad_request, "dims." + it.key() + " must be an integer");
+    }
+  }
+  return p;
+}
+
+struct LookupRequest {
+  ProblemSpec problem;
+  std::string device;  // device class id or unique prefix; "" = this node's GPU
+  int limit = 4;       // most entries in the reply
+};
+
+inline Json to_json(const LookupRequest& r) {
+  Json j = {{"problem", to_json(r.problem)}};
+  if (!r.device.empty()) j["device"] = r.device;
+  j["limit"] = r.limit;
+  return j;
+}
+
+inline Expected<LookupRequest> lookup_from_json(const Json& body) {
+  LookupRequest r;
+  auto pj = body.find("problem");
+  if (pj == body.end()) return error(ErrorKind::bad_request, "missing \"problem\"");
+  auto p = problem_from_json(*pj);
+  if (!p) return std::unexpected(p.error());
+  r.problem = std::move(*p);
+  auto device = get_string(body, "device", false);
+  if (!device) return std::unexpected(device.error());
+  r.device = *device;
+  auto limit = get_int(body, "limit", 4);
+  if (!limit) return std::unexpected(limit.error());
+  if (*limit < 1 || *limit > 64) return error(ErrorKind::bad_request, "\"limit\" must be 1..64");
+  r.limit = int(*limit);
+  return r;
+}
+
+// One ranked answer.
+struct LookupEntry {
+  std::string provenance;  // exact | nearest | heuristic | stale
+  std::string template_name;
+  std::string template_hash;
+  std::vector<std::pair<std::string, std::int64_t>> params;
+  double median_us = 0;  // measured (exact, stale) or measured at the nearest shape; 0 = unknown
+  double tflops = 0;
+  double gbps = 0;
+  double distance = 0;   // nearest: log2 distance to the tuned shape
+  std::string from;      // nearest/stale: the measured problem's key; why stale
+  std::string name_expression;  // what to ask NVRTC for
+  std::string arch;             // what to compile for
+  std::vector<std::uint32_t> grid, block;
+  std::uint32_t smem = 0;
+};
+
+inline Json to_json(const LookupEntry& e) {
+  Json params = Json::object();
+  for (const auto& [n, v] : e.params) params[n] = v;
+  Json j = {{"provenance", e.provenance}, {"template", e.template_name},
+            {"template_hash", e.template_hash}, {"params", params}};
+  if (e.median_us > 0) j["median_us"] = e.median_us;
+  if (e.tflops > 0) j["tflops"] = e.tflops;
+  if (e.gbps > 0) j["gbps"] = e.gbps;
+  if (e.provenance == "nearest") j["distance"] = e.distance;
+  if (!e.from.empty()) j["from"] = e.from;
+  j["kernel"] = {{"name_expression", e.name_expression},
+                 {"arch", e.arch},
+                 {"grid", e.grid},
+                 {"block", e.block},
+                 {"smem", e.smem}};
+  return j;
+}
+
+inline Expected<LookupEntry> lookup_entry_from_json(const Json& j) {
+  LookupEntry e;
+  try {
+    e.provenance = j.at("provenance").get<std::string>();
+    e.template_name = j.at("template").get<std::string>();
+    e.template_hash = j.value("template_hash", "");
+    for (auto it = j.at("params").begin(); it != j.at("params").end(); ++it)
+      e.params.emplace_back(it.key(), it.value().get<std::int64_t>());
+    e.median_us = j.value("median_us", 0.0);
+    e.tflops = j.value("tflops", 0.0);
+    e.gbps = j.value("gbps", 0.0);
+    e.distance = j.value("distance", 0.0);
+    e.from = j.value("from", "");
+    if (auto k = j.find("kernel"); k != j.end()) {
+      e.name_expression = k->value("name_expression", "");
+      e.arch = k->value("arch", "");
+      e.grid = k->value("grid", std::vector<std::uint32_t>{});
+      e.block = k->value("block", std::vector<std::uint32_t>{});
+      e.smem = k->value("smem", 0u);
+    }
+  } catch (const std::exception& ex) {
+    return error(ErrorKind::bad_request, std::string("malformed lookup entry: ") + ex.what());
+  }
+  return e;
+}
+
+struct LookupReply {
+  std::string device;       // the device class answered for
+  std::string problem_key;  // canonical key of the problem
+  std::vector<LookupEntry> entries;  // best first; never empty on success
+};
+
+inline Json to_json(const LookupReply& r) {
+  Json entries = Json::array();
+  for (const auto& e : r.entries) entries.push_back(to_json(e));
+  return {{"device", r.device}, {"problem_key", r.problem_key}, {"entries", entries}};
+}
+
+inline Expected<LookupReply> lookup_reply_from_json(const Json& j) {
+  LookupReply r;
+  if (!j.is_object() || !j.contains("entries") || !j["entries"].is_array())
+    return error(ErrorKind::bad_request, "malformed lookup reply");
+  r.device = j.value("device", "");
+  r.problem_key = j.value("problem_key", "");
+  for (const auto& e : j["entries"]) {
+    auto entry = lookup_entry_from_json(e);
+    if (!entry) return std::unexpected(entry.error());
+    r.entries.push_back(std::move(*entry));
+  }
+  return r;
+}
+
+// A reply line parsed back (client side).
+struct Reply {
+  Json id;
+  bool ok = false;
+  Json result;
+  Error error;
+};
+
+inline Expected<Reply> parse_reply(std::string_view line) {
+  Reply r;
+  Json j;
+  try {
+    j = Json::parse(line);
+  } catch (const Json::parse_error& e) {
+    return error(ErrorKind::parse_error, std::string("daemon reply is not JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("ok") || !j["ok"].is_boolean())
+    return error(ErrorKind::bad_request, "daemon reply has no \"ok\"");
+  r.id = j.value("id", Json());
+  r.ok = j["ok"].get<bool>();
+  if (r.ok) {
+    r.result = j.value("result", Json::object());
+  } else {
+    const Json err = j.value("error", Json::object());
+    r.error.kind = error_kind_from(err.value("code", "internal"));
+    r.error.message = err.value("message", "");
+  }
+  return r;
+}
+
+}  // namespace ktune::protocol

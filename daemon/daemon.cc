@@ -1,0 +1,107 @@
+#include "daemon/daemon.h"
+
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "config/log.h"
+#include "daemon/dispatcher.h"
+#include "daemon/server.h"
+#include "store/rocksdb_store.h"
+#include "store/table_io.h"
+#include "templates/registry.h"
+
+namespace ktune {
+
+Result<DaemonConfig> build_config(const DaemonFlags& flags, const std::map<std::string, std::string>& env) {
+  DaemonConfig config = default_config();
+  if (!flags.config_file.empty())
+    if (auto ok = apply_config_file(config, flags.config_file); !ok) return std::unexpected(ok.error());
+  if (auto ok = apply_config_env(config, env); !ok) return std::unexpected(ok.error());
+  std::vector<std::string> assignments;
+  if (!flags.socket.empty()) assignments.push_back("server.socket=" + flags.socket);
+  if (!flags.data_dir.empty()) assignments.push_back("store.data_dir=" + flags.data_dir);
+  if (!flags.log_format.empty()) assignments.push_back("log.format=" + flags.log_format);
+  assignments.insert(assignments.end(), flags.assignments.begin(), flags.assignments.end());
+  for (const auto& a : assignments)
+    if (auto ok = apply_config_assignment(config, a); !ok) return std::unexpected(ok.error());
+  config.data_dir = expand_home(config.data_dir);
+  config.socket_path = expand_home(config.socket_path);
+  if (auto ok = validate_config(config); !ok) return std::unexpected(ok.error());
+  return config;
+}
+
+int run_daemon(const DaemonFlags& flags) {
+  auto config = build_config(flags, ktune_environment());
+  if (!config) {
+    std::fprintf(stderr, "ktuned: %s\n", config.error().message.c_str());
+    return 1;
+  }
+  if (flags.print_config) {
+    std::fputs(config_to_yaml(*config).c_str(), stdout);
+    return 0;
+  }
+  log_setup(config->log_level, config->log_format);
+  auto fatal = [](const std::string& what) {
+    log(LogLevel::error, "startup_failed", {{"error", what}});
+    std::fprintf(stderr, "ktuned: %s\n", what.c_str());
+    return 1;
+  };
+
+  auto store = RocksDbStore::open(config->data_dir + "/db", {.create_if_missing = true, .recover = flags.recover});
+  if (!store) return fatal(store.error().message);
+
+  const TemplateRegistry templates = TemplateRegistry::load(config->template_dirs);
+  for (const auto& e : templates.errors()) log(LogLevel::warn, "template_skipped", {{"error", e.message}});
+
+  for (const auto& table : config->seed_tables) {
+    auto report = import_table_file(**store, table);
+    if (!report) return fatal("seed table " + table + ": " + report.error().message);
+    if (!report->applied()) {
+      std::string msg = "seed table " + table + ": " + std::to_string(report->rejected.size()) + " records rejected";
+      for (const auto& r : report->rejected) msg += "\n  " + r.reason;
+      return fatal(msg);
+    }
+    log(LogLevel::info, "seed_table", {{"path", table}, {"added", report->added}, {"replaced", report->replaced},
+                                       {"kept", report->kept}});
+  }
+
+  WinnerIndex index;
+  auto winners = scan_winners(**store);
+  if (!winners) return fatal(winners.error().message);
+  index.load(std::move(*winners));
+
+  Metrics metrics;
+  NodeIdentity node = NodeIdentity::detect(config->devices);
+  Dispatcher dispatcher(*config, **store, templates, index, node, metrics);
+
+  boost::asio::io_context io;
+  Server server(io, *config, dispatcher, metrics);
+  if (auto ok = server.start(); !ok) return fatal(ok.error().message);
+
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    log(LogLevel::info, "shutdown", {{"signal", sig}});
+    server.stop();
+  });
+  ::signal(SIGPIPE, SIG_IGN);
+
+  std::string gpus;
+  for (const auto& g : node.gpus) gpus += (gpus.empty() ? "" : ",") + g.device_class.id();
+  log(LogLevel::info, "ready",
+      {{"socket", config->socket_path}, {"tcp", server.tcp_endpoint()}, {"metrics", server.metrics_endpoint()},
+       {"store", (*store)->describe()}, {"winners", index.size()}, {"templates", templates.all().size()},
+       {"gpus", gpus.empty() ? "none (" + node.gpu_error + ")" : gpus}, {"pid", ::getpid()}});
+
+  std::vector<std::thread> threads;
+  for (int i = 1; i < config->io_threads; ++i) threads.emplace_back([&io] { io.run(); });
+  io.run();
+  for (auto& t : threads) t.join();
+  log(LogLevel::info, "stopped");
+  return 0;
+}
+
+}  // namespace ktune

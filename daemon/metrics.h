@@ -1,0 +1,48 @@
+// Metrics: ktuned's counters, exported in Prometheus text format on the metrics port.
+//
+// Fixed sets of labels (ops, error codes, provenances) so every counter is a plain atomic: cheap
+// enough to bump on every request from every I/O thread. Thread-safe.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "client/protocol.h"
+
+namespace ktune {
+
+inline constexpr std::array<std::string_view, 9> k_metric_ops = {
+    "lookup", "status", "templates", "export", "import", "tune", "jobs", "job", "other"};
+inline constexpr std::array<std::string_view, 4> k_provenances = {"exact", "nearest", "heuristic", "stale"};
+
+class Metrics {
+ public:
+  void count_request(std::string_view op);
+  void count_error(protocol::ErrorKind kind);
+  void count_lookup(std::string_view provenance, double seconds);
+  void connection_opened() { m_connections.fetch_add(1); m_connections_total.fetch_add(1); }
+  void connection_closed() { m_connections.fetch_sub(1); }
+  void connection_refused() { m_connections_refused.fetch_add(1); }
+
+  std::int64_t connections() const { return m_connections.load(); }
+  std::uint64_t requests() const;
+  std::uint64_t errors() const;
+
+  // Prometheus text exposition; `extra` is appended verbatim (gauges owned by others).
+  std::string prometheus(const std::string& extra = "") const;
+
+ private:
+  static constexpr size_t k_errors = std::size(protocol::k_error_names);
+  std::array<std::atomic<std::uint64_t>, k_metric_ops.size()> m_requests{};
+  std::array<std::atomic<std::uint64_t>, k_errors> m_errors{};
+  std::array<std::atomic<std::uint64_t>, k_provenances.size()> m_lookups{};
+  std::atomic<std::uint64_t> m_lookup_nanos{0};
+  std::atomic<std::int64_t> m_connections{0};
+  std::atomic<std::uint64_t> m_connections_total{0};
+  std::atomic<std::uint64_t> m_connections_refused{0};
+};
+
+}  // namespace ktune

@@ -1,0 +1,76 @@
+// Server: ktuned's listeners — the Unix socket, optional loopback TCP, and the metrics/health
+// HTTP port — on one Asio io_context.
+//
+// Each client connection is a Session (daemon/session.h) on its own strand; the server only
+// accepts, enforces the connection cap and the Unix peer check, and closes everything on stop().
+// A socket file left by a crashed daemon is detected (nothing answers on it) and replaced; a live
+// daemon on the same path is an error. Start and stop from the thread that owns the io_context;
+// the sessions run on whatever threads run it.
+#pragma once
+
+#include <boost/asio.hpp>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "config/config.h"
+#include "daemon/dispatcher.h"
+#include "daemon/metrics.h"
+
+namespace ktune {
+
+class SessionBase;
+
+class Server {
+ public:
+  Server(boost::asio::io_context& io, const DaemonConfig& config, Dispatcher& dispatcher, Metrics& metrics);
+  ~Server();
+
+  // Binds every configured listener and starts accepting.
+  Result<void> start();
+  // Stops accepting, closes every connection, removes the socket file. Safe from any thread
+  // (the work is posted to the server's strand); the io_context then runs out of work.
+  void stop();
+
+  // Where the listeners ended up ("127.0.0.1:41234" when port 0 was asked for).
+  std::string tcp_endpoint() const { return m_tcp_endpoint; }
+  std::string metrics_endpoint() const { return m_metrics_endpoint; }
+
+  // Sessions register themselves so stop() can close them.
+  void track(const std::shared_ptr<SessionBase>& session);
+
+ private:
+  Result<void> listen_unix();
+  Result<void> listen_tcp();
+  Result<void> listen_metrics();
+  boost::asio::awaitable<void> accept_unix();
+  boost::asio::awaitable<void> accept_tcp();
+  boost::asio::awaitable<void> accept_metrics();
+  boost::asio::awaitable<void> serve_http(boost::asio::ip::tcp::socket socket);
+  bool at_capacity();
+
+  void close_all();
+
+  boost::asio::io_context& m_io;
+  // Acceptors live on one strand: accept loops and stop() never touch them concurrently.
+  boost::asio::strand<boost::asio::io_context::executor_type> m_strand;
+  const DaemonConfig& m_config;
+  Dispatcher& m_dispatcher;
+  Metrics& m_metrics;
+  std::unique_ptr<boost::asio::local::stream_protocol::acceptor> m_unix;
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> m_tcp;
+  std::unique_ptr<boost::asio::ip::tcp::acceptor> m_http;
+  std::string m_tcp_endpoint;
+  std::string m_metrics_endpoint;
+  bool m_owns_socket_file = false;
+
+  std::mutex m_sessions_mutex;
+  std::list<std::weak_ptr<SessionBase>> m_sessions;
+};
+
+// Parses "host:port" for TCP listeners.
+Result<boost::asio::ip::tcp::endpoint> parse_endpoint(const std::string& host_port);
+
+}  // namespace ktune

@@ -1,0 +1,60 @@
+// WinnerIndex: every winner record in memory, for lookups that never touch disk.
+//
+// Loaded from the store at start and updated on every write (tuner commits, imports). Exact
+// lookups are one hash probe; nearest lookups scan the records of one family (same device class,
+// op, dtypes, layout and dim names) by log2 distance. Readers share a lock; writers are rare.
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "store/records.h"
+
+namespace ktune {
+
+class WinnerIndex {
+ public:
+  struct Near {
+    std::shared_ptr<const WinnerRecord> record;
+    double distance = 0;  // sum over dims of |log2 a - log2 b|
+  };
+
+  // Replaces the whole content.
+  void load(std::vector<WinnerRecord> records);
+  // Inserts or replaces one record.
+  void upsert(WinnerRecord record);
+
+  std::shared_ptr<const WinnerRecord> exact(const std::string& device_id, const Problem& problem) const;
+  // Records of the same family within `radius`, nearest first (ties by key), excluding an exact
+  // match; at most `max` of them.
+  std::vector<Near> nearest(const std::string& device_id, const Problem& problem, double radius,
+                            size_t max) const;
+
+  size_t size() const;
+  // Distinct device class ids, sorted.
+  std::vector<std::string> device_ids() const;
+  // Incremented on every change; lets callers cache answers derived from the index.
+  std::uint64_t generation() const { return m_generation.load(std::memory_order_acquire); }
+
+  // "device/op|dtype|out|layout|M,N,K": records that can answer for each other.
+  static std::string family_key(const std::string& device_id, const Problem& problem);
+
+ private:
+  struct Entry {
+    std::shared_ptr<const WinnerRecord> record;
+    std::vector<double> log2_dims;
+  };
+  void insert_locked(WinnerRecord record);
+
+  mutable std::shared_mutex m_mutex;
+  std::unordered_map<std::string, std::shared_ptr<const WinnerRecord>> m_by_key;
+  std::unordered_map<std::string, std::vector<Entry>> m_families;
+  std::atomic<std::uint64_t> m_generation{0};
+};
+
+}  // namespace ktune

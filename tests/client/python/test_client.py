@@ -1,0 +1,145 @@
+"""The Python client against a real ktuned (started here on a temporary socket)."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+import ktune
+
+KTUNED = os.environ.get("KTUNED", "ktuned")
+H200 = "nvidia-h200.sm90.132sm.140gib"
+
+
+def start_daemon(tmp):
+    sock = os.path.join(tmp, "ktuned.sock")
+    log = open(os.path.join(tmp, "ktuned.log"), "ab")
+    proc = subprocess.Popen(
+        [KTUNED, "--socket", sock, "--data-dir", os.path.join(tmp, "data"),
+         "--set", "server.metrics=127.0.0.1:0", "--set", "store.seed_tables="],
+        stdout=log, stderr=log)
+    log.close()  # the child holds its own descriptor
+    with ktune.Client(socket_path=sock, timeout=1.0, cache_ttl=0) as client:
+        for _ in range(200):
+            try:
+                if client.status()["pid"] == proc.pid:
+                    return proc, sock
+            except ktune.KtuneError:
+                time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("ktuned did not start")
+
+
+def stop_daemon(proc):
+    proc.send_signal(signal.SIGTERM)
+    return proc.wait(timeout=10)
+
+
+def winner(gemm, m, median_us):
+    """A winner record in the export format, for the template `gemm` (from the templates op)."""
+    params = {p["name"]: p["values"][0] for p in gemm["params"]}
+    # A valid config: take the daemon's own heuristic answer for this shape.
+    return {
+        "device": {"name": "NVIDIA H200", "cc": 90, "sm_count": 132, "memory_gib": 140},
+        "problem": {"op": "gemm", "dtype": "bf16", "out_dtype": "bf16", "layout": "rc",
+                    "dims": {"M": m, "N": 4096, "K": 4096}},
+        "validators": {"driver": "580.159.03", "nvrtc": "13.0", "store_format": 1},
+        "ranked": [{"template": "gemm", "template_hash": gemm["hash"], "params": params,
+                    "median_us": median_us, "spread_pct": 1.0,
+                    "tflops": 2.0 * m * 4096 * 4096 / (median_us * 1e6), "gbps": 0.0}],
+        "ref_error": 0.003, "node_id": "h200-node", "timestamp": 1790000000, "trials": 300,
+        "strategy": "model",
+    }
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="ktune-py-")
+        self.proc, self.sock = start_daemon(self.tmp)
+        self.client = ktune.Client(socket_path=self.sock, cache_ttl=0)
+
+    def tearDown(self):
+        self.client.close()
+        if self.proc.poll() is None:
+            stop_daemon(self.proc)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def write_table(self):
+        gemm = next(t for t in self.client.templates()["templates"] if t["name"] == "gemm")
+        records = []
+        for m, us in ((4096, 190.0), (16, 22.0)):
+            # Use the daemon's heuristic config for the shape, so the params are valid.
+            h = self.client.lookup("gemm", layout="rc", device=H200, M=m, N=4096, K=4096)
+            rec = winner(gemm, m, us)
+            rec["ranked"][0]["params"] = h.best.params
+            records.append(rec)
+        path = os.path.join(self.tmp, "h200.json")
+        with open(path, "w") as f:
+            json.dump({"ktune_table": 1, "count": len(records), "winners": records}, f)
+        return path
+
+    def lookups(self):
+        return [self.client.lookup("gemm", dtype="bf16", layout="rc", device="nvidia-h200", M=m, N=4096, K=4096)
+                for m in (4096, 32, 333)]
+
+    def test_import_lookup_restart(self):
+        report = self.client.import_file(self.write_table())
+        self.assertEqual(report["added"], 2)
+        exact, near, heur = self.lookups()
+        self.assertEqual(exact.best.provenance, "exact")
+        self.assertEqual(exact.best.median_us, 190.0)
+        self.assertGreater(exact.best.tflops, 0)
+        self.assertTrue(exact.best.kernel["name_expression"].startswith("ktune_gemm<"))
+        self.assertEqual(near.best.provenance, "nearest")
+        self.assertEqual(near.best.source, "gemm|bf16|bf16|rc|M=16,N=4096,K=4096")
+        self.assertEqual(near.best.distance, 1.0)
+        self.assertEqual(heur.best.provenance, "heuristic")
+
+        self.assertEqual(stop_daemon(self.proc), 0)
+        self.proc, _ = start_daemon(self.tmp)
+        again = self.lookups()  # the client reconnects by itself
+        for before, after in zip((exact, near, heur), again):
+            self.assertEqual([e.provenance for e in before.entries], [e.provenance for e in after.entries])
+            self.assertEqual(before.best.params, after.best.params)
+
+    def test_errors_carry_codes(self):
+        with self.assertRaises(ktune.KtuneError) as cm:
+            self.client.lookup("gemm", device=H200, M=0, N=8, K=8)
+        self.assertEqual(cm.exception.code, "invalid_problem")
+        with self.assertRaises(ktune.KtuneError) as cm:
+            self.client.call("frobnicate")
+        self.assertEqual(cm.exception.code, "unknown_op")
+        with self.assertRaises(ktune.KtuneError) as cm:
+            self.client.lookup("gemm", M=8, N=8, K=8)  # no GPU here and no device named
+        self.assertEqual(cm.exception.code, "unavailable")
+        self.assertEqual(self.client.status()["pid"], self.proc.pid)  # still serving
+
+    def test_cache_returns_the_same_answer_without_a_round_trip(self):
+        cached = ktune.Client(socket_path=self.sock, cache_ttl=60)
+        first = cached.lookup("softmax", dtype="bf16", device=H200, rows=32768, cols=4096)
+        requests = cached.status()["requests"]
+        second = cached.lookup("softmax", dtype="bf16", device=H200, rows=32768, cols=4096)
+        self.assertIs(first, second)
+        self.assertEqual(cached.status()["requests"], requests + 1)  # only the status call
+        cached.close()
+
+    def test_export_formats(self):
+        self.client.import_file(self.write_table())
+        doc = json.loads(self.client.export_table("json"))
+        self.assertEqual(doc["count"], 2)
+        self.assertTrue(self.client.export_table("csv").startswith("device,op,dtype"))
+
+    def test_daemon_not_running(self):
+        c = ktune.Client(socket_path=os.path.join(self.tmp, "nope.sock"))
+        with self.assertRaises(ktune.KtuneError) as cm:
+            c.status()
+        self.assertEqual(cm.exception.code, "connection_failed")
+        self.assertIn("is ktuned running?", cm.exception.message)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,271 @@
+// The dispatcher, driven directly with request lines: no sockets, no daemon process.
+#include "daemon/dispatcher.h"
+
+#include <gtest/gtest.h>
+
+#include "store/mem_store.h"
+#include "store/table_io.h"
+#include "templates/space.h"
+#include "tests/fakes/test_records.h"
+
+namespace ktune {
+namespace {
+
+using protocol::Json;
+
+const std::string k_h200 = "nvidia-h200.sm90.132sm.140gib";
+
+class DispatcherTest : public ::testing::Test {
+ protected:
+  DispatcherTest()
+      : m_templates(TemplateRegistry::load({builtin_template_dir()})) {
+    m_config = default_config();
+    m_config.nearest_radius = 2.0;
+    m_node.driver = "none";
+    m_node.nvrtc = "13.0";
+    m_node.node_id = "test-node";
+    m_node.gpu_error = "no GPU in tests";
+    // A tuned 4096^3 and 16x4096x4096 bf16 rc gemm, measured with the current template.
+    for (auto [m, us] : {std::pair{4096, 190.0}, std::pair{16, 22.0}}) {
+      auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}}, us);
+      for (auto& c : w.ranked) {
+        c.template_hash = gemm_hash();
+        c.params = *heuristic_config(*m_templates.find("gemm"), w.problem, DeviceLimits{});
+      }
+      w.ranked[1].params["STAGES"] = w.ranked[0].params["STAGES"] == 3 ? 4 : 3;
+      w.validators.nvrtc = "13.0";
+      EXPECT_TRUE(put_winner(m_store, w));
+    }
+    m_index.load(*scan_winners(m_store));
+    m_dispatcher = std::make_unique<Dispatcher>(m_config, m_store, m_templates, m_index, m_node, m_metrics);
+  }
+
+  std::string gemm_hash() const { return m_templates.find("gemm")->hash; }
+
+  Json call(const std::string& line) {
+    Response r = m_dispatcher->handle(line);
+    EXPECT_TRUE(r.line.ends_with("\n"));
+    EXPECT_EQ(std::count(r.line.begin(), r.line.end(), '\n'), 1) << "one reply line";
+    return Json::parse(r.line);
+  }
+  Json ok(const std::string& line) {
+    Json j = call(line);
+    EXPECT_TRUE(j["ok"].get<bool>()) << j.dump();
+    return j["result"];
+  }
+  std::string error_code(const std::string& line) {
+    Json j = call(line);
+    EXPECT_FALSE(j["ok"].get<bool>()) << j.dump();
+    return j.value("error", Json::object()).value("code", "");
+  }
+  static std::string lookup_line(const std::string& dims, const std::string& extra = "") {
+    return R"({"v":1,"id":7,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":)" +
+           dims + "}" + extra + "}";
+  }
+
+  DaemonConfig m_config;
+  MemStore m_store;
+  TemplateRegistry m_templates;
+  WinnerIndex m_index;
+  NodeIdentity m_node;
+  Metrics m_metrics;
+  std::unique_ptr<Dispatcher> m_dispatcher;
+};
+
+TEST_F(DispatcherTest, ExactHitIsRankedWithMeasurements) {
+  Json r = ok(lookup_line(R"({"M":4096,"N":4096,"K":4096})"));
+  EXPECT_EQ(r["device"], k_h200);
+  EXPECT_EQ(r["problem_key"], "gemm|bf16|bf16|rc|M=4096,N=4096,K=4096");
+  ASSERT_EQ(r["entries"].size(), 2u);
+  EXPECT_EQ(r["entries"][0]["provenance"], "exact");
+  EXPECT_EQ(r["entries"][0]["median_us"], 190.0);
+  EXPECT_GT(r["entries"][0]["tflops"].get<double>(), 0);
+  EXPECT_EQ(r["entries"][1]["provenance"], "exact");
+  EXPECT_GT(r["entries"][1]["median_us"].get<double>(), 190.0);
+  const Json& k = r["entries"][0]["kernel"];
+  EXPECT_TRUE(k["name_expression"].get<std::string>().starts_with("ktune_gemm<ktune_bf16, ktune_bf16, 1, 0,"));
+  EXPECT_EQ(k["arch"], "sm_90");
+  EXPECT_GT(k["block"][0].get<int>(), 0);
+  EXPECT_EQ(m_dispatcher->misses().total(), 0u);
+}
+
+TEST_F(DispatcherTest, DimsInAnyOrderAreCanonical) {
+  Json r = ok(lookup_line(R"({"K":4096,"N":4096,"M":4096})"));
+  EXPECT_EQ(r["entries"][0]["provenance"], "exact");
+}
+
+TEST_F(DispatcherTest, NearestShapeAnswersWithDistanceThenHeuristic) {
+  Json r = ok(lookup_line(R"({"M":32,"N":4096,"K":4096})"));
+  ASSERT_GE(r["entries"].size(), 2u);
+  EXPECT_EQ(r["entries"][0]["provenance"], "nearest");
+  EXPECT_EQ(r["entries"][0]["distance"], 1.0);
+  EXPECT_EQ(r["entries"][0]["from"], "gemm|bf16|bf16|rc|M=16,N=4096,K=4096");
+  EXPECT_EQ(r["entries"].back()["provenance"], "heuristic");
+  EXPECT_EQ(m_dispatcher->misses().total(), 1u);
+  EXPECT_EQ(m_dispatcher->misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=32,N=4096,K=4096");
+}
+
+TEST_F(DispatcherTest, FarShapeGetsTheHeuristicAndIsCountedAsAMiss) {
+  for (int i = 0; i < 3; ++i) {
+    Json r = ok(lookup_line(R"({"M":1000,"N":1000,"K":1000})"));
+    ASSERT_EQ(r["entries"].size(), 1u);
+    EXPECT_EQ(r["entries"][0]["provenance"], "heuristic");
+    EXPECT_EQ(r["entries"][0]["template_hash"], gemm_hash());
+  }
+  auto top = m_dispatcher->misses().top(5);
+  ASSERT_EQ(top.size(), 1u);
+  EXPECT_EQ(top[0].count, 3u);
+  EXPECT_EQ(top[0].reason, "no winner");
+}
+
+TEST_F(DispatcherTest, ChangedTemplateMakesTheEntryStaleNeverExact) {
+  auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 8192}, {"N", 8192}, {"K", 8192}}}, 1500);
+  for (auto& c : w.ranked) {
+    c.template_hash = "00000000deadbeef";
+    c.params = *heuristic_config(*m_templates.find("gemm"), w.problem, DeviceLimits{});
+  }
+  w.ranked.resize(1);
+  w.validators.nvrtc = "13.0";
+  m_index.upsert(w);
+  Json r = ok(lookup_line(R"({"M":8192,"N":8192,"K":8192})"));
+  EXPECT_EQ(r["entries"][0]["provenance"], "stale");
+  EXPECT_NE(r["entries"][0]["from"].get<std::string>().find("template gemm changed"), std::string::npos);
+  EXPECT_EQ(m_dispatcher->misses().top(1)[0].reason.substr(0, 6), "stale:");
+}
+
+TEST_F(DispatcherTest, OtherNvrtcIsStale) {
+  auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 2048}, {"N", 2048}, {"K", 2048}}}, 50);
+  for (auto& c : w.ranked) {
+    c.template_hash = gemm_hash();
+    c.params = *heuristic_config(*m_templates.find("gemm"), w.problem, DeviceLimits{});
+  }
+  w.ranked.resize(1);
+  w.validators.nvrtc = "12.8";
+  m_index.upsert(w);
+  Json r = ok(lookup_line(R"({"M":2048,"N":2048,"K":2048})"));
+  EXPECT_EQ(r["entries"][0]["provenance"], "stale");
+}
+
+TEST_F(DispatcherTest, AnswersFollowIndexUpdates) {
+  Json before = ok(lookup_line(R"({"M":1024,"N":1024,"K":1024})"));
+  EXPECT_EQ(before["entries"][0]["provenance"], "heuristic");
+  auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 1024}, {"K", 1024}}}, 9);
+  for (auto& c : w.ranked) {
+    c.template_hash = gemm_hash();
+    c.params = *heuristic_config(*m_templates.find("gemm"), w.problem, DeviceLimits{});
+  }
+  w.ranked.resize(1);
+  w.validators.nvrtc = "13.0";
+  m_index.upsert(w);
+  Json after = ok(lookup_line(R"({"M":1024,"N":1024,"K":1024})"));
+  EXPECT_EQ(after["entries"][0]["provenance"], "exact");
+}
+
+TEST_F(DispatcherTest, NoGpuAndNoDeviceIsAClearError) {
+  Json j = call(R"({"v":1,"id":1,"op":"lookup","problem":{"op":"softmax","dtype":"bf16","dims":{"rows":8,"cols":8}}})");
+  EXPECT_EQ(j["error"]["code"], "unavailable");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(k_h200), std::string::npos) << "lists known classes";
+}
+
+TEST_F(DispatcherTest, UnknownDeviceClassNamesTheKnownOnes) {
+  Json j = call(R"({"v":1,"id":1,"op":"lookup","device":"amd-mi300","problem":{"op":"gemm","dtype":"bf16","dims":{"M":8,"N":8,"K":8}}})");
+  EXPECT_EQ(j["error"]["code"], "not_found");
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(k_h200), std::string::npos);
+}
+
+// Every class of bad input gets its own error code, and the next request is still answered.
+TEST_F(DispatcherTest, BadRequestsGetSpecificErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{not json", "parse_error"},
+      {"[1,2,3]", "bad_request"},
+      {R"({"id":1,"op":"status"})", "bad_request"},
+      {R"({"v":"one","id":1,"op":"status"})", "bad_request"},
+      {R"({"v":2,"id":1,"op":"status"})", "unsupported_version"},
+      {R"({"v":1,"id":1})", "bad_request"},
+      {R"({"v":1,"id":1,"op":"explode"})", "unknown_op"},
+      {R"({"v":1,"id":1,"op":"lookup"})", "bad_request"},
+      {lookup_line(R"({"M":0,"N":8,"K":8})"), "invalid_problem"},
+      {lookup_line(R"({"M":-4,"N":8,"K":8})"), "invalid_problem"},
+      {lookup_line(R"({"M":99999999999999999999,"N":8,"K":8})"), "invalid_problem"},
+      {lookup_line(R"({"M":4.5,"N":8,"K":8})"), "invalid_problem"},
+      {lookup_line(R"({"M":"big","N":8,"K":8})"), "bad_request"},
+      {lookup_line(R"({"M":1048576,"N":1048576,"K":1048576})"), "invalid_problem"},
+      {lookup_line(R"({"M":8,"N":8})"), "invalid_problem"},
+      {lookup_line(R"({"M":8,"N":8,"K":8})", R"(,"limit":0)"), "bad_request"},
+      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"int3","dims":{"M":8,"N":8,"K":8}}})", "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"fft","dtype":"fp32","dims":{"n":8}}})", "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"export","format":"xml"})", "bad_request"},
+      {R"({"v":1,"id":1,"op":"import"})", "bad_request"},
+      {R"({"v":1,"id":1,"op":"import","path":"/nonexistent/t.json"})", "not_found"},
+      {R"({"v":1,"id":1,"op":"import","table":"{\"ktune_table\":1,\"winners\":[{}]}"})", "bad_request"},
+  };
+  for (const auto& [line, code] : cases) {
+    EXPECT_EQ(error_code(line), code) << line;
+    EXPECT_EQ(ok(R"({"v":1,"id":2,"op":"status"})")["node_id"], "test-node") << "after " << line;
+  }
+  EXPECT_GE(m_metrics.errors(), cases.size());
+}
+
+TEST_F(DispatcherTest, IdIsEchoedEvenOnErrors) {
+  EXPECT_EQ(call(R"({"v":1,"id":"abc-1","op":"status"})")["id"], "abc-1");
+  EXPECT_EQ(call(R"({"v":9,"id":42,"op":"status"})")["id"], 42);
+  EXPECT_TRUE(call("{broken")["id"].is_null());
+}
+
+TEST_F(DispatcherTest, ExportThenImportThroughTheDispatcher) {
+  Json exported = ok(R"({"v":1,"id":1,"op":"export","format":"json"})");
+  EXPECT_EQ(exported["count"], 2);
+  const std::string table = exported["content"].get<std::string>();
+  MemStore other_store;
+  WinnerIndex other_index;
+  Metrics other_metrics;
+  Dispatcher other(m_config, other_store, m_templates, other_index, m_node, other_metrics);
+  Json req = {{"v", 1}, {"id", 3}, {"op", "import"}, {"table", table}};
+  Json r = Json::parse(other.handle(req.dump()).line);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["result"]["added"], 2);
+  EXPECT_EQ(other_index.size(), 2u);
+  Json csv = ok(R"({"v":1,"id":1,"op":"export","format":"csv"})");
+  EXPECT_TRUE(csv["content"].get<std::string>().starts_with("device,op,dtype"));
+}
+
+TEST_F(DispatcherTest, TcpPeersNeedTheToken) {
+  m_config.tcp_token = "s3cret";
+  Response r = m_dispatcher->handle(R"({"v":1,"id":1,"op":"status"})", Peer{true});
+  EXPECT_EQ(Json::parse(r.line)["error"]["code"], "unauthorized");
+  r = m_dispatcher->handle(R"({"v":1,"id":1,"op":"status","token":"s3cret"})", Peer{true});
+  EXPECT_TRUE(Json::parse(r.line)["ok"].get<bool>());
+  r = m_dispatcher->handle(R"({"v":1,"id":1,"op":"status"})", Peer{false});  // Unix socket: no token
+  EXPECT_TRUE(Json::parse(r.line)["ok"].get<bool>());
+}
+
+TEST_F(DispatcherTest, TemplatesAndStatus) {
+  Json t = ok(R"({"v":1,"id":1,"op":"templates"})");
+  EXPECT_EQ(t["templates"].size(), m_templates.all().size());
+  Json s = ok(R"({"v":1,"id":1,"op":"status"})");
+  EXPECT_EQ(s["winners"], 2);
+  EXPECT_EQ(s["device_classes"][0], k_h200);
+  EXPECT_EQ(s["validators"]["nvrtc"], "13.0");
+}
+
+TEST(WinnerIndexTest, NearestIsWithinRadiusOrderedAndFamilyScoped) {
+  WinnerIndex index;
+  std::vector<WinnerRecord> records;
+  for (int m : {16, 64, 256, 4096}) records.push_back(testing::winner(testing::gemm_problem(m, 4096, 4096), 10));
+  records.push_back(testing::winner(testing::gemm_problem(32, 4096, 4096, "fp16"), 10));
+  index.load(records);
+  const auto near = index.nearest(testing::h200().id(), testing::gemm_problem(32, 4096, 4096), 2.5, 10);
+  ASSERT_EQ(near.size(), 2u);  // 16 (1.0) and 64 (1.0); 256 is 3.0 away; fp16 is another family
+  EXPECT_EQ(near[0].distance, 1.0);
+  EXPECT_EQ(near[0].record->problem.dim("M"), 16);  // tie broken by key order
+  EXPECT_EQ(near[1].record->problem.dim("M"), 64);
+  EXPECT_TRUE(index.nearest(testing::h200().id(), testing::gemm_problem(16, 4096, 4096), 0.5, 10).empty());
+  const auto gen = index.generation();
+  index.upsert(testing::winner(testing::gemm_problem(16, 4096, 4096), 5));
+  EXPECT_GT(index.generation(), gen);
+  EXPECT_EQ(index.size(), 5u);
+  EXPECT_EQ(index.exact(testing::h200().id(), testing::gemm_problem(16, 4096, 4096))->ranked[0].median_us, 5);
+}
+
+}  // namespace
+}  // namespace ktune

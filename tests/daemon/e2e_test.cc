@@ -1,0 +1,302 @@
+// End to end: a real ktuned process on a temporary socket and data directory, driven through the
+// C++ client, the ktune CLI and raw sockets. Label "e2e".
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <fstream>
+#include <thread>
+
+#include "client/client.h"
+#include "config/config.h"
+#include "store/records.h"
+#include "store/table_io.h"
+#include "templates/registry.h"
+#include "templates/space.h"
+#include "tests/fakes/daemon_process.h"
+#include "tests/fakes/test_records.h"
+
+namespace ktune {
+namespace {
+
+using protocol::Json;
+using testing::DaemonProcess;
+using testing::run_command;
+using testing::TempDir;
+
+// A table of two H200 gemm winners measured with the current gemm template.
+std::string write_table(const std::string& path) {
+  const auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* gemm = reg.find("gemm");
+  std::vector<WinnerRecord> records;
+  for (auto [m, us] : {std::pair{4096, 190.0}, std::pair{16, 22.0}}) {
+    auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}}, us);
+    for (auto& c : w.ranked) {
+      c.template_hash = gemm->hash;
+      c.params = *heuristic_config(*gemm, w.problem, DeviceLimits{});
+    }
+    w.ranked.resize(1);
+    w.validators.nvrtc = "13.0";
+    records.push_back(w);
+  }
+  EXPECT_TRUE(write_file_atomic(path, render_table(records, TableFormat::json)));
+  return path;
+}
+
+// Connects a raw Unix socket (for byte-level protocol abuse).
+int raw_connect(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+std::string raw_read_line(int fd) {
+  std::string out;
+  char c;
+  while (::recv(fd, &c, 1, 0) == 1) {
+    if (c == '\n') return out;
+    out += c;
+  }
+  return out;
+}
+
+// A minimal HTTP/1.0 GET against 127.0.0.1:port; returns the whole response.
+std::string http_get(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(std::uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return "connect failed";
+  const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+  ::send(fd, req.data(), req.size(), 0);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, size_t(n));
+  ::close(fd);
+  return out;
+}
+
+class EndToEndTest : public ::testing::Test {
+ protected:
+  ClientOptions options() const {
+    ClientOptions o;
+    o.socket_path = m_dir / "ktuned.sock";
+    o.timeout = std::chrono::milliseconds(5000);
+    o.cache_capacity = 0;
+    return o;
+  }
+  std::string cli(const std::string& args) {
+    auto [rc, out] = run_command(testing::ktune_cli_path() + " --socket " + (m_dir / "ktuned.sock") + " " + args + " 2>&1");
+    m_last_rc = rc;
+    return out;
+  }
+
+  TempDir m_dir;
+  int m_last_rc = 0;
+};
+
+std::vector<std::string> provenances(const protocol::LookupReply& r) {
+  std::vector<std::string> out;
+  for (const auto& e : r.entries) out.push_back(e.provenance);
+  return out;
+}
+
+TEST_F(EndToEndTest, ImportLookupRestartSameAnswers) {
+  const std::string table = write_table(m_dir / "h200.json");
+  auto daemon = std::make_unique<DaemonProcess>(m_dir / "ktuned.sock", m_dir / "data");
+  ASSERT_TRUE(daemon->start()) << "ktuned did not start; log: " << daemon->log_path();
+
+  // Import through the CLI.
+  std::string out = cli("import " + table);
+  ASSERT_EQ(m_last_rc, 0) << out;
+  EXPECT_NE(out.find("2 added"), std::string::npos) << out;
+
+  Client client(options());
+  auto lookup = [&](std::int64_t m) {
+    protocol::LookupRequest req;
+    req.problem = {"gemm", "bf16", "", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}};
+    req.device = "nvidia-h200";
+    return client.lookup(req);
+  };
+  std::vector<protocol::LookupReply> before;
+  for (std::int64_t m : {4096, 32, 333}) {
+    auto r = lookup(m);
+    ASSERT_TRUE(r) << r.error().message;
+    before.push_back(*r);
+  }
+  EXPECT_EQ(before[0].entries[0].provenance, "exact");
+  EXPECT_EQ(before[0].entries[0].median_us, 190.0);
+  EXPECT_EQ(before[1].entries[0].provenance, "nearest");
+  EXPECT_EQ(before[1].entries[0].from, "gemm|bf16|bf16|rc|M=16,N=4096,K=4096");
+  EXPECT_EQ(before[2].entries[0].provenance, "heuristic");
+
+  // The CLI gives the same answers, as JSON with a schema version and as a table.
+  Json j = Json::parse(cli("--json lookup gemm --dtype bf16 --layout rc --shape M=4096,N=4096,K=4096 --device nvidia-h200"));
+  EXPECT_EQ(j["schema_version"], protocol::k_cli_schema_version);
+  EXPECT_EQ(j["entries"][0]["provenance"], "exact");
+  EXPECT_EQ(j["entries"][0]["template"], before[0].entries[0].template_name);
+  out = cli("lookup gemm --layout rc --shape M=32,N=4096,K=4096 --device nvidia-h200");
+  EXPECT_EQ(m_last_rc, 0);
+  EXPECT_NE(out.find("nearest"), std::string::npos) << out;
+
+  // Restart: the store brings everything back.
+  EXPECT_EQ(daemon->stop(), 0);
+  daemon = std::make_unique<DaemonProcess>(m_dir / "ktuned.sock", m_dir / "data");
+  ASSERT_TRUE(daemon->start());
+  for (size_t i = 0; i < 3; ++i) {
+    auto r = lookup(std::int64_t(std::array{4096, 32, 333}[i]));
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(provenances(*r), provenances(before[i]));
+    EXPECT_EQ(r->entries[0].params, before[i].entries[0].params);
+    EXPECT_EQ(r->entries[0].name_expression, before[i].entries[0].name_expression);
+  }
+
+  // Export through the CLI and compare with the imported table's records.
+  out = cli("export --format json -o " + (m_dir / "out.json"));
+  ASSERT_EQ(m_last_rc, 0) << out;
+  std::vector<ImportRejection> rejected;
+  std::ifstream in1(table), in2(m_dir / "out.json");
+  std::stringstream s1, s2;
+  s1 << in1.rdbuf();
+  s2 << in2.rdbuf();
+  auto exported = *parse_table(s2.str(), "out", rejected), imported = *parse_table(s1.str(), "in", rejected);
+  auto by_key = [](const WinnerRecord& a, const WinnerRecord& b) { return a.key() < b.key(); };
+  std::sort(imported.begin(), imported.end(), by_key);
+  EXPECT_EQ(exported, imported);
+}
+
+TEST_F(EndToEndTest, MalformedRequestsGetErrorsAndTheDaemonKeepsServing) {
+  DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
+  ASSERT_TRUE(daemon.start());
+  int fd = raw_connect(daemon.socket());
+  ASSERT_GE(fd, 0);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"this is not json", "parse_error"},
+      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200.sm90.132sm.140gib","problem":{"op":"gemm","dtype":"bf16","dims":{"M":0,"N":1,"K":1}}})", "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","dims":{"M":-1,"N":1,"K":1}}})", "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","dims":{"M":18446744073709551615,"N":1,"K":1}}})", "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"lookup","problem":{"op":"gemm","dtype":7,"dims":{"M":1,"N":1,"K":1}}})", "bad_request"},
+      {R"({"v":1,"id":1,"op":"frobnicate"})", "unknown_op"},
+      {R"({"v":3,"id":1,"op":"status"})", "unsupported_version"},
+  };
+  for (const auto& [line, code] : cases) {
+    const std::string framed = line + "\n";
+    ASSERT_EQ(::send(fd, framed.data(), framed.size(), 0), ssize_t(framed.size()));
+    Json reply = Json::parse(raw_read_line(fd));
+    EXPECT_FALSE(reply["ok"].get<bool>()) << line;
+    EXPECT_EQ(reply["error"]["code"], code) << line;
+  }
+  // Pipelined: three requests in one write, three replies in order.
+  const std::string three = R"({"v":1,"id":"a","op":"status"})" "\n" R"({"v":1,"id":"b","op":"status"})" "\n"
+                            R"({"v":1,"id":"c","op":"templates"})" "\n";
+  ::send(fd, three.data(), three.size(), 0);
+  for (const char* id : {"a", "b", "c"}) EXPECT_EQ(Json::parse(raw_read_line(fd))["id"], id);
+
+  // A frame over 64 KiB: error reply, then the connection is closed.
+  const std::string huge = R"({"v":1,"id":1,"op":"status","pad":")" + std::string(70 * 1024, 'x') + "\"}\n";
+  ::send(fd, huge.data(), huge.size(), MSG_NOSIGNAL);
+  Json big = Json::parse(raw_read_line(fd));
+  EXPECT_EQ(big["error"]["code"], "frame_too_large");
+  char c;
+  EXPECT_LE(::recv(fd, &c, 1, 0), 0) << "connection closed after an oversized frame";
+  ::close(fd);
+
+  // The daemon still answers new connections.
+  Client client(options());
+  auto s = client.status();
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_GE((*s)["requests"].get<int>(), int(cases.size()));
+}
+
+TEST_F(EndToEndTest, ReadDeadlineAndConnectionCap) {
+  DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data",
+                       {"--set", "server.read_timeout_ms=300", "--set", "server.max_connections=2"});
+  ASSERT_TRUE(daemon.start());
+  // A client that connects and sends half a line is told off and closed.
+  int slow = raw_connect(daemon.socket());
+  ::send(slow, "{\"v\":1", 6, 0);
+  Json reply = Json::parse(raw_read_line(slow));
+  EXPECT_EQ(reply["error"]["code"], "timeout");
+  ::close(slow);
+  // With two connections open, a third is refused with a reason.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int a = raw_connect(daemon.socket()), b = raw_connect(daemon.socket());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int third = raw_connect(daemon.socket());
+  Json refused = Json::parse(raw_read_line(third));
+  EXPECT_EQ(refused["error"]["code"], "too_many_connections");
+  ::close(a);
+  ::close(b);
+  ::close(third);
+}
+
+TEST_F(EndToEndTest, StaleSocketFromACrashIsReplacedLiveOneIsNot) {
+  auto daemon = std::make_unique<DaemonProcess>(m_dir / "ktuned.sock", m_dir / "data");
+  ASSERT_TRUE(daemon->start());
+  // A second daemon on the same socket refuses to start.
+  DaemonProcess second(m_dir / "ktuned.sock", m_dir / "data2");
+  EXPECT_FALSE(second.start());
+  EXPECT_EQ(second.wait_exit(), 1);
+  std::ifstream second_log(second.log_path());
+  EXPECT_NE(std::string(std::istreambuf_iterator<char>(second_log), {}).find("another ktuned is serving"), std::string::npos);
+  daemon->crash();
+  EXPECT_TRUE(std::filesystem::exists(m_dir / "ktuned.sock")) << "SIGKILL leaves the socket file";
+  daemon = std::make_unique<DaemonProcess>(m_dir / "ktuned.sock", m_dir / "data");
+  ASSERT_TRUE(daemon->start()) << "stale socket should be replaced";
+  struct stat st{};
+  ASSERT_EQ(::stat((m_dir / "ktuned.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+TEST_F(EndToEndTest, CliSaysWhenTheDaemonIsNotRunning) {
+  std::string out = cli("status");
+  EXPECT_EQ(m_last_rc, 3);
+  EXPECT_NE(out.find("is ktuned running?"), std::string::npos) << out;
+}
+
+TEST_F(EndToEndTest, BadImportFileIsRejectedWholeThroughTheCli) {
+  DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
+  ASSERT_TRUE(daemon.start());
+  const std::string table = write_table(m_dir / "t.json");
+  std::ifstream in(table);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::ofstream(m_dir / "cut.json") << ss.str().substr(0, ss.str().size() / 2);
+  std::string out = cli("import " + (m_dir / "cut.json"));
+  EXPECT_EQ(m_last_rc, 1);
+  EXPECT_NE(out.find("truncated or damaged"), std::string::npos) << out;
+  Client client(options());
+  EXPECT_EQ((*client.status())["winners"], 0);
+}
+
+TEST_F(EndToEndTest, MetricsAndHealthOverHttp) {
+  DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
+  ASSERT_TRUE(daemon.start());
+  // The log's ready line names the metrics port.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::ifstream log(daemon.log_path());
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  const auto pos = text.find("metrics=127.0.0.1:");
+  ASSERT_NE(pos, std::string::npos) << text;
+  const std::string port = text.substr(pos + 18, text.find(' ', pos) - pos - 18);
+  const std::string body = http_get(std::stoi(port), "/metrics");
+  EXPECT_NE(body.find("200 OK"), std::string::npos) << body;
+  EXPECT_NE(body.find("ktune_requests_total{op=\"lookup\"}"), std::string::npos) << body;
+  EXPECT_NE(http_get(std::stoi(port), "/livez").find("\r\n\r\nok"), std::string::npos);
+  EXPECT_NE(http_get(std::stoi(port), "/nope").find("404"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,130 @@
+// DaemonProcess: a real ktuned started as a child process on a private socket and data directory,
+// for end-to-end tests. Stops it with SIGTERM (then SIGKILL) when destroyed.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+
+namespace ktune::testing {
+
+inline std::string ktuned_path() { return std::string(KTUNE_BINARY_DIR) + "/daemon/ktuned"; }
+inline std::string ktune_cli_path() { return std::string(KTUNE_BINARY_DIR) + "/client/cli/ktune"; }
+
+class DaemonProcess {
+ public:
+  DaemonProcess(std::string socket, std::string data_dir, std::vector<std::string> extra = {})
+      : m_socket(std::move(socket)), m_data_dir(std::move(data_dir)), m_extra(std::move(extra)) {}
+  ~DaemonProcess() { stop(); }
+
+  // Starts ktuned and waits until it answers a status request (10 s at most).
+  bool start() {
+    m_log = m_data_dir + ".log";
+    m_pid = ::fork();
+    if (m_pid == 0) {
+      std::FILE* log = std::fopen(m_log.c_str(), "a");
+      if (log) {
+        ::dup2(::fileno(log), STDERR_FILENO);
+        ::dup2(::fileno(log), STDOUT_FILENO);
+      }
+      std::vector<std::string> args = {ktuned_path(), "--socket", m_socket, "--data-dir", m_data_dir,
+                                       "--set", "server.metrics=127.0.0.1:0", "--set", "store.seed_tables="};
+      args.insert(args.end(), m_extra.begin(), m_extra.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      std::_Exit(127);
+    }
+    ClientOptions o;
+    o.socket_path = m_socket;
+    o.timeout = std::chrono::milliseconds(500);
+    for (int i = 0; i < 200; ++i) {
+      int status = 0;
+      if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
+        m_pid = -1;
+        m_exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        return false;
+      }
+      Client c(o);
+      if (auto s = c.status(); s && (*s)["pid"] == m_pid) return true;  // ours, not another daemon
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // SIGTERM and wait; returns the exit status (or -1 if it had to be killed).
+  int stop() {
+    if (m_pid <= 0) return 0;
+    ::kill(m_pid, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 100; ++i) {
+      if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
+        m_pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ::kill(m_pid, SIGKILL);
+    ::waitpid(m_pid, &status, 0);
+    m_pid = -1;
+    return -1;
+  }
+
+  // SIGKILL, as a crash would: the socket file stays behind.
+  void crash() {
+    if (m_pid <= 0) return;
+    ::kill(m_pid, SIGKILL);
+    int status = 0;
+    ::waitpid(m_pid, &status, 0);
+    m_pid = -1;
+  }
+
+  // Waits up to 5 s for the process to exit; its exit code, or -1 if it is still running.
+  int wait_exit() {
+    if (m_pid <= 0) return m_exit_code;
+    for (int i = 0; i < 100 && m_pid > 0; ++i) {
+      int status = 0;
+      if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
+        m_pid = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -1;
+  }
+
+  const std::string& socket() const { return m_socket; }
+  const std::string& log_path() const { return m_log; }
+  pid_t pid() const { return m_pid; }
+
+ private:
+  std::string m_socket;
+  std::string m_data_dir;
+  std::vector<std::string> m_extra;
+  std::string m_log;
+  pid_t m_pid = -1;
+  int m_exit_code = -1;
+};
+
+// Runs a command, returning (exit code, stdout).
+inline std::pair<int, std::string> run_command(const std::string& cmd) {
+  std::string out;
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return {-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+}  // namespace ktune::testing

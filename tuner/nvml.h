@@ -1,0 +1,42 @@
+// Nvml: the few NVML queries ktune needs, loaded with dlopen("libnvidia-ml.so.1").
+//
+// Used for the driver's version string (a validator of every winner), for the clocks and power
+// recorded with each measurement, and for the utilization the background scheduler waits on.
+// Absent NVML is normal (containers, CI): every query then returns ErrorCode::unavailable and
+// callers record zeros. Thread-safe after get().
+#pragma once
+
+#include <string>
+
+#include "config/error.h"
+
+namespace ktune {
+
+struct GpuTelemetry {
+  int sm_clock_mhz = 0;
+  int mem_clock_mhz = 0;
+  double power_w = 0;
+  int utilization_percent = 0;  // GPU busy over NVML's last sample period
+  int temperature_c = 0;
+};
+
+class Nvml {
+ public:
+  // The process-wide NVML, initialized on first call.
+  static Result<const Nvml*> get();
+
+  // "580.159.03"
+  Result<std::string> driver_version() const;
+  // Telemetry of the GPU with this PCI bus id ("0000:3B:00.0").
+  Result<GpuTelemetry> telemetry(const std::string& pci_bus_id) const;
+
+ private:
+  struct Api;
+  const Api* m_api = nullptr;
+};
+
+// The driver validator for this node: NVML's version string, else "cuda-<driver API version>",
+// else "none" (no driver at all).
+std::string node_driver_version();
+
+}  // namespace ktune
