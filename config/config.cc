@@ -315,6 +315,9 @@ fs::path executable_dir() {
 }
 
 std::string installed_or_source(std::string_view share_sub, const char* source_dir) {
+  // $KTUNE_HOME (a checkout or an install's share/ktune) wins: binaries built on one machine and
+  // run from another checkout (the GPU machine) find their templates there.
+  if (const char* home = std::getenv("KTUNE_HOME"); home && *home) return (fs::path(home) / share_sub).string();
   const auto installed = executable_dir() / ".." / "share" / "ktune" / share_sub;
   std::error_code ec;
   if (fs::is_directory(installed, ec)) return fs::weakly_canonical(installed, ec).string();

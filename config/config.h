@@ -120,8 +120,9 @@ std::string config_to_yaml(const DaemonConfig& config);
 
 // Paths ----------------------------------------------------------------------------------------
 
-// The built-in template and shipped table directories: next to the executable when installed
-// (../share/ktune/...), else the source tree the binary was built from.
+// The built-in template and shipped table directories: $KTUNE_HOME/{templates,tables} when set,
+// next to the executable when installed (../share/ktune/...), else the source tree the binary was
+// built from.
 std::string builtin_template_dir();
 std::string builtin_table_dir();
 

@@ -79,6 +79,7 @@ std::string concrete_dtype(const std::string& d, const Problem& p) {
 
 Result<std::string> name_expression(Evaluator& ev, const Manifest& m, const Problem& p,
                                     const std::string& entry, const std::vector<std::string>& args) {
+  if (args.empty()) return entry;  // a plain (non-template) kernel
   std::string s = entry + "<";
   for (size_t i = 0; i < args.size(); ++i) {
     if (i) s += ", ";

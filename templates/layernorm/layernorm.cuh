@@ -124,7 +124,7 @@ __device__ __forceinline__ Stats group_merge(Stats s, float* red_n, float* red_m
 // grid.x = ceil_div(rows, ROWS_PER_BLOCK), block.x = THREADS.
 template <typename T_IN, typename T_OUT, int THREADS, int ROWS_PER_BLOCK, int VEC, int MODE,
           int UNROLL, int NV>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, 1)
     ktune_layernorm(const T_IN* __restrict__ x, const T_IN* __restrict__ gamma,
                     const T_IN* __restrict__ beta, T_OUT* __restrict__ y, int rows, int cols,
                     float eps) {

@@ -91,7 +91,7 @@ __device__ __forceinline__ float group_reduce(float v, float* red) {
 // grid.x = ceil_div(rows, ROWS_PER_BLOCK), block.x = THREADS.
 template <typename T_IN, typename T_OUT, int THREADS, int ROWS_PER_BLOCK, int VEC, int MODE,
           int UNROLL, int NV>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, 1)
     ktune_softmax(const T_IN* __restrict__ x, T_OUT* __restrict__ y, int rows, int cols) {
   using namespace ktune_softmax_detail;
   constexpr int TPR = THREADS / ROWS_PER_BLOCK;  // threads per row

@@ -181,13 +181,14 @@ TEST(SpaceTest, HeuristicPicksFirstMatchingValidRule) {
 
 TEST(RegistryTest, LoadsDirectoriesAndReportsBadOnes) {
   auto reg = TemplateRegistry::load({k_scale_dir, "/nonexistent/ktune"});
-  ASSERT_EQ(reg.all().size(), 1u);
-  EXPECT_EQ(reg.all()[0]->hash.size(), 16u);
+  ASSERT_EQ(reg.all().size(), 2u);  // fault and scale
+  EXPECT_EQ(reg.all()[1]->name(), "scale");
+  EXPECT_EQ(reg.all()[1]->hash.size(), 16u);
   ASSERT_EQ(reg.errors().size(), 1u);
   EXPECT_NE(reg.errors()[0].message.find("/nonexistent/ktune"), std::string::npos);
   EXPECT_EQ(reg.for_problem(scale_problem(64), 90).size(), 1u);
   EXPECT_TRUE(reg.for_problem(scale_problem(64), 70).empty());
-  EXPECT_EQ(reg.ops(), std::vector<std::string>{"scale"});
+  EXPECT_EQ(reg.ops(), (std::vector<std::string>{"fault", "scale"}));
 }
 
 }  // namespace

@@ -1,0 +1,75 @@
+// fake-worker: speaks ktune-worker's protocol without a GPU, misbehaving on purpose so the
+// parent's fault handling is tested in CI. A trial's behaviour comes from its MODE param (the
+// tests/data/templates/fault template):
+//   0: ok, median 10 + THREADS/100 us     1: replies "crash", exits 3 (a sticky CUDA error)
+//   2: hangs (a kernel that never ends)   3: replies resource_error
+//   4: exits without a reply (the process died)
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "tuner/worker_protocol.h"
+
+using namespace ktune;
+
+int main(int argc, char** argv) {
+  int fd = -1;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--fd") == 0) fd = std::atoi(argv[i + 1]);
+  if (fd < 0) return 2;
+  std::map<std::uint64_t, double> medians;
+  while (true) {
+    auto frame = read_worker_frame(fd, -1);
+    if (!frame) return 0;
+    const WorkerJson& h = frame->header;
+    const std::string op = h.value("op", "");
+    WorkerJson reply = {{"ok", true}};
+    if (op == "hello") {
+      reply["device"] = {{"name", "Fake GPU"}, {"cc", 90}, {"sm_count", 132}, {"memory_gib", 80}};
+      reply["pid"] = ::getpid();
+    } else if (op == "shutdown") {
+      return 0;
+    } else if (op == "trial") {
+      const std::int64_t mode = h["params"].value("MODE", 0), threads = h["params"].value("THREADS", 128);
+      TrialResult r;
+      r.id = h.at("id").get<std::uint64_t>();
+      if (mode == 1) {
+        r.outcome = Outcome::crash;
+        r.message = "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered";
+        WorkerJson j = to_json(r);
+        j["ok"] = true;
+        j["poisoned"] = true;
+        (void)write_worker_frame(fd, j);
+        std::_Exit(3);
+      }
+      if (mode == 2) ::sleep(3600);
+      if (mode == 4) std::_Exit(1);
+      if (mode == 3) {
+        r.outcome = Outcome::resource_error;
+        r.message = "CUDA_ERROR_INVALID_VALUE: shared memory request refused";
+      } else {
+        r.timing.median_us = r.timing.p10_us = r.timing.p90_us = 10.0 + double(threads) / 100.0;
+        r.timing.samples = 10;
+        medians[r.id] = r.timing.median_us;
+      }
+      reply = to_json(r);
+      reply["ok"] = true;
+    } else if (op == "retime") {
+      reply["times"] = WorkerJson::array();
+      for (auto id : h.at("ids").get<std::vector<std::uint64_t>>()) {
+        if (!medians.count(id)) {  // as the real worker: only what this process ran
+          reply = {{"ok", false}, {"error", "retime: trial " + std::to_string(id) + " is not loaded"}};
+          break;
+        }
+        Timing t;
+        t.median_us = t.p10_us = t.p90_us = medians[id];
+        WorkerJson j = to_json(t);
+        j["id"] = id;
+        reply["times"].push_back(j);
+      }
+    }
+    if (!write_worker_frame(fd, reply)) return 0;
+  }
+}

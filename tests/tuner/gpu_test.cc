@@ -1,0 +1,136 @@
+// GPU tests (ctest label "gpu"): a real ktune-worker on a real GPU. Each skips cleanly where there
+// is no GPU. Run on the lent H200 with the binaries built here (see docs/GPU workflow in
+// bench/NOTES.md): KTUNE_WORKER=<path to ktune-worker> ./gpu_tests
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "store/records.h"
+#include "tuner/local_tuner.h"
+
+namespace ktune {
+namespace {
+
+// $KTUNE_HOME when the binary runs from another checkout (the GPU machine), else the source tree.
+const std::string k_test_templates =
+    std::string(std::getenv("KTUNE_HOME") ? std::getenv("KTUNE_HOME") : KTUNE_SOURCE_DIR) + "/tests/data/templates";
+
+#define KTUNE_REQUIRE_GPU()                                                       \
+  do {                                                                            \
+    if (auto gpus = query_gpus(); !gpus) GTEST_SKIP() << gpus.error().message;    \
+  } while (0)
+
+std::unique_ptr<LocalTuner> open_tuner(std::vector<std::string> dirs, int trial_timeout_ms = 20'000) {
+  LocalTunerOptions o;
+  o.template_dirs = std::move(dirs);
+  o.trial_timeout_ms = trial_timeout_ms;
+  auto t = LocalTuner::open(o);
+  EXPECT_TRUE(t) << t.error().message;
+  return t ? std::move(*t) : nullptr;
+}
+
+// A faulting kernel (illegal address), a hanging one and one asking for too much shared memory
+// are each classified, the worker is replaced, and the job still finds the right winner.
+TEST(GpuFaultTest, FaultsAreClassifiedWorkerRespawnedRightWinner) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({k_test_templates}, 3000);
+  ASSERT_TRUE(tuner);
+  TuneRequest req;
+  req.problem = Problem{"fault", "fp32", "fp32", "", {{"n", 1 << 20}}};
+  req.strategy = "exhaustive";
+  req.budget = Budget{0, 120, 0};
+  req.timing.target_ms = 5;
+  auto r = tuner->tune(req);
+  ASSERT_TRUE(r) << r.error().message;
+  std::map<std::int64_t, std::vector<Outcome>> by_mode;
+  for (const auto& t : r->trials) by_mode[t.params.at("MODE")].push_back(t.outcome);
+  for (auto o : by_mode[0]) EXPECT_EQ(o, Outcome::ok);
+  for (auto o : by_mode[1]) EXPECT_EQ(o, Outcome::crash);
+  for (auto o : by_mode[2]) EXPECT_EQ(o, Outcome::timeout);
+  for (auto o : by_mode[3]) EXPECT_EQ(o, Outcome::resource_error);
+  for (auto o : by_mode[4]) EXPECT_EQ(o, Outcome::wrong_result);
+  EXPECT_EQ(r->stats.trials, 10);
+  EXPECT_GE(r->stats.respawns, 4) << "two crashes and two timeouts each replace the worker";
+  EXPECT_EQ(r->winner.ranked.front().params.at("MODE"), 0);
+  // Crashing and hanging configs are blocklisted and skipped next time.
+  auto blocked = scan_blocklist(tuner->store());
+  ASSERT_TRUE(blocked);
+  EXPECT_EQ(blocked->size(), 4u);
+  auto again = tuner->tune(req);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->stats.candidates, 6u);
+  EXPECT_EQ(again->stats.crashes + again->stats.timeouts, 0);
+}
+
+TEST(GpuTuneTest, SmallGemmFindsAVerifiedWinnerFasterThanTheHeuristicOrEqual) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  TuneRequest req;
+  req.problem = Problem{"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1032}}};
+  req.budget = Budget{40, 120, 0};
+  req.timing.target_ms = 10;
+  auto r = tuner->tune(req);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stats.wrong_results, 0) << "every gemm config must match cuBLAS";
+  EXPECT_EQ(r->stats.crashes, 0);
+  EXPECT_LT(r->winner.ref_error, 2e-2);
+  EXPECT_GT(r->winner.ranked.front().tflops, 1.0);
+  auto stored = get_winner(tuner->store(), tuner->context().device, req.problem);
+  ASSERT_TRUE(stored && *stored);
+  EXPECT_EQ((*stored)->ranked.front().params, r->winner.ranked.front().params);
+}
+
+TEST(GpuTuneTest, EveryLayoutAndOutputTypeVerifies) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  for (const char* layout : {"rr", "rc", "cr", "cc"})
+    for (const char* out : {"bf16", "fp32"}) {
+      TuneRequest req;
+      req.problem = Problem{"gemm", "bf16", out, layout, {{"M", 264}, {"N", 136}, {"K", 200}}};
+      req.strategy = "random";
+      req.budget = Budget{12, 60, 0};
+      req.timing.target_ms = 2;
+      auto r = tuner->tune(req);
+      ASSERT_TRUE(r) << layout << " " << out << ": " << r.error().message;
+      EXPECT_EQ(r->stats.wrong_results, 0) << layout << " " << out;
+    }
+}
+
+TEST(GpuTuneTest, MemoryBoundTemplatesVerify) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  const std::vector<Problem> problems = {
+      {"softmax", "bf16", "bf16", "", {{"rows", 37}, {"cols", 1000}}},
+      {"layernorm", "fp16", "fp16", "", {{"rows", 100}, {"cols", 4096}}},
+      {"rmsnorm", "bf16", "bf16", "", {{"rows", 64}, {"cols", 10000}}},
+      {"reduce_sum", "fp32", "fp32", "", {{"n", 1'000'003}}},
+      {"transpose", "fp32", "fp32", "", {{"rows", 1000}, {"cols", 776}}},
+  };
+  for (const auto& p : problems) {
+    TuneRequest req;
+    req.problem = p;
+    req.strategy = "random";
+    req.budget = Budget{16, 60, 0};
+    req.timing.target_ms = 2;
+    auto r = tuner->tune(req);
+    ASSERT_TRUE(r) << p.describe() << ": " << r.error().message;
+    EXPECT_EQ(r->stats.wrong_results, 0) << p.describe();
+    EXPECT_EQ(r->stats.crashes, 0) << p.describe();
+  }
+}
+
+TEST(GpuWorkerTest, CopyCeilingIsPlausible) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  auto copy = tuner->runner().time_copy(512u << 20, TimingOptions{});
+  ASSERT_TRUE(copy) << copy.error().message;
+  EXPECT_GT(copy->second, 100.0) << "GB/s";
+  EXPECT_LT(copy->first.spread_pct(), 50.0);
+}
+
+}  // namespace
+}  // namespace ktune

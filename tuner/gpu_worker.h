@@ -1,0 +1,103 @@
+// GpuWorker: the measurement engine inside ktune-worker. Owns one GPU's CUDA context: allocates
+// and fills the arguments, runs references (a reference kernel or cuBLAS), verifies candidates
+// against them, and times them (events, warm-up, rotating input sets, CUDA graphs for short
+// kernels, median and spread). docs/worker-protocol.md lists its ops.
+//
+// A sticky CUDA error (illegal address, ...) poisons the context for good: handle() then answers
+// "crash" and sets `exit_after`; the process must exit and its parent respawns it.
+// Single-threaded: one request at a time, on the thread that created it.
+#pragma once
+
+#include <cuda.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tuner/cuda_driver.h"
+#include "tuner/worker_protocol.h"
+
+namespace ktune {
+
+class GpuWorker {
+ public:
+  static Result<std::unique_ptr<GpuWorker>> create(int ordinal);
+  ~GpuWorker();
+
+  // Handles one request frame; returns the reply header.
+  WorkerJson handle(const WorkerFrame& request, bool& exit_after);
+
+ private:
+  struct Buffer {
+    ArgValue spec;
+    std::vector<CUdeviceptr> sets;  // in/inout: one per input set; out/workspace: one
+    std::vector<CUdeviceptr> pristine;  // inout: the initial contents per set
+    std::size_t bytes = 0;
+  };
+  struct Loaded {
+    CUmodule module = nullptr;
+    CUfunction function = nullptr;
+    TrialRequest request;
+  };
+  using LaunchFn = std::function<CUresult(int set)>;
+
+  explicit GpuWorker(const CudaDriver& d);
+  Result<void> init(int ordinal);
+
+  WorkerJson hello();
+  WorkerJson setup(const WorkerJson& req);
+  WorkerJson reference(const WorkerFrame& req);
+  WorkerJson trial(const WorkerFrame& req);
+  WorkerJson retime(const WorkerJson& req);
+  WorkerJson time_cublas(const WorkerJson& req);
+  WorkerJson time_copy(const WorkerJson& req);
+
+  Result<void> free_buffers();
+  Result<CUdeviceptr> alloc(std::size_t bytes);
+  Result<void> fill(CUdeviceptr p, const ArgValue& spec, unsigned seed);
+  Result<void> poison(CUdeviceptr p, const ArgValue& spec);
+  // Makes buffers at least as large as `args` asks (workspaces vary per config).
+  Result<void> ensure_capacity(const std::vector<ArgValue>& args);
+  // Restores inout inputs, poisons outputs and zeroes workspaces for a verification run on `set`.
+  Result<void> prepare_verification(const std::vector<ArgValue>& args, int set);
+  CUresult launch_kernel(CUfunction f, const LaunchGeometry& g, const std::vector<ArgValue>& args, int set);
+  CUresult launch_cublas(const WorkerJson& problem, int set, CUdeviceptr out_override);
+  // Max relative error of the outputs of `args` against the stored references for `set`.
+  Result<double> compare_outputs(const std::vector<ArgValue>& args, int set, std::string& why);
+  // Times `launch` (rotating input sets); sticky errors come back as the CUresult.
+  std::pair<CUresult, Timing> measure(const LaunchFn& launch, const TimingOptions& options);
+  std::vector<int> verify_sets() const;
+  GpuTelemetry telemetry() const;
+  Buffer* buffer(const std::string& name);
+
+  // Records a CUDA failure: sticky ones poison the worker (m_poisoned).
+  std::string failure(CUresult r, const char* what);
+
+  const CudaDriver& m_d;
+  CUdevice m_device = 0;
+  CUcontext m_ctx = nullptr;
+  CUstream m_stream = nullptr;
+  GpuInfo m_info;
+  CUmodule m_helpers = nullptr;
+  CUfunction m_fill = nullptr, m_poison = nullptr, m_compare = nullptr;
+  CUdeviceptr m_acc = 0;
+  std::vector<CUevent> m_events;
+  bool m_poisoned = false;
+
+  std::vector<Buffer> m_buffers;
+  int m_sets = 1;
+  unsigned m_seed = 1;
+  // Reference outputs: [verify-set index][buffer name] -> device copy.
+  std::map<int, std::map<std::string, CUdeviceptr>> m_refs;
+  std::map<std::uint64_t, Loaded> m_loaded;
+
+  struct Cublas;
+  std::unique_ptr<Cublas> m_cublas;
+};
+
+// ktune-worker's main loop: serve frames on `fd` until EOF. Returns the process exit code.
+int run_worker(int fd, int ordinal);
+
+}  // namespace ktune

@@ -1,0 +1,104 @@
+// WorkerProcess and TrialRunner: the parent's side of ktune-worker.
+//
+// WorkerProcess spawns one ktune-worker on a socketpair and exchanges frames with a deadline; a
+// worker that misses the deadline is SIGKILLed, one that closes the pipe is reaped. Nothing the
+// worker (or the kernel it runs) does can take the parent down.
+//
+// TrialRunner keeps a worker for one problem: it remembers the setup and reference requests so a
+// replacement worker (after a crash or a timeout) is brought back to the same state, classifies
+// every failure as a trial Outcome, and respawns. Not thread-safe: one runner per GPU lane.
+#pragma once
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tuner/worker_protocol.h"
+
+namespace ktune {
+
+class WorkerProcess {
+ public:
+  // Starts `binary --fd N --device ordinal` and checks its hello.
+  static Result<std::unique_ptr<WorkerProcess>> spawn(const std::string& binary, int ordinal,
+                                                      int hello_timeout_ms = 60'000);
+  ~WorkerProcess();
+
+  // Sends one request and waits up to timeout_ms for the reply. ErrorCode::timeout: the worker
+  // was killed. ErrorCode::unavailable: it exited (see exit_status()).
+  Result<WorkerFrame> call(const WorkerJson& header, std::string_view blob, int timeout_ms);
+
+  bool alive() const { return m_pid > 0; }
+  pid_t pid() const { return m_pid; }
+  // "exit 3", "signal 9", "" while alive.
+  const std::string& exit_status() const { return m_exit_status; }
+  const WorkerJson& hello() const { return m_hello; }
+  void kill();
+
+ private:
+  void reap(bool block);
+
+  pid_t m_pid = -1;
+  int m_fd = -1;
+  std::string m_exit_status;
+  WorkerJson m_hello;
+};
+
+// Where ktune-worker lives: $KTUNE_WORKER, else beside the running executable, else the build
+// tree's tuner/ directory.
+std::string default_worker_binary();
+
+struct RunnerOptions {
+  std::string worker_binary = default_worker_binary();
+  int ordinal = 0;
+  int trial_timeout_ms = 20'000;    // one candidate: load, verify, time
+  int setup_timeout_ms = 120'000;   // allocation and input fill, reference
+  int max_respawns = 50;            // per runner; then the job fails
+};
+
+class TrialRunner {
+ public:
+  explicit TrialRunner(RunnerOptions options) : m_options(std::move(options)) {}
+
+  // Starts a worker if there is none and returns its hello.
+  Result<WorkerJson> start();
+  // Allocates and fills the arguments (replayed after every respawn).
+  Result<WorkerJson> setup(const std::vector<ArgValue>& args, unsigned seed);
+  // Runs the reference: a kernel (cubin + Instance) or cuBLAS ({"kind":"cublas_gemm","problem":...}).
+  Result<WorkerJson> reference(const WorkerJson& header, std::string cubin = {});
+
+  // Verifies and times one candidate. Crashes and timeouts come back as outcomes, and the worker
+  // is replaced before this returns.
+  TrialResult run(const TrialRequest& request, const std::string& cubin);
+
+  // Interleaved re-timing of candidates already run on the current worker (and cuBLAS when
+  // `cublas_problem` is given, reported under id ~0).
+  Result<std::vector<std::pair<std::uint64_t, Timing>>> retime(const std::vector<std::uint64_t>& ids, int rounds,
+                                                               const TimingOptions& timing,
+                                                               const WorkerJson& cublas_problem = {});
+  Result<Timing> time_cublas(const WorkerJson& problem, const TimingOptions& timing);
+  // Device-to-device copy of `bytes`: the memory ceiling, as GB/s (read + write).
+  Result<std::pair<Timing, double>> time_copy(std::size_t bytes, const TimingOptions& timing);
+
+  int respawns() const { return m_respawns; }
+  GpuTelemetry last_telemetry() const { return m_telemetry; }
+  const WorkerJson& hello() const { return m_hello; }
+
+ private:
+  Result<WorkerFrame> call(const WorkerJson& header, std::string_view blob, int timeout_ms);
+  Result<void> respawn();
+
+  RunnerOptions m_options;
+  std::unique_ptr<WorkerProcess> m_worker;
+  WorkerJson m_hello;
+  std::optional<WorkerJson> m_setup;
+  std::optional<std::pair<WorkerJson, std::string>> m_reference;
+  int m_respawns = 0;
+  GpuTelemetry m_telemetry;
+};
+
+}  // namespace ktune
