@@ -5,6 +5,9 @@
 // P-th reply) and counted once per request, as redis-benchmark does.
 //
 //   ktune-lookup-load --socket S --clients 64 --pipeline 1 --seconds 5 [--request LINE] [--json]
+//   ktune-lookup-load --socket REDIS_SOCK --redis ...   (GET key:000000000000, the same client
+//                                                        driving redis-server, for a like-for-like
+//                                                        comparison next to redis-benchmark)
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -26,6 +29,7 @@ struct Conn {
   int fd = -1;
   std::string out;      // unsent bytes of the current batch
   size_t replies_due = 0;
+  int newlines = 0;  // seen of the current reply
   size_t scan_from = 0;
   std::string in;
   Clock::time_point batch_start;
@@ -49,7 +53,7 @@ int main(int argc, char** argv) {
   std::string socket_path, request;
   int clients = 1, pipeline = 1;
   double seconds = 5, warmup = 0.5;
-  bool json = false;
+  bool json = false, redis = false;
   CLI::App app{"ktune-lookup-load: concurrent lookups against ktuned"};
   app.add_option("--socket", socket_path, "ktuned's Unix socket")->required();
   app.add_option("--clients", clients, "concurrent connections")->capture_default_str();
@@ -58,10 +62,14 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "unmeasured seconds first")->capture_default_str();
   app.add_option("--request", request, "request line (default: an exact gemm lookup)");
   app.add_flag("--json", json, "print one JSON object");
+  app.add_flag("--redis", redis, "speak RESP: GET key:000000000000 (value set beforehand)");
   CLI11_PARSE(app, argc, argv);
   if (request.empty())
     request = R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":4096,"N":4096,"K":4096}}})";
   request += "\n";
+  // A reply is one line for ktune; a RESP bulk string ("$3\r\nxyz\r\n") is two.
+  const int newlines_per_reply = redis ? 2 : 1;
+  if (redis) request = "*2\r\n$3\r\nGET\r\n$16\r\nkey:000000000000\r\n";
   std::string batch;
   for (int i = 0; i < pipeline; ++i) batch += request;
 
@@ -106,9 +114,15 @@ int main(int argc, char** argv) {
         while ((r = ::recv(c.fd, buf, sizeof buf, 0)) > 0) c.in.append(buf, size_t(r));
         size_t nl;
         while (c.replies_due > 0 && (nl = c.in.find('\n', c.scan_from)) != std::string::npos) {
-          if (c.in.compare(0, std::min<size_t>(nl, 40), "{\"v\":1,\"id\":1,\"ok\":true", 0, 23) != 0) ++errors;
+          static const std::string ok_prefix = "{\"v\":1,\"id\":1,\"ok\":true";
+          if (++c.newlines < newlines_per_reply) {
+            c.scan_from = nl + 1;
+            continue;
+          }
+          if (redis ? c.in[0] != '$' : c.in.compare(0, ok_prefix.size(), ok_prefix) != 0) ++errors;
           c.in.erase(0, nl + 1);
           c.scan_from = 0;
+          c.newlines = 0;
           --c.replies_due;
         }
         c.scan_from = c.in.size();

@@ -102,7 +102,63 @@ Dispatcher::Dispatcher(const DaemonConfig& config, Store& store, const TemplateR
     : m_config(config), m_store(store), m_templates(templates), m_index(index), m_node(std::move(node)),
       m_metrics(metrics) {}
 
+// The request text after the id, when the line has the shape our clients send.
+namespace {
+struct SplitLine {
+  std::string_view id;    // the id token as written
+  std::string_view rest;  // from the comma after the id to the end
+};
+std::optional<SplitLine> split_lookup_line(std::string_view line) {
+  constexpr std::string_view head = R"({"v":1,"id":)";
+  if (!line.starts_with(head)) return std::nullopt;
+  size_t i = head.size();
+  if (i < line.size() && line[i] == '"') {
+    const size_t end = line.find('"', i + 1);
+    if (end == std::string_view::npos || line.substr(i, end - i).find('\\') != std::string_view::npos) return std::nullopt;
+    i = end + 1;
+  } else {
+    while (i < line.size() && (std::isdigit(static_cast<unsigned char>(line[i])) || line[i] == '-')) ++i;
+  }
+  if (i == head.size()) return std::nullopt;
+  const std::string_view rest = line.substr(i);
+  if (!rest.starts_with(R"(,"op":"lookup",)")) return std::nullopt;
+  return SplitLine{line.substr(head.size(), i - head.size()), rest};
+}
+}  // namespace
+
+std::optional<Response> Dispatcher::fast_lookup(std::string_view line) {
+  const auto split = split_lookup_line(line);
+  if (!split) return std::nullopt;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<const CachedAnswer> answer;
+  {
+    std::lock_guard lock(m_cache_mutex);
+    auto it = m_fast.find(std::string(split->rest));
+    if (it == m_fast.end() || it->second->generation != m_index.generation()) return std::nullopt;
+    answer = it->second;
+  }
+  m_metrics.count_request("lookup");
+  if (answer->miss) m_misses.record(answer->device, answer->problem, answer->miss_reason);
+  m_metrics.count_lookup(answer->provenance,
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::string out;
+  out.reserve(answer->result.size() + split->id.size() + 40);
+  out += R"({"v":1,"id":)";
+  out += split->id;
+  out += R"(,"ok":true,"result":)";
+  out += answer->result;
+  out += "}\n";
+  return Response{std::move(out), false};
+}
+
+Response Dispatcher::lookup_reply(const Json& id, const CachedAnswer& answer, std::chrono::steady_clock::time_point t0) {
+  if (answer.miss) m_misses.record(answer.device, answer.problem, answer.miss_reason);
+  m_metrics.count_lookup(answer.provenance, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return {R"({"v":1,"id":)" + id.dump() + R"(,"ok":true,"result":)" + answer.result + "}\n", false};
+}
+
 Response Dispatcher::handle(std::string_view line, const Peer& peer) {
+  if (auto fast = fast_lookup(line)) return std::move(*fast);
   Json id;
   auto request = protocol::parse_request(line, &id);
   if (!request) {
@@ -110,17 +166,35 @@ Response Dispatcher::handle(std::string_view line, const Peer& peer) {
     m_metrics.count_error(request.error().kind);
     return {protocol::reply_error(id, request.error().kind, request.error().message), false};
   }
-  return handle(*request, peer);
+  std::shared_ptr<const CachedAnswer> answer;
+  Response r = dispatch(*request, peer, &answer);
+  // Remember lookup answers by their text so repeats skip the parse (see fast_lookup).
+  if (answer)
+    if (const auto split = split_lookup_line(line)) {
+      std::lock_guard lock(m_cache_mutex);
+      if (m_fast.size() >= k_max_cached_answers) m_fast.clear();
+      m_fast[std::string(split->rest)] = answer;
+    }
+  return r;
 }
 
-Response Dispatcher::handle(const protocol::Request& req, const Peer& peer) {
+Response Dispatcher::handle(const protocol::Request& req, const Peer& peer) { return dispatch(req, peer, nullptr); }
+
+Response Dispatcher::dispatch(const protocol::Request& req, const Peer& peer,
+                              std::shared_ptr<const CachedAnswer>* answer_out) {
+  const auto t0 = std::chrono::steady_clock::now();
   m_metrics.count_request(req.op);
   Reply result;
   if (peer.tcp && !m_config.tcp_token.empty() &&
       (!req.body.contains("token") || req.body["token"] != m_config.tcp_token)) {
     result = protocol::error(ErrorKind::unauthorized, "TCP requests must carry the configured \"token\"");
   } else if (req.op == "lookup") {
-    result = lookup(req.body);
+    auto answer = lookup(req.body);
+    if (answer) {
+      if (answer_out) *answer_out = *answer;
+      return lookup_reply(req.id, **answer, t0);
+    }
+    result = std::unexpected(answer.error());
   } else if (req.op == "status") {
     result = status(req.body);
   } else if (req.op == "templates") {
@@ -235,8 +309,7 @@ bool Dispatcher::complete_entry(protocol::LookupEntry& e, const Problem& problem
   return true;
 }
 
-Dispatcher::Reply Dispatcher::lookup(const Json& body) {
-  const auto t0 = std::chrono::steady_clock::now();
+protocol::Expected<std::shared_ptr<const Dispatcher::CachedAnswer>> Dispatcher::lookup(const Json& body) {
   auto req = protocol::lookup_from_json(body);
   if (!req) return std::unexpected(req.error());
   auto problem = canonical_problem(req->problem);
@@ -300,16 +373,13 @@ Dispatcher::Reply Dispatcher::lookup(const Json& body) {
                              "no template implements " + problem->describe() + " on sm_" + std::to_string(dev.cc) +
                                  " and nothing was tuned for it");
     fresh->provenance = reply.entries.front().provenance;
-    fresh->result = protocol::to_json(reply);
+    fresh->result = protocol::to_json(reply).dump();
     answer = fresh;
     std::lock_guard lock(m_cache_mutex);
     if (m_cache.size() >= k_max_cached_answers) m_cache.clear();
     m_cache[cache_key] = answer;
   }
-  if (answer->miss) m_misses.record(answer->device, answer->problem, answer->miss_reason);
-  m_metrics.count_lookup(answer->provenance,
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return answer->result;
+  return answer;
 }
 
 Dispatcher::Reply Dispatcher::status(const Json&) {

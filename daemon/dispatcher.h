@@ -87,7 +87,18 @@ class Dispatcher {
   using Json = protocol::Json;
   using Reply = protocol::Expected<Json>;
 
-  Reply lookup(const Json& body);
+  // handle() for a parsed request; hands back the lookup answer (when there is one) for the
+  // text cache of fast_lookup.
+  struct CachedAnswer;
+  Response dispatch(const protocol::Request& request, const Peer& peer,
+                    std::shared_ptr<const CachedAnswer>* answer_out);
+
+  protocol::Expected<std::shared_ptr<const CachedAnswer>> lookup(const Json& body);
+  // Counts a lookup answered from `answer` and formats its reply line.
+  Response lookup_reply(const Json& id, const CachedAnswer& answer, std::chrono::steady_clock::time_point t0);
+  // Lines of the form {"v":1,"id":<id>,"op":"lookup",...} whose text after the id was answered
+  // before (and the index has not changed since) are answered without parsing JSON.
+  std::optional<Response> fast_lookup(std::string_view line);
   Reply status(const Json& body);
   Reply templates(const Json& body);
   Reply export_table(const Json& body);
@@ -116,7 +127,7 @@ class Dispatcher {
   // Lookup answers by (device, problem key, limit), valid while the index generation holds.
   struct CachedAnswer {
     std::uint64_t generation;
-    Json result;
+    std::string result;      // the "result" object, serialized once
     std::string provenance;  // of the best entry
     bool miss;
     DeviceClass device;
@@ -125,6 +136,8 @@ class Dispatcher {
   };
   mutable std::mutex m_cache_mutex;
   std::unordered_map<std::string, std::shared_ptr<const CachedAnswer>> m_cache;
+  // The same answers by request text after the id (see fast_lookup).
+  std::unordered_map<std::string, std::shared_ptr<const CachedAnswer>> m_fast;
 };
 
 }  // namespace ktune

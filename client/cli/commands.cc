@@ -14,6 +14,7 @@
 #include "templates/registry.h"
 #include "templates/space.h"
 #include "tuner/compiler.h"
+#include "tuner/local_tuner.h"
 
 namespace ktune::cli {
 
@@ -265,6 +266,86 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
                 failures, wall, compiler.threads(), double(results.size()) / wall);
   }
   return failures ? 1 : 0;
+}
+
+namespace {
+
+std::string clock_text(double s) {
+  const int t = int(std::lround(std::max(0.0, s)));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%d:%02d", t / 60, t % 60);
+  return buf;
+}
+
+}  // namespace
+
+int cmd_tune(const Common& c, const TuneArgs& a) {
+  auto dims = parse_dims(a.problem.shape);
+  if (!dims) return std::fprintf(stderr, "ktune: --shape: %s\n", dims.error().message.c_str()), 1;
+  LocalTunerOptions o;
+  o.template_dirs = a.template_dirs;
+  o.device = a.gpu;
+  o.data_dir = a.data_dir;
+  if (o.data_dir.empty()) o.data_dir = default_config().data_dir + "/standalone";
+  auto tuner = LocalTuner::open(o);
+  if (!tuner) return std::fprintf(stderr, "ktune: %s\n", tuner.error().message.c_str()), 1;
+  LocalTuner& t = **tuner;
+  TuneRequest req;
+  req.problem = Problem{a.problem.op, a.problem.dtype, a.problem.out_dtype.empty() ? a.problem.dtype : a.problem.out_dtype,
+                        a.problem.layout, *dims};
+  if (req.problem.layout.empty())
+    for (const auto& tmpl : t.templates().all())
+      if (tmpl->manifest.op == req.problem.op) {
+        req.problem.layout = tmpl->manifest.default_layout;
+        break;
+      }
+  if (auto ok = validate_problem(req.problem); !ok) return std::fprintf(stderr, "ktune: %s\n", ok.error().message.c_str()), 1;
+  req.strategy = a.strategy;
+  req.budget = Budget{a.budget, a.seconds, 0};
+  const bool tty = ::isatty(STDERR_FILENO) && !c.json;
+  if (!c.json)
+    std::fprintf(stderr, "tuning %s on %s (%s, budget %d trials / %.0f s)\n", req.problem.describe().c_str(),
+                 t.gpu().device_class.id().c_str(), a.strategy.c_str(), a.budget, a.seconds);
+  auto r = t.tune(req, [&](const TuneProgress& p) {
+    if (!tty) return;
+    const int width = 30, done = p.budget_trials > 0 ? width * p.trials / p.budget_trials : 0;
+    std::fprintf(stderr, "\r[%s%s] %d/%d trials, %d ok  best %s  %s  ETA %s   ", std::string(size_t(done), '=').c_str(),
+                 std::string(size_t(width - done), ' ').c_str(), p.trials, p.budget_trials, p.ok,
+                 p.best_us > 0 ? (fixed(p.best_us, 2) + " us").c_str() : "-", clock_text(p.elapsed_s).c_str(),
+                 clock_text(p.eta_s).c_str());
+  });
+  if (tty) std::fprintf(stderr, "\n");
+  if (!r) return std::fprintf(stderr, "ktune: %s\n", r.error().message.c_str()), 1;
+  const WinnerRecord& w = r->winner;
+  Json result = {{"problem", req.problem.key()}, {"device", w.device.id()}, {"trials", r->stats.trials},
+                 {"wall_s", r->stats.wall_s}, {"ranked", Json::array()}};
+  for (const auto& rc : w.ranked) {
+    Json params = Json::object();
+    for (const auto& [n, v] : rc.params) params[n] = v;
+    result["ranked"].push_back({{"template", rc.template_name}, {"params", params}, {"median_us", rc.median_us},
+                                {"spread_pct", rc.spread_pct}, {"tflops", rc.tflops}, {"gbps", rc.gbps}});
+  }
+  // Hand the winner to a running daemon so its lookups answer "exact" now.
+  std::string imported = "no daemon running";
+  if (!a.no_import) {
+    Client client(c.client_options());
+    auto reply = client.call("import", {{"table", render_table({w}, TableFormat::json)}});
+    imported = reply ? "imported into the running ktuned" : "not imported: " + reply.error().message;
+  }
+  result["daemon"] = imported;
+  if (c.json) return print_json(result), 0;
+  TextTable table({"#", "TEMPLATE", "PARAMS", "TIME_US", "SPREAD", "TFLOP/S", "GB/S"});
+  int rank = 1;
+  for (const auto& rc : w.ranked)
+    table.add({std::to_string(rank++), rc.template_name, params_to_string(rc.params), fixed(rc.median_us, 2),
+               fixed(rc.spread_pct, 1) + "%", rc.tflops > 0 ? fixed(rc.tflops, 1) : "-", rc.gbps > 0 ? fixed(rc.gbps, 0) : "-"});
+  std::fputs(table.render().c_str(), stdout);
+  const auto& s = r->stats;
+  std::printf("%d trials (%d compile errors, %d resource errors, %d wrong, %d crashes, %d timeouts) in %.1f s; "
+              "winner stored in %s; %s\n",
+              s.trials, s.compile_errors, s.resource_errors, s.wrong_results, s.crashes, s.timeouts, s.wall_s,
+              t.store().describe().c_str(), imported.c_str());
+  return 0;
 }
 
 }  // namespace ktune::cli

@@ -53,6 +53,21 @@ int main(int argc, char** argv) {
   co->add_option("--templates", compile.template_dirs, "template directories (default: built-in)");
   co->add_option("--threads", compile.threads, "compile threads (default: all cores)");
 
+  TuneArgs tune;
+  auto* tu = app.add_subcommand("tune", "tune a problem on this machine's GPU (standalone) and keep the winner");
+  tu->add_option("op", tune.problem.op, "operation, e.g. gemm")->required();
+  tu->add_option("--dtype", tune.problem.dtype, "input dtype")->capture_default_str();
+  tu->add_option("--out-dtype", tune.problem.out_dtype, "output dtype (default: same)");
+  tu->add_option("--layout", tune.problem.layout, "layout (default: the op's first)");
+  tu->add_option("--shape", tune.problem.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
+  tu->add_option("--strategy", tune.strategy, "exhaustive | random | anneal | model")->capture_default_str();
+  tu->add_option("--budget", tune.budget, "most configs measured")->capture_default_str();
+  tu->add_option("--seconds", tune.seconds, "most seconds")->capture_default_str();
+  tu->add_option("--gpu", tune.gpu, "GPU ordinal")->capture_default_str();
+  tu->add_option("--data-dir", tune.data_dir, "standalone store (default: <state dir>/ktune/standalone)");
+  tu->add_option("--templates", tune.template_dirs, "template directories (default: built-in)");
+  tu->add_flag("--no-import", tune.no_import, "do not hand the winner to a running ktuned");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -64,5 +79,6 @@ int main(int argc, char** argv) {
   if (*ex) return cmd_export(common, format, output, device);
   if (*im) return cmd_import(common, import_file);
   if (*co) return cmd_compile(common, compile);
+  if (*tu) return cmd_tune(common, tune);
   return 2;
 }
