@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.gpu/devlibs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export KTUNE_HOME=$PWD KTUNE_WORKER=$PWD/.gpu/ktune-worker
 OUT=${OUT:-/tmp/ktune-out}
+STATE=${STATE:-/tmp/ktune-state}   # the RocksDB store the suites write their winners to
 mkdir -p "$OUT"
 step() {  # step NAME SECONDS CMD...
   local name=$1 secs=$2; shift 2
@@ -25,6 +26,16 @@ for s in "$@"; do
     gputests) TAIL=40 step gputests 300 .gpu/gpu_tests ;;
     smoke) step smoke 180 .gpu/ktune-bench --suite smoke --budget 30 --out "$OUT/smoke.json" ;;
     compilebench) step compilebench 120 .gpu/ktune-compile-bench --configs 64 --out "$OUT/compile-h200.json" ;;
+    membound-suite) TAIL=12 step membound-suite 300 .gpu/ktune-bench --suite membound --strategy model \
+        --budget "${BUDGET_MB:-60}" --target-ms 30 --data-dir "$STATE" --out "$OUT/membound-h200.json" ;;
+    gemm-suite) TAIL=14 step gemm-suite 420 .gpu/ktune-bench --suite gemm --strategy model \
+        --budget "${BUDGET_GEMM:-100}" --target-ms 30 --data-dir "$STATE" --out "$OUT/gemm-h200.json" ;;
+    sweep) TAIL=8 step sweep 420 .gpu/ktune-bench --strategy exhaustive --budget 0 --target-ms 10 --finalists 1 \
+        ${SWEEP_PROBLEMS:---problem gemm:bf16:rc:M=16,N=4096,K=4096 --problem gemm:bf16:rc:M=1024,N=1024,K=1024} \
+        --record "$OUT/h200_gemm_sweep.json" --out "$OUT/sweep-h200.json" ;;
+    warm) TAIL=6 step warm 300 .gpu/ktune-bench --problem gemm:bf16:rc:M=4096,N=4096,K=4096 --strategy model \
+        --budget "${BUDGET_WARM:-100}" --target-ms 30 --data-dir /tmp/ktune-warm --warm-repeat --out "$OUT/warm-h200.json" ;;
+    export) step export 60 .gpu/ktune-bench --suite none --data-dir "$STATE" --export "$OUT/h200.json" ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", data_dir, "RocksDB store (winners, trials, cubin cache); default: in memory");
   app.add_option("--out", out, "results JSON");
   app.add_option("--record", record, "also write every trial here (replay data)");
-  app.add_option("--export", export_table, "export the winners as a table (JSON) here");
+  app.add_option("--export", export_table, "export every winner in the store as a table (JSON) here");
   app.add_flag("--warm-repeat", warm_repeat, "tune each problem a second time with the cubin cache warm");
   app.add_flag("-v,--verbose", verbose, "log failed trials");
   CLI11_PARSE(app, argc, argv);
@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
     if (!p) return std::fprintf(stderr, "ktune-bench: %s\n", p.error().message.c_str()), 2;
     todo.push_back(*p);
   }
-  if (todo.empty()) return std::fprintf(stderr, "ktune-bench: give --suite or --problem\n"), 2;
+  if (todo.empty() && export_table.empty())
+    return std::fprintf(stderr, "ktune-bench: give --suite, --problem or --export\n"), 2;
 
   LocalTunerOptions options;
   options.data_dir = data_dir;
@@ -130,7 +131,6 @@ int main(int argc, char** argv) {
                    {"driver", t.context().driver}, {"nvrtc", t.context().nvrtc}, {"date", utc_now()},
                    {"strategy", strategy}, {"problems", Json::array()}};
   int failures = 0;
-  std::vector<WinnerRecord> winners;
   std::printf("%-44s %10s %9s %12s %9s %7s %8s %8s\n", "problem", "ktune_us", "TFLOP/s", "GB/s", "base_us", "ratio",
               "trials", "tune_s");
   for (const Problem& p : todo) {
@@ -148,7 +148,6 @@ int main(int argc, char** argv) {
       continue;
     }
     const WinnerRecord& w = tuned->winner;
-    winners.push_back(w);
     const RankedConfig& best = w.ranked.front();
     Json row = {{"problem", p.key()}, {"template", best.template_name}, {"params", Json::object()},
                 {"median_us", best.median_us}, {"spread_pct", best.spread_pct}, {"tflops", best.tflops},
@@ -212,8 +211,12 @@ int main(int argc, char** argv) {
   if (!record.empty())
     if (auto ok = write_file_atomic(record, recorded.dump(1) + "\n"); !ok)
       std::fprintf(stderr, "ktune-bench: %s\n", ok.error().message.c_str());
-  if (!export_table.empty())
-    if (auto ok = write_file_atomic(export_table, render_table(winners, TableFormat::json)); !ok)
+  if (!export_table.empty()) {
+    auto all = scan_winners(t.store());
+    if (!all) return std::fprintf(stderr, "ktune-bench: %s\n", all.error().message.c_str()), 1;
+    if (auto ok = write_file_atomic(export_table, render_table(*all, TableFormat::json)); !ok)
       std::fprintf(stderr, "ktune-bench: %s\n", ok.error().message.c_str());
+    std::printf("exported %zu winners to %s\n", all->size(), export_table.c_str());
+  }
   return failures ? 1 : 0;
 }

@@ -1,0 +1,15 @@
+// Links ktune::client and asks a daemon that is not there: must fail cleanly with
+// connection_failed (exit 3), proving the installed headers, library and package config work.
+#include <client/client.h>
+
+#include <cstdio>
+
+int main() {
+  ktune::ClientOptions options;
+  options.socket_path = "/nonexistent/ktuned.sock";
+  ktune::Client client(options);
+  auto reply = client.lookup({{"gemm", "bf16", "", "rc", {{"M", 64}, {"N", 64}, {"K", 64}}}});
+  if (reply) return 1;
+  std::printf("%s\n", reply.error().message.c_str());
+  return reply.error().kind == ktune::protocol::ErrorKind::connection_failed ? 3 : 2;
+}
