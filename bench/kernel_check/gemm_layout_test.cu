@@ -267,20 +267,53 @@ bool run_case(int M, int N, int K, unsigned seed) {
           cb[tid].advance();
         }
       }
-      // Epilogue: accumulator layout of mma.m16n8k16 (the kernel's row_base/col_base).
-      for (int w = 0; w < WM * WN; ++w) {
+      // Epilogue, as the kernel's staged path does it: per warp and (mi, h), lanes store their
+      // accumulator pairs at epi_write(), then read 4-column pieces at epi_read(). Also checks that
+      // the staging never overlaps another warp's region and stays inside the pipeline's smem.
+      std::vector<float> stage_mem(Cfg::kEpiBytes / 4);
+      std::vector<int> stage_owner(Cfg::kEpiBytes / 4);
+      for (int w = 0; w < WM * WN && ok; ++w) {
         const int warp_m = w / WN, warp_n = w % WN;
-        for (int l = 0; l < 32; ++l)
-          for (int mi = 0; mi < MI; ++mi)
-            for (int ni = 0; ni < NI; ++ni)
-              for (int e = 0; e < 4; ++e) {
-                const int row = m0 + warp_m * Cfg::kWarpM + (l >> 2) + mi * 16 + (e >> 1) * 8;
-                const int col = n0 + warp_n * Cfg::kWarpN + (l & 3) * 2 + ni * 8 + (e & 1);
-                if (row < M && col < N) {
-                  out[static_cast<size_t>(row) * N + col] += ACC(w, l, mi, ni)[e];
-                  writes[static_cast<size_t>(row) * N + col]++;
+        float* st_w = stage_mem.data() + w * Cfg::kEpiWarpFloats;
+        for (int mi = 0; mi < MI && ok; ++mi)
+          for (int h = 0; h < 2 && ok; ++h) {
+            std::fill(stage_owner.begin(), stage_owner.end(), -1);
+            for (int l = 0; l < 32; ++l)
+              for (int ni = 0; ni < NI; ++ni) {
+                const int off = Cfg::epi_write(l, ni);
+                if (off < 0 || off + 2 > Cfg::kEpiWarpFloats || off % 2) {
+                  std::printf("  epilogue write out of the warp's region: %d\n", off);
+                  ok = false;
+                }
+                for (int e = 0; e < 2; ++e) {
+                  st_w[off + e] = ACC(w, l, mi, ni)[2 * h + e];
+                  stage_owner[w * Cfg::kEpiWarpFloats + off + e] = l * 64 + ni * 2 + e;
                 }
               }
+            for (int it = 0; it < Cfg::kEpiIters; ++it)
+              for (int l = 0; l < 32; ++l) {
+                int r, c;
+                Cfg::epi_read(l, it, r, c);
+                const int off = r * Cfg::kEpiStride + c;
+                if (r < 0 || r >= 8 || c < 0 || c + 4 > Cfg::kWarpN || off % 4) {
+                  std::printf("  epilogue read out of range: r=%d c=%d\n", r, c);
+                  ok = false;
+                  continue;
+                }
+                for (int e = 0; e < 4; ++e) {
+                  if (stage_owner[w * Cfg::kEpiWarpFloats + off + e] < 0) {
+                    std::printf("  epilogue reads an unwritten float (r=%d c=%d)\n", r, c + e);
+                    ok = false;
+                  }
+                  const int row = m0 + warp_m * Cfg::kWarpM + mi * 16 + h * 8 + r;
+                  const int col = n0 + warp_n * Cfg::kWarpN + c + e;
+                  if (row < M && col < N) {
+                    out[static_cast<size_t>(row) * N + col] += st_w[off + e];
+                    writes[static_cast<size_t>(row) * N + col]++;
+                  }
+                }
+              }
+          }
       }
     }
   }
@@ -330,6 +363,21 @@ int main() {
   chk(run_case<1, 1, 256, 256, 32, 4, 4, 3, 8, 1, 1>(260, 264, 40, 22));
   chk(run_case<1, 0, 32, 32, 32, 1, 1, 5, 1, 1, 1>(1, 1, 8, 23));
   chk(run_case<1, 1, 32, 32, 32, 1, 1, 5, 1, 0, 1>(1, 8, 8, 24));
+  // Copy row steps that are not multiples of 8 (XOR key changes between a thread's items).
+  chk(run_case<1, 1, 16, 256, 64, 1, 2, 4, 1, 1, 4>(16, 264, 1032, 25));
+  chk(run_case<1, 1, 16, 256, 32, 1, 1, 3, 1, 1, 1>(20, 256, 96, 26));
+  chk(run_case<0, 1, 64, 256, 32, 2, 1, 3, 8, 1, 1>(136, 264, 99, 27));
+  chk(run_case<0, 0, 256, 128, 64, 4, 2, 3, 16, 1, 1>(520, 136, 72, 28));
+  // Decode and large candidates measured on the H200 (bench/NOTES.md) and the cr odd-K case.
+  chk(run_case<1, 0, 16, 32, 128, 1, 2, 6, 1, 1, 1>(13, 100, 1032, 29));
+  chk(run_case<1, 0, 16, 32, 256, 1, 2, 4, 1, 1, 1>(16, 72, 1032, 30));
+  chk(run_case<1, 0, 64, 128, 64, 1, 4, 4, 1, 1, 2>(64, 260, 520, 31));
+  chk(run_case<1, 1, 64, 128, 64, 2, 2, 4, 1, 1, 1>(61, 264, 200, 32));
+  chk(run_case<0, 1, 16, 32, 32, 1, 1, 2, 1, 1, 1>(16, 72, 4097, 33));
+  chk(run_case<1, 0, 256, 128, 64, 4, 2, 3, 8, 1, 1>(300, 261, 136, 34));
+  chk(run_case<1, 0, 128, 256, 128, 2, 4, 2, 8, 1, 1>(200, 300, 392, 35));
+  chk(run_case<1, 1, 128, 256, 128, 2, 4, 2, 8, 1, 1>(130, 264, 264, 36));
+  chk(run_case<1, 0, 64, 128, 128, 1, 4, 4, 1, 1, 1>(64, 200, 520, 37));
   std::printf("%s: %d failing case(s)\n", fails ? "FAILED" : "ALL PASS", fails);
   return fails ? 1 : 0;
 }

@@ -5,7 +5,7 @@
 //   B: K x N, row-major (B_ROW=1, B[k*N+n]) or column-major (B_ROW=0, B[n*K+k], nn.Linear weight)
 //   C: M x N, row-major. Never read when beta == 0.
 //
-// Header-free: only "ktune_common.cuh" (NVRTC compiles a config in ~0.3 s). Every tensor-core,
+// Header-free: only "ktune_common.cuh" (NVRTC: 0.2-1 s per config, mostly ptxas). Every tensor-core,
 // shared-memory and async-copy instruction is inline PTX. The manifest gemm.yaml states the
 // parameter space, the constraints a config must meet and the exact dynamic shared memory size;
 // keep GemmConfig::kSmemBytes and the manifest's `smem` in step.
@@ -15,12 +15,16 @@
 //      blockIdx.z picks a contiguous K slice when SPLIT_K > 1.
 //   2. Main loop: STAGES-deep ring of shared-memory stages filled with 16-byte cp.async
 //      (zero-filled out of bounds); each warp loads its A/B fragments with ldmatrix (.trans where
-//      the operand's K is not the contiguous dimension), double-buffered per 16-wide K step, and
-//      issues mma.sync.m16n8k16 into fp32 accumulators.
-//   3. Epilogue: alpha/beta, conversion, 2-element vector stores (masked at the tails). With
-//      SPLIT_K > 1 every split writes an fp32 partial tile to `workspace`; the last split to arrive
-//      at a tile (atomic ticket in `tile_counters`) sums the partials, writes C and resets the
-//      ticket to zero, so the counters are zero again when the kernel returns.
+//      the operand's K is not the contiguous dimension) and issues mma.sync.m16n8k16 into fp32
+//      accumulators. Fragments are double-buffered: the next k16 step's A and B are loaded while
+//      this step computes. Copies of a k-tile are spread over its k16 steps (over the first half
+//      of them with two stages, since the barrier closing the k-tile waits for them).
+//   3. Epilogue: each warp stages its accumulators through shared memory, 8 rows at a time, and
+//      writes C row-contiguously (4 elements per lane: 8-byte bf16/fp16 or 16-byte fp32 stores,
+//      masked at the tails). With SPLIT_K > 1 every split writes an fp32 partial tile to
+//      `workspace` the same way; the last split to arrive at a tile (atomic ticket in
+//      `tile_counters`) sums the partials, writes C and resets the ticket to zero, so the counters
+//      are zero again when the kernel returns.
 //
 // Shared-memory layout of an operand tile: a ROWS x COLS row-major array of 16-bit elements whose
 // COLS is the operand's contiguous global dimension (K for row-major A, M for column-major A, ...).
@@ -29,7 +33,7 @@
 // distinct 16-byte bank groups.
 //
 // The index math lives in host+device functions of GemmConfig so a host-side emulation
-// (bench/kernel_check/gemm_layout_test.cpp) can check it without a GPU.
+// (bench/kernel_check/gemm_layout_test.cu) can check it without a GPU.
 #ifndef KTUNE_GEMM_CUH_
 #define KTUNE_GEMM_CUH_
 
@@ -68,9 +72,19 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
 }
 
 // 16-byte async copy global -> shared; copies zeros when !valid (src-size 0, nothing is read).
+// L2_PREFETCH: 0 = no hint, 128 / 256 = .L2::128B / .L2::256B prefetch hint.
+template <int L2_PREFETCH>
 __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0));
+  if constexpr (L2_PREFETCH == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+  } else if constexpr (L2_PREFETCH == 128) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+  } else {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+  }
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -121,6 +135,13 @@ __device__ __forceinline__ float ld_cg(const float* p) {
 __device__ __forceinline__ void ld_cg2(const float* p, float& x, float& y) {
   asm volatile("ld.global.cg.v2.f32 {%0, %1}, [%2];\n" : "=f"(x), "=f"(y) : "l"(p));
 }
+__device__ __forceinline__ float4 ld_cg4(const float* p) {
+  float4 v;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p));
+  return v;
+}
 
 // ---- global -> shared tile copier for one operand --------------------------------------------
 // The global operand is seen as a g_rows x g_cols row-major matrix (g_cols contiguous); the tile
@@ -137,7 +158,12 @@ struct TileCopier {
   int cols_left;           // global columns left from this thread's chunk
   int row0;                // item 0's row in the tile
   int chunk;               // this thread's 16-byte chunk column in the tile
-  unsigned smem_off;       // byte offset of item 0 in the operand tile
+  unsigned smem_row0;      // byte offset of item 0's row in the operand tile
+  // Item j's rows repeat their XOR key every kKeyPeriod items (keys depend on row % 8 only):
+  // xor_off[j % kKeyPeriod] is item j's swizzled chunk offset within its row.
+  static constexpr int kKeyPeriod = 8 / (Map::kRowStep & -Map::kRowStep) > 1
+                                        ? 8 / (Map::kRowStep & -Map::kRowStep) : 1;
+  unsigned xor_off[kKeyPeriod];
 
   KTUNE_GEMM_HD TileCopier(const T* b, int g_rows, int g_cols, int row_origin, int col_origin,
                            int tid) {
@@ -149,17 +175,19 @@ struct TileCopier {
     tile_stride = K_ROWS ? static_cast<long long>(BLOCK_K) * g_cols : BLOCK_K;
     rows_left = g_rows - (row_origin + row0);
     cols_left = g_cols - (col_origin + chunk * 8);
-    smem_off = Layout::offset(row0, chunk);
+    smem_row0 = static_cast<unsigned>(row0 * Layout::kStrideBytes);
+#pragma unroll
+    for (int q = 0; q < kKeyPeriod; ++q)
+      xor_off[q] = Layout::offset(0, chunk, Layout::key(row0 + q * Map::kRowStep));
   }
 
   KTUNE_GEMM_HD unsigned item_smem(int j) const {
-    if ((Map::kRowStep % 8) == 0) {  // same XOR key for every item: a constant stride
-      return smem_off + static_cast<unsigned>(j * Map::kRowStep * Layout::kStrideBytes);
-    }
-    return Layout::offset(row0 + j * Map::kRowStep, chunk);
+    return smem_row0 + static_cast<unsigned>(j * Map::kRowStep * Layout::kStrideBytes) +
+           xor_off[j % kKeyPeriod];
   }
 
   // Calls f(smem_offset, src, valid) for the items j with j % parts == part of the current k-tile.
+#pragma nv_exec_check_disable
   template <typename F>
   KTUNE_GEMM_HD void for_items(int part, int parts, F&& f) const {
 #pragma unroll
@@ -171,9 +199,11 @@ struct TileCopier {
     }
   }
   // Issues this thread's share (part of parts) of the current k-tile into the tile at `dst`.
+  template <int L2_PREFETCH>
   __device__ __forceinline__ void copy(unsigned dst, int part, int parts) const {
-    for_items(part, parts,
-              [dst](unsigned off, const T* src, bool ok) { cp_async16(dst + off, src, ok); });
+    for_items(part, parts, [dst](unsigned off, const T* src, bool ok) {
+      cp_async16<L2_PREFETCH>(dst + off, src, ok);
+    });
   }
   KTUNE_GEMM_HD void advance() {
     ptr += tile_stride;
@@ -196,6 +226,7 @@ struct GemmConfig {
   static_assert(kWarpN % 16 == 0, "warp tile N must be a multiple of 16 (ldmatrix.x4 of B)");
   static_assert(BLOCK_K % 32 == 0, "BLOCK_K must be a multiple of 32 (even number of k16 steps)");
   static_assert(STAGES >= 2, "need at least two pipeline stages");
+
 
   // Operand tiles in shared memory: rows x cols, cols = the operand's contiguous dimension.
   static constexpr int kARows = A_ROW ? BLOCK_M : BLOCK_K;
@@ -274,6 +305,29 @@ struct GemmConfig {
   static KTUNE_GEMM_HD unsigned b_const(int p, int kk) {
     return static_cast<unsigned>((B_ROW ? kk : p) * 16 * LayoutB::kStrideBytes);
   }
+
+  // ---- epilogue staging (per warp, 8 accumulator rows at a time) ----
+  // Warp w stages rows r = 0..7 of its current (mi, h) slice at floats [w * kEpiWarpFloats +
+  // r * kEpiStride, + kWarpN). Writer: lane l stores acc[mi][ni][2h..2h+1] as a float2 at row l/4,
+  // column ni*8 + 2*(l%4) (the mma accumulator layout); the stride pads each row by 8 floats so the
+  // 8 rows of a store hit distinct bank pairs (2 wavefronts, the minimum for 256 bytes).
+  // Reader: item it*32 + l of the slice is row (it*32+l) / (kWarpN/4), columns 4*((it*32+l) %
+  // (kWarpN/4)) .. +3: consecutive lanes read consecutive 16 bytes of a row and write consecutive
+  // 4-element pieces of a row of C.
+  static constexpr int kEpiStride = kWarpN + 8;
+  static constexpr int kEpiWarpFloats = 8 * kEpiStride;
+  static constexpr int kEpiBytes = kThreads / 32 * kEpiWarpFloats * 4;
+  static constexpr int kEpiCols4 = kWarpN / 4;
+  static constexpr int kEpiIters = 8 * kEpiCols4 / 32;  // kWarpN / 16
+  static KTUNE_GEMM_HD int epi_write(int lane, int ni) {
+    return (lane >> 2) * kEpiStride + ni * 8 + (lane & 3) * 2;
+  }
+  static KTUNE_GEMM_HD void epi_read(int lane, int it, int& row, int& col) {
+    const int idx = it * 32 + lane;
+    row = idx / kEpiCols4;
+    col = (idx - row * kEpiCols4) * 4;
+  }
+  static_assert(kEpiBytes <= kSmemBytes, "epilogue staging must fit in the pipeline's shared memory");
 };
 
 // Threadblock rasterization: linear tile id -> (tile_m, tile_n). GROUP_M <= 1 is row-major order;
@@ -339,25 +393,107 @@ __device__ __forceinline__ void store_pair(TOut* __restrict__ C, int M, int N, i
   }
 }
 
-}  // namespace ktune_gemm_detail
 
-// REQUIRES (checked by the manifest's constraints, not here): the contiguous dimension of A and
-// of B is a multiple of 8 elements and both are 16-byte aligned; C is 8-byte aligned.
-// grid = (ceil(M/BLOCK_M) * ceil(N/BLOCK_N), 1, SPLIT_K), block = WARPS_M*WARPS_N*32 threads,
-// dynamic smem = GemmConfig::kSmemBytes. With SPLIT_K > 1, `workspace` holds SPLIT_K*M*N floats
-// and `tile_counters` one zeroed int per tile (left zeroed); with SPLIT_K == 1 neither is touched.
+// Stores four adjacent outputs (row, col..col+3) of C = alpha*v + beta*C, masked at the right edge.
+// vec_ok: N % 4 == 0, so a full group is aligned for one 8-byte (16-bit types) or 16-byte store.
+template <typename TOut>
+__device__ __forceinline__ void store4(TOut* __restrict__ C, int M, int N, int row, int col, float4 v,
+                                       float alpha, float beta, bool vec_ok) {
+  if (row >= M || col >= N) return;
+  TOut* p = C + static_cast<long long>(row) * N + col;
+  float x[4] = {v.x * alpha, v.y * alpha, v.z * alpha, v.w * alpha};
+  if (vec_ok && col + 3 < N) {
+    if constexpr (sizeof(TOut) == 4) {
+      float4* q = reinterpret_cast<float4*>(p);
+      if (beta != 0.0f) {
+        const float4 o = *q;
+        x[0] += beta * o.x;
+        x[1] += beta * o.y;
+        x[2] += beta * o.z;
+        x[3] += beta * o.w;
+      }
+      *q = make_float4(x[0], x[1], x[2], x[3]);
+    } else {
+      uint2* q = reinterpret_cast<uint2*>(p);
+      if (beta != 0.0f) {
+        const uint2 o = *q;
+        float o0, o1, o2, o3;
+        ktune_dev::unpack2<TOut>(o.x, o0, o1);
+        ktune_dev::unpack2<TOut>(o.y, o2, o3);
+        x[0] += beta * o0;
+        x[1] += beta * o1;
+        x[2] += beta * o2;
+        x[3] += beta * o3;
+      }
+      *q = make_uint2(ktune_dev::pack2<TOut>(x[0], x[1]), ktune_dev::pack2<TOut>(x[2], x[3]));
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (col + e < N) {
+        float y = x[e];
+        if (beta != 0.0f) y += beta * ktune_dev::to_float(p[e]);
+        p[e] = ktune_dev::from_float<TOut>(y);
+      }
+    }
+  }
+}
+
+// Epilogue walk: stages each (mi, h) slice of a warp's accumulators in shared memory (`stage`, the
+// warp's kEpiWarpFloats floats) and calls f(row, col, 4 values) for every 4-column piece of the
+// warp tile, rows wrow0.. and columns wcol0.. of C. (A function, not a generic lambda: NVRTC
+// treats a generic lambda's call operator as host code.)
+template <typename Cfg, int MI, int NI, typename F>
+__device__ __forceinline__ void for_epilogue_pieces(const float (&acc)[MI][NI][4], float* stage, int lane,
+                                                    int wrow0, int wcol0, F&& f) {
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+        *reinterpret_cast<float2*>(stage + Cfg::epi_write(lane, ni)) =
+            make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+      __syncwarp();
+#pragma unroll
+      for (int it = 0; it < Cfg::kEpiIters; ++it) {
+        int r, c;
+        Cfg::epi_read(lane, it, r, c);
+        const float4 v = *reinterpret_cast<const float4*>(stage + r * Cfg::kEpiStride + c);
+        f(wrow0 + mi * 16 + h * 8 + r, wcol0 + c, v);
+      }
+      __syncwarp();
+    }
+  }
+}
+
+// Implementation choices that are not tuning parameters, measured on the H200 (bench/NOTES.md).
+constexpr int kL2Prefetch = 128;         // cp.async L2 prefetch hint: 0, 128 or 256 bytes
+constexpr bool kStagedEpilogue = true;   // C written through shared memory
+
+// The kernel body. L2_PREFETCH: cp.async L2 prefetch hint (0, 128, 256). STAGED_EPILOGUE: write C
+// through shared memory (row-contiguous 4-element stores) instead of straight from the
+// accumulators (2-element stores). FRAG_MODE: 0 or 1 = the next k16 step's A and B fragments are
+// loaded while this step computes (2 * (4*MI + 2*NI) registers); 2 = A double-buffered, B loaded
+// half a warp tile ahead (2*4*MI + 2*NI registers; measured slower than 1 on 64x64 warp tiles).
+// ktune_gemm fixes these (measurements in bench/NOTES.md); the bench harness
+// (bench/kernel_check/gemm_check.cu) instantiates other choices to compare them.
 template <typename TIn, typename TOut, int A_ROW, int B_ROW, int BLOCK_M, int BLOCK_N, int BLOCK_K,
-          int WARPS_M, int WARPS_N, int STAGES, int GROUP_M, int SWIZZLE, int SPLIT_K>
-__global__ void __launch_bounds__(WARPS_M* WARPS_N * 32)
-    ktune_gemm(const TIn* __restrict__ A, const TIn* __restrict__ B, TOut* __restrict__ C,
-               float* __restrict__ workspace, int* __restrict__ tile_counters, int M, int N, int K,
-               float alpha, float beta) {
-  using namespace ktune_gemm_detail;
+          int WARPS_M, int WARPS_N, int STAGES, int GROUP_M, int SWIZZLE, int SPLIT_K,
+          int L2_PREFETCH, bool STAGED_EPILOGUE, int FRAG_MODE>
+__device__ __forceinline__ void gemm_body(const TIn* __restrict__ A, const TIn* __restrict__ B,
+                                          TOut* __restrict__ C, float* __restrict__ workspace,
+                                          int* __restrict__ tile_counters, int M, int N, int K,
+                                          float alpha, float beta) {
   using Cfg = GemmConfig<A_ROW, B_ROW, BLOCK_M, BLOCK_N, BLOCK_K, WARPS_M, WARPS_N, STAGES, SWIZZLE>;
   static_assert(sizeof(TIn) == 2, "inputs are 16-bit");
   constexpr int MI = Cfg::kMI, NI = Cfg::kNI, KK = Cfg::kKK;
+  constexpr int HALVES = FRAG_MODE == 2 ? 2 : 1;
+  static_assert(HALVES == 1 || NI % 4 == 0, "B halves need an even number of n16 pairs");
+  constexpr int NB = NI / HALVES;  // n8 tiles per B fragment buffer
   constexpr int kABytes = Cfg::LayoutA::kBytes;
   constexpr int kStageBytes = Cfg::kStageBytes;
+  constexpr int kCopyParts = (STAGES == 2 && KK >= 4) ? KK / 2 : KK;
 
   extern __shared__ __align__(128) unsigned char ktune_gemm_smem[];
 
@@ -401,24 +537,40 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32)
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
   unsigned af[2][MI][4];
-  unsigned bf[2][NI][2];
+  unsigned bf[2][NB][2];
 
-  // Loads the A and B fragments of k16 step kk from the stage at smem address `stage`.
-  auto load_frags = [&](unsigned stage, int kk, unsigned (&a)[MI][4], unsigned (&b)[NI][2]) {
+  // A fragments of k16 step kk from the stage at smem address `stage`.
+  auto load_a = [&](unsigned stage, int kk, unsigned (&a)[MI][4]) {
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
       const unsigned addr = stage + a_base[A_ROW ? kk : mi] + Cfg::a_const(mi, kk);
       if (A_ROW) ldsm_x4(addr, a[mi]); else ldsm_x4_trans(addr, a[mi]);
     }
+  };
+  // B fragments of k16 step kk, n16 pairs p0 .. p0 + NB/2 - 1.
+  auto load_b = [&](unsigned stage, int kk, int p0, unsigned (&b)[NB][2]) {
 #pragma unroll
-    for (int p = 0; p < NI / 2; ++p) {
+    for (int q = 0; q < NB / 2; ++q) {
+      const int p = p0 + q;
       const unsigned addr = stage + b_base[B_ROW ? p : kk] + Cfg::b_const(p, kk);
       unsigned r[4];
       if (B_ROW) ldsm_x4_trans(addr, r); else ldsm_x4(addr, r);
-      b[2 * p][0] = r[0];
-      b[2 * p][1] = r[1];
-      b[2 * p + 1][0] = r[2];
-      b[2 * p + 1][1] = r[3];
+      b[2 * q][0] = r[0];
+      b[2 * q][1] = r[1];
+      b[2 * q + 1][0] = r[2];
+      b[2 * q + 1][1] = r[3];
+    }
+  };
+  // MMAs of A fragments `a` with B fragments `b` (n8 tiles n_first .. n_first + NB - 1).
+  // Serpentine n order reuses B registers between consecutive m rows.
+  auto mma_all = [&](const unsigned (&a)[MI][4], const unsigned (&b)[NB][2], int n_first) {
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+      for (int nj = 0; nj < NB; ++nj) {
+        const int ni = (mi & 1) ? NB - 1 - nj : nj;
+        Mma<TIn>::run(acc[mi][n_first + ni], a[mi], b[ni][0], b[ni][1]);
+      }
     }
   };
 
@@ -429,8 +581,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32)
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < kt_count) {
-      copy_a.copy(smem0 + s * kStageBytes, 0, 1);
-      copy_b.copy(smem0 + s * kStageBytes + kABytes, 0, 1);
+      copy_a.template copy<L2_PREFETCH>(smem0 + s * kStageBytes, 0, 1);
+      copy_b.template copy<L2_PREFETCH>(smem0 + s * kStageBytes + kABytes, 0, 1);
       copy_a.advance();
       copy_b.advance();
     }
@@ -441,17 +593,24 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32)
 
   unsigned rd = smem0;       // stage holding k-tile kt
   unsigned wr = smem_last;   // stage receiving k-tile kt + STAGES - 1
-  load_frags(rd, 0, af[0], bf[0]);
+  load_a(rd, 0, af[0]);
+  load_b(rd, 0, 0, bf[0]);
 
   // ---- main loop ----
   for (int kt = 0; kt < kt_count; ++kt) {
     const bool fetch = kt + STAGES - 1 < kt_count;
 #pragma unroll
     for (int kk = 0; kk < KK; ++kk) {
-      // Spread this k-tile's copies over the k16 steps.
-      if (fetch) {
-        copy_a.copy(wr, kk, KK);
-        copy_b.copy(wr + kABytes, kk, KK);
+      // Spread this k-tile's copies over the k16 steps (with two stages, over the first half only:
+      // the barrier at the end of this k-tile waits for them).
+      if (fetch && kk < kCopyParts) {
+        copy_a.template copy<L2_PREFETCH>(wr, kk, kCopyParts);
+        copy_b.template copy<L2_PREFETCH>(wr + kABytes, kk, kCopyParts);
+      }
+      if constexpr (HALVES == 2) {
+        // Second half of this step's B while the first half computes.
+        load_b(rd, kk, NI / 4, bf[1]);
+        mma_all(af[kk & 1], bf[0], 0);
       }
       if (kk == KK - 1) {
         if (fetch) {
@@ -467,57 +626,86 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32)
         wr = (wr == smem_last) ? smem0 : wr + kStageBytes;
       }
       // Fragments for the next k16 step (of the next k-tile after the last step) ...
-      load_frags(rd, (kk + 1) % KK, af[(kk + 1) & 1], bf[(kk + 1) & 1]);
-      // ... while the tensor cores work on this one. Serpentine n order reuses B registers.
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-#pragma unroll
-        for (int nj = 0; nj < NI; ++nj) {
-          const int ni = (mi & 1) ? NI - 1 - nj : nj;
-          Mma<TIn>::run(acc[mi][ni], af[kk & 1][mi], bf[kk & 1][ni][0], bf[kk & 1][ni][1]);
-        }
+      if constexpr (HALVES == 2) {
+        load_a(rd, (kk + 1) % KK, af[(kk + 1) & 1]);
+        load_b(rd, (kk + 1) % KK, 0, bf[0]);
+        // ... while the tensor cores work on this step's second half.
+        mma_all(af[kk & 1], bf[1], NI / 2);
+      } else {
+        load_a(rd, (kk + 1) % KK, af[(kk + 1) & 1]);
+        load_b(rd, (kk + 1) % KK, 0, bf[(kk + 1) & 1]);
+        // ... while the tensor cores work on this one.
+        mma_all(af[kk & 1], bf[kk & 1], 0);
       }
     }
   }
   cp_async_wait<0>();
 
-  // ---- epilogue ----
-  const int row_base = m0 + warp_m * Cfg::kWarpM + (lane >> 2);
-  const int col_base = n0 + warp_n * Cfg::kWarpN + (lane & 3) * 2;
-  const bool vec_ok = (N & 1) == 0;
+  const bool vec4_ok = (N & 3) == 0;
 
-  if constexpr (SPLIT_K > 1) {
-    const long long mn = static_cast<long long>(M) * N;
-    float* part = workspace + static_cast<long long>(blockIdx.z) * mn;
+  if constexpr (STAGED_EPILOGUE) {
+    // ---- epilogue through shared memory ----
+    __syncthreads();  // every warp is done reading the pipeline stages
+    float* stage = reinterpret_cast<float*>(ktune_gemm_smem) + warp * Cfg::kEpiWarpFloats;
+    const int wrow0 = m0 + warp_m * Cfg::kWarpM;
+    const int wcol0 = n0 + warp_n * Cfg::kWarpN;
+    if constexpr (SPLIT_K > 1) {
+      const long long mn = static_cast<long long>(M) * N;
+      float* part = workspace + static_cast<long long>(blockIdx.z) * mn;
+      for_epilogue_pieces<Cfg>(acc, stage, lane, wrow0, wcol0, [&](int row, int col, float4 v) {
+        if (row >= M || col >= N) return;
+        float* p = part + static_cast<long long>(row) * N + col;
+        if (vec4_ok && col + 3 < N) {
+          *reinterpret_cast<float4*>(p) = v;
+        } else {
+          const float x[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row_base + mi * 16 + h * 8;
-          const int col = col_base + ni * 8;
-          if (row < M && col < N) {
-            float* p = part + static_cast<long long>(row) * N + col;
-            if (vec_ok && col + 1 < N) {
-              *reinterpret_cast<float2*>(p) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
-            } else {
-              p[0] = acc[mi][ni][2 * h];
-              if (col + 1 < N) p[1] = acc[mi][ni][2 * h + 1];
-            }
+          for (int e = 0; e < 4; ++e)
+            if (col + e < N) p[e] = x[e];
+        }
+      });
+      __threadfence();  // partial visible device-wide before this block takes its ticket
+      __syncthreads();
+      int ticket = 0;
+      if (tid == 0) ticket = atomicAdd(&tile_counters[blockIdx.x], 1);
+      const int last = __syncthreads_or(tid == 0 && ticket == SPLIT_K - 1);
+      if (!last) return;
+      __threadfence();
+      for_epilogue_pieces<Cfg>(acc, stage, lane, wrow0, wcol0, [&](int row, int col, float4 v) {
+        if (row >= M || col >= N) return;
+        const long long off = static_cast<long long>(row) * N + col;
+        const bool vec = vec4_ok && col + 3 < N;
+#pragma unroll 1
+        for (int z = 0; z < SPLIT_K; ++z) {
+          if (z == static_cast<int>(blockIdx.z)) continue;
+          const float* p = workspace + static_cast<long long>(z) * mn + off;
+          if (vec) {
+            const float4 o = ld_cg4(p);
+            v.x += o.x;
+            v.y += o.y;
+            v.z += o.z;
+            v.w += o.w;
+          } else {
+            v.x += ld_cg(p);
+            if (col + 1 < N) v.y += ld_cg(p + 1);
+            if (col + 2 < N) v.z += ld_cg(p + 2);
+            if (col + 3 < N) v.w += ld_cg(p + 3);
           }
         }
-    __threadfence();  // partial visible device-wide before this block takes its ticket
-    __syncthreads();
-    int ticket = 0;
-    if (tid == 0) ticket = atomicAdd(&tile_counters[blockIdx.x], 1);
-    const int last = __syncthreads_or(tid == 0 && ticket == SPLIT_K - 1);
-    if (!last) return;
-    __threadfence();
-#pragma unroll 1
-    for (int z = 0; z < SPLIT_K; ++z) {
-      if (z == static_cast<int>(blockIdx.z)) continue;
-      const float* other = workspace + static_cast<long long>(z) * mn;
+        store4<TOut>(C, M, N, row, col, v, alpha, beta, vec4_ok);
+      });
+      if (tid == 0) tile_counters[blockIdx.x] = 0;  // self-cleaning: ready for the next launch
+    } else {
+      for_epilogue_pieces<Cfg>(acc, stage, lane, wrow0, wcol0, [&](int row, int col, float4 v) { store4<TOut>(C, M, N, row, col, v, alpha, beta, vec4_ok); });
+    }
+  } else {
+    // ---- epilogue straight from the accumulators (2-element stores) ----
+    const int row_base = m0 + warp_m * Cfg::kWarpM + (lane >> 2);
+    const int col_base = n0 + warp_n * Cfg::kWarpN + (lane & 3) * 2;
+    const bool vec_ok = (N & 1) == 0;
+    if constexpr (SPLIT_K > 1) {
+      const long long mn = static_cast<long long>(M) * N;
+      float* part = workspace + static_cast<long long>(blockIdx.z) * mn;
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
@@ -527,30 +715,80 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32)
             const int row = row_base + mi * 16 + h * 8;
             const int col = col_base + ni * 8;
             if (row < M && col < N) {
-              const float* p = other + static_cast<long long>(row) * N + col;
+              float* p = part + static_cast<long long>(row) * N + col;
               if (vec_ok && col + 1 < N) {
-                float x, y;
-                ld_cg2(p, x, y);
-                acc[mi][ni][2 * h] += x;
-                acc[mi][ni][2 * h + 1] += y;
+                *reinterpret_cast<float2*>(p) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
               } else {
-                acc[mi][ni][2 * h] += ld_cg(p);
-                if (col + 1 < N) acc[mi][ni][2 * h + 1] += ld_cg(p + 1);
+                p[0] = acc[mi][ni][2 * h];
+                if (col + 1 < N) p[1] = acc[mi][ni][2 * h + 1];
               }
             }
           }
+      __threadfence();
+      __syncthreads();
+      int ticket = 0;
+      if (tid == 0) ticket = atomicAdd(&tile_counters[blockIdx.x], 1);
+      const int last = __syncthreads_or(tid == 0 && ticket == SPLIT_K - 1);
+      if (!last) return;
+      __threadfence();
+#pragma unroll 1
+      for (int z = 0; z < SPLIT_K; ++z) {
+        if (z == static_cast<int>(blockIdx.z)) continue;
+        const float* other = workspace + static_cast<long long>(z) * mn;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int row = row_base + mi * 16 + h * 8;
+              const int col = col_base + ni * 8;
+              if (row < M && col < N) {
+                const float* p = other + static_cast<long long>(row) * N + col;
+                if (vec_ok && col + 1 < N) {
+                  float x, y;
+                  ld_cg2(p, x, y);
+                  acc[mi][ni][2 * h] += x;
+                  acc[mi][ni][2 * h + 1] += y;
+                } else {
+                  acc[mi][ni][2 * h] += ld_cg(p);
+                  if (col + 1 < N) acc[mi][ni][2 * h + 1] += ld_cg(p + 1);
+                }
+              }
+            }
+      }
+      if (tid == 0) tile_counters[blockIdx.x] = 0;
     }
-    if (tid == 0) tile_counters[blockIdx.x] = 0;  // self-cleaning: ready for the next launch
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          store_pair<TOut>(C, M, N, row_base + mi * 16 + h * 8, col_base + ni * 8,
+                           acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], alpha, beta, vec_ok);
   }
+}
 
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        store_pair<TOut>(C, M, N, row_base + mi * 16 + h * 8, col_base + ni * 8,
-                         acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], alpha, beta, vec_ok);
+}  // namespace ktune_gemm_detail
+
+// REQUIRES (checked by the manifest's constraints, not here): the contiguous dimension of A and
+// of B is a multiple of 8 elements and both are 16-byte aligned; C is 16-byte aligned.
+// grid = (ceil(M/BLOCK_M) * ceil(N/BLOCK_N), 1, SPLIT_K), block = WARPS_M*WARPS_N*32 threads,
+// dynamic smem = GemmConfig::kSmemBytes. With SPLIT_K > 1, `workspace` holds SPLIT_K*M*N floats
+// and `tile_counters` one zeroed int per tile (left zeroed); with SPLIT_K == 1 neither is touched.
+// The explicit minimum of 1 block per SM in __launch_bounds__ lets ptxas use up to 255 registers
+// for small blocks (without it, 64-thread configs were capped near 168 and spilled).
+template <typename TIn, typename TOut, int A_ROW, int B_ROW, int BLOCK_M, int BLOCK_N, int BLOCK_K,
+          int WARPS_M, int WARPS_N, int STAGES, int GROUP_M, int SWIZZLE, int SPLIT_K>
+__global__ void __launch_bounds__(WARPS_M * WARPS_N * 32, 1)
+    ktune_gemm(const TIn* __restrict__ A, const TIn* __restrict__ B, TOut* __restrict__ C,
+               float* __restrict__ workspace, int* __restrict__ tile_counters, int M, int N, int K,
+               float alpha, float beta) {
+  ktune_gemm_detail::gemm_body<TIn, TOut, A_ROW, B_ROW, BLOCK_M, BLOCK_N, BLOCK_K, WARPS_M, WARPS_N,
+                               STAGES, GROUP_M, SWIZZLE, SPLIT_K, ktune_gemm_detail::kL2Prefetch,
+                               ktune_gemm_detail::kStagedEpilogue, 0>(A, B, C, workspace, tile_counters, M,
+                                                              N, K, alpha, beta);
 }
 
 #endif  // KTUNE_GEMM_CUH_
