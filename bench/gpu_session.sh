@@ -31,7 +31,7 @@ for s in "$@"; do
     gemm-suite) TAIL=14 step gemm-suite 420 .gpu/ktune-bench --suite gemm --strategy model \
         --budget "${BUDGET_GEMM:-100}" --target-ms 30 --data-dir "$STATE" --out "$OUT/gemm-h200.json" ;;
     sweep) TAIL=8 step sweep 420 .gpu/ktune-bench --strategy exhaustive --budget 0 --target-ms 10 --finalists 1 \
-        ${SWEEP_PROBLEMS:---problem gemm:bf16:rc:M=16,N=4096,K=4096 --problem gemm:bf16:rc:M=1024,N=1024,K=1024} \
+        ${SWEEP_PROBLEMS:---problem gemm:bf16:rc:M=16,N=4096,K=4096 --problem gemm:bf16:rc:M=16,N=14336,K=4096} \
         --record "$OUT/h200_gemm_sweep.json" --out "$OUT/sweep-h200.json" ;;
     warm) TAIL=6 step warm 300 .gpu/ktune-bench --problem gemm:bf16:rc:M=4096,N=4096,K=4096 --strategy model \
         --budget "${BUDGET_WARM:-100}" --target-ms 30 --data-dir /tmp/ktune-warm --warm-repeat --out "$OUT/warm-h200.json" ;;

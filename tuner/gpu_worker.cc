@@ -613,15 +613,18 @@ WorkerJson GpuWorker::trial(const WorkerFrame& req) {
   }
   result.timing = timing;
   result.telemetry = telemetry();
-  // Keep the module for interleaved re-timing of finalists.
-  if (m_loaded.size() >= k_max_loaded) {
-    m_d.cuModuleUnload(m_loaded.begin()->second.module);
-    m_loaded.erase(m_loaded.begin());
-  }
+  // Keep the module for interleaved re-timing of finalists; evict the least recently used.
   if (auto it = m_loaded.find(t.id); it != m_loaded.end()) {
     m_d.cuModuleUnload(it->second.module);
     m_loaded.erase(it);
   }
+  if (m_loaded.size() >= k_max_loaded) {
+    auto oldest = std::min_element(m_loaded.begin(), m_loaded.end(),
+                                   [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; });
+    m_d.cuModuleUnload(oldest->second.module);
+    m_loaded.erase(oldest);
+  }
+  loaded.last_used = ++m_use_clock;
   m_loaded.emplace(t.id, loaded);
   return reply();
 }
@@ -648,6 +651,7 @@ WorkerJson GpuWorker::retime(const WorkerJson& req) {
         id = ids[i];
         auto it = m_loaded.find(id);
         if (it == m_loaded.end()) return error_reply("retime: trial " + std::to_string(id) + " is not loaded");
+        it->second.last_used = ++m_use_clock;
         const Loaded& l = it->second;
         m = measure([&](int set) { return launch_kernel(l.function, l.request.launch, l.request.args, set); }, o);
       }

@@ -40,6 +40,7 @@ class GpuWorker {
     CUmodule module = nullptr;
     CUfunction function = nullptr;
     TrialRequest request;
+    std::uint64_t last_used = 0;  // for least-recently-used eviction
   };
   using LaunchFn = std::function<CUresult(int set)>;
 
@@ -92,6 +93,7 @@ class GpuWorker {
   // Reference outputs: [verify-set index][buffer name] -> device copy.
   std::map<int, std::map<std::string, CUdeviceptr>> m_refs;
   std::map<std::uint64_t, Loaded> m_loaded;
+  std::uint64_t m_use_clock = 0;
 
   struct Cublas;
   std::unique_ptr<Cublas> m_cublas;
