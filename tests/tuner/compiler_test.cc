@@ -88,6 +88,7 @@ TEST(CompilerTest, BuiltinTemplatesCompileASampleForSm80AndSm90) {
   for (const auto& t : reg.all()) {
     for (const char* arch : {"sm_80", "sm_90"}) {
       const auto limits = *DeviceLimits::for_arch(arch);
+      if (t->manifest.min_cc > limits.cc || (t->manifest.max_cc && t->manifest.max_cc < limits.cc)) continue;
       Problem p{t->manifest.op, t->manifest.dtypes.front(), t->manifest.dtypes.front(),
                 t->manifest.layouts.rbegin()->first, {}};
       for (const auto& d : t->manifest.dims) p.dims.emplace_back(d, d == "n" ? 1 << 24 : 4096);
@@ -111,7 +112,7 @@ TEST(CompilerTest, BuiltinTemplatesCompileASampleForSm80AndSm90) {
       compiled += results.size();
     }
   }
-  EXPECT_GE(compiled, 6u * 2 * 20);
+  EXPECT_GE(compiled, 6u * 2 * 20);  // the six built-ins on both arches, at least
 }
 
 }  // namespace
