@@ -32,7 +32,13 @@ class DispatcherTest : public ::testing::Test {
         c.template_hash = gemm_hash();
         c.params = *heuristic_config(*m_templates.find("gemm"), w.problem, DeviceLimits{});
       }
-      w.ranked[1].params["STAGES"] = w.ranked[0].params["STAGES"] == 3 ? 4 : 3;
+      // The runner-up: another valid config of the same space.
+      auto space = SearchSpace::build(*m_templates.find("gemm"), w.problem, DeviceLimits{});
+      for (const auto& p : space->configs())
+        if (p != w.ranked[0].params) {
+          w.ranked[1].params = p;
+          break;
+        }
       w.validators.nvrtc = "13.0";
       EXPECT_TRUE(put_winner(m_store, w));
     }
