@@ -67,7 +67,11 @@ int main(int argc, char** argv) {
   const KernelTemplate* t = reg.find(template_name);
   if (!t) return std::fprintf(stderr, "no template %s\n", template_name.c_str()), 1;
   const auto limits = *DeviceLimits::for_arch(arch.substr(0, 5));
-  Problem p{t->manifest.op, t->manifest.dtypes.front(), t->manifest.dtypes.front(), t->manifest.default_layout, {}};
+  Problem p{t->manifest.op,
+            t->manifest.dtypes.front(),
+            t->manifest.dtypes.front(),
+            t->manifest.default_layout,
+            {}};
   for (const auto& d : t->manifest.dims) p.dims.emplace_back(d, d == "n" ? (1 << 26) : 4096);
   auto space = SearchSpace::build(*t, p, limits);
   if (!space) return std::fprintf(stderr, "%s\n", space.error().message.c_str()), 1;
@@ -75,7 +79,8 @@ int main(int argc, char** argv) {
   const auto& all = space->configs();
   configs = std::min(configs, all.size());
   for (size_t i = 0; i < configs; ++i)
-    reqs.push_back({t, instantiate(*t, p, limits, all[i * all.size() / configs])->name_expression, arch});
+    reqs.push_back(
+        {t, instantiate(*t, p, limits, all[i * all.size() / configs])->name_expression, arch});
 
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<Run> runs;
@@ -99,8 +104,9 @@ int main(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     r.median_compile_ms = ms[ms.size() / 2];
-    std::printf("%-22s threads %2u: %6.2f s wall, %7.1f kernels/s, median %.1f ms per kernel%s\n", name.c_str(),
-                threads, r.wall_s, r.kernels_per_s, r.median_compile_ms, r.failures ? " (FAILURES)" : "");
+    std::printf("%-22s threads %2u: %6.2f s wall, %7.1f kernels/s, median %.1f ms per kernel%s\n",
+                name.c_str(), threads, r.wall_s, r.kernels_per_s, r.median_compile_ms,
+                r.failures ? " (FAILURES)" : "");
     runs.push_back(r);
   };
   MemStore cold1, cold2;
@@ -111,21 +117,18 @@ int main(int argc, char** argv) {
 
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  Json doc = {{"benchmark", "compile"},
-              {"date", utc_now()},
-              {"host", host},
-              {"cpu", cpu_model()},
-              {"cores", cores},
-              {"nvrtc", Compiler::nvrtc_version()},
-              {"template", template_name},
-              {"template_hash", t->hash},
-              {"arch", arch},
-              {"problem", p.key()},
-              {"configs", configs},
-              {"runs", Json::array()}};
+  Json doc = {
+      {"benchmark", "compile"},    {"date", utc_now()},        {"host", host},
+      {"cpu", cpu_model()},        {"cores", cores},           {"nvrtc", Compiler::nvrtc_version()},
+      {"template", template_name}, {"template_hash", t->hash}, {"arch", arch},
+      {"problem", p.key()},        {"configs", configs},       {"runs", Json::array()}};
   for (const auto& r : runs)
-    doc["runs"].push_back({{"name", r.name}, {"threads", r.threads}, {"cache_hit", r.warm}, {"wall_s", r.wall_s},
-                           {"kernels_per_s", r.kernels_per_s}, {"median_ms_per_kernel", r.median_compile_ms},
+    doc["runs"].push_back({{"name", r.name},
+                           {"threads", r.threads},
+                           {"cache_hit", r.warm},
+                           {"wall_s", r.wall_s},
+                           {"kernels_per_s", r.kernels_per_s},
+                           {"median_ms_per_kernel", r.median_compile_ms},
                            {"failures", r.failures}});
   doc["cache"] = "RocksDB (cubins column family), as in ktuned";
   const std::string text = doc.dump(2) + "\n";
@@ -133,7 +136,8 @@ int main(int argc, char** argv) {
   std::error_code ec;
   std::filesystem::remove_all(cache_dir, ec);
   if (!out.empty()) {
-    if (auto ok = write_file_atomic(out, text); !ok) return std::fprintf(stderr, "%s\n", ok.error().message.c_str()), 1;
+    if (auto ok = write_file_atomic(out, text); !ok)
+      return std::fprintf(stderr, "%s\n", ok.error().message.c_str()), 1;
   }
   std::fputs(text.c_str(), stdout);
   int failures = 0;

@@ -28,8 +28,9 @@ Problem gemm(std::int64_t m, std::int64_t n, std::int64_t k) {
 
 std::vector<Problem> suite(const std::string& name) {
   if (name == "gemm")
-    return {gemm(8192, 8192, 8192),  gemm(4096, 4096, 4096),  gemm(1024, 1024, 1024),   gemm(4096, 14336, 4096),
-            gemm(4096, 4096, 14336), gemm(64, 14336, 4096),   gemm(16, 4096, 4096),     gemm(8192, 8192, 512)};
+    return {gemm(8192, 8192, 8192),  gemm(4096, 4096, 4096),  gemm(1024, 1024, 1024),
+            gemm(4096, 14336, 4096), gemm(4096, 4096, 14336), gemm(64, 14336, 4096),
+            gemm(16, 4096, 4096),    gemm(8192, 8192, 512)};
   if (name == "membound")
     return {Problem{"softmax", "bf16", "bf16", "", {{"rows", 32768}, {"cols", 4096}}},
             Problem{"layernorm", "bf16", "bf16", "", {{"rows", 32768}, {"cols", 4096}}},
@@ -37,7 +38,8 @@ std::vector<Problem> suite(const std::string& name) {
             Problem{"reduce_sum", "fp32", "fp32", "", {{"n", 100'000'000}}},
             Problem{"transpose", "fp32", "fp32", "", {{"rows", 16384}, {"cols", 16384}}}};
   if (name == "smoke")
-    return {gemm(1024, 1024, 1024), Problem{"softmax", "bf16", "bf16", "", {{"rows", 4096}, {"cols", 4096}}}};
+    return {gemm(1024, 1024, 1024),
+            Problem{"softmax", "bf16", "bf16", "", {{"rows", 4096}, {"cols", 4096}}}};
   return {};
 }
 
@@ -47,7 +49,8 @@ Result<Problem> parse_problem_arg(const std::string& s) {
   size_t start = 0;
   for (int i = 0; i < 3; ++i) {
     const size_t c = s.find(':', start);
-    if (c == std::string::npos) return fail(ErrorCode::invalid_argument, "expected op:dtype:layout:dims, got " + s);
+    if (c == std::string::npos)
+      return fail(ErrorCode::invalid_argument, "expected op:dtype:layout:dims, got " + s);
     f.push_back(s.substr(start, c - start));
     start = c + 1;
   }
@@ -68,9 +71,14 @@ std::string utc_now() {
 Json trial_json(const TrialRecord& t) {
   Json params = Json::object();
   for (const auto& [n, v] : t.params) params[n] = v;
-  return {{"template", t.template_name}, {"params", params}, {"outcome", std::string(to_string(t.outcome))},
-          {"median_us", t.median_us}, {"spread_pct", t.spread_pct}, {"ref_error", t.ref_error},
-          {"registers", t.registers}, {"compile_ms", t.compile_ms}};
+  return {{"template", t.template_name},
+          {"params", params},
+          {"outcome", std::string(to_string(t.outcome))},
+          {"median_us", t.median_us},
+          {"spread_pct", t.spread_pct},
+          {"ref_error", t.ref_error},
+          {"registers", t.registers},
+          {"compile_ms", t.compile_ms}};
 }
 
 }  // namespace
@@ -84,17 +92,23 @@ int main(int argc, char** argv) {
   CLI::App app{"ktune-bench: tune a suite and time each winner against its ceiling"};
   app.add_option("--suite", suite_name, "gemm | membound | smoke");
   app.add_option("--problem", problems, "op:dtype:layout:dims (repeatable)");
-  app.add_option("--strategy", strategy, "exhaustive | random | anneal | model")->capture_default_str();
-  app.add_option("--budget", budget, "trials per problem (0 = the whole space)")->capture_default_str();
+  app.add_option("--strategy", strategy, "exhaustive | random | anneal | model")
+      ->capture_default_str();
+  app.add_option("--budget", budget, "trials per problem (0 = the whole space)")
+      ->capture_default_str();
   app.add_option("--seconds", seconds, "wall-clock budget per problem (0 = none)");
   app.add_option("--target-ms", target_ms, "measured time per candidate")->capture_default_str();
-  app.add_option("--finalists", finalists, "re-timed interleaved at the end")->capture_default_str();
+  app.add_option("--finalists", finalists, "re-timed interleaved at the end")
+      ->capture_default_str();
   app.add_option("--device", device, "GPU ordinal")->capture_default_str();
-  app.add_option("--data-dir", data_dir, "RocksDB store (winners, trials, cubin cache); default: in memory");
+  app.add_option("--data-dir", data_dir,
+                 "RocksDB store (winners, trials, cubin cache); default: in memory");
   app.add_option("--out", out, "results JSON");
   app.add_option("--record", record, "also write every trial here (replay data)");
-  app.add_option("--export", export_table, "export every winner in the store as a table (JSON) here");
-  app.add_flag("--warm-repeat", warm_repeat, "tune each problem a second time with the cubin cache warm");
+  app.add_option("--export", export_table,
+                 "export every winner in the store as a table (JSON) here");
+  app.add_flag("--warm-repeat", warm_repeat,
+               "tune each problem a second time with the cubin cache warm");
   app.add_flag("-v,--verbose", verbose, "log failed trials");
   CLI11_PARSE(app, argc, argv);
   if (verbose) log_setup(LogLevel::debug, LogFormat::text);
@@ -127,12 +141,16 @@ int main(int argc, char** argv) {
               {"budget_trials", budget},
               {"compile_threads", t.compiler().threads()},
               {"results", Json::array()}};
-  Json recorded = {{"gpu", t.gpu().device_class.name}, {"device_class", t.gpu().device_class.id()},
-                   {"driver", t.context().driver}, {"nvrtc", t.context().nvrtc}, {"date", utc_now()},
-                   {"strategy", strategy}, {"problems", Json::array()}};
+  Json recorded = {{"gpu", t.gpu().device_class.name},
+                   {"device_class", t.gpu().device_class.id()},
+                   {"driver", t.context().driver},
+                   {"nvrtc", t.context().nvrtc},
+                   {"date", utc_now()},
+                   {"strategy", strategy},
+                   {"problems", Json::array()}};
   int failures = 0;
-  std::printf("%-44s %10s %9s %12s %9s %7s %8s %8s\n", "problem", "ktune_us", "TFLOP/s", "GB/s", "base_us", "ratio",
-              "trials", "tune_s");
+  std::printf("%-44s %10s %9s %12s %9s %7s %8s %8s\n", "problem", "ktune_us", "TFLOP/s", "GB/s",
+              "base_us", "ratio", "trials", "tune_s");
   for (const Problem& p : todo) {
     TuneRequest req;
     req.problem = p;
@@ -149,17 +167,32 @@ int main(int argc, char** argv) {
     }
     const WinnerRecord& w = tuned->winner;
     const RankedConfig& best = w.ranked.front();
-    Json row = {{"problem", p.key()}, {"template", best.template_name}, {"params", Json::object()},
-                {"median_us", best.median_us}, {"spread_pct", best.spread_pct}, {"tflops", best.tflops},
-                {"gbps", best.gbps}, {"ref_error", w.ref_error}, {"sm_clock_mhz", w.sm_clock_mhz},
-                {"mem_clock_mhz", w.mem_clock_mhz}, {"power_w", w.power_w}};
+    Json row = {{"problem", p.key()},
+                {"template", best.template_name},
+                {"params", Json::object()},
+                {"median_us", best.median_us},
+                {"spread_pct", best.spread_pct},
+                {"tflops", best.tflops},
+                {"gbps", best.gbps},
+                {"ref_error", w.ref_error},
+                {"sm_clock_mhz", w.sm_clock_mhz},
+                {"mem_clock_mhz", w.mem_clock_mhz},
+                {"power_w", w.power_w}};
     for (const auto& [n, v] : best.params) row["params"][n] = v;
     const auto& s = tuned->stats;
-    row["tuning"] = {{"candidates", s.candidates}, {"space_total", s.space_total}, {"trials", s.trials},
-                     {"compile_errors", s.compile_errors}, {"resource_errors", s.resource_errors},
-                     {"wrong_results", s.wrong_results}, {"crashes", s.crashes}, {"timeouts", s.timeouts},
-                     {"cache_hits", s.cache_hits}, {"compile_s", s.compile_s}, {"measure_s", s.measure_s},
-                     {"wall_s", s.wall_s}, {"respawns", s.respawns}};
+    row["tuning"] = {{"candidates", s.candidates},
+                     {"space_total", s.space_total},
+                     {"trials", s.trials},
+                     {"compile_errors", s.compile_errors},
+                     {"resource_errors", s.resource_errors},
+                     {"wrong_results", s.wrong_results},
+                     {"crashes", s.crashes},
+                     {"timeouts", s.timeouts},
+                     {"cache_hits", s.cache_hits},
+                     {"compile_s", s.compile_s},
+                     {"measure_s", s.measure_s},
+                     {"wall_s", s.wall_s},
+                     {"respawns", s.respawns}};
     // The ceiling, measured now in the same worker.
     TimingOptions timing;
     timing.target_ms = target_ms;
@@ -170,7 +203,9 @@ int main(int argc, char** argv) {
         double ours = 0;
         for (const auto& [id, tm] : *both) (id == ~0ull ? base_us : ours) = tm.median_us;
         const double flops = 2.0 * double(p.dim("M")) * double(p.dim("N")) * double(p.dim("K"));
-        row["interleaved"] = {{"ktune_us", ours}, {"cublas_us", base_us}, {"ktune_tflops", flops / (ours * 1e6)},
+        row["interleaved"] = {{"ktune_us", ours},
+                              {"cublas_us", base_us},
+                              {"ktune_tflops", flops / (ours * 1e6)},
                               {"cublas_tflops", flops / (base_us * 1e6)}};
         ratio = base_us / ours;  // > 1: ktune faster
         row["vs_cublas"] = ratio;
@@ -183,7 +218,8 @@ int main(int argc, char** argv) {
       if (copy) {
         base_us = copy->first.median_us;
         ratio = best.gbps / copy->second;
-        row["copy"] = {{"bytes", std::size_t(bytes)}, {"median_us", base_us}, {"gbps", copy->second}};
+        row["copy"] = {
+            {"bytes", std::size_t(bytes)}, {"median_us", base_us}, {"gbps", copy->second}};
         row["vs_copy"] = ratio;
       } else {
         row["baseline_error"] = copy.error().message;
@@ -191,11 +227,14 @@ int main(int argc, char** argv) {
     }
     if (warm_repeat) {
       auto again = t.tune(req);
-      if (again) row["tuning_warm"] = {{"wall_s", again->stats.wall_s}, {"cache_hits", again->stats.cache_hits},
-                                       {"trials", again->stats.trials}, {"compile_s", again->stats.compile_s}};
+      if (again)
+        row["tuning_warm"] = {{"wall_s", again->stats.wall_s},
+                              {"cache_hits", again->stats.cache_hits},
+                              {"trials", again->stats.trials},
+                              {"compile_s", again->stats.compile_s}};
     }
-    std::printf("%-44s %10.2f %9.1f %12.1f %9.2f %7.3f %8d %8.1f\n", p.key().c_str(), best.median_us, best.tflops,
-                best.gbps, base_us, ratio, s.trials, s.wall_s);
+    std::printf("%-44s %10.2f %9.1f %12.1f %9.2f %7.3f %8d %8.1f\n", p.key().c_str(),
+                best.median_us, best.tflops, best.gbps, base_us, ratio, s.trials, s.wall_s);
     std::fflush(stdout);
     doc["results"].push_back(row);
     if (!record.empty()) {

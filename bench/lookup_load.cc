@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Conn {
   int fd = -1;
-  std::string out;      // unsent bytes of the current batch
+  std::string out;  // unsent bytes of the current batch
   size_t replies_due = 0;
   int newlines = 0;  // seen of the current reply
   size_t scan_from = 0;
@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   CLI::App app{"ktune-lookup-load: concurrent lookups against ktuned"};
   app.add_option("--socket", socket_path, "ktuned's Unix socket")->required();
   app.add_option("--clients", clients, "concurrent connections")->capture_default_str();
-  app.add_option("--pipeline", pipeline, "requests in flight per connection")->capture_default_str();
+  app.add_option("--pipeline", pipeline, "requests in flight per connection")
+      ->capture_default_str();
   app.add_option("--seconds", seconds, "measured duration")->capture_default_str();
   app.add_option("--warmup", warmup, "unmeasured seconds first")->capture_default_str();
   app.add_option("--request", request, "request line (default: an exact gemm lookup)");
@@ -65,7 +66,8 @@ int main(int argc, char** argv) {
   app.add_flag("--redis", redis, "speak RESP: GET key:000000000000 (value set beforehand)");
   CLI11_PARSE(app, argc, argv);
   if (request.empty())
-    request = R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":4096,"N":4096,"K":4096}}})";
+    request =
+        R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":4096,"N":4096,"K":4096}}})";
   request += "\n";
   // A reply is one line for ktune; a RESP bulk string ("$3\r\nxyz\r\n") is two.
   const int newlines_per_reply = redis ? 2 : 1;
@@ -129,7 +131,8 @@ int main(int argc, char** argv) {
         if (c.replies_due == 0) {
           const auto done = Clock::now();
           if (measuring) {
-            const double us = std::chrono::duration<double, std::micro>(done - c.batch_start).count();
+            const double us =
+                std::chrono::duration<double, std::micro>(done - c.batch_start).count();
             for (int i = 0; i < pipeline; ++i) latencies_us.push_back(us);
             completed += std::uint64_t(pipeline);
           }
@@ -143,17 +146,20 @@ int main(int argc, char** argv) {
   std::sort(latencies_us.begin(), latencies_us.end());
   auto pct = [&](double p) {
     if (latencies_us.empty()) return 0.0;
-    return latencies_us[std::min(latencies_us.size() - 1, size_t(p / 100.0 * double(latencies_us.size())))];
+    return latencies_us[std::min(latencies_us.size() - 1,
+                                 size_t(p / 100.0 * double(latencies_us.size())))];
   };
   const double rps = double(completed) / seconds;
   if (json) {
-    std::printf("{\"clients\":%d,\"pipeline\":%d,\"seconds\":%.1f,\"requests\":%lu,\"errors\":%lu,\"rps\":%.0f,"
-                "\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f}\n",
-                clients, pipeline, seconds, (unsigned long)completed, (unsigned long)errors, rps, pct(50), pct(99),
-                latencies_us.empty() ? 0.0 : latencies_us.back());
+    std::printf(
+        "{\"clients\":%d,\"pipeline\":%d,\"seconds\":%.1f,\"requests\":%lu,\"errors\":%lu,\"rps\":%"
+        ".0f,"
+        "\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f}\n",
+        clients, pipeline, seconds, (unsigned long)completed, (unsigned long)errors, rps, pct(50),
+        pct(99), latencies_us.empty() ? 0.0 : latencies_us.back());
   } else {
-    std::printf("clients %d pipeline %d: %.0f lookups/s, p50 %.1f us, p99 %.1f us, errors %lu\n", clients, pipeline,
-                rps, pct(50), pct(99), (unsigned long)errors);
+    std::printf("clients %d pipeline %d: %.0f lookups/s, p50 %.1f us, p99 %.1f us, errors %lu\n",
+                clients, pipeline, rps, pct(50), pct(99), (unsigned long)errors);
   }
   return errors ? 1 : 0;
 }

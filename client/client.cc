@@ -22,7 +22,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int remaining_ms(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return left > 0 ? int(left) : 0;
 }
 
@@ -41,15 +42,19 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
 
 std::string Client::default_socket_path() {
   if (const char* s = std::getenv("KTUNE_SOCKET"); s && *s) return s;
-  if (const char* r = std::getenv("XDG_RUNTIME_DIR"); r && *r) return std::string(r) + "/ktune/ktuned.sock";
+  if (const char* r = std::getenv("XDG_RUNTIME_DIR"); r && *r)
+    return std::string(r) + "/ktune/ktuned.sock";
   return "/tmp/ktune-" + std::to_string(::getuid()) + "/ktuned.sock";
 }
 
 Client::Client(ClientOptions options) : m_options(std::move(options)) {
-  if (m_options.socket_path.empty() && m_options.tcp_address.empty()) m_options.socket_path = default_socket_path();
+  if (m_options.socket_path.empty() && m_options.tcp_address.empty())
+    m_options.socket_path = default_socket_path();
 }
 
-Client::~Client() { disconnect_locked(); }
+Client::~Client() {
+  disconnect_locked();
+}
 
 void Client::disconnect_locked() {
   if (m_fd >= 0) ::close(m_fd);
@@ -75,16 +80,21 @@ protocol::Expected<void> Client::connect_locked() {
       if (fd >= 0) ::close(fd);
       return protocol::error(ErrorKind::connection_failed,
                              "cannot connect to ktuned at " + where + ": " + reason +
-                                 (errno == ENOENT || errno == ECONNREFUSED ? " (is ktuned running? start it with `ktuned`)" : ""));
+                                 (errno == ENOENT || errno == ECONNREFUSED
+                                      ? " (is ktuned running? start it with `ktuned`)"
+                                      : ""));
     }
   } else {
     where = m_options.tcp_address;
     const auto colon = where.rfind(':');
-    if (colon == std::string::npos) return protocol::error(ErrorKind::connection_failed, "expected host:port, got " + where);
+    if (colon == std::string::npos)
+      return protocol::error(ErrorKind::connection_failed, "expected host:port, got " + where);
     addrinfo hints{}, *res = nullptr;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
-    if (::getaddrinfo(where.substr(0, colon).c_str(), where.substr(colon + 1).c_str(), &hints, &res) != 0 || !res)
+    if (::getaddrinfo(where.substr(0, colon).c_str(), where.substr(colon + 1).c_str(), &hints,
+                      &res) != 0 ||
+        !res)
       return protocol::error(ErrorKind::connection_failed, "cannot resolve " + where);
     fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
@@ -99,7 +109,8 @@ protocol::Expected<void> Client::connect_locked() {
     if (rc != 0) {
       const std::string reason = std::strerror(errno);
       if (fd >= 0) ::close(fd);
-      return protocol::error(ErrorKind::connection_failed, "cannot connect to ktuned at " + where + ": " + reason);
+      return protocol::error(ErrorKind::connection_failed,
+                             "cannot connect to ktuned at " + where + ": " + reason);
     }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -113,15 +124,18 @@ protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line
   // Send everything.
   size_t sent = 0;
   while (sent < line.size()) {
-    const ssize_t n = ::send(m_fd, line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        ::send(m_fd, line.data() + sent, line.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       sent += size_t(n);
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_for(m_fd, POLLOUT, deadline)) return protocol::error(ErrorKind::timeout, "timed out sending to ktuned");
+      if (!wait_for(m_fd, POLLOUT, deadline))
+        return protocol::error(ErrorKind::timeout, "timed out sending to ktuned");
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else {
-      return protocol::error(ErrorKind::connection_failed, std::string("send to ktuned failed: ") + std::strerror(errno));
+      return protocol::error(ErrorKind::connection_failed,
+                             std::string("send to ktuned failed: ") + std::strerror(errno));
     }
   }
   // Read up to the reply's newline.
@@ -139,10 +153,12 @@ protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line
       return protocol::error(ErrorKind::connection_failed, "ktuned closed the connection");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_for(m_fd, POLLIN, deadline))
-        return protocol::error(ErrorKind::timeout,
-                               "no reply from ktuned within " + std::to_string(m_options.timeout.count()) + " ms");
+        return protocol::error(
+            ErrorKind::timeout,
+            "no reply from ktuned within " + std::to_string(m_options.timeout.count()) + " ms");
     } else if (errno != EINTR) {
-      return protocol::error(ErrorKind::connection_failed, std::string("recv from ktuned failed: ") + std::strerror(errno));
+      return protocol::error(ErrorKind::connection_failed,
+                             std::string("recv from ktuned failed: ") + std::strerror(errno));
     }
   }
 }
@@ -151,7 +167,8 @@ protocol::Expected<Json> Client::call(const std::string& op, Json body) {
   std::lock_guard lock(m_mutex);
   Json request = {{"v", protocol::k_version}, {"id", m_next_id++}, {"op", op}};
   for (auto it = body.begin(); it != body.end(); ++it) request[it.key()] = it.value();
-  if (!m_options.tcp_address.empty() && !m_options.token.empty()) request["token"] = m_options.token;
+  if (!m_options.tcp_address.empty() && !m_options.token.empty())
+    request["token"] = m_options.token;
   const std::string line = request.dump() + "\n";
   // One retry on a connection that went away (daemon restarted since the last call).
   for (int attempt = 0; attempt < 2; ++attempt) {
@@ -169,7 +186,8 @@ protocol::Expected<Json> Client::call(const std::string& op, Json body) {
     }
     if (!reply->ok) {
       // Errors after which the daemon closes the connection.
-      if (reply->error.kind == ErrorKind::frame_too_large || reply->error.kind == ErrorKind::timeout ||
+      if (reply->error.kind == ErrorKind::frame_too_large ||
+          reply->error.kind == ErrorKind::timeout ||
           reply->error.kind == ErrorKind::too_many_connections)
         disconnect_locked();
       return std::unexpected(reply->error);
@@ -218,15 +236,22 @@ void Client::clear_cache() {
   m_lru.clear();
 }
 
-protocol::Expected<Json> Client::status() { return call("status"); }
-protocol::Expected<Json> Client::templates() { return call("templates"); }
+protocol::Expected<Json> Client::status() {
+  return call("status");
+}
+protocol::Expected<Json> Client::templates() {
+  return call("templates");
+}
 
-protocol::Expected<Json> Client::export_table(const std::string& format, const std::string& device) {
+protocol::Expected<Json> Client::export_table(const std::string& format,
+                                              const std::string& device) {
   Json body = {{"format", format}};
   if (!device.empty()) body["device"] = device;
   return call("export", body);
 }
 
-protocol::Expected<Json> Client::import_file(const std::string& path) { return call("import", {{"path", path}}); }
+protocol::Expected<Json> Client::import_file(const std::string& path) {
+  return call("import", {{"path", path}});
+}
 
 }  // namespace ktune

@@ -1,8 +1,8 @@
 // ktune::Client — the C++ client library applications link to ask ktuned for kernels.
 //
 //   ktune::Client client;                       // $KTUNE_SOCKET or the default socket path
-//   auto reply = client.lookup({{"gemm", "bf16", "", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}}});
-//   if (reply) use(reply->entries.front());      // best first, with provenance
+//   auto reply = client.lookup({{"gemm", "bf16", "", "rc", {{"M", 4096}, {"N", 4096}, {"K",
+//   4096}}}}); if (reply) use(reply->entries.front());      // best first, with provenance
 //
 // Synchronous, with a per-call timeout and a small in-process cache of lookup answers (a hot
 // loop asking the same shape does not cross the socket each time; entries expire so upgrades
@@ -47,11 +47,13 @@ class Client {
   protocol::Expected<protocol::Json> status();
   protocol::Expected<protocol::Json> templates();
   // Returns the rendered table ("json", "yaml", "csv"), optionally one device class only.
-  protocol::Expected<protocol::Json> export_table(const std::string& format, const std::string& device = "");
+  protocol::Expected<protocol::Json> export_table(const std::string& format,
+                                                  const std::string& device = "");
   // Imports a table file by path (read by the daemon, so it must be visible on its host).
   protocol::Expected<protocol::Json> import_file(const std::string& path);
   // Any op: sends {"v", "id", "op", ...body} and returns the "result" object.
-  protocol::Expected<protocol::Json> call(const std::string& op, protocol::Json body = protocol::Json::object());
+  protocol::Expected<protocol::Json> call(const std::string& op,
+                                          protocol::Json body = protocol::Json::object());
 
   // Drops the cached lookup answers.
   void clear_cache();

@@ -39,7 +39,7 @@ enum class ErrorKind {
   unavailable,           // the daemon cannot serve this now (e.g. no GPU for a tune)
   internal,              // a bug or a store failure; the daemon keeps serving
   // Client-side only (never sent by the daemon):
-  connection_failed,     // could not reach the daemon
+  connection_failed,  // could not reach the daemon
 };
 
 inline constexpr std::pair<ErrorKind, std::string_view> k_error_names[] = {
@@ -87,9 +87,9 @@ inline std::unexpected<Error> error(ErrorKind kind, std::string message) {
 // A parsed request line: the common fields, and the whole object for op-specific fields.
 struct Request {
   int v = k_version;
-  Json id;          // any JSON value; echoed
+  Json id;  // any JSON value; echoed
   std::string op;
-  Json body;        // the full request object
+  Json body;  // the full request object
 };
 
 // Parses one request line (without its newline). On failure the Error says what is wrong; the
@@ -112,9 +112,9 @@ inline Expected<Request> parse_request(std::string_view line, Json* id_out = nul
   if (!v->is_number_integer()) return error(ErrorKind::bad_request, "\"v\" must be an integer");
   r.v = v->get<int>();
   if (r.v != k_version)
-    return error(ErrorKind::unsupported_version,
-                 "protocol version " + std::to_string(r.v) + " not supported (this daemon speaks " +
-                     std::to_string(k_version) + ")");
+    return error(ErrorKind::unsupported_version, "protocol version " + std::to_string(r.v) +
+                                                     " not supported (this daemon speaks " +
+                                                     std::to_string(k_version) + ")");
   auto op = r.body.find("op");
   if (op == r.body.end() || !op->is_string())
     return error(ErrorKind::bad_request, "missing \"op\" (a string)");
@@ -144,7 +144,8 @@ inline Expected<std::string> get_string(const Json& obj, const char* key, bool r
     if (required) return error(ErrorKind::bad_request, std::string("missing \"") + key + "\"");
     return fallback;
   }
-  if (!it->is_string()) return error(ErrorKind::bad_request, std::string("\"") + key + "\" must be a string");
+  if (!it->is_string())
+    return error(ErrorKind::bad_request, std::string("\"") + key + "\" must be a string");
   return it->get<std::string>();
 }
 
@@ -197,7 +198,8 @@ inline Expected<ProblemSpec> problem_from_json(const Json& j) {
     return error(ErrorKind::bad_request, "\"problem.dims\" must be an object of name: integer");
   for (auto it = dims->begin(); it != dims->end(); ++it) {
     if (it.value().is_number_unsigned() || it.value().is_number_integer()) {
-      if (it.value().is_number_unsigned() && it.value().get<std::uint64_t>() > std::uint64_t(INT64_MAX))
+      if (it.value().is_number_unsigned() &&
+          it.value().get<std::uint64_t>() > std::uint64_t(INT64_MAX))
         return error(ErrorKind::invalid_problem, "dims." + it.key() + " overflows");
       p.dims.emplace_back(it.key(), it.value().get<std::int64_t>());
     } else if (it.value().is_number_float()) {
@@ -248,8 +250,8 @@ struct LookupEntry {
   double median_us = 0;  // measured (exact, stale) or measured at the nearest shape; 0 = unknown
   double tflops = 0;
   double gbps = 0;
-  double distance = 0;   // nearest: log2 distance to the tuned shape
-  std::string from;      // nearest/stale: the measured problem's key; why stale
+  double distance = 0;          // nearest: log2 distance to the tuned shape
+  std::string from;             // nearest/stale: the measured problem's key; why stale
   std::string name_expression;  // what to ask NVRTC for
   std::string arch;             // what to compile for
   std::vector<std::uint32_t> grid, block;
@@ -259,8 +261,10 @@ struct LookupEntry {
 inline Json to_json(const LookupEntry& e) {
   Json params = Json::object();
   for (const auto& [n, v] : e.params) params[n] = v;
-  Json j = {{"provenance", e.provenance}, {"template", e.template_name},
-            {"template_hash", e.template_hash}, {"params", params}};
+  Json j = {{"provenance", e.provenance},
+            {"template", e.template_name},
+            {"template_hash", e.template_hash},
+            {"params", params}};
   if (e.median_us > 0) j["median_us"] = e.median_us;
   if (e.tflops > 0) j["tflops"] = e.tflops;
   if (e.gbps > 0) j["gbps"] = e.gbps;
@@ -301,8 +305,8 @@ inline Expected<LookupEntry> lookup_entry_from_json(const Json& j) {
 }
 
 struct LookupReply {
-  std::string device;       // the device class answered for
-  std::string problem_key;  // canonical key of the problem
+  std::string device;                // the device class answered for
+  std::string problem_key;           // canonical key of the problem
   std::vector<LookupEntry> entries;  // best first; never empty on success
 };
 

@@ -20,10 +20,11 @@ namespace {
 namespace fs = std::filesystem;
 
 // What a key stores into, and the bounds its value must respect.
-using Member = std::variant<std::string DaemonConfig::*, int DaemonConfig::*, double DaemonConfig::*,
-                            bool DaemonConfig::*, std::vector<std::string> DaemonConfig::*,
-                            std::vector<int> DaemonConfig::*, LogLevel DaemonConfig::*,
-                            LogFormat DaemonConfig::*>;
+using Member =
+    std::variant<std::string DaemonConfig::*, int DaemonConfig::*, double DaemonConfig::*,
+                 bool DaemonConfig::*, std::vector<std::string> DaemonConfig::*,
+                 std::vector<int> DaemonConfig::*, LogLevel DaemonConfig::*,
+                 LogFormat DaemonConfig::*>;
 
 enum class Check { none, host_port, host_port_or_empty, strategy };
 
@@ -41,17 +42,29 @@ const std::vector<KeySpec>& key_specs() {
       {{"server.socket", "KTUNE_SOCKET", "Unix socket path clients connect to"},
        &DaemonConfig::socket_path},
       {{"server.tcp", "KTUNE_TCP", "optional TCP listener host:port (\"\" = off)"},
-       &DaemonConfig::tcp_address, 0, 0, Check::host_port_or_empty},
+       &DaemonConfig::tcp_address,
+       0,
+       0,
+       Check::host_port_or_empty},
       {{"server.tcp_token", "KTUNE_TCP_TOKEN", "token TCP clients must send"},
        &DaemonConfig::tcp_token},
       {{"server.max_connections", "KTUNE_MAX_CONNECTIONS", "most simultaneous connections"},
-       &DaemonConfig::max_connections, 1, 1'000'000},
+       &DaemonConfig::max_connections,
+       1,
+       1'000'000},
       {{"server.read_timeout_ms", "KTUNE_READ_TIMEOUT_MS", "deadline for the next request line"},
-       &DaemonConfig::read_timeout_ms, 100, 3'600'000},
+       &DaemonConfig::read_timeout_ms,
+       100,
+       3'600'000},
       {{"server.io_threads", "KTUNE_IO_THREADS", "threads running the socket server"},
-       &DaemonConfig::io_threads, 1, 64},
+       &DaemonConfig::io_threads,
+       1,
+       64},
       {{"server.metrics", "KTUNE_METRICS", "metrics/health HTTP host:port (\"\" = off)"},
-       &DaemonConfig::metrics_address, 0, 0, Check::host_port_or_empty},
+       &DaemonConfig::metrics_address,
+       0,
+       0,
+       Check::host_port_or_empty},
       {{"store.data_dir", "KTUNE_DATA_DIR", "RocksDB database and state directory"},
        &DaemonConfig::data_dir},
       {{"store.seed_tables", "KTUNE_SEED_TABLES", "tables merged into the store at start"},
@@ -59,22 +72,37 @@ const std::vector<KeySpec>& key_specs() {
       {{"templates.dirs", "KTUNE_TEMPLATE_DIRS", "directories scanned for template manifests"},
        &DaemonConfig::template_dirs},
       {{"templates.compile_threads", "KTUNE_COMPILE_THREADS", "NVRTC threads (0 = all cores)"},
-       &DaemonConfig::compile_threads, 0, 1024},
+       &DaemonConfig::compile_threads,
+       0,
+       1024},
       {{"tuning.devices", "KTUNE_DEVICES", "GPU ordinals to tune on (empty = all)"},
-       &DaemonConfig::devices, 0, 1023},
+       &DaemonConfig::devices,
+       0,
+       1023},
       {{"tuning.strategy", "KTUNE_STRATEGY", "exhaustive | random | anneal | model"},
-       &DaemonConfig::strategy, 0, 0, Check::strategy},
+       &DaemonConfig::strategy,
+       0,
+       0,
+       Check::strategy},
       {{"tuning.budget_trials", "KTUNE_BUDGET_TRIALS", "most configs measured per job"},
-       &DaemonConfig::budget_trials, 1, 10'000'000},
+       &DaemonConfig::budget_trials,
+       1,
+       10'000'000},
       {{"tuning.budget_seconds", "KTUNE_BUDGET_SECONDS", "most seconds per job"},
-       &DaemonConfig::budget_seconds, 0.001, 7 * 86400.0},
+       &DaemonConfig::budget_seconds,
+       0.001,
+       7 * 86400.0},
       {{"tuning.idle_threshold_percent", "KTUNE_IDLE_THRESHOLD",
         "tune only while GPU utilization is at or under this"},
-       &DaemonConfig::idle_threshold_percent, 0, 100},
+       &DaemonConfig::idle_threshold_percent,
+       0,
+       100},
       {{"tuning.background", "KTUNE_BACKGROUND_TUNING", "tune missed lookups when idle"},
        &DaemonConfig::background_tuning},
       {{"lookup.nearest_radius", "KTUNE_NEAREST_RADIUS", "largest log2 distance for nearest"},
-       &DaemonConfig::nearest_radius, 0, 64},
+       &DaemonConfig::nearest_radius,
+       0,
+       64},
       {{"log.level", "KTUNE_LOG_LEVEL", "debug | info | warn | error | off"},
        &DaemonConfig::log_level},
       {{"log.format", "KTUNE_LOG_FORMAT", "text | json"}, &DaemonConfig::log_format},
@@ -94,7 +122,8 @@ std::string suggestion(std::string_view name) {
   const std::string_view leaf = dot == std::string_view::npos ? name : name.substr(dot + 1);
   for (const auto& s : key_specs()) {
     const auto sdot = s.key.name.rfind('.');
-    if (s.key.name.substr(sdot + 1) == leaf) return " (did you mean '" + std::string(s.key.name) + "'?)";
+    if (s.key.name.substr(sdot + 1) == leaf)
+      return " (did you mean '" + std::string(s.key.name) + "'?)";
   }
   return "";
 }
@@ -160,9 +189,12 @@ Result<void> check_host_port(const std::string& v) {
 
 Result<void> check_string(const KeySpec& spec, const std::string& v) {
   switch (spec.check) {
-    case Check::none: return {};
-    case Check::host_port: return check_host_port(v);
-    case Check::host_port_or_empty: return v.empty() ? Result<void>{} : check_host_port(v);
+    case Check::none:
+      return {};
+    case Check::host_port:
+      return check_host_port(v);
+    case Check::host_port_or_empty:
+      return v.empty() ? Result<void>{} : check_host_port(v);
     case Check::strategy:
       if (v == "exhaustive" || v == "random" || v == "anneal" || v == "model") return {};
       return fail(ErrorCode::invalid_argument,
@@ -224,8 +256,8 @@ Result<void> assign(DaemonConfig& config, const KeySpec& spec, const RawValue& r
         } else if constexpr (std::is_same_v<M, LogLevel>) {
           auto s = single(raw);
           if (!s) return std::unexpected(s.error());
-          for (auto l : {LogLevel::debug, LogLevel::info, LogLevel::warn, LogLevel::error,
-                         LogLevel::off})
+          for (auto l :
+               {LogLevel::debug, LogLevel::info, LogLevel::warn, LogLevel::error, LogLevel::off})
             if (to_string(l) == *s) return (config.*member = l, Result<void>{});
           return fail(ErrorCode::invalid_argument,
                       "unknown level '" + *s + "' (debug, info, warn, error, off)");
@@ -266,7 +298,8 @@ RawValue raw_from_text(const KeySpec& spec, std::string_view text) {
   return raw;
 }
 
-std::string yaml_error_prefix(std::string_view origin, const YAML::Node& node, std::string_view key) {
+std::string yaml_error_prefix(std::string_view origin, const YAML::Node& node,
+                              std::string_view key) {
   std::string out(origin);
   if (node.Mark().line >= 0) out += ":" + std::to_string(node.Mark().line + 1);
   out += ": ";
@@ -317,7 +350,8 @@ fs::path executable_dir() {
 std::string installed_or_source(std::string_view share_sub, const char* source_dir) {
   // $KTUNE_HOME (a checkout or an install's share/ktune) wins: binaries built on one machine and
   // run from another checkout (the GPU machine) find their templates there.
-  if (const char* home = std::getenv("KTUNE_HOME"); home && *home) return (fs::path(home) / share_sub).string();
+  if (const char* home = std::getenv("KTUNE_HOME"); home && *home)
+    return (fs::path(home) / share_sub).string();
   const auto installed = executable_dir() / ".." / "share" / "ktune" / share_sub;
   std::error_code ec;
   if (fs::is_directory(installed, ec)) return fs::weakly_canonical(installed, ec).string();
@@ -340,8 +374,12 @@ std::string expand_home(std::string_view path) {
   return std::string(path);
 }
 
-std::string builtin_template_dir() { return installed_or_source("templates", KTUNE_SOURCE_TEMPLATE_DIR); }
-std::string builtin_table_dir() { return installed_or_source("tables", KTUNE_SOURCE_TABLE_DIR); }
+std::string builtin_template_dir() {
+  return installed_or_source("templates", KTUNE_SOURCE_TEMPLATE_DIR);
+}
+std::string builtin_table_dir() {
+  return installed_or_source("tables", KTUNE_SOURCE_TABLE_DIR);
+}
 
 DaemonConfig default_config() {
   DaemonConfig c;
@@ -366,8 +404,8 @@ Result<void> apply_config_yaml(DaemonConfig& config, std::string_view yaml,
   try {
     root = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
-    return fail(ErrorCode::invalid_argument, std::string(origin) + ":" +
-                                                 std::to_string(e.mark.line + 1) + ": " + e.msg);
+    return fail(ErrorCode::invalid_argument,
+                std::string(origin) + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
   if (root.IsNull()) return {};  // an empty file changes nothing
   if (!root.IsMap())
@@ -395,7 +433,8 @@ Result<void> apply_config_yaml(DaemonConfig& config, std::string_view yaml,
       if (raw && !raw->is_list && spec_is_list(*spec) && !item.second.IsNull())
         raw = fail(ErrorCode::invalid_argument, "expected a list, e.g. [a, b]");
       if (raw && item.second.IsNull() && spec_is_list(*spec)) raw = RawValue{true, {}};
-      Result<void> ok = raw ? assign(next, *spec, *raw) : Result<void>(std::unexpected(raw.error()));
+      Result<void> ok =
+          raw ? assign(next, *spec, *raw) : Result<void>(std::unexpected(raw.error()));
       if (!ok)
         return fail(ErrorCode::invalid_argument,
                     yaml_error_prefix(origin, item.second, full) + ok.error().message);
@@ -431,9 +470,9 @@ Result<void> apply_config_env(DaemonConfig& config, const std::map<std::string, 
     auto it = env.find(std::string(spec.key.env));
     if (it == env.end()) continue;
     if (auto ok = assign(next, spec, raw_from_text(spec, it->second)); !ok)
-      return fail(ErrorCode::invalid_argument,
-                  "environment " + it->first + ": " + std::string(spec.key.name) + ": " +
-                      ok.error().message);
+      return fail(ErrorCode::invalid_argument, "environment " + it->first + ": " +
+                                                   std::string(spec.key.name) + ": " +
+                                                   ok.error().message);
   }
   config = std::move(next);
   return {};
@@ -455,15 +494,18 @@ Result<void> apply_config_assignment(DaemonConfig& config, std::string_view assi
 
 Result<void> validate_config(const DaemonConfig& c) {
   if (c.socket_path.empty() && c.tcp_address.empty())
-    return fail(ErrorCode::invalid_argument, "server.socket and server.tcp are both empty: no listener");
+    return fail(ErrorCode::invalid_argument,
+                "server.socket and server.tcp are both empty: no listener");
   if (c.data_dir.empty()) return fail(ErrorCode::invalid_argument, "store.data_dir is empty");
   if (!c.tcp_address.empty()) {
     const std::string host = c.tcp_address.substr(0, c.tcp_address.rfind(':'));
-    const bool loopback = host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "::1";
+    const bool loopback =
+        host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "::1";
     if (!loopback && c.tcp_token.empty())
-      return fail(ErrorCode::invalid_argument,
-                  "server.tcp: " + c.tcp_address +
-                      " is not a loopback address; set server.tcp_token so strangers cannot use it");
+      return fail(
+          ErrorCode::invalid_argument,
+          "server.tcp: " + c.tcp_address +
+              " is not a loopback address; set server.tcp_token so strangers cannot use it");
   }
   return {};
 }

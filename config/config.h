@@ -101,7 +101,8 @@ DaemonConfig default_config();
 Result<void> apply_config_file(DaemonConfig& config, const std::string& path);
 
 // Applies YAML text (used by apply_config_file and tests); `origin` names it in errors.
-Result<void> apply_config_yaml(DaemonConfig& config, std::string_view yaml, std::string_view origin);
+Result<void> apply_config_yaml(DaemonConfig& config, std::string_view yaml,
+                               std::string_view origin);
 
 // Applies KTUNE_* variables from `env` (name -> value). Lists are ':'- or ','-separated.
 Result<void> apply_config_env(DaemonConfig& config, const std::map<std::string, std::string>& env);

@@ -30,11 +30,16 @@ std::string timestamp() {
 
 std::string_view to_string(LogLevel level) {
   switch (level) {
-    case LogLevel::debug: return "debug";
-    case LogLevel::info: return "info";
-    case LogLevel::warn: return "warn";
-    case LogLevel::error: return "error";
-    case LogLevel::off: return "off";
+    case LogLevel::debug:
+      return "debug";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::warn:
+      return "warn";
+    case LogLevel::error:
+      return "error";
+    case LogLevel::off:
+      return "off";
   }
   return "info";
 }
@@ -44,18 +49,30 @@ void log_setup(LogLevel level, LogFormat format) {
   g_format.store(format);
 }
 
-bool log_enabled(LogLevel level) { return level >= g_level.load(std::memory_order_relaxed); }
+bool log_enabled(LogLevel level) {
+  return level >= g_level.load(std::memory_order_relaxed);
+}
 
 std::string json_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];

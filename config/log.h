@@ -28,8 +28,8 @@ struct LogField {
   LogField(std::string k, const char* v) : key(std::move(k)), value(v) {}
   LogField(std::string k, std::string_view v) : key(std::move(k)), value(v) {}
   template <typename N>
-    requires std::is_arithmetic_v<N>
-  LogField(std::string k, N n) : key(std::move(k)), value(std::to_string(n)), numeric(true) {}
+  requires std::is_arithmetic_v<N> LogField(std::string k, N n)
+      : key(std::move(k)), value(std::to_string(n)), numeric(true) {}
 };
 
 void log_setup(LogLevel level, LogFormat format);

@@ -12,7 +12,8 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   size_t start = 0;
   while (true) {
     const size_t pos = s.find(sep, start);
-    out.push_back(s.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
+    out.push_back(
+        s.substr(start, pos == std::string_view::npos ? std::string_view::npos : pos - start));
     if (pos == std::string_view::npos) break;
     start = pos + 1;
   }
@@ -27,8 +28,9 @@ std::string_view trim(std::string_view s) {
 
 bool is_identifier(std::string_view s) {
   if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
 }
 
 Result<std::int64_t> parse_int64(std::string_view s, std::string_view what) {
@@ -43,7 +45,7 @@ Result<std::int64_t> parse_int64(std::string_view s, std::string_view what) {
 
 // Parses "a=1,b=2" pairs; shared by dims and params.
 Result<std::vector<std::pair<std::string, std::int64_t>>> parse_assignments(std::string_view text,
-                                                                           std::string_view what) {
+                                                                            std::string_view what) {
   std::vector<std::pair<std::string, std::int64_t>> out;
   if (trim(text).empty()) return out;
   for (auto part : split(text, ',')) {
@@ -69,7 +71,9 @@ Result<std::vector<std::pair<std::string, std::int64_t>>> parse_assignments(std:
 
 }  // namespace
 
-bool is_known_dtype(std::string_view d) { return dtype_bytes(d) != 0; }
+bool is_known_dtype(std::string_view d) {
+  return dtype_bytes(d) != 0;
+}
 
 int dtype_bytes(std::string_view d) {
   if (d == "bf16" || d == "fp16") return 2;
@@ -105,19 +109,24 @@ Result<Problem> parse_problem_key(std::string_view key) {
   if (parts.size() != 5)
     return fail(ErrorCode::invalid_argument,
                 "problem key '" + std::string(key) + "': expected op|dtype|out_dtype|layout|dims");
-  Problem p{std::string(parts[0]), std::string(parts[1]), std::string(parts[2]),
-            std::string(parts[3]), {}};
+  Problem p{std::string(parts[0]),
+            std::string(parts[1]),
+            std::string(parts[2]),
+            std::string(parts[3]),
+            {}};
   auto dims = parse_dims(parts[4]);
   if (!dims) return std::unexpected(dims.error());
   p.dims = std::move(*dims);
   if (auto ok = validate_problem(p); !ok) return std::unexpected(ok.error());
   if (p.key() != key)
-    return fail(ErrorCode::invalid_argument, "problem key '" + std::string(key) + "' is not canonical");
+    return fail(ErrorCode::invalid_argument,
+                "problem key '" + std::string(key) + "' is not canonical");
   return p;
 }
 
 Result<void> validate_problem(const Problem& p) {
-  if (!is_identifier(p.op)) return fail(ErrorCode::invalid_argument, "op: '" + p.op + "' is not a name");
+  if (!is_identifier(p.op))
+    return fail(ErrorCode::invalid_argument, "op: '" + p.op + "' is not a name");
   if (!is_known_dtype(p.dtype))
     return fail(ErrorCode::invalid_argument, "dtype: unknown '" + p.dtype + "' (bf16, fp16, fp32)");
   if (!is_known_dtype(p.out_dtype))
@@ -176,7 +185,8 @@ Result<DeviceClass> parse_device_class_id(std::string_view id) {
   };
   const auto parts = split(id, '.');
   if (parts.size() < 4) return bad();
-  const auto mem = parts[parts.size() - 1], sms = parts[parts.size() - 2], cc = parts[parts.size() - 3];
+  const auto mem = parts[parts.size() - 1], sms = parts[parts.size() - 2],
+             cc = parts[parts.size() - 3];
   if (!mem.ends_with("gib") || !sms.ends_with("sm") || !cc.starts_with("sm")) return bad();
   DeviceClass d;
   auto m = parse_int64(mem.substr(0, mem.size() - 3), "memory");

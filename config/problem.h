@@ -27,7 +27,8 @@ struct Problem {
   std::string dtype;      // input element type
   std::string out_dtype;  // output element type; equal to dtype unless the op converts
   std::string layout;     // op-specific, e.g. "rr" (A row-major, B row-major) for gemm; "" if none
-  std::vector<std::pair<std::string, std::int64_t>> dims;  // in the op's order: M, N, K / rows, cols
+  std::vector<std::pair<std::string, std::int64_t>>
+      dims;  // in the op's order: M, N, K / rows, cols
 
   // Canonical text key: "gemm|bf16|bf16|rr|M=4096,N=4096,K=4096". Stable; persisted.
   std::string key() const;
@@ -58,10 +59,10 @@ Result<Params> parse_params(std::string_view text);
 
 // Nodes of one class share tuning tables: same GPU model, compute capability, SM count, memory.
 struct DeviceClass {
-  std::string name;   // driver's name, e.g. "NVIDIA H200"
-  int cc = 0;         // compute capability as major*10 + minor, e.g. 90
-  int sm_count = 0;   // streaming multiprocessors
-  int memory_gib = 0; // total device memory, rounded to GiB
+  std::string name;    // driver's name, e.g. "NVIDIA H200"
+  int cc = 0;          // compute capability as major*10 + minor, e.g. 90
+  int sm_count = 0;    // streaming multiprocessors
+  int memory_gib = 0;  // total device memory, rounded to GiB
 
   // "nvidia-h200.sm90.132sm.140gib": lowercase, '-' for spaces. Stable; persisted in keys.
   std::string id() const;

@@ -15,10 +15,12 @@
 
 namespace ktune {
 
-Result<DaemonConfig> build_config(const DaemonFlags& flags, const std::map<std::string, std::string>& env) {
+Result<DaemonConfig> build_config(const DaemonFlags& flags,
+                                  const std::map<std::string, std::string>& env) {
   DaemonConfig config = default_config();
   if (!flags.config_file.empty())
-    if (auto ok = apply_config_file(config, flags.config_file); !ok) return std::unexpected(ok.error());
+    if (auto ok = apply_config_file(config, flags.config_file); !ok)
+      return std::unexpected(ok.error());
   if (auto ok = apply_config_env(config, env); !ok) return std::unexpected(ok.error());
   std::vector<std::string> assignments;
   if (!flags.socket.empty()) assignments.push_back("server.socket=" + flags.socket);
@@ -50,22 +52,28 @@ int run_daemon(const DaemonFlags& flags) {
     return 1;
   };
 
-  auto store = RocksDbStore::open(config->data_dir + "/db", {.create_if_missing = true, .recover = flags.recover});
+  auto store = RocksDbStore::open(config->data_dir + "/db",
+                                  {.create_if_missing = true, .recover = flags.recover});
   if (!store) return fatal(store.error().message);
 
   const TemplateRegistry templates = TemplateRegistry::load(config->template_dirs);
-  for (const auto& e : templates.errors()) log(LogLevel::warn, "template_skipped", {{"error", e.message}});
+  for (const auto& e : templates.errors())
+    log(LogLevel::warn, "template_skipped", {{"error", e.message}});
 
   for (const auto& table : config->seed_tables) {
     auto report = import_table_file(**store, table);
     if (!report) return fatal("seed table " + table + ": " + report.error().message);
     if (!report->applied()) {
-      std::string msg = "seed table " + table + ": " + std::to_string(report->rejected.size()) + " records rejected";
+      std::string msg = "seed table " + table + ": " + std::to_string(report->rejected.size()) +
+                        " records rejected";
       for (const auto& r : report->rejected) msg += "\n  " + r.reason;
       return fatal(msg);
     }
-    log(LogLevel::info, "seed_table", {{"path", table}, {"added", report->added}, {"replaced", report->replaced},
-                                       {"kept", report->kept}});
+    log(LogLevel::info, "seed_table",
+        {{"path", table},
+         {"added", report->added},
+         {"replaced", report->replaced},
+         {"kept", report->kept}});
   }
 
   WinnerIndex index;
@@ -92,9 +100,14 @@ int run_daemon(const DaemonFlags& flags) {
   std::string gpus;
   for (const auto& g : node.gpus) gpus += (gpus.empty() ? "" : ",") + g.device_class.id();
   log(LogLevel::info, "ready",
-      {{"socket", config->socket_path}, {"tcp", server.tcp_endpoint()}, {"metrics", server.metrics_endpoint()},
-       {"store", (*store)->describe()}, {"winners", index.size()}, {"templates", templates.all().size()},
-       {"gpus", gpus.empty() ? "none (" + node.gpu_error + ")" : gpus}, {"pid", ::getpid()}});
+      {{"socket", config->socket_path},
+       {"tcp", server.tcp_endpoint()},
+       {"metrics", server.metrics_endpoint()},
+       {"store", (*store)->describe()},
+       {"winners", index.size()},
+       {"templates", templates.all().size()},
+       {"gpus", gpus.empty() ? "none (" + node.gpu_error + ")" : gpus},
+       {"pid", ::getpid()}});
 
   std::vector<std::thread> threads;
   for (int i = 1; i < config->io_threads; ++i) threads.emplace_back([&io] { io.run(); });

@@ -21,7 +21,8 @@ struct DaemonFlags {
 };
 
 // defaults < file < KTUNE_* environment < flags.
-Result<DaemonConfig> build_config(const DaemonFlags& flags, const std::map<std::string, std::string>& env);
+Result<DaemonConfig> build_config(const DaemonFlags& flags,
+                                  const std::map<std::string, std::string>& env);
 
 // Runs ktuned until SIGINT/SIGTERM; returns the process exit code (0 clean, 1 startup failure).
 int run_daemon(const DaemonFlags& flags);

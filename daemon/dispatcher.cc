@@ -62,7 +62,8 @@ NodeIdentity NodeIdentity::detect(const std::vector<int>& devices) {
 
 // ---- MissTracker -------------------------------------------------------------------------
 
-void MissTracker::record(const DeviceClass& device, const Problem& problem, const std::string& reason) {
+void MissTracker::record(const DeviceClass& device, const Problem& problem,
+                         const std::string& reason) {
   std::lock_guard lock(m_mutex);
   ++m_total;
   auto [it, inserted] = m_misses.try_emplace(device.id() + "/" + problem.key());
@@ -80,7 +81,8 @@ std::vector<MissTracker::Miss> MissTracker::top(size_t n) const {
     std::lock_guard lock(m_mutex);
     for (const auto& [_, m] : m_misses) all.push_back(m);
   }
-  std::stable_sort(all.begin(), all.end(), [](const Miss& a, const Miss& b) { return a.count > b.count; });
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Miss& a, const Miss& b) { return a.count > b.count; });
   if (all.size() > n) all.resize(n);
   return all;
 }
@@ -99,7 +101,11 @@ size_t MissTracker::distinct() const {
 
 Dispatcher::Dispatcher(const DaemonConfig& config, Store& store, const TemplateRegistry& templates,
                        WinnerIndex& index, NodeIdentity node, Metrics& metrics)
-    : m_config(config), m_store(store), m_templates(templates), m_index(index), m_node(std::move(node)),
+    : m_config(config),
+      m_store(store),
+      m_templates(templates),
+      m_index(index),
+      m_node(std::move(node)),
       m_metrics(metrics) {}
 
 // The request text after the id, when the line has the shape our clients send.
@@ -114,10 +120,13 @@ std::optional<SplitLine> split_lookup_line(std::string_view line) {
   size_t i = head.size();
   if (i < line.size() && line[i] == '"') {
     const size_t end = line.find('"', i + 1);
-    if (end == std::string_view::npos || line.substr(i, end - i).find('\\') != std::string_view::npos) return std::nullopt;
+    if (end == std::string_view::npos ||
+        line.substr(i, end - i).find('\\') != std::string_view::npos)
+      return std::nullopt;
     i = end + 1;
   } else {
-    while (i < line.size() && (std::isdigit(static_cast<unsigned char>(line[i])) || line[i] == '-')) ++i;
+    while (i < line.size() && (std::isdigit(static_cast<unsigned char>(line[i])) || line[i] == '-'))
+      ++i;
   }
   if (i == head.size()) return std::nullopt;
   const std::string_view rest = line.substr(i);
@@ -139,8 +148,9 @@ std::optional<Response> Dispatcher::fast_lookup(std::string_view line) {
   }
   m_metrics.count_request("lookup");
   if (answer->miss) m_misses.record(answer->device, answer->problem, answer->miss_reason);
-  m_metrics.count_lookup(answer->provenance,
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  m_metrics.count_lookup(
+      answer->provenance,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::string out;
   out.reserve(answer->result.size() + split->id.size() + 40);
   out += R"({"v":1,"id":)";
@@ -151,9 +161,12 @@ std::optional<Response> Dispatcher::fast_lookup(std::string_view line) {
   return Response{std::move(out), false};
 }
 
-Response Dispatcher::lookup_reply(const Json& id, const CachedAnswer& answer, std::chrono::steady_clock::time_point t0) {
+Response Dispatcher::lookup_reply(const Json& id, const CachedAnswer& answer,
+                                  std::chrono::steady_clock::time_point t0) {
   if (answer.miss) m_misses.record(answer.device, answer.problem, answer.miss_reason);
-  m_metrics.count_lookup(answer.provenance, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  m_metrics.count_lookup(
+      answer.provenance,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return {R"({"v":1,"id":)" + id.dump() + R"(,"ok":true,"result":)" + answer.result + "}\n", false};
 }
 
@@ -178,7 +191,9 @@ Response Dispatcher::handle(std::string_view line, const Peer& peer) {
   return r;
 }
 
-Response Dispatcher::handle(const protocol::Request& req, const Peer& peer) { return dispatch(req, peer, nullptr); }
+Response Dispatcher::handle(const protocol::Request& req, const Peer& peer) {
+  return dispatch(req, peer, nullptr);
+}
 
 Response Dispatcher::dispatch(const protocol::Request& req, const Peer& peer,
                               std::shared_ptr<const CachedAnswer>* answer_out) {
@@ -187,7 +202,8 @@ Response Dispatcher::dispatch(const protocol::Request& req, const Peer& peer,
   Reply result;
   if (peer.tcp && !m_config.tcp_token.empty() &&
       (!req.body.contains("token") || req.body["token"] != m_config.tcp_token)) {
-    result = protocol::error(ErrorKind::unauthorized, "TCP requests must carry the configured \"token\"");
+    result = protocol::error(ErrorKind::unauthorized,
+                             "TCP requests must carry the configured \"token\"");
   } else if (req.op == "lookup") {
     auto answer = lookup(req.body);
     if (answer) {
@@ -204,26 +220,32 @@ Response Dispatcher::dispatch(const protocol::Request& req, const Peer& peer,
   } else if (req.op == "import") {
     result = import_table(req.body);
   } else {
-    result = protocol::error(ErrorKind::unknown_op,
-                             "unknown op '" + req.op + "' (lookup, status, templates, export, import)");
+    result =
+        protocol::error(ErrorKind::unknown_op,
+                        "unknown op '" + req.op + "' (lookup, status, templates, export, import)");
   }
   if (result) return {protocol::reply_ok(req.id, std::move(*result)), false};
   m_metrics.count_error(result.error().kind);
   Json err = {{"v", protocol::k_version},
               {"id", req.id},
               {"ok", false},
-              {"error", {{"code", std::string(to_string(result.error().kind))}, {"message", result.error().message}}}};
+              {"error",
+               {{"code", std::string(to_string(result.error().kind))},
+                {"message", result.error().message}}}};
   return {err.dump() + "\n", false};
 }
 
-protocol::Expected<std::pair<DeviceClass, DeviceLimits>> Dispatcher::resolve_device(const std::string& name) const {
+protocol::Expected<std::pair<DeviceClass, DeviceLimits>> Dispatcher::resolve_device(
+    const std::string& name) const {
   if (name.empty()) {
     if (m_node.gpus.empty()) {
       std::string known;
       for (const auto& id : m_index.device_ids()) known += (known.empty() ? "" : ", ") + id;
       return protocol::error(ErrorKind::unavailable,
-                             "this node has no GPU (" + m_node.gpu_error + "); name a device class with "
-                             "\"device\"" + (known.empty() ? std::string() : " (known: " + known + ")"));
+                             "this node has no GPU (" + m_node.gpu_error +
+                                 "); name a device class with "
+                                 "\"device\"" +
+                                 (known.empty() ? std::string() : " (known: " + known + ")"));
     }
     return std::make_pair(m_node.gpus.front().device_class, m_node.gpus.front().limits);
   }
@@ -232,7 +254,8 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> Dispatcher::resolve_dev
   for (const auto& g : m_node.gpus) known.emplace_back(g.device_class, g.limits);
   for (const auto& id : m_index.device_ids()) {
     auto d = parse_device_class_id(id);
-    if (d && std::none_of(known.begin(), known.end(), [&](const auto& k) { return k.first.id() == id; }))
+    if (d &&
+        std::none_of(known.begin(), known.end(), [&](const auto& k) { return k.first.id() == id; }))
       known.emplace_back(*d, limits_for_class(*d));
   }
   std::vector<std::pair<DeviceClass, DeviceLimits>> matches;
@@ -243,9 +266,11 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> Dispatcher::resolve_dev
   if (matches.size() == 1) return matches.front();
   if (auto d = parse_device_class_id(name)) return std::make_pair(*d, limits_for_class(*d));
   std::string list;
-  for (const auto& k : (matches.empty() ? known : matches)) list += (list.empty() ? "" : ", ") + k.first.id();
+  for (const auto& k : (matches.empty() ? known : matches))
+    list += (list.empty() ? "" : ", ") + k.first.id();
   return protocol::error(ErrorKind::not_found,
-                         "device class '" + name + "' " + (matches.empty() ? "is unknown" : "is ambiguous") +
+                         "device class '" + name + "' " +
+                             (matches.empty() ? "is unknown" : "is ambiguous") +
                              (list.empty() ? std::string() : " (known: " + list + ")"));
 }
 
@@ -266,7 +291,8 @@ protocol::Expected<Problem> Dispatcher::canonical_problem(const protocol::Proble
     const auto& names = first->manifest.dims;
     std::set<std::string> given;
     for (const auto& [n, _] : spec.dims) given.insert(n);
-    if (given.size() != spec.dims.size() || given != std::set<std::string>(names.begin(), names.end())) {
+    if (given.size() != spec.dims.size() ||
+        given != std::set<std::string>(names.begin(), names.end())) {
       std::string want;
       for (const auto& n : names) want += (want.empty() ? "" : ", ") + n;
       return protocol::error(ErrorKind::invalid_problem, spec.op + " takes dims " + want);
@@ -278,14 +304,16 @@ protocol::Expected<Problem> Dispatcher::canonical_problem(const protocol::Proble
   } else {
     p.dims = spec.dims;
   }
-  if (auto ok = validate_problem(p); !ok) return protocol::error(ErrorKind::invalid_problem, ok.error().message);
+  if (auto ok = validate_problem(p); !ok)
+    return protocol::error(ErrorKind::invalid_problem, ok.error().message);
   return p;
 }
 
 std::string Dispatcher::staleness(const WinnerRecord& r, bool own_device) const {
   for (const auto& c : r.ranked) {
     const KernelTemplate* t = m_templates.find(c.template_name);
-    if (t && t->hash != c.template_hash) return "template " + c.template_name + " changed since it was measured";
+    if (t && t->hash != c.template_hash)
+      return "template " + c.template_name + " changed since it was measured";
   }
   if (!m_node.nvrtc.empty() && r.validators.nvrtc != m_node.nvrtc)
     return "measured with NVRTC " + r.validators.nvrtc + ", this node has " + m_node.nvrtc;
@@ -294,10 +322,11 @@ std::string Dispatcher::staleness(const WinnerRecord& r, bool own_device) const 
   return "";
 }
 
-bool Dispatcher::complete_entry(protocol::LookupEntry& e, const Problem& problem, const DeviceClass& device,
-                                const DeviceLimits& limits) const {
+bool Dispatcher::complete_entry(protocol::LookupEntry& e, const Problem& problem,
+                                const DeviceClass& device, const DeviceLimits& limits) const {
   const KernelTemplate* t = m_templates.find(e.template_name);
-  if (!t) return true;  // not installed here: the config is still the answer, without kernel details
+  if (!t)
+    return true;  // not installed here: the config is still the answer, without kernel details
   Params params(e.params.begin(), e.params.end());
   auto inst = instantiate(*t, problem, limits, params);
   if (!inst) return false;
@@ -309,7 +338,8 @@ bool Dispatcher::complete_entry(protocol::LookupEntry& e, const Problem& problem
   return true;
 }
 
-protocol::Expected<std::shared_ptr<const Dispatcher::CachedAnswer>> Dispatcher::lookup(const Json& body) {
+protocol::Expected<std::shared_ptr<const Dispatcher::CachedAnswer>> Dispatcher::lookup(
+    const Json& body) {
   auto req = protocol::lookup_from_json(body);
   if (!req) return std::unexpected(req.error());
   auto problem = canonical_problem(req->problem);
@@ -318,13 +348,15 @@ protocol::Expected<std::shared_ptr<const Dispatcher::CachedAnswer>> Dispatcher::
   if (!device) return std::unexpected(device.error());
   const auto& [dev, limits] = *device;
   const std::string device_id = dev.id();
-  const std::string cache_key = device_id + "\n" + problem->key() + "\n" + std::to_string(req->limit);
+  const std::string cache_key =
+      device_id + "\n" + problem->key() + "\n" + std::to_string(req->limit);
 
   const std::uint64_t generation = m_index.generation();
   std::shared_ptr<const CachedAnswer> answer;
   {
     std::lock_guard lock(m_cache_mutex);
-    if (auto it = m_cache.find(cache_key); it != m_cache.end() && it->second->generation == generation)
+    if (auto it = m_cache.find(cache_key);
+        it != m_cache.end() && it->second->generation == generation)
       answer = it->second;
   }
   if (!answer) {
@@ -338,40 +370,81 @@ protocol::Expected<std::shared_ptr<const Dispatcher::CachedAnswer>> Dispatcher::
     std::set<std::string> seen;  // template + params already listed
     auto add = [&](protocol::LookupEntry e) {
       if (reply.entries.size() >= size_t(req->limit)) return;
-      const std::string k = e.template_name + "/" + params_to_string(Params(e.params.begin(), e.params.end()));
+      const std::string k =
+          e.template_name + "/" + params_to_string(Params(e.params.begin(), e.params.end()));
       if (!seen.insert(k).second) return;
       if (!complete_entry(e, *problem, dev, limits)) return;
       reply.entries.push_back(std::move(e));
     };
-    const bool own = std::any_of(m_node.gpus.begin(), m_node.gpus.end(),
-                                 [&](const GpuInfo& g) { return g.device_class.id() == device_id; });
+    const bool own = std::any_of(m_node.gpus.begin(), m_node.gpus.end(), [&](const GpuInfo& g) {
+      return g.device_class.id() == device_id;
+    });
     bool exact = false;
     if (auto record = m_index.exact(device_id, *problem)) {
       const std::string stale = staleness(*record, own);
       exact = stale.empty();
       if (!exact) fresh->miss_reason = "stale: " + stale;
       for (const auto& c : record->ranked)
-        add({exact ? "exact" : "stale", c.template_name, c.template_hash, params_list(c.params), c.median_us,
-             c.tflops, c.gbps, 0, stale, "", "", {}, {}, 0});
+        add({exact ? "exact" : "stale",
+             c.template_name,
+             c.template_hash,
+             params_list(c.params),
+             c.median_us,
+             c.tflops,
+             c.gbps,
+             0,
+             stale,
+             "",
+             "",
+             {},
+             {},
+             0});
     }
     if (!exact) {
       if (fresh->miss_reason.empty()) fresh->miss_reason = "no winner";
-      for (const auto& near : m_index.nearest(device_id, *problem, m_config.nearest_radius, size_t(req->limit))) {
+      for (const auto& near :
+           m_index.nearest(device_id, *problem, m_config.nearest_radius, size_t(req->limit))) {
         if (!staleness(*near.record, own).empty()) continue;
         const auto& c = near.record->ranked.front();
-        add({"nearest", c.template_name, c.template_hash, params_list(c.params), c.median_us, c.tflops, c.gbps,
-             near.distance, near.record->problem.key(), "", "", {}, {}, 0});
+        add({"nearest",
+             c.template_name,
+             c.template_hash,
+             params_list(c.params),
+             c.median_us,
+             c.tflops,
+             c.gbps,
+             near.distance,
+             near.record->problem.key(),
+             "",
+             "",
+             {},
+             {},
+             0});
       }
       for (const KernelTemplate* t : m_templates.for_problem(*problem, dev.cc)) {
         auto h = heuristic_config(*t, *problem, limits);
-        if (h) add({"heuristic", t->name(), t->hash, params_list(*h), 0, 0, 0, 0, "", "", "", {}, {}, 0});
+        if (h)
+          add({"heuristic",
+               t->name(),
+               t->hash,
+               params_list(*h),
+               0,
+               0,
+               0,
+               0,
+               "",
+               "",
+               "",
+               {},
+               {},
+               0});
       }
     }
     fresh->miss = !exact;
     if (reply.entries.empty())
       return protocol::error(ErrorKind::invalid_problem,
-                             "no template implements " + problem->describe() + " on sm_" + std::to_string(dev.cc) +
-                                 " and nothing was tuned for it");
+                             "no template implements " + problem->describe() + " on sm_" +
+                                 std::to_string(dev.cc) + " and nothing was tuned for it");
     fresh->provenance = reply.entries.front().provenance;
     fresh->result = protocol::to_json(reply).dump();
     answer = fresh;
@@ -385,11 +458,16 @@ protocol::Expected<std::shared_ptr<const Dispatcher::CachedAnswer>> Dispatcher::
 Dispatcher::Reply Dispatcher::status(const Json&) {
   Json gpus = Json::array();
   for (const auto& g : m_node.gpus)
-    gpus.push_back({{"ordinal", g.ordinal}, {"device_class", g.device_class.id()}, {"name", g.device_class.name},
+    gpus.push_back({{"ordinal", g.ordinal},
+                    {"device_class", g.device_class.id()},
+                    {"name", g.device_class.name},
                     {"pci_bus_id", g.pci_bus_id}});
   Json misses = Json::array();
   for (const auto& m : m_misses.top(10))
-    misses.push_back({{"device", m.device.id()}, {"problem", m.problem.key()}, {"count", m.count}, {"reason", m.reason}});
+    misses.push_back({{"device", m.device.id()},
+                      {"problem", m.problem.key()},
+                      {"count", m.count},
+                      {"reason", m.reason}});
   Json template_errors = Json::array();
   for (const auto& e : m_templates.errors()) template_errors.push_back(e.message);
   const double uptime =
@@ -409,10 +487,14 @@ Dispatcher::Reply Dispatcher::status(const Json&) {
               {"template_errors", template_errors},
               {"gpus", gpus},
               {"gpu_error", m_node.gpu_error},
-              {"validators", {{"driver", m_node.driver}, {"nvrtc", m_node.nvrtc}, {"store_format", k_store_format_version}}},
+              {"validators",
+               {{"driver", m_node.driver},
+                {"nvrtc", m_node.nvrtc},
+                {"store_format", k_store_format_version}}},
               {"connections", m_metrics.connections()},
               {"requests", m_metrics.requests()},
-              {"misses", {{"total", m_misses.total()}, {"distinct", m_misses.distinct()}, {"top", misses}}}};
+              {"misses",
+               {{"total", m_misses.total()}, {"distinct", m_misses.distinct()}, {"top", misses}}}};
 }
 
 Dispatcher::Reply Dispatcher::templates(const Json&) {
@@ -452,7 +534,9 @@ Dispatcher::Reply Dispatcher::export_table(const Json& body) {
   if (!device) return std::unexpected(device.error());
   auto winners = scan_winners(m_store, *device);
   if (!winners) return protocol::error(ErrorKind::internal, winners.error().message);
-  return Json{{"format", *format_name}, {"count", winners->size()}, {"content", render_table(*winners, *format)}};
+  return Json{{"format", *format_name},
+              {"count", winners->size()},
+              {"content", render_table(*winners, *format)}};
 }
 
 Dispatcher::Reply Dispatcher::import_table(const Json& body) {
@@ -461,32 +545,45 @@ Dispatcher::Reply Dispatcher::import_table(const Json& body) {
   auto table = protocol::get_string(body, "table", false);
   if (!table) return std::unexpected(table.error());
   if (path->empty() == table->empty())
-    return protocol::error(ErrorKind::bad_request, "give exactly one of \"path\" (a file on the daemon's host) or \"table\" (JSON text)");
-  auto report = path->empty() ? ktune::import_table(m_store, *table, "request") : import_table_file(m_store, *path);
+    return protocol::error(
+        ErrorKind::bad_request,
+        "give exactly one of \"path\" (a file on the daemon's host) or \"table\" (JSON text)");
+  auto report = path->empty() ? ktune::import_table(m_store, *table, "request")
+                              : import_table_file(m_store, *path);
   if (!report) {
-    const auto kind = report.error().code == ErrorCode::io_error ? ErrorKind::not_found : ErrorKind::bad_request;
+    const auto kind =
+        report.error().code == ErrorCode::io_error ? ErrorKind::not_found : ErrorKind::bad_request;
     return protocol::error(kind, report.error().message);
   }
   if (!report->applied()) {
-    std::string msg = std::to_string(report->rejected.size()) + " of " + std::to_string(report->total) +
-                      " records rejected; nothing imported:";
+    std::string msg = std::to_string(report->rejected.size()) + " of " +
+                      std::to_string(report->total) + " records rejected; nothing imported:";
     for (const auto& r : report->rejected) msg += "\n  " + r.reason;
     return protocol::error(ErrorKind::bad_request, msg);
   }
   for (const auto& w : report->written) m_index.upsert(w);
-  log(LogLevel::info, "import", {{"source", path->empty() ? std::string("request") : *path},
-                                 {"added", report->added}, {"replaced", report->replaced}, {"kept", report->kept}});
-  return Json{{"total", report->total}, {"added", report->added}, {"replaced", report->replaced}, {"kept", report->kept}};
+  log(LogLevel::info, "import",
+      {{"source", path->empty() ? std::string("request") : *path},
+       {"added", report->added},
+       {"replaced", report->replaced},
+       {"kept", report->kept}});
+  return Json{{"total", report->total},
+              {"added", report->added},
+              {"replaced", report->replaced},
+              {"kept", report->kept}};
 }
 
 std::string Dispatcher::metrics_gauges() const {
   std::string s;
-  s += "# HELP ktune_winners Winner records in the index.\n# TYPE ktune_winners gauge\nktune_winners " +
+  s += "# HELP ktune_winners Winner records in the index.\n# TYPE ktune_winners "
+       "gauge\nktune_winners " +
        std::to_string(m_index.size()) + "\n";
   s += "# HELP ktune_templates Templates loaded.\n# TYPE ktune_templates gauge\nktune_templates " +
        std::to_string(m_templates.all().size()) + "\n";
-  s += "# HELP ktune_lookup_misses_total Lookups with no exact answer.\n# TYPE ktune_lookup_misses_total counter\n"
-       "ktune_lookup_misses_total " + std::to_string(m_misses.total()) + "\n";
+  s += "# HELP ktune_lookup_misses_total Lookups with no exact answer.\n# TYPE "
+       "ktune_lookup_misses_total counter\n"
+       "ktune_lookup_misses_total " +
+       std::to_string(m_misses.total()) + "\n";
   s += "# HELP ktune_gpus GPUs this node tunes on.\n# TYPE ktune_gpus gauge\nktune_gpus " +
        std::to_string(m_node.gpus.size()) + "\n";
   return s;

@@ -64,7 +64,7 @@ struct Peer {
 };
 
 struct Response {
-  std::string line;  // the reply, newline included
+  std::string line;    // the reply, newline included
   bool close = false;  // close the connection after sending (fatal request errors)
 };
 
@@ -95,7 +95,8 @@ class Dispatcher {
 
   protocol::Expected<std::shared_ptr<const CachedAnswer>> lookup(const Json& body);
   // Counts a lookup answered from `answer` and formats its reply line.
-  Response lookup_reply(const Json& id, const CachedAnswer& answer, std::chrono::steady_clock::time_point t0);
+  Response lookup_reply(const Json& id, const CachedAnswer& answer,
+                        std::chrono::steady_clock::time_point t0);
   // Lines of the form {"v":1,"id":<id>,"op":"lookup",...} whose text after the id was answered
   // before (and the index has not changed since) are answered without parsing JSON.
   std::optional<Response> fast_lookup(std::string_view line);
@@ -105,15 +106,16 @@ class Dispatcher {
   Reply import_table(const Json& body);
 
   // Resolves a device class named by id or unique prefix, or this node's first GPU.
-  protocol::Expected<std::pair<DeviceClass, DeviceLimits>> resolve_device(const std::string& name) const;
+  protocol::Expected<std::pair<DeviceClass, DeviceLimits>> resolve_device(
+      const std::string& name) const;
   // Orders dims as the op's templates declare them, fills out_dtype and layout defaults, checks.
   protocol::Expected<Problem> canonical_problem(const protocol::ProblemSpec& spec) const;
   // Why a record cannot be served as exact on this node ("" when it can).
   std::string staleness(const WinnerRecord& record, bool own_device) const;
   // Fills kernel name, arch and launch geometry for a config; false if it is invalid for the
   // problem (e.g. a nearest shape's config that breaks this shape's alignment).
-  bool complete_entry(protocol::LookupEntry& entry, const Problem& problem, const DeviceClass& device,
-                      const DeviceLimits& limits) const;
+  bool complete_entry(protocol::LookupEntry& entry, const Problem& problem,
+                      const DeviceClass& device, const DeviceLimits& limits) const;
 
   const DaemonConfig& m_config;
   Store& m_store;

@@ -10,9 +10,11 @@ int main(int argc, char** argv) {
   app.add_option("--config", flags.config_file, "YAML config file (see config/ktuned.yaml)");
   app.add_option("--socket", flags.socket, "Unix socket path (server.socket)");
   app.add_option("--data-dir", flags.data_dir, "store directory (store.data_dir)");
-  app.add_option("--set", flags.assignments, "override any config key: --set tuning.strategy=random")
+  app.add_option("--set", flags.assignments,
+                 "override any config key: --set tuning.strategy=random")
       ->take_all();
-  app.add_flag("--recover", flags.recover, "repair a damaged store (RocksDB RepairDB) before opening");
+  app.add_flag("--recover", flags.recover,
+               "repair a damaged store (RocksDB RepairDB) before opening");
   app.add_flag("--print-config", flags.print_config, "print the effective configuration and exit");
   app.add_option("--log-format", flags.log_format, "text | json (log.format)");
   try {

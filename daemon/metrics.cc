@@ -12,7 +12,8 @@ void Metrics::count_request(std::string_view op) {
 
 void Metrics::count_error(protocol::ErrorKind kind) {
   for (size_t i = 0; i < k_errors; ++i)
-    if (protocol::k_error_names[i].first == kind) return void(m_errors[i].fetch_add(1, std::memory_order_relaxed));
+    if (protocol::k_error_names[i].first == kind)
+      return void(m_errors[i].fetch_add(1, std::memory_order_relaxed));
 }
 
 void Metrics::count_lookup(std::string_view provenance, double seconds) {
@@ -35,18 +36,21 @@ std::uint64_t Metrics::errors() const {
 
 std::string Metrics::prometheus(const std::string& extra) const {
   std::ostringstream os;
-  os << "# HELP ktune_requests_total Requests handled, by op.\n# TYPE ktune_requests_total counter\n";
+  os << "# HELP ktune_requests_total Requests handled, by op.\n# TYPE ktune_requests_total "
+        "counter\n";
   for (size_t i = 0; i < k_metric_ops.size(); ++i)
     os << "ktune_requests_total{op=\"" << k_metric_ops[i] << "\"} " << m_requests[i].load() << "\n";
   os << "# HELP ktune_errors_total Error replies, by code.\n# TYPE ktune_errors_total counter\n";
   for (size_t i = 0; i < k_errors; ++i)
-    os << "ktune_errors_total{code=\"" << protocol::k_error_names[i].second << "\"} " << m_errors[i].load() << "\n";
+    os << "ktune_errors_total{code=\"" << protocol::k_error_names[i].second << "\"} "
+       << m_errors[i].load() << "\n";
   os << "# HELP ktune_lookups_total Lookups answered, by provenance of the best entry.\n"
         "# TYPE ktune_lookups_total counter\n";
   std::uint64_t lookups = 0;
   for (size_t i = 0; i < k_provenances.size(); ++i) {
     lookups += m_lookups[i].load();
-    os << "ktune_lookups_total{provenance=\"" << k_provenances[i] << "\"} " << m_lookups[i].load() << "\n";
+    os << "ktune_lookups_total{provenance=\"" << k_provenances[i] << "\"} " << m_lookups[i].load()
+       << "\n";
   }
   os << "# HELP ktune_lookup_seconds Time spent answering lookups (dispatcher only).\n"
         "# TYPE ktune_lookup_seconds summary\n"
@@ -54,7 +58,8 @@ std::string Metrics::prometheus(const std::string& extra) const {
      << "ktune_lookup_seconds_count " << lookups << "\n";
   os << "# HELP ktune_connections Open client connections.\n# TYPE ktune_connections gauge\n"
      << "ktune_connections " << m_connections.load() << "\n";
-  os << "# HELP ktune_connections_total Client connections accepted.\n# TYPE ktune_connections_total counter\n"
+  os << "# HELP ktune_connections_total Client connections accepted.\n# TYPE "
+        "ktune_connections_total counter\n"
      << "ktune_connections_total " << m_connections_total.load() << "\n";
   os << "# HELP ktune_connections_refused_total Connections refused at the cap.\n"
         "# TYPE ktune_connections_refused_total counter\n"

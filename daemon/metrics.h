@@ -16,14 +16,18 @@ namespace ktune {
 
 inline constexpr std::array<std::string_view, 9> k_metric_ops = {
     "lookup", "status", "templates", "export", "import", "tune", "jobs", "job", "other"};
-inline constexpr std::array<std::string_view, 4> k_provenances = {"exact", "nearest", "heuristic", "stale"};
+inline constexpr std::array<std::string_view, 4> k_provenances = {"exact", "nearest", "heuristic",
+                                                                  "stale"};
 
 class Metrics {
  public:
   void count_request(std::string_view op);
   void count_error(protocol::ErrorKind kind);
   void count_lookup(std::string_view provenance, double seconds);
-  void connection_opened() { m_connections.fetch_add(1); m_connections_total.fetch_add(1); }
+  void connection_opened() {
+    m_connections.fetch_add(1);
+    m_connections_total.fetch_add(1);
+  }
   void connection_closed() { m_connections.fetch_sub(1); }
   void connection_refused() { m_connections_refused.fetch_add(1); }
 

@@ -32,7 +32,8 @@ bool socket_is_live(const std::string& path) {
 template <typename Socket>
 asio::awaitable<void> refuse(Socket socket, std::string line) {
   boost::system::error_code ec;
-  co_await asio::async_write(socket, asio::buffer(line), asio::redirect_error(asio::use_awaitable, ec));
+  co_await asio::async_write(socket, asio::buffer(line),
+                             asio::redirect_error(asio::use_awaitable, ec));
   socket.close(ec);
 }
 
@@ -40,7 +41,8 @@ asio::awaitable<void> refuse(Socket socket, std::string line) {
 
 Result<tcp::endpoint> parse_endpoint(const std::string& host_port) {
   const auto colon = host_port.rfind(':');
-  if (colon == std::string::npos) return fail(ErrorCode::invalid_argument, "expected host:port, got " + host_port);
+  if (colon == std::string::npos)
+    return fail(ErrorCode::invalid_argument, "expected host:port, got " + host_port);
   std::string host = host_port.substr(0, colon);
   if (host == "localhost") host = "127.0.0.1";
   if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
@@ -50,10 +52,17 @@ Result<tcp::endpoint> parse_endpoint(const std::string& host_port) {
   return tcp::endpoint(addr, static_cast<unsigned short>(std::stoi(host_port.substr(colon + 1))));
 }
 
-Server::Server(asio::io_context& io, const DaemonConfig& config, Dispatcher& dispatcher, Metrics& metrics)
-    : m_io(io), m_strand(asio::make_strand(io)), m_config(config), m_dispatcher(dispatcher), m_metrics(metrics) {}
+Server::Server(asio::io_context& io, const DaemonConfig& config, Dispatcher& dispatcher,
+               Metrics& metrics)
+    : m_io(io),
+      m_strand(asio::make_strand(io)),
+      m_config(config),
+      m_dispatcher(dispatcher),
+      m_metrics(metrics) {}
 
-Server::~Server() { close_all(); }  // the io_context is no longer running here
+Server::~Server() {
+  close_all();
+}  // the io_context is no longer running here
 
 Result<void> Server::start() {
   if (!m_config.socket_path.empty())
@@ -72,14 +81,17 @@ Result<void> Server::listen_unix() {
   const fs::path dir = fs::path(path).parent_path();
   if (!dir.empty() && !fs::exists(dir, fec)) {
     fs::create_directories(dir, fec);
-    if (fec) return fail(ErrorCode::io_error, dir.string() + ": cannot create socket directory: " + fec.message());
+    if (fec)
+      return fail(ErrorCode::io_error,
+                  dir.string() + ": cannot create socket directory: " + fec.message());
     ::chmod(dir.c_str(), 0750);
   }
   if (fs::exists(fs::symlink_status(path, fec))) {
     if (socket_is_live(path))
       return fail(ErrorCode::already_exists, path + ": another ktuned is serving on this socket");
     if (!fs::is_socket(fs::symlink_status(path, fec)))
-      return fail(ErrorCode::already_exists, path + ": exists and is not a socket; refusing to replace it");
+      return fail(ErrorCode::already_exists,
+                  path + ": exists and is not a socket; refusing to replace it");
     log(LogLevel::warn, "stale_socket_removed", {{"path", path}});
     fs::remove(path, fec);
   }
@@ -104,7 +116,8 @@ Result<void> Server::listen_tcp() {
   if (!ec) m_tcp->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) m_tcp->bind(*ep, ec);
   if (!ec) m_tcp->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return fail(ErrorCode::io_error, m_config.tcp_address + ": cannot listen: " + ec.message());
+  if (ec)
+    return fail(ErrorCode::io_error, m_config.tcp_address + ": cannot listen: " + ec.message());
   const auto bound = m_tcp->local_endpoint();
   m_tcp_endpoint = bound.address().to_string() + ":" + std::to_string(bound.port());
   asio::co_spawn(m_strand, accept_tcp(), asio::detached);
@@ -120,14 +133,18 @@ Result<void> Server::listen_metrics() {
   if (!ec) m_http->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) m_http->bind(*ep, ec);
   if (!ec) m_http->listen(64, ec);
-  if (ec) return fail(ErrorCode::io_error, "metrics " + m_config.metrics_address + ": cannot listen: " + ec.message());
+  if (ec)
+    return fail(ErrorCode::io_error,
+                "metrics " + m_config.metrics_address + ": cannot listen: " + ec.message());
   const auto bound = m_http->local_endpoint();
   m_metrics_endpoint = bound.address().to_string() + ":" + std::to_string(bound.port());
   asio::co_spawn(m_strand, accept_metrics(), asio::detached);
   return {};
 }
 
-bool Server::at_capacity() { return m_metrics.connections() >= m_config.max_connections; }
+bool Server::at_capacity() {
+  return m_metrics.connections() >= m_config.max_connections;
+}
 
 void Server::track(const std::shared_ptr<SessionBase>& session) {
   std::lock_guard lock(m_sessions_mutex);
@@ -151,24 +168,28 @@ asio::awaitable<void> Server::accept_unix() {
     if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
         cred.uid != ::getuid() && cred.uid != 0 && cred.gid != ::getgid()) {
       m_metrics.count_error(ErrorKind::unauthorized);
-      asio::co_spawn(socket.get_executor(),
-                     refuse(std::move(socket), protocol::reply_error(nullptr, ErrorKind::unauthorized,
-                                                                     "peer uid " + std::to_string(cred.uid) + " may not use this daemon")),
-                     asio::detached);
+      asio::co_spawn(
+          socket.get_executor(),
+          refuse(std::move(socket), protocol::reply_error(nullptr, ErrorKind::unauthorized,
+                                                          "peer uid " + std::to_string(cred.uid) +
+                                                              " may not use this daemon")),
+          asio::detached);
       continue;
     }
     if (at_capacity()) {
       m_metrics.connection_refused();
       m_metrics.count_error(ErrorKind::too_many_connections);
-      asio::co_spawn(socket.get_executor(),
-                     refuse(std::move(socket), protocol::reply_error(nullptr, ErrorKind::too_many_connections,
-                                                                     "ktuned is at its connection cap (" +
-                                                                         std::to_string(m_config.max_connections) + ")")),
-                     asio::detached);
+      asio::co_spawn(
+          socket.get_executor(),
+          refuse(std::move(socket),
+                 protocol::reply_error(nullptr, ErrorKind::too_many_connections,
+                                       "ktuned is at its connection cap (" +
+                                           std::to_string(m_config.max_connections) + ")")),
+          asio::detached);
       continue;
     }
-    auto session = std::make_shared<Session<unix_proto::socket>>(std::move(socket), m_dispatcher, m_metrics,
-                                                                  Peer{false}, timeout);
+    auto session = std::make_shared<Session<unix_proto::socket>>(std::move(socket), m_dispatcher,
+                                                                 m_metrics, Peer{false}, timeout);
     track(session);
     session->start();
   }
@@ -188,13 +209,15 @@ asio::awaitable<void> Server::accept_tcp() {
     if (at_capacity()) {
       m_metrics.connection_refused();
       m_metrics.count_error(ErrorKind::too_many_connections);
-      asio::co_spawn(socket.get_executor(),
-                     refuse(std::move(socket), protocol::reply_error(nullptr, ErrorKind::too_many_connections,
-                                                                     "ktuned is at its connection cap")),
-                     asio::detached);
+      asio::co_spawn(
+          socket.get_executor(),
+          refuse(std::move(socket), protocol::reply_error(nullptr, ErrorKind::too_many_connections,
+                                                          "ktuned is at its connection cap")),
+          asio::detached);
       continue;
     }
-    auto session = std::make_shared<Session<tcp::socket>>(std::move(socket), m_dispatcher, m_metrics, Peer{true}, timeout);
+    auto session = std::make_shared<Session<tcp::socket>>(std::move(socket), m_dispatcher,
+                                                          m_metrics, Peer{true}, timeout);
     track(session);
     session->start();
   }

@@ -25,7 +25,8 @@ class SessionBase;
 
 class Server {
  public:
-  Server(boost::asio::io_context& io, const DaemonConfig& config, Dispatcher& dispatcher, Metrics& metrics);
+  Server(boost::asio::io_context& io, const DaemonConfig& config, Dispatcher& dispatcher,
+         Metrics& metrics);
   ~Server();
 
   // Binds every configured listener and starts accepting.

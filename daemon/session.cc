@@ -30,8 +30,10 @@ Session<Socket>::~Session() {
 template <typename Socket>
 void Session<Socket>::start() {
   auto self = this->shared_from_this();
-  asio::co_spawn(m_socket.get_executor(), [self]() { return self->read_loop(); }, asio::detached);
-  asio::co_spawn(m_socket.get_executor(), [self]() { return self->watchdog(); }, asio::detached);
+  asio::co_spawn(
+      m_socket.get_executor(), [self]() { return self->read_loop(); }, asio::detached);
+  asio::co_spawn(
+      m_socket.get_executor(), [self]() { return self->watchdog(); }, asio::detached);
 }
 
 template <typename Socket>
@@ -53,23 +55,27 @@ asio::awaitable<void> Session<Socket>::read_loop() {
   boost::system::error_code ec;
   try {
     while (!m_done) {
-      co_await asio::async_read_until(m_socket, asio::dynamic_buffer(in, protocol::k_max_frame), '\n',
-                                      asio::redirect_error(asio::use_awaitable, ec));
+      co_await asio::async_read_until(m_socket, asio::dynamic_buffer(in, protocol::k_max_frame),
+                                      '\n', asio::redirect_error(asio::use_awaitable, ec));
       m_last_activity = std::chrono::steady_clock::now();
       if (ec == asio::error::not_found) {  // the buffer filled without a newline
         m_metrics.count_error(ErrorKind::frame_too_large);
-        out = protocol::reply_error(nullptr, ErrorKind::frame_too_large,
-                                    "request line exceeds " + std::to_string(protocol::k_max_frame) +
-                                        " bytes; closing the connection");
-        co_await asio::async_write(m_socket, asio::buffer(out), asio::redirect_error(asio::use_awaitable, ec));
+        out =
+            protocol::reply_error(nullptr, ErrorKind::frame_too_large,
+                                  "request line exceeds " + std::to_string(protocol::k_max_frame) +
+                                      " bytes; closing the connection");
+        co_await asio::async_write(m_socket, asio::buffer(out),
+                                   asio::redirect_error(asio::use_awaitable, ec));
         break;
       }
       if (ec == asio::error::operation_aborted && m_timed_out) {
         m_metrics.count_error(ErrorKind::timeout);
         out = protocol::reply_error(nullptr, ErrorKind::timeout,
-                                    "no complete request within " + std::to_string(m_read_timeout.count()) +
+                                    "no complete request within " +
+                                        std::to_string(m_read_timeout.count()) +
                                         " ms; closing the connection");
-        co_await asio::async_write(m_socket, asio::buffer(out), asio::redirect_error(asio::use_awaitable, ec));
+        co_await asio::async_write(m_socket, asio::buffer(out),
+                                   asio::redirect_error(asio::use_awaitable, ec));
         break;
       }
       if (ec) break;  // EOF, reset, closed by stop()
@@ -78,7 +84,8 @@ asio::awaitable<void> Session<Socket>::read_loop() {
       out.clear();
       size_t pos = 0;
       bool close_after = false;
-      for (size_t nl; !close_after && (nl = in.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+      for (size_t nl; !close_after && (nl = in.find('\n', pos)) != std::string::npos;
+           pos = nl + 1) {
         std::string_view line(in.data() + pos, nl - pos);
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank keep-alive
@@ -87,7 +94,8 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         close_after = r.close;
       }
       in.erase(0, pos);
-      co_await asio::async_write(m_socket, asio::buffer(out), asio::redirect_error(asio::use_awaitable, ec));
+      co_await asio::async_write(m_socket, asio::buffer(out),
+                                 asio::redirect_error(asio::use_awaitable, ec));
       if (ec || close_after) break;
     }
   } catch (const std::exception& e) {

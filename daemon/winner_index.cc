@@ -50,8 +50,9 @@ std::shared_ptr<const WinnerRecord> WinnerIndex::exact(const std::string& device
   return it == m_by_key.end() ? nullptr : it->second;
 }
 
-std::vector<WinnerIndex::Near> WinnerIndex::nearest(const std::string& device_id, const Problem& problem,
-                                                    double radius, size_t max) const {
+std::vector<WinnerIndex::Near> WinnerIndex::nearest(const std::string& device_id,
+                                                    const Problem& problem, double radius,
+                                                    size_t max) const {
   std::vector<double> target;
   for (const auto& [_, v] : problem.dims) target.push_back(std::log2(double(v)));
   std::vector<Near> out;

@@ -29,7 +29,8 @@ class WinnerIndex {
   // Inserts or replaces one record.
   void upsert(WinnerRecord record);
 
-  std::shared_ptr<const WinnerRecord> exact(const std::string& device_id, const Problem& problem) const;
+  std::shared_ptr<const WinnerRecord> exact(const std::string& device_id,
+                                            const Problem& problem) const;
   // Records of the same family within `radius`, nearest first (ties by key), excluding an exact
   // match; at most `max` of them.
   std::vector<Near> nearest(const std::string& device_id, const Problem& problem, double radius,

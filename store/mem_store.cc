@@ -6,12 +6,18 @@ namespace ktune {
 
 std::string_view table_name(Table table) {
   switch (table) {
-    case Table::winners: return "winners";
-    case Table::trials: return "trials";
-    case Table::cubins: return "cubins";
-    case Table::jobs: return "jobs";
-    case Table::blocklist: return "blocklist";
-    case Table::meta: return "meta";
+    case Table::winners:
+      return "winners";
+    case Table::trials:
+      return "trials";
+    case Table::cubins:
+      return "cubins";
+    case Table::jobs:
+      return "jobs";
+    case Table::blocklist:
+      return "blocklist";
+    case Table::meta:
+      return "meta";
   }
   return "unknown";
 }

@@ -50,7 +50,8 @@ T optional_field(const Json& j, const char* key, const std::string& path, T def,
 }  // namespace
 
 Json to_json(const DeviceClass& d) {
-  return Json{{"name", d.name}, {"cc", d.cc}, {"sm_count", d.sm_count}, {"memory_gib", d.memory_gib}};
+  return Json{
+      {"name", d.name}, {"cc", d.cc}, {"sm_count", d.sm_count}, {"memory_gib", d.memory_gib}};
 }
 
 DeviceClass device_from_json(const Json& j, const std::string& path) {
@@ -84,8 +85,11 @@ Params params_from_json(const Json& j, const std::string& path) {
 Json to_json(const Problem& p) {
   Json dims = Json::object();
   for (const auto& [n, v] : p.dims) dims[n] = v;
-  return Json{{"op", p.op},         {"dtype", p.dtype}, {"out_dtype", p.out_dtype},
-              {"layout", p.layout}, {"dims", dims}};
+  return Json{{"op", p.op},
+              {"dtype", p.dtype},
+              {"out_dtype", p.out_dtype},
+              {"layout", p.layout},
+              {"dims", dims}};
 }
 
 Problem problem_from_json(const Json& j, const std::string& path) {
@@ -116,10 +120,9 @@ Json to_json(const WinnerRecord& r) {
                           {"gbps", c.gbps}});
   return Json{{"device", to_json(r.device)},
               {"problem", to_json(r.problem)},
-              {"validators",
-               Json{{"driver", r.validators.driver},
-                    {"nvrtc", r.validators.nvrtc},
-                    {"store_format", r.validators.store_format}}},
+              {"validators", Json{{"driver", r.validators.driver},
+                                  {"nvrtc", r.validators.nvrtc},
+                                  {"store_format", r.validators.store_format}}},
               {"ranked", ranked},
               {"ref_error", r.ref_error},
               {"sm_clock_mhz", r.sm_clock_mhz},
@@ -166,22 +169,14 @@ WinnerRecord winner_from_json(const Json& j, const std::string& path) {
 }
 
 Json to_json(const TrialRecord& r) {
-  return Json{{"device", to_json(r.device)},
-              {"problem", to_json(r.problem)},
-              {"template", r.template_name},
-              {"template_hash", r.template_hash},
-              {"params", to_json(r.params)},
-              {"outcome", to_string(r.outcome)},
-              {"median_us", r.median_us},
-              {"spread_pct", r.spread_pct},
-              {"ref_error", r.ref_error},
-              {"registers", r.registers},
-              {"spill_bytes", r.spill_bytes},
-              {"smem_bytes", r.smem_bytes},
-              {"compile_ms", r.compile_ms},
-              {"message", r.message},
-              {"timestamp", r.timestamp},
-              {"job_id", r.job_id}};
+  return Json{{"device", to_json(r.device)},  {"problem", to_json(r.problem)},
+              {"template", r.template_name},  {"template_hash", r.template_hash},
+              {"params", to_json(r.params)},  {"outcome", to_string(r.outcome)},
+              {"median_us", r.median_us},     {"spread_pct", r.spread_pct},
+              {"ref_error", r.ref_error},     {"registers", r.registers},
+              {"spill_bytes", r.spill_bytes}, {"smem_bytes", r.smem_bytes},
+              {"compile_ms", r.compile_ms},   {"message", r.message},
+              {"timestamp", r.timestamp},     {"job_id", r.job_id}};
 }
 
 TrialRecord trial_from_json(const Json& j, const std::string& path) {
@@ -246,9 +241,12 @@ JobRecord job_from_json(const Json& j, const std::string& path) {
 }
 
 Json to_json(const BlockEntry& r) {
-  return Json{{"template_hash", r.template_hash}, {"arch", r.arch},
-              {"driver", r.driver},               {"params", to_json(r.params)},
-              {"outcome", to_string(r.outcome)},  {"message", r.message},
+  return Json{{"template_hash", r.template_hash},
+              {"arch", r.arch},
+              {"driver", r.driver},
+              {"params", to_json(r.params)},
+              {"outcome", to_string(r.outcome)},
+              {"message", r.message},
               {"timestamp", r.timestamp}};
 }
 
@@ -281,8 +279,7 @@ std::string with_version(const Json& j) {
 // Strips and checks the version byte, parses the JSON and runs `from` over it.
 template <typename T, typename From>
 Result<T> decode_json(std::string_view bytes, const char* kind, From from) {
-  if (bytes.empty())
-    return fail(ErrorCode::corruption, std::string(kind) + " record: empty value");
+  if (bytes.empty()) return fail(ErrorCode::corruption, std::string(kind) + " record: empty value");
   if (std::uint8_t(bytes[0]) != k_record_encoding)
     return fail(ErrorCode::corruption, std::string(kind) + " record: unknown encoding version " +
                                            std::to_string(std::uint8_t(bytes[0])));
@@ -293,20 +290,30 @@ Result<T> decode_json(std::string_view bytes, const char* kind, From from) {
   }
 }
 
-std::int64_t now_seconds() { return std::int64_t(std::time(nullptr)); }
+std::int64_t now_seconds() {
+  return std::int64_t(std::time(nullptr));
+}
 
 }  // namespace
 
 std::string_view to_string(Outcome o) {
   switch (o) {
-    case Outcome::ok: return "ok";
-    case Outcome::invalid: return "invalid";
-    case Outcome::compile_error: return "compile_error";
-    case Outcome::resource_error: return "resource_error";
-    case Outcome::wrong_result: return "wrong_result";
-    case Outcome::crash: return "crash";
-    case Outcome::timeout: return "timeout";
-    case Outcome::in_flight: return "in_flight";
+    case Outcome::ok:
+      return "ok";
+    case Outcome::invalid:
+      return "invalid";
+    case Outcome::compile_error:
+      return "compile_error";
+    case Outcome::resource_error:
+      return "resource_error";
+    case Outcome::wrong_result:
+      return "wrong_result";
+    case Outcome::crash:
+      return "crash";
+    case Outcome::timeout:
+      return "timeout";
+    case Outcome::in_flight:
+      return "in_flight";
   }
   return "unknown";
 }
@@ -320,23 +327,30 @@ Result<Outcome> parse_outcome(std::string_view text) {
 
 std::string_view to_string(JobState s) {
   switch (s) {
-    case JobState::queued: return "queued";
-    case JobState::running: return "running";
-    case JobState::done: return "done";
-    case JobState::failed: return "failed";
-    case JobState::cancelled: return "cancelled";
+    case JobState::queued:
+      return "queued";
+    case JobState::running:
+      return "running";
+    case JobState::done:
+      return "done";
+    case JobState::failed:
+      return "failed";
+    case JobState::cancelled:
+      return "cancelled";
   }
   return "unknown";
 }
 
 Result<JobState> parse_job_state(std::string_view text) {
-  for (auto s : {JobState::queued, JobState::running, JobState::done, JobState::failed,
-                 JobState::cancelled})
+  for (auto s :
+       {JobState::queued, JobState::running, JobState::done, JobState::failed, JobState::cancelled})
     if (to_string(s) == text) return s;
   return fail(ErrorCode::invalid_argument, "unknown job state '" + std::string(text) + "'");
 }
 
-std::string WinnerRecord::key() const { return device.id() + "/" + problem.key(); }
+std::string WinnerRecord::key() const {
+  return device.id() + "/" + problem.key();
+}
 
 std::string TrialRecord::key() const {
   return device.id() + "/" + problem.key() + "/" + template_name + "/" + params_to_string(params);
@@ -368,27 +382,31 @@ Result<void> validate_winner(const WinnerRecord& r) {
   if (r.validators.store_format < 1)
     return fail(ErrorCode::invalid_argument, "validators.store_format: must be >= 1");
   if (r.validators.store_format > k_store_format_version)
-    return fail(ErrorCode::format_mismatch,
-                "validators.store_format " + std::to_string(r.validators.store_format) +
-                    " is newer than this ktune reads (" + std::to_string(k_store_format_version) +
-                    ")");
+    return fail(ErrorCode::format_mismatch, "validators.store_format " +
+                                                std::to_string(r.validators.store_format) +
+                                                " is newer than this ktune reads (" +
+                                                std::to_string(k_store_format_version) + ")");
   return {};
 }
 
-std::string encode(const WinnerRecord& r) { return with_version(detail::to_json(r)); }
-std::string encode(const TrialRecord& r) { return with_version(detail::to_json(r)); }
-std::string encode(const JobRecord& r) { return with_version(detail::to_json(r)); }
-std::string encode(const BlockEntry& r) { return with_version(detail::to_json(r)); }
+std::string encode(const WinnerRecord& r) {
+  return with_version(detail::to_json(r));
+}
+std::string encode(const TrialRecord& r) {
+  return with_version(detail::to_json(r));
+}
+std::string encode(const JobRecord& r) {
+  return with_version(detail::to_json(r));
+}
+std::string encode(const BlockEntry& r) {
+  return with_version(detail::to_json(r));
+}
 
 std::string encode(const CubinEntry& r) {
-  const std::string header = Json{{"lowered_name", r.lowered_name},
-                                  {"registers", r.registers},
-                                  {"spill_stores", r.spill_stores},
-                                  {"spill_loads", r.spill_loads},
-                                  {"smem_bytes", r.smem_bytes},
-                                  {"stack_bytes", r.stack_bytes},
-                                  {"compile_ms", r.compile_ms},
-                                  {"cubin_bytes", r.cubin.size()}}
+  const std::string header = Json{{"lowered_name", r.lowered_name}, {"registers", r.registers},
+                                  {"spill_stores", r.spill_stores}, {"spill_loads", r.spill_loads},
+                                  {"smem_bytes", r.smem_bytes},     {"stack_bytes", r.stack_bytes},
+                                  {"compile_ms", r.compile_ms},     {"cubin_bytes", r.cubin.size()}}
                                  .dump();
   std::string out(1, char(k_record_encoding));
   const std::uint32_t len = std::uint32_t(header.size());

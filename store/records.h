@@ -52,10 +52,10 @@ struct WinnerRecord {
   int sm_clock_mhz = 0;              // clocks and power while timing (0 = NVML absent)
   int mem_clock_mhz = 0;
   double power_w = 0;
-  std::string node_id;     // host that measured it
+  std::string node_id;         // host that measured it
   std::int64_t timestamp = 0;  // unix seconds
-  int trials = 0;          // configs measured by the job
-  std::string strategy;    // strategy that found it
+  int trials = 0;              // configs measured by the job
+  std::string strategy;        // strategy that found it
 
   // Store key: "<device id>/<problem key>".
   std::string key() const;
@@ -65,13 +65,13 @@ struct WinnerRecord {
 // Outcome of one trial. Persisted: do not renumber.
 enum class Outcome : std::uint8_t {
   ok = 0,
-  invalid = 1,         // pruned by a constraint
+  invalid = 1,  // pruned by a constraint
   compile_error = 2,
   resource_error = 3,  // launch refused (shared memory, registers, threads); worker keeps going
   wrong_result = 4,
-  crash = 5,           // sticky CUDA error: worker replaced, config blocklisted
-  timeout = 6,         // worker killed after the deadline
-  in_flight = 7,       // recorded before launch; still set after a crash means it was to blame
+  crash = 5,      // sticky CUDA error: worker replaced, config blocklisted
+  timeout = 6,    // worker killed after the deadline
+  in_flight = 7,  // recorded before launch; still set after a crash means it was to blame
 };
 std::string_view to_string(Outcome outcome);
 Result<Outcome> parse_outcome(std::string_view text);

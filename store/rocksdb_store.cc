@@ -11,7 +11,9 @@
 namespace ktune {
 namespace {
 
-rocksdb::Slice slice(std::string_view s) { return rocksdb::Slice(s.data(), s.size()); }
+rocksdb::Slice slice(std::string_view s) {
+  return rocksdb::Slice(s.data(), s.size());
+}
 
 Error to_error(const rocksdb::Status& s, const std::string& path, std::string_view what) {
   ErrorCode code = ErrorCode::io_error;
@@ -65,8 +67,9 @@ Result<std::unique_ptr<RocksDbStore>> RocksDbStore::open(const std::string& path
   if (!s.ok()) {
     Error e = to_error(s, path, "cannot open store");
     if (s.IsCorruption())
-      e.message += "\n  the database is damaged; `ktuned --recover` salvages what RocksDB can "
-                   "read (see docs/operations.md), or move the directory aside";
+      e.message +=
+          "\n  the database is damaged; `ktuned --recover` salvages what RocksDB can "
+          "read (see docs/operations.md), or move the directory aside";
     else if (s.IsIOError() && s.ToString().find("lock") != std::string::npos)
       e.message += "\n  another process (a running ktuned?) holds this store";
     return std::unexpected(e);

@@ -127,13 +127,15 @@ Result<TableFormat> parse_table_format(std::string_view name) {
 
 std::string render_table(const std::vector<WinnerRecord>& winners, TableFormat format) {
   switch (format) {
-    case TableFormat::json: return table_document(winners).dump(2) + "\n";
+    case TableFormat::json:
+      return table_document(winners).dump(2) + "\n";
     case TableFormat::yaml: {
       YAML::Emitter out;
       out << to_yaml(table_document(winners));
       return std::string(out.c_str()) + "\n";
     }
-    case TableFormat::csv: return render_csv(winners);
+    case TableFormat::csv:
+      return render_csv(winners);
   }
   return "";
 }
@@ -188,17 +190,17 @@ Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string
                 where + ": not a ktune table: the top-level object has no \"ktune_table\"");
   if (!doc["ktune_table"].is_number_integer() ||
       doc["ktune_table"].get<int>() != k_table_format_version)
-    return fail(ErrorCode::format_mismatch,
-                where + ": table format " + doc["ktune_table"].dump() + ", this ktune reads " +
-                    std::to_string(k_table_format_version));
+    return fail(ErrorCode::format_mismatch, where + ": table format " + doc["ktune_table"].dump() +
+                                                ", this ktune reads " +
+                                                std::to_string(k_table_format_version));
   if (!doc.contains("winners") || !doc["winners"].is_array())
     return fail(ErrorCode::invalid_argument, where + ": \"winners\" must be an array");
   const Json& list = doc["winners"];
   if (doc.contains("count") &&
       (!doc["count"].is_number_unsigned() || doc["count"].get<size_t>() != list.size()))
-    return fail(ErrorCode::invalid_argument,
-                where + ": header says " + doc["count"].dump() + " records, the file holds " +
-                    std::to_string(list.size()) + " (truncated?)");
+    return fail(ErrorCode::invalid_argument, where + ": header says " + doc["count"].dump() +
+                                                 " records, the file holds " +
+                                                 std::to_string(list.size()) + " (truncated?)");
   std::vector<WinnerRecord> out;
   std::map<std::string, size_t> seen;
   for (size_t i = 0; i < list.size(); ++i) {
@@ -207,7 +209,8 @@ Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string
       WinnerRecord r = detail::winner_from_json(list[i], path);
       const std::string key = r.key();
       if (auto it = seen.find(key); it != seen.end()) {
-        rejected.push_back({i, key, path + ": same key as winners[" + std::to_string(it->second) + "]"});
+        rejected.push_back(
+            {i, key, path + ": same key as winners[" + std::to_string(it->second) + "]"});
         continue;
       }
       seen.emplace(key, i);

@@ -31,16 +31,16 @@ Result<size_t> export_table(Store& store, const std::string& path, TableFormat f
                             const std::string& device_id = "");
 
 struct ImportRejection {
-  size_t index = 0;     // position in the file's "winners" array
-  std::string key;      // the record's key when it could be read that far, else ""
-  std::string reason;   // JSON path and what is wrong
+  size_t index = 0;    // position in the file's "winners" array
+  std::string key;     // the record's key when it could be read that far, else ""
+  std::string reason;  // JSON path and what is wrong
 };
 
 struct ImportReport {
-  size_t total = 0;      // records in the file
-  size_t added = 0;      // keys the store did not have
-  size_t replaced = 0;   // keys where the imported record won the merge
-  size_t kept = 0;       // keys where the stored record won (or was identical)
+  size_t total = 0;                       // records in the file
+  size_t added = 0;                       // keys the store did not have
+  size_t replaced = 0;                    // keys where the imported record won the merge
+  size_t kept = 0;                        // keys where the stored record won (or was identical)
   std::vector<ImportRejection> rejected;  // non-empty: nothing was written
   std::vector<WinnerRecord> written;      // records now in the store (added + replaced)
 

@@ -14,9 +14,15 @@ double op_mod(double a, double b) {
   if (ib == 0) return std::nan("");
   return double(static_cast<long long>(a) % ib);
 }
-double op_not(double a) { return a == 0 ? 1 : 0; }
-double fn_floor(double a) { return std::floor(a); }
-double fn_ceil(double a) { return std::ceil(a); }
+double op_not(double a) {
+  return a == 0 ? 1 : 0;
+}
+double fn_floor(double a) {
+  return std::floor(a);
+}
+double fn_ceil(double a) {
+  return std::ceil(a);
+}
 double fn_ceil_div(double a, double b) {
   if (b == 0) return std::nan("");
   return std::ceil(a / b);
@@ -72,7 +78,8 @@ Result<Expression> compile_expression(std::string_view text, const SymbolTable& 
     for (const auto& [name, _] : used) {
       const int slot = symbols.find(name);
       if (slot < 0)
-        return fail(ErrorCode::invalid_argument, "unknown variable '" + name + "' in '" + expr.text + "'");
+        return fail(ErrorCode::invalid_argument,
+                    "unknown variable '" + name + "' in '" + expr.text + "'");
       expr.used_slots.push_back(slot);
     }
     p.Eval();  // catches errors GetUsedVar's partial parse does not (e.g. a dangling operator)
@@ -101,7 +108,8 @@ Result<double> Evaluator::eval(const Expression& expr) {
       // Bind exactly the names this expression uses to their slots; m_values never reallocates.
       auto p = std::make_unique<mu::Parser>();
       add_ktune_functions(*p);
-      for (int slot : expr.used_slots) p->DefineVar(m_impl->symbols.name(slot), &m_values[size_t(slot)]);
+      for (int slot : expr.used_slots)
+        p->DefineVar(m_impl->symbols.name(slot), &m_values[size_t(slot)]);
       p->SetExpr(expr.text);
       parser = std::move(p);
     }

@@ -27,7 +27,8 @@ class Parser {
   [[noreturn]] void fail_at(const YAML::Node& node, const std::string& where,
                             const std::string& what) const {
     std::string msg = m_path;
-    if (node.IsDefined() && node.Mark().line >= 0) msg += ":" + std::to_string(node.Mark().line + 1);
+    if (node.IsDefined() && node.Mark().line >= 0)
+      msg += ":" + std::to_string(node.Mark().line + 1);
     throw ManifestError(msg + ": " + where + ": " + what);
   }
 
@@ -65,18 +66,21 @@ class Parser {
     if (!n.IsDefined() || n.IsNull()) return {};
     if (!n.IsSequence()) fail_at(n, where, "expected a list");
     std::vector<std::string> out;
-    for (size_t i = 0; i < n.size(); ++i) out.push_back(scalar(n[i], where + "[" + std::to_string(i) + "]"));
+    for (size_t i = 0; i < n.size(); ++i)
+      out.push_back(scalar(n[i], where + "[" + std::to_string(i) + "]"));
     return out;
   }
 
-  void only_keys(const YAML::Node& n, const std::string& where, std::initializer_list<const char*> keys) const {
+  void only_keys(const YAML::Node& n, const std::string& where,
+                 std::initializer_list<const char*> keys) const {
     if (!n.IsMap()) fail_at(n, where, "expected a mapping");
     for (const auto& kv : n) {
       const std::string k = kv.first.Scalar();
       if (std::none_of(keys.begin(), keys.end(), [&](const char* a) { return k == a; })) {
         std::string known;
         for (const char* a : keys) known += std::string(known.empty() ? "" : ", ") + a;
-        fail_at(kv.first, where.empty() ? k : where + "." + k, "unknown key (known: " + known + ")");
+        fail_at(kv.first, where.empty() ? k : where + "." + k,
+                "unknown key (known: " + known + ")");
       }
     }
   }
@@ -87,7 +91,8 @@ class Parser {
     return *e;
   }
 
-  LaunchSpec launch(const YAML::Node& n, const std::string& where, const SymbolTable& symbols) const {
+  LaunchSpec launch(const YAML::Node& n, const std::string& where,
+                    const SymbolTable& symbols) const {
     if (!n.IsDefined()) fail_at(n, where, "missing");
     only_keys(n, where, {"grid", "block", "smem"});
     LaunchSpec l;
@@ -97,7 +102,8 @@ class Parser {
       const std::string w = where + "." + key;
       if (!v.IsSequence()) fail_at(v.IsDefined() ? v : n, w, "expected [x, y, z]");
       const auto items = rejoin_split_calls(v, w);
-      if (items.size() != 3) fail_at(v, w, "expected [x, y, z], got " + std::to_string(items.size()) + " items");
+      if (items.size() != 3)
+        fail_at(v, w, "expected [x, y, z], got " + std::to_string(items.size()) + " items");
       for (size_t i = 0; i < 3; ++i) {
         auto e = compile_expression(items[i], symbols);
         if (!e) fail_at(v, w + "[" + std::to_string(i) + "]", e.error().message);
@@ -114,13 +120,16 @@ class Parser {
   // YAML splits "[ceil_div(M, BM), 1, 1]" at every comma, including the one inside the call.
   // Joins adjacent items back while their parentheses are unbalanced, so launch geometry can be
   // written naturally.
-  std::vector<std::string> rejoin_split_calls(const YAML::Node& seq, const std::string& where) const {
+  std::vector<std::string> rejoin_split_calls(const YAML::Node& seq,
+                                              const std::string& where) const {
     std::vector<std::string> out;
     int depth = 0;
     for (size_t i = 0; i < seq.size(); ++i) {
       const std::string item = scalar(seq[i], where + "[" + std::to_string(i) + "]");
-      if (depth > 0) out.back() += ", " + item;
-      else out.push_back(item);
+      if (depth > 0)
+        out.back() += ", " + item;
+      else
+        out.push_back(item);
       for (char c : item) depth += c == '(' ? 1 : c == ')' ? -1 : 0;
     }
     return out;
@@ -148,7 +157,9 @@ std::optional<std::pair<double, double>> two_arg_call(std::string text, std::str
   }
 }
 
-bool is_dtype_or_index(const std::string& d) { return is_known_dtype(d) || d == "i32"; }
+bool is_dtype_or_index(const std::string& d) {
+  return is_known_dtype(d) || d == "i32";
+}
 
 void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
   if (!n.IsMap() || n.size() == 0) P.fail_at(n, "params", "expected a mapping of name: domain");
@@ -159,7 +170,8 @@ void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
     const std::string where = "params." + d.name;
     const YAML::Node& v = kv.second;
     if (v.IsSequence()) {
-      for (size_t i = 0; i < v.size(); ++i) d.values.push_back(P.integer(v[i], where + "[" + std::to_string(i) + "]"));
+      for (size_t i = 0; i < v.size(); ++i)
+        d.values.push_back(P.integer(v[i], where + "[" + std::to_string(i) + "]"));
     } else if (v.IsMap() && v["range"].IsDefined()) {
       P.only_keys(v, where, {"range", "step"});
       const YAML::Node r = v["range"];
@@ -173,7 +185,8 @@ void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
       P.only_keys(v, where, {"values", "names"});
       const YAML::Node vals = v["values"];
       if (!vals.IsSequence()) P.fail_at(vals, where + ".values", "expected a list of integers");
-      for (size_t i = 0; i < vals.size(); ++i) d.values.push_back(P.integer(vals[i], where + ".values"));
+      for (size_t i = 0; i < vals.size(); ++i)
+        d.values.push_back(P.integer(vals[i], where + ".values"));
       d.value_names = P.strings(v["names"], where + ".names");
       if (!d.value_names.empty() && d.value_names.size() != d.values.size())
         P.fail_at(v["names"], where + ".names", "needs one name per value");
@@ -188,18 +201,24 @@ void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
   }
 }
 
-ArgSpec parse_arg(const Parser& P, const YAML::Node& n, const std::string& where, const SymbolTable& symbols) {
+ArgSpec parse_arg(const Parser& P, const YAML::Node& n, const std::string& where,
+                  const SymbolTable& symbols) {
   ArgSpec a;
   a.line = P.line(n);
   a.name = P.scalar(n["name"], where + ".name");
   if (n["buffer"].IsDefined()) {
     P.only_keys(n, where, {"name", "buffer", "dtype", "count", "init"});
     const std::string role = P.scalar(n["buffer"], where + ".buffer");
-    if (role == "in") a.role = BufferRole::in;
-    else if (role == "out") a.role = BufferRole::out;
-    else if (role == "inout") a.role = BufferRole::inout;
-    else if (role == "workspace") a.role = BufferRole::workspace;
-    else P.fail_at(n["buffer"], where + ".buffer", "expected in, out, inout or workspace");
+    if (role == "in")
+      a.role = BufferRole::in;
+    else if (role == "out")
+      a.role = BufferRole::out;
+    else if (role == "inout")
+      a.role = BufferRole::inout;
+    else if (role == "workspace")
+      a.role = BufferRole::workspace;
+    else
+      P.fail_at(n["buffer"], where + ".buffer", "expected in, out, inout or workspace");
     a.dtype = P.scalar(n["dtype"], where + ".dtype");
     if (a.dtype != "in" && a.dtype != "out" && !is_dtype_or_index(a.dtype))
       P.fail_at(n["dtype"], where + ".dtype", "expected in, out, bf16, fp16, fp32 or i32");
@@ -213,19 +232,26 @@ ArgSpec parse_arg(const Parser& P, const YAML::Node& n, const std::string& where
       else if (nor && nor->second > 0)
         a.init = {InitSpec::Kind::normal, nor->first, nor->second};
       else
-        P.fail_at(n["init"], where + ".init", "expected uniform(lo, hi) with lo < hi or normal(mean, std)");
+        P.fail_at(n["init"], where + ".init",
+                  "expected uniform(lo, hi) with lo < hi or normal(mean, std)");
     }
   } else if (n["scalar"].IsDefined()) {
     P.only_keys(n, where, {"name", "scalar", "value"});
     a.is_buffer = false;
     const std::string t = P.scalar(n["scalar"], where + ".scalar");
-    if (t == "i32") a.scalar = ScalarType::i32;
-    else if (t == "i64") a.scalar = ScalarType::i64;
-    else if (t == "f32") a.scalar = ScalarType::f32;
-    else P.fail_at(n["scalar"], where + ".scalar", "expected i32, i64 or f32");
+    if (t == "i32")
+      a.scalar = ScalarType::i32;
+    else if (t == "i64")
+      a.scalar = ScalarType::i64;
+    else if (t == "f32")
+      a.scalar = ScalarType::f32;
+    else
+      P.fail_at(n["scalar"], where + ".scalar", "expected i32, i64 or f32");
     a.value = P.expr(n["value"], where + ".value", symbols);
   } else {
-    P.fail_at(n, where, "expected a buffer (buffer: in|out|inout|workspace) or a scalar (scalar: i32|i64|f32)");
+    P.fail_at(
+        n, where,
+        "expected a buffer (buffer: in|out|inout|workspace) or a scalar (scalar: i32|i64|f32)");
   }
   return a;
 }
@@ -236,15 +262,18 @@ void check_template_args(const Parser& P, const YAML::Node& n, const std::string
     const std::string& a = args[i];
     if (a == "T_IN" || a == "T_OUT") continue;
     const bool is_param = m.param(a) != nullptr;
-    const bool is_derived = std::any_of(m.derived.begin(), m.derived.end(), [&](const NamedExpr& d) { return d.name == a; });
+    const bool is_derived = std::any_of(m.derived.begin(), m.derived.end(),
+                                        [&](const NamedExpr& d) { return d.name == a; });
     const bool is_dim = std::find(m.dims.begin(), m.dims.end(), a) != m.dims.end();
     bool is_layout = false;
     for (const auto& [_, consts] : m.layouts) is_layout |= consts.count(a) > 0;
     if (reference && (is_param || is_derived))
-      P.fail_at(n[i], where + "[" + std::to_string(i) + "]", "a reference kernel cannot depend on the params ('" + a + "')");
-    if (!is_param && !is_derived && !is_dim && !is_layout)
       P.fail_at(n[i], where + "[" + std::to_string(i) + "]",
-                "'" + a + "' is not T_IN, T_OUT, a param, a derived value, a dim or a layout constant");
+                "a reference kernel cannot depend on the params ('" + a + "')");
+    if (!is_param && !is_derived && !is_dim && !is_layout)
+      P.fail_at(
+          n[i], where + "[" + std::to_string(i) + "]",
+          "'" + a + "' is not T_IN, T_OUT, a param, a derived value, a dim or a layout constant");
   }
 }
 
@@ -254,17 +283,19 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   m.path = path;
   m.dir = fs::path(path).parent_path().string();
   if (!root.IsMap()) P.fail_at(root, "manifest", "expected a mapping");
-  P.only_keys(root, "", {"name", "op", "version", "description", "source", "headers", "entry", "dims",
-                         "dtypes", "out_dtypes", "layouts", "min_cc", "max_cc", "arch_suffix",
-                         "nvrtc_options", "params", "derived", "constraints", "template_args",
-                         "launch", "args", "reference", "tolerance", "metric", "heuristic"});
+  P.only_keys(root, "", {"name",    "op",        "version",     "description",   "source",
+                         "headers", "entry",     "dims",        "dtypes",        "out_dtypes",
+                         "layouts", "min_cc",    "max_cc",      "arch_suffix",   "nvrtc_options",
+                         "params",  "derived",   "constraints", "template_args", "launch",
+                         "args",    "reference", "tolerance",   "metric",        "heuristic"});
 
   m.name = P.scalar(root["name"], "name");
   const std::string stem = fs::path(path).stem().string();
   if (m.name != stem) P.fail_at(root["name"], "name", "must match the file name '" + stem + "'");
   m.op = P.scalar(root["op"], "op");
   m.version = int(root["version"].IsDefined() ? P.integer(root["version"], "version") : 1);
-  m.description = root["description"].IsDefined() ? P.scalar(root["description"], "description") : "";
+  m.description =
+      root["description"].IsDefined() ? P.scalar(root["description"], "description") : "";
   m.source = (fs::path(m.dir) / P.scalar(root["source"], "source")).lexically_normal().string();
   for (const auto& h : P.strings(root["headers"], "headers"))
     m.headers.push_back((fs::path(m.dir) / h).lexically_normal().string());
@@ -274,8 +305,10 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   m.dtypes = P.strings(root["dtypes"], "dtypes");
   if (m.dtypes.empty()) P.fail_at(root["dtypes"], "dtypes", "at least one dtype");
   for (size_t i = 0; i < m.dtypes.size(); ++i)
-    if (!is_known_dtype(m.dtypes[i])) P.fail_at(root["dtypes"][i], "dtypes", "unknown dtype '" + m.dtypes[i] + "'");
-  if (root["out_dtypes"].IsDefined() && !(root["out_dtypes"].IsScalar() && root["out_dtypes"].Scalar() == "same")) {
+    if (!is_known_dtype(m.dtypes[i]))
+      P.fail_at(root["dtypes"][i], "dtypes", "unknown dtype '" + m.dtypes[i] + "'");
+  if (root["out_dtypes"].IsDefined() &&
+      !(root["out_dtypes"].IsScalar() && root["out_dtypes"].Scalar() == "same")) {
     m.out_dtypes = P.strings(root["out_dtypes"], "out_dtypes");
     for (size_t i = 0; i < m.out_dtypes.size(); ++i)
       if (!is_known_dtype(m.out_dtypes[i]))
@@ -288,8 +321,11 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
       std::map<std::string, std::int64_t> consts;
       const std::string lname = kv.first.IsNull() ? "" : kv.first.Scalar();
       if (!kv.second.IsNull()) {
-        if (!kv.second.IsMap()) P.fail_at(kv.second, "layouts." + lname, "expected {CONST: value, ...}");
-        for (const auto& c : kv.second) consts[c.first.Scalar()] = P.integer(c.second, "layouts." + lname + "." + c.first.Scalar());
+        if (!kv.second.IsMap())
+          P.fail_at(kv.second, "layouts." + lname, "expected {CONST: value, ...}");
+        for (const auto& c : kv.second)
+          consts[c.first.Scalar()] =
+              P.integer(c.second, "layouts." + lname + "." + c.first.Scalar());
       }
       m.layouts[lname] = consts;
       if (m.default_layout.empty() && m.layouts.size() == 1) m.default_layout = lname;
@@ -300,8 +336,10 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   }
   m.min_cc = int(root["min_cc"].IsDefined() ? P.integer(root["min_cc"], "min_cc") : 0);
   m.max_cc = int(root["max_cc"].IsDefined() ? P.integer(root["max_cc"], "max_cc") : 0);
-  m.arch_suffix = root["arch_suffix"].IsDefined() ? P.scalar(root["arch_suffix"], "arch_suffix") : "";
-  if (!m.arch_suffix.empty() && m.arch_suffix != "a") P.fail_at(root["arch_suffix"], "arch_suffix", "expected \"\" or \"a\"");
+  m.arch_suffix =
+      root["arch_suffix"].IsDefined() ? P.scalar(root["arch_suffix"], "arch_suffix") : "";
+  if (!m.arch_suffix.empty() && m.arch_suffix != "a")
+    P.fail_at(root["arch_suffix"], "arch_suffix", "expected \"\" or \"a\"");
   m.nvrtc_options = P.strings(root["nvrtc_options"], "nvrtc_options");
 
   parse_params(P, root["params"], m);
@@ -356,7 +394,8 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   std::set<std::string> arg_names;
   for (size_t i = 0; i < an.size(); ++i) {
     ArgSpec a = parse_arg(P, an[i], "args[" + std::to_string(i) + "]", m.symbols);
-    if (!arg_names.insert(a.name).second) P.fail_at(an[i], "args[" + std::to_string(i) + "]", "duplicate name '" + a.name + "'");
+    if (!arg_names.insert(a.name).second)
+      P.fail_at(an[i], "args[" + std::to_string(i) + "]", "duplicate name '" + a.name + "'");
     m.args.push_back(std::move(a));
   }
   if (std::none_of(m.args.begin(), m.args.end(), [](const ArgSpec& a) {
@@ -375,7 +414,8 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
     P.only_keys(rn, "reference", {"entry", "template_args", "launch"});
     m.reference.entry = P.scalar(rn["entry"], "reference.entry");
     m.reference.template_args = P.strings(rn["template_args"], "reference.template_args");
-    check_template_args(P, rn["template_args"], "reference.template_args", m.reference.template_args, m, true);
+    check_template_args(P, rn["template_args"], "reference.template_args",
+                        m.reference.template_args, m, true);
     m.reference.launch = P.launch(rn["launch"], "reference.launch", m.symbols);
     const std::set<int> forbidden = [&] {
       std::set<int> s;
@@ -386,8 +426,9 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
     auto check_free = [&](const Expression& e, const char* what) {
       for (int slot : e.used_slots)
         if (forbidden.count(slot))
-          P.fail_at(rn["launch"], std::string("reference.launch.") + what,
-                    "a reference kernel cannot depend on the params ('" + m.symbols.name(slot) + "')");
+          P.fail_at(
+              rn["launch"], std::string("reference.launch.") + what,
+              "a reference kernel cannot depend on the params ('" + m.symbols.name(slot) + "')");
     };
     for (int i = 0; i < 3; ++i) {
       check_free(m.reference.launch.grid[size_t(i)], "grid");
@@ -409,7 +450,8 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
     if (!m.tolerance.count(d)) P.fail_at(tn, "tolerance", "no tolerance for output dtype " + d);
 
   const YAML::Node mn = root["metric"];
-  if (!mn.IsMap() || mn.size() != 1) P.fail_at(mn, "metric", "expected {flops: expr} or {bytes: expr}");
+  if (!mn.IsMap() || mn.size() != 1)
+    P.fail_at(mn, "metric", "expected {flops: expr} or {bytes: expr}");
   if (mn["flops"].IsDefined()) {
     m.metric = {MetricSpec::Kind::flops, P.expr(mn["flops"], "metric.flops", m.symbols)};
   } else if (mn["bytes"].IsDefined()) {
@@ -419,7 +461,8 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   }
 
   const YAML::Node hn = root["heuristic"];
-  if (!hn.IsSequence() || hn.size() == 0) P.fail_at(hn, "heuristic", "expected a non-empty list of rules");
+  if (!hn.IsSequence() || hn.size() == 0)
+    P.fail_at(hn, "heuristic", "expected a non-empty list of rules");
   for (size_t i = 0; i < hn.size(); ++i) {
     const std::string where = "heuristic[" + std::to_string(i) + "]";
     P.only_keys(hn[i], where, {"when", "params"});
@@ -434,7 +477,8 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
       if (!d) P.fail_at(kv.first, where + ".params." + name, "not a param of this template");
       const auto v = P.integer(kv.second, where + ".params." + name);
       if (std::find(d->values.begin(), d->values.end(), v) == d->values.end())
-        P.fail_at(kv.second, where + ".params." + name, "value " + std::to_string(v) + " is not in the domain");
+        P.fail_at(kv.second, where + ".params." + name,
+                  "value " + std::to_string(v) + " is not in the domain");
       r.params[name] = v;
     }
     for (const auto& p : m.params)
@@ -450,19 +494,26 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
 
 std::string_view to_string(BufferRole role) {
   switch (role) {
-    case BufferRole::in: return "in";
-    case BufferRole::out: return "out";
-    case BufferRole::inout: return "inout";
-    case BufferRole::workspace: return "workspace";
+    case BufferRole::in:
+      return "in";
+    case BufferRole::out:
+      return "out";
+    case BufferRole::inout:
+      return "inout";
+    case BufferRole::workspace:
+      return "workspace";
   }
   return "?";
 }
 
 std::string_view to_string(ScalarType type) {
   switch (type) {
-    case ScalarType::i32: return "i32";
-    case ScalarType::i64: return "i64";
-    case ScalarType::f32: return "f32";
+    case ScalarType::i32:
+      return "i32";
+    case ScalarType::i64:
+      return "i64";
+    case ScalarType::f32:
+      return "f32";
   }
   return "?";
 }
@@ -476,8 +527,9 @@ const ParamDomain* Manifest::param(std::string_view n) const {
 bool Manifest::supports(const Problem& p, int cc) const {
   if (p.op != op) return false;
   if (std::find(dtypes.begin(), dtypes.end(), p.dtype) == dtypes.end()) return false;
-  if (out_dtypes.empty() ? p.out_dtype != p.dtype
-                         : std::find(out_dtypes.begin(), out_dtypes.end(), p.out_dtype) == out_dtypes.end())
+  if (out_dtypes.empty()
+          ? p.out_dtype != p.dtype
+          : std::find(out_dtypes.begin(), out_dtypes.end(), p.out_dtype) == out_dtypes.end())
     return false;
   if (!layouts.count(p.layout)) return false;
   if (p.dims.size() != dims.size()) return false;
@@ -523,7 +575,8 @@ Result<Manifest> load_manifest(const std::string& path) {
   if (!fs::is_regular_file(m->source, ec))
     return fail(ErrorCode::invalid_argument, path + ": source: no file " + m->source);
   for (const auto& h : m->headers)
-    if (!fs::is_regular_file(h, ec)) return fail(ErrorCode::invalid_argument, path + ": headers: no file " + h);
+    if (!fs::is_regular_file(h, ec))
+      return fail(ErrorCode::invalid_argument, path + ": headers: no file " + h);
   return m;
 }
 

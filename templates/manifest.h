@@ -68,9 +68,9 @@ struct ArgSpec {
 };
 
 struct ReferenceSpec {
-  std::string builtin;                      // "cublas_gemm", or "" for a kernel reference
-  std::string entry;                        // kernel reference: function template
-  std::vector<std::string> template_args;   // type symbols, layout constants, dims
+  std::string builtin;                     // "cublas_gemm", or "" for a kernel reference
+  std::string entry;                       // kernel reference: function template
+  std::vector<std::string> template_args;  // type symbols, layout constants, dims
   LaunchSpec launch;
 };
 
@@ -92,14 +92,15 @@ struct Manifest {
   std::string op;
   int version = 1;
   std::string description;
-  std::string source;                 // path of the .cuh, resolved
-  std::vector<std::string> headers;   // paths, resolved
+  std::string source;                // path of the .cuh, resolved
+  std::vector<std::string> headers;  // paths, resolved
   std::string entry;
   std::vector<std::string> dims;
   std::vector<std::string> dtypes;
   std::vector<std::string> out_dtypes;  // empty: output dtype equals input dtype
   std::map<std::string, std::map<std::string, std::int64_t>> layouts;
-  std::string default_layout;  // the first layout the manifest lists; used when a problem names none
+  std::string
+      default_layout;  // the first layout the manifest lists; used when a problem names none
   int min_cc = 0;
   int max_cc = 0;  // 0: no upper bound
   std::string arch_suffix;
@@ -129,9 +130,13 @@ struct Manifest {
 };
 
 // The device-limit names every manifest may read, in slot order after the template's own names.
-inline constexpr const char* k_device_symbols[] = {
-    "cc", "sm_count", "max_threads_per_block", "max_smem_per_block", "max_regs_per_block",
-    "max_regs_per_thread", "l2_bytes"};
+inline constexpr const char* k_device_symbols[] = {"cc",
+                                                   "sm_count",
+                                                   "max_threads_per_block",
+                                                   "max_smem_per_block",
+                                                   "max_regs_per_block",
+                                                   "max_regs_per_thread",
+                                                   "l2_bytes"};
 
 Result<Manifest> load_manifest(const std::string& path);
 // For tests: parse manifest text as if it were the file `path` (source and headers are not read).

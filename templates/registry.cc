@@ -102,7 +102,8 @@ const KernelTemplate* TemplateRegistry::find(std::string_view name) const {
   return nullptr;
 }
 
-std::vector<const KernelTemplate*> TemplateRegistry::for_problem(const Problem& problem, int cc) const {
+std::vector<const KernelTemplate*> TemplateRegistry::for_problem(const Problem& problem,
+                                                                 int cc) const {
   std::vector<const KernelTemplate*> out;
   for (const auto& t : m_templates)
     if (t->manifest.supports(problem, cc)) out.push_back(t.get());

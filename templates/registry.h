@@ -17,9 +17,9 @@ namespace ktune {
 struct KernelTemplate {
   Manifest manifest;
   std::string manifest_text;
-  std::string source;                                       // the .cuh text
+  std::string source;                                        // the .cuh text
   std::vector<std::pair<std::string, std::string>> headers;  // (include name, text)
-  std::string hash;                                         // 16 hex digits
+  std::string hash;                                          // 16 hex digits
 
   const std::string& name() const { return manifest.name; }
 };

@@ -23,14 +23,20 @@ void bind_problem(Evaluator& ev, const Manifest& m, const Problem& p, const Devi
     for (const auto& [c, __] : consts) ev.set(m.symbols.find(c), 0);
   if (auto it = m.layouts.find(p.layout); it != m.layouts.end())
     for (const auto& [c, v] : it->second) ev.set(m.symbols.find(c), double(v));
-  const double limits[] = {double(l.cc), double(l.sm_count), double(l.max_threads_per_block),
-                           double(l.max_smem_per_block), double(l.max_regs_per_block),
-                           double(l.max_regs_per_thread), double(l.l2_bytes)};
+  const double limits[] = {double(l.cc),
+                           double(l.sm_count),
+                           double(l.max_threads_per_block),
+                           double(l.max_smem_per_block),
+                           double(l.max_regs_per_block),
+                           double(l.max_regs_per_thread),
+                           double(l.l2_bytes)};
   for (size_t i = 0; i < std::size(k_device_symbols); ++i)
     ev.set(m.symbols.find(k_device_symbols[i]), limits[i]);
 }
 
-bool truthy(const Result<double>& v) { return v && !std::isnan(*v) && *v != 0; }
+bool truthy(const Result<double>& v) {
+  return v && !std::isnan(*v) && *v != 0;
+}
 
 Result<void> check_supported(const KernelTemplate& t, const Problem& p, const DeviceLimits& l) {
   const Manifest& m = t.manifest;
@@ -40,7 +46,8 @@ Result<void> check_supported(const KernelTemplate& t, const Problem& p, const De
     return fail(ErrorCode::invalid_argument,
                 "template " + m.name + " does not implement " + p.describe() + " on sm_" +
                     std::to_string(l.cc) + " (op " + m.op + ", dims " + dims + ", cc " +
-                    std::to_string(m.min_cc) + (m.max_cc ? ".." + std::to_string(m.max_cc) : "+") + ")");
+                    std::to_string(m.min_cc) + (m.max_cc ? ".." + std::to_string(m.max_cc) : "+") +
+                    ")");
   }
   return {};
 }
@@ -48,11 +55,13 @@ Result<void> check_supported(const KernelTemplate& t, const Problem& p, const De
 Result<std::int64_t> as_integer(const Result<double>& v, const std::string& what) {
   if (!v) return std::unexpected(v.error());
   if (std::isnan(*v) || std::isinf(*v) || std::floor(*v) != *v)
-    return fail(ErrorCode::invalid_argument, what + ": expected an integer, got " + std::to_string(*v));
+    return fail(ErrorCode::invalid_argument,
+                what + ": expected an integer, got " + std::to_string(*v));
   return static_cast<std::int64_t>(*v);
 }
 
-Result<LaunchGeometry> eval_launch(Evaluator& ev, const LaunchSpec& spec, const std::string& where) {
+Result<LaunchGeometry> eval_launch(Evaluator& ev, const LaunchSpec& spec,
+                                   const std::string& where) {
   LaunchGeometry g;
   for (size_t i = 0; i < 3; ++i) {
     auto gx = as_integer(ev.eval(spec.grid[i]), where + ".grid[" + std::to_string(i) + "]");
@@ -66,7 +75,8 @@ Result<LaunchGeometry> eval_launch(Evaluator& ev, const LaunchSpec& spec, const 
   }
   auto smem = as_integer(ev.eval(spec.smem), where + ".smem");
   if (!smem) return std::unexpected(smem.error());
-  if (*smem < 0 || *smem > (1 << 30)) return fail(ErrorCode::invalid_argument, where + ".smem: out of range");
+  if (*smem < 0 || *smem > (1 << 30))
+    return fail(ErrorCode::invalid_argument, where + ".smem: out of range");
   g.smem = std::uint32_t(*smem);
   return g;
 }
@@ -78,7 +88,8 @@ std::string concrete_dtype(const std::string& d, const Problem& p) {
 }
 
 Result<std::string> name_expression(Evaluator& ev, const Manifest& m, const Problem& p,
-                                    const std::string& entry, const std::vector<std::string>& args) {
+                                    const std::string& entry,
+                                    const std::vector<std::string>& args) {
   if (args.empty()) return entry;  // a plain (non-template) kernel
   std::string s = entry + "<";
   for (size_t i = 0; i < args.size(); ++i) {
@@ -187,7 +198,8 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
 
   // Configs below each depth: pruning at depth i removes suffix[i + 1] configs.
   std::vector<double> suffix(size_t(n) + 1, 1.0);
-  for (int i = n - 1; i >= 0; --i) suffix[size_t(i)] = suffix[size_t(i) + 1] * double(m.params[size_t(i)].values.size());
+  for (int i = n - 1; i >= 0; --i)
+    suffix[size_t(i)] = suffix[size_t(i) + 1] * double(m.params[size_t(i)].values.size());
   space.m_report.total = suffix[0];
 
   std::vector<double> pruned(m.constraints.size(), 0.0);
@@ -222,7 +234,8 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
     if (error) return;
     if (depth == n) {
       if (double(space.m_configs.size()) >= k_max_valid_configs) {
-        error = Error{ErrorCode::invalid_argument, m.path + ": more than 2M valid configs; add constraints"};
+        error = Error{ErrorCode::invalid_argument,
+                      m.path + ": more than 2M valid configs; add constraints"};
         return;
       }
       Params p;
@@ -244,7 +257,8 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
 
   space.m_report.valid = double(space.m_configs.size());
   for (size_t i = 0; i < m.constraints.size(); ++i)
-    if (pruned[i] > 0) space.m_report.pruned.push_back({m.constraints[i].why, m.constraints[i].line, pruned[i]});
+    if (pruned[i] > 0)
+      space.m_report.pruned.push_back({m.constraints[i].why, m.constraints[i].line, pruned[i]});
   std::stable_sort(space.m_report.pruned.begin(), space.m_report.pruned.end(),
                    [](const PruneCount& a, const PruneCount& b) { return a.configs > b.configs; });
   if (space.m_configs.empty()) {
@@ -252,7 +266,8 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
     return fail(ErrorCode::invalid_argument,
                 m.path + ":" + std::to_string(top.line) + ": constraints prune every config for " +
                     problem.describe() + "; most (" + std::to_string(std::int64_t(top.configs)) +
-                    " of " + std::to_string(std::int64_t(space.m_report.total)) + ") by: " + top.why);
+                    " of " + std::to_string(std::int64_t(space.m_report.total)) +
+                    ") by: " + top.why);
   }
   return space;
 }
@@ -264,7 +279,8 @@ Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
   Evaluator ev(m.symbols);
   bind_problem(ev, m, problem, limits);
   if (auto ok = check_config(ev, m, params); !ok)
-    return fail(ok.error().code, m.name + " {" + params_to_string(params) + "}: " + ok.error().message);
+    return fail(ok.error().code,
+                m.name + " {" + params_to_string(params) + "}: " + ok.error().message);
   Instance inst;
   inst.params = params;
   auto name = name_expression(ev, m, problem, m.entry, m.template_args);
@@ -287,7 +303,8 @@ Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& p
                                     const DeviceLimits& limits) {
   const Manifest& m = tmpl.manifest;
   if (!m.reference.builtin.empty())
-    return fail(ErrorCode::invalid_argument, m.name + ": reference is builtin " + m.reference.builtin);
+    return fail(ErrorCode::invalid_argument,
+                m.name + ": reference is builtin " + m.reference.builtin);
   // Argument sizes may depend on params (e.g. a workspace); take them from the heuristic config,
   // whose buffers the candidate's own are compared against only by output.
   auto heuristic = heuristic_config(tmpl, problem, limits);
@@ -315,8 +332,10 @@ Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& probl
   std::string tried;
   for (const auto& rule : m.heuristic) {
     if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
-    if (auto ok = check_config(ev, m, rule.params); ok) return rule.params;
-    else tried += "\n  rule at line " + std::to_string(rule.line) + ": " + ok.error().message;
+    if (auto ok = check_config(ev, m, rule.params); ok)
+      return rule.params;
+    else
+      tried += "\n  rule at line " + std::to_string(rule.line) + ": " + ok.error().message;
   }
   // No rule fits this problem: fall back to the first config of the pruned space.
   auto space = SearchSpace::build(tmpl, problem, limits);

@@ -20,8 +20,8 @@
 namespace ktune {
 
 struct PruneCount {
-  std::string why;   // the constraint's "why"
-  int line = 0;      // its line in the manifest
+  std::string why;  // the constraint's "why"
+  int line = 0;     // its line in the manifest
   double configs = 0;
 };
 
@@ -43,8 +43,8 @@ struct ArgValue {
   std::string name;
   bool is_buffer = true;
   BufferRole role = BufferRole::in;
-  std::string dtype;        // concrete: bf16 fp16 fp32 i32
-  std::int64_t count = 0;   // elements
+  std::string dtype;       // concrete: bf16 fp16 fp32 i32
+  std::int64_t count = 0;  // elements
   InitSpec init;
   ScalarType scalar = ScalarType::i32;
   double value = 0;
@@ -57,7 +57,7 @@ struct Instance {
   std::string name_expression;  // e.g. "ktune_gemm<ktune_bf16, ktune_bf16, 1, 0, 128, ...>"
   LaunchGeometry launch;
   std::vector<ArgValue> args;
-  double metric = 0;            // FLOPs or bytes per launch
+  double metric = 0;  // FLOPs or bytes per launch
   MetricSpec::Kind metric_kind = MetricSpec::Kind::bytes;
 };
 

@@ -82,9 +82,9 @@ CompileResult Compiler::compile(const CompileRequest& req) {
     header_texts.push_back(text.c_str());
   }
   nvrtcProgram prog = nullptr;
-  nvrtcResult r = nvrtcCreateProgram(&prog, req.tmpl->source.c_str(),
-                                     (req.tmpl->name() + ".cuh").c_str(), int(header_texts.size()),
-                                     header_texts.data(), header_names.data());
+  nvrtcResult r =
+      nvrtcCreateProgram(&prog, req.tmpl->source.c_str(), (req.tmpl->name() + ".cuh").c_str(),
+                         int(header_texts.size()), header_texts.data(), header_names.data());
   if (r != NVRTC_SUCCESS) {
     result.status = CompileResult::Status::compile_error;
     result.log = nvrtc_error(r, "nvrtcCreateProgram");

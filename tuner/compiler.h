@@ -31,19 +31,19 @@ struct CompileRequest {
 struct CompileResult {
   enum class Status { ok, compile_error };
   Status status = Status::ok;
-  CubinEntry kernel;       // when ok: cubin, lowered name, resources, compile time
-  std::string log;         // NVRTC's log (errors or the ptxas report)
+  CubinEntry kernel;  // when ok: cubin, lowered name, resources, compile time
+  std::string log;    // NVRTC's log (errors or the ptxas report)
   std::string cache_key;
   bool cache_hit = false;
-  double wall_ms = 0;      // time this call took, cache lookups included
+  double wall_ms = 0;  // time this call took, cache lookups included
 
   bool ok() const { return status == Status::ok; }
 };
 
 struct CompilerOptions {
-  unsigned threads = 0;        // pool size; 0 = one per core
-  Store* cache = nullptr;      // cubin cache; nullptr = no caching
-  bool use_cache = true;       // read the cache (writes happen whenever `cache` is set)
+  unsigned threads = 0;    // pool size; 0 = one per core
+  Store* cache = nullptr;  // cubin cache; nullptr = no caching
+  bool use_cache = true;   // read the cache (writes happen whenever `cache` is set)
 };
 
 class Compiler {

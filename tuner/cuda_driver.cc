@@ -27,7 +27,8 @@ Result<const CudaDriver*> CudaDriver::get() {
     KTUNE_CUDA_DRIVER_FUNCTIONS(KTUNE_LOAD)
 #undef KTUNE_LOAD
     const CUresult r = driver.cuInit(0);
-    if (r != CUDA_SUCCESS) failure = Error{ErrorCode::unavailable, "cuInit failed: " + driver.describe(r)};
+    if (r != CUDA_SUCCESS)
+      failure = Error{ErrorCode::unavailable, "cuInit failed: " + driver.describe(r)};
   });
   if (failure) return std::unexpected(*failure);
   return &driver;

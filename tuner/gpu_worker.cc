@@ -25,9 +25,13 @@ int dtype_code(const std::string& d) {
   return 3;  // i32
 }
 
-std::size_t element_bytes(const std::string& d) { return d == "bf16" || d == "fp16" ? 2 : 4; }
+std::size_t element_bytes(const std::string& d) {
+  return d == "bf16" || d == "fp16" ? 2 : 4;
+}
 
-WorkerJson error_reply(const std::string& message) { return {{"ok", false}, {"error", message}}; }
+WorkerJson error_reply(const std::string& message) {
+  return {{"ok", false}, {"error", message}};
+}
 
 double percentile(const std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
@@ -49,7 +53,8 @@ Timing summarize(std::vector<double> us, bool graph) {
 
 bool is_resource_error(CUresult r) {
   return r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES ||
-         r == CUDA_ERROR_OUT_OF_MEMORY || r == CUDA_ERROR_INVALID_HANDLE || r == CUDA_ERROR_NOT_SUPPORTED;
+         r == CUDA_ERROR_OUT_OF_MEMORY || r == CUDA_ERROR_INVALID_HANDLE ||
+         r == CUDA_ERROR_NOT_SUPPORTED;
 }
 
 }  // namespace
@@ -60,8 +65,8 @@ struct GpuWorker::Cublas {
   int (*create)(Handle*) = nullptr;
   int (*destroy)(Handle) = nullptr;
   int (*set_stream)(Handle, CUstream) = nullptr;
-  int (*gemm_ex)(Handle, int, int, int, int, int, const void*, const void*, int, int, const void*, int, int,
-                 const void*, void*, int, int, int, int) = nullptr;
+  int (*gemm_ex)(Handle, int, int, int, int, int, const void*, const void*, int, int, const void*,
+                 int, int, const void*, void*, int, int, int, int) = nullptr;
   Handle handle = nullptr;
   void* lib = nullptr;
 
@@ -72,11 +77,13 @@ struct GpuWorker::Cublas {
     if (!c->lib) return fail(ErrorCode::unavailable, std::string("no cuBLAS: ") + ::dlerror());
     c->create = reinterpret_cast<decltype(c->create)>(::dlsym(c->lib, "cublasCreate_v2"));
     c->destroy = reinterpret_cast<decltype(c->destroy)>(::dlsym(c->lib, "cublasDestroy_v2"));
-    c->set_stream = reinterpret_cast<decltype(c->set_stream)>(::dlsym(c->lib, "cublasSetStream_v2"));
+    c->set_stream =
+        reinterpret_cast<decltype(c->set_stream)>(::dlsym(c->lib, "cublasSetStream_v2"));
     c->gemm_ex = reinterpret_cast<decltype(c->gemm_ex)>(::dlsym(c->lib, "cublasGemmEx"));
     if (!c->create || !c->destroy || !c->set_stream || !c->gemm_ex)
       return fail(ErrorCode::unavailable, "cuBLAS lacks cublasGemmEx");
-    if (int s = c->create(&c->handle); s != 0) return fail(ErrorCode::unavailable, "cublasCreate failed: " + std::to_string(s));
+    if (int s = c->create(&c->handle); s != 0)
+      return fail(ErrorCode::unavailable, "cublasCreate failed: " + std::to_string(s));
     c->set_stream(c->handle, stream);
     return c;
   }
@@ -107,13 +114,17 @@ Result<void> GpuWorker::init(int ordinal) {
     return fail(ErrorCode::not_found, "no GPU " + std::to_string(ordinal));
   m_info = (*gpus)[size_t(ordinal)];
   auto check = [&](CUresult r, const char* what) -> Result<void> {
-    if (r != CUDA_SUCCESS) return fail(ErrorCode::unavailable, std::string(what) + ": " + m_d.describe(r));
+    if (r != CUDA_SUCCESS)
+      return fail(ErrorCode::unavailable, std::string(what) + ": " + m_d.describe(r));
     return {};
   };
   if (auto ok = check(m_d.cuDeviceGet(&m_device, ordinal), "cuDeviceGet"); !ok) return ok;
-  if (auto ok = check(m_d.cuDevicePrimaryCtxRetain(&m_ctx, m_device), "cuDevicePrimaryCtxRetain"); !ok) return ok;
+  if (auto ok = check(m_d.cuDevicePrimaryCtxRetain(&m_ctx, m_device), "cuDevicePrimaryCtxRetain");
+      !ok)
+    return ok;
   if (auto ok = check(m_d.cuCtxSetCurrent(m_ctx), "cuCtxSetCurrent"); !ok) return ok;
-  if (auto ok = check(m_d.cuStreamCreate(&m_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); !ok) return ok;
+  if (auto ok = check(m_d.cuStreamCreate(&m_stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); !ok)
+    return ok;
   for (int i = 0; i < 2 * k_max_samples + 2; ++i) {
     CUevent e = nullptr;
     if (auto ok = check(m_d.cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate"); !ok) return ok;
@@ -121,7 +132,8 @@ Result<void> GpuWorker::init(int ordinal) {
   }
   // The helper kernels, compiled for exactly this GPU.
   nvrtcProgram prog = nullptr;
-  nvrtcCreateProgram(&prog, k_device_kernels_source, "ktune_worker_kernels.cu", 0, nullptr, nullptr);
+  nvrtcCreateProgram(&prog, k_device_kernels_source, "ktune_worker_kernels.cu", 0, nullptr,
+                     nullptr);
   const std::string arch = "--gpu-architecture=sm_" + std::to_string(m_info.device_class.cc);
   const char* opts[] = {arch.c_str(), "-std=c++17"};
   if (nvrtcCompileProgram(prog, 2, opts) != NVRTC_SUCCESS) {
@@ -137,7 +149,8 @@ Result<void> GpuWorker::init(int ordinal) {
   std::string cubin(size, '\0');
   nvrtcGetCUBIN(prog, cubin.data());
   nvrtcDestroyProgram(&prog);
-  if (auto ok = check(m_d.cuModuleLoadData(&m_helpers, cubin.data()), "load worker kernels"); !ok) return ok;
+  if (auto ok = check(m_d.cuModuleLoadData(&m_helpers, cubin.data()), "load worker kernels"); !ok)
+    return ok;
   m_d.cuModuleGetFunction(&m_fill, m_helpers, "ktune_fill");
   m_d.cuModuleGetFunction(&m_poison, m_helpers, "ktune_poison");
   m_d.cuModuleGetFunction(&m_compare, m_helpers, "ktune_compare");
@@ -168,14 +181,22 @@ WorkerJson GpuWorker::handle(const WorkerFrame& request, bool& exit_after) {
   const std::string op = request.header.value("op", "");
   WorkerJson reply;
   try {
-    if (op == "hello") reply = hello();
-    else if (op == "setup") reply = setup(request.header);
-    else if (op == "reference") reply = reference(request);
-    else if (op == "trial") reply = trial(request);
-    else if (op == "retime") reply = retime(request.header);
-    else if (op == "time_cublas") reply = time_cublas(request.header);
-    else if (op == "time_copy") reply = time_copy(request.header);
-    else reply = error_reply("unknown worker op '" + op + "'");
+    if (op == "hello")
+      reply = hello();
+    else if (op == "setup")
+      reply = setup(request.header);
+    else if (op == "reference")
+      reply = reference(request);
+    else if (op == "trial")
+      reply = trial(request);
+    else if (op == "retime")
+      reply = retime(request.header);
+    else if (op == "time_cublas")
+      reply = time_cublas(request.header);
+    else if (op == "time_copy")
+      reply = time_copy(request.header);
+    else
+      reply = error_reply("unknown worker op '" + op + "'");
   } catch (const std::exception& e) {
     reply = error_reply(std::string("malformed request: ") + e.what());
   }
@@ -188,14 +209,16 @@ WorkerJson GpuWorker::hello() {
   return {{"ok", true},
           {"protocol", k_worker_protocol_version},
           {"pid", ::getpid()},
-          {"device", {{"name", m_info.device_class.name},
-                      {"cc", m_info.device_class.cc},
-                      {"sm_count", m_info.device_class.sm_count},
-                      {"memory_gib", m_info.device_class.memory_gib}}},
-          {"limits", {{"max_threads_per_block", m_info.limits.max_threads_per_block},
-                      {"max_smem_per_block", m_info.limits.max_smem_per_block},
-                      {"max_regs_per_block", m_info.limits.max_regs_per_block},
-                      {"l2_bytes", m_info.limits.l2_bytes}}},
+          {"device",
+           {{"name", m_info.device_class.name},
+            {"cc", m_info.device_class.cc},
+            {"sm_count", m_info.device_class.sm_count},
+            {"memory_gib", m_info.device_class.memory_gib}}},
+          {"limits",
+           {{"max_threads_per_block", m_info.limits.max_threads_per_block},
+            {"max_smem_per_block", m_info.limits.max_smem_per_block},
+            {"max_regs_per_block", m_info.limits.max_regs_per_block},
+            {"l2_bytes", m_info.limits.l2_bytes}}},
           {"pci_bus_id", m_info.pci_bus_id},
           {"driver_cuda_version", m_info.driver_cuda_version},
           {"telemetry", to_json(telemetry())}};
@@ -226,7 +249,9 @@ Result<void> GpuWorker::fill(CUdeviceptr p, const ArgValue& spec, unsigned seed)
   float a = float(spec.init.a), b = float(spec.init.b);
   void* params[] = {&p, &n, &dtype, &seed, &kind, &a, &b};
   const unsigned blocks = unsigned(std::min<unsigned long long>(4096, (n + 255) / 256));
-  if (CUresult r = m_d.cuLaunchKernel(m_fill, blocks, 1, 1, 256, 1, 1, 0, m_stream, params, nullptr); r != CUDA_SUCCESS)
+  if (CUresult r =
+          m_d.cuLaunchKernel(m_fill, blocks, 1, 1, 256, 1, 1, 0, m_stream, params, nullptr);
+      r != CUDA_SUCCESS)
     return fail(ErrorCode::internal, failure(r, "fill"));
   return {};
 }
@@ -236,7 +261,9 @@ Result<void> GpuWorker::poison(CUdeviceptr p, const ArgValue& spec) {
   int dtype = dtype_code(spec.dtype);
   void* params[] = {&p, &n, &dtype};
   const unsigned blocks = unsigned(std::min<unsigned long long>(4096, (n + 255) / 256));
-  if (CUresult r = m_d.cuLaunchKernel(m_poison, blocks, 1, 1, 256, 1, 1, 0, m_stream, params, nullptr); r != CUDA_SUCCESS)
+  if (CUresult r =
+          m_d.cuLaunchKernel(m_poison, blocks, 1, 1, 256, 1, 1, 0, m_stream, params, nullptr);
+      r != CUDA_SUCCESS)
     return fail(ErrorCode::internal, failure(r, "poison"));
   return {};
 }
@@ -269,11 +296,16 @@ WorkerJson GpuWorker::setup(const WorkerJson& req) {
   std::size_t free_mem = 0, total_mem = 0;
   m_d.cuMemGetInfo(&free_mem, &total_mem);
   const double l2 = double(m_info.limits.l2_bytes);
-  m_sets = in_bytes == 0 ? 1 : int(std::clamp(std::ceil(3 * l2 / double(in_bytes)), 1.0, double(k_max_sets)));
+  m_sets = in_bytes == 0
+               ? 1
+               : int(std::clamp(std::ceil(3 * l2 / double(in_bytes)), 1.0, double(k_max_sets)));
   if (req.contains("sets")) m_sets = std::clamp(req["sets"].get<int>(), 1, k_max_sets);
-  while (m_sets > 1 && double(m_sets) * double(in_bytes) * 1.5 + double(other_bytes) * 3 > 0.5 * double(free_mem)) --m_sets;
+  while (m_sets > 1 &&
+         double(m_sets) * double(in_bytes) * 1.5 + double(other_bytes) * 3 > 0.5 * double(free_mem))
+    --m_sets;
   if (double(in_bytes) * 1.5 + double(other_bytes) * 3 > 0.8 * double(free_mem))
-    return error_reply("problem needs more GPU memory than is free (" + std::to_string(free_mem >> 20) + " MiB)");
+    return error_reply("problem needs more GPU memory than is free (" +
+                       std::to_string(free_mem >> 20) + " MiB)");
 
   for (const auto& a : args) {
     if (!a.is_buffer) continue;
@@ -286,7 +318,8 @@ WorkerJson GpuWorker::setup(const WorkerJson& req) {
       if (!p) return error_reply(p.error().message);
       b.sets.push_back(*p);
       if (input) {
-        const unsigned seed = m_seed * 7919u + unsigned(s) * 104729u + unsigned(m_buffers.size()) * 15485863u;
+        const unsigned seed =
+            m_seed * 7919u + unsigned(s) * 104729u + unsigned(m_buffers.size()) * 15485863u;
         if (auto ok = fill(*p, a, seed); !ok) return error_reply(ok.error().message);
       }
       if (a.role == BufferRole::inout) {
@@ -299,8 +332,12 @@ WorkerJson GpuWorker::setup(const WorkerJson& req) {
     }
     m_buffers.push_back(std::move(b));
   }
-  if (CUresult r = m_d.cuStreamSynchronize(m_stream); r != CUDA_SUCCESS) return error_reply(failure(r, "setup"));
-  return {{"ok", true}, {"sets", m_sets}, {"input_bytes_per_set", in_bytes}, {"free_mem_mib", free_mem >> 20}};
+  if (CUresult r = m_d.cuStreamSynchronize(m_stream); r != CUDA_SUCCESS)
+    return error_reply(failure(r, "setup"));
+  return {{"ok", true},
+          {"sets", m_sets},
+          {"input_bytes_per_set", in_bytes},
+          {"free_mem_mib", free_mem >> 20}};
 }
 
 Result<void> GpuWorker::ensure_capacity(const std::vector<ArgValue>& args) {
@@ -341,7 +378,8 @@ Result<void> GpuWorker::prepare_verification(const std::vector<ArgValue>& args, 
   return {};
 }
 
-CUresult GpuWorker::launch_kernel(CUfunction f, const LaunchGeometry& g, const std::vector<ArgValue>& args, int set) {
+CUresult GpuWorker::launch_kernel(CUfunction f, const LaunchGeometry& g,
+                                  const std::vector<ArgValue>& args, int set) {
   // Argument storage for this launch: pointers and scalars, one slot each.
   std::vector<std::uint64_t> storage(args.size());
   std::vector<void*> params(args.size());
@@ -363,8 +401,8 @@ CUresult GpuWorker::launch_kernel(CUfunction f, const LaunchGeometry& g, const s
     }
     params[i] = &storage[i];
   }
-  return m_d.cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2], g.smem, m_stream,
-                            params.data(), nullptr);
+  return m_d.cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
+                            g.smem, m_stream, params.data(), nullptr);
 }
 
 std::vector<int> GpuWorker::verify_sets() const {
@@ -372,30 +410,37 @@ std::vector<int> GpuWorker::verify_sets() const {
   return {0, m_sets - 1};
 }
 
-Result<double> GpuWorker::compare_outputs(const std::vector<ArgValue>& args, int set, std::string& why) {
+Result<double> GpuWorker::compare_outputs(const std::vector<ArgValue>& args, int set,
+                                          std::string& why) {
   double worst = 0;
   for (const auto& a : args) {
     if (!a.is_buffer || (a.role != BufferRole::out && a.role != BufferRole::inout)) continue;
     Buffer* b = buffer(a.name);
     auto ref = m_refs[set].find(a.name);
-    if (ref == m_refs[set].end()) return fail(ErrorCode::invalid_argument, "no reference for '" + a.name + "'");
+    if (ref == m_refs[set].end())
+      return fail(ErrorCode::invalid_argument, "no reference for '" + a.name + "'");
     m_d.cuMemsetD8Async(m_acc, 0, 3 * sizeof(double), m_stream);
-    CUdeviceptr out = b->sets[a.role == BufferRole::inout ? size_t(set) : 0], refp = ref->second, acc = m_acc;
+    CUdeviceptr out = b->sets[a.role == BufferRole::inout ? size_t(set) : 0], refp = ref->second,
+                acc = m_acc;
     unsigned long long n = (unsigned long long)a.count;
     int dtype = dtype_code(a.dtype);
     void* params[] = {&out, &refp, &n, &dtype, &acc};
     const unsigned blocks = unsigned(std::min<unsigned long long>(1024, (n + 255) / 256));
-    if (CUresult r = m_d.cuLaunchKernel(m_compare, blocks, 1, 1, 256, 1, 1, 0, m_stream, params, nullptr); r != CUDA_SUCCESS)
+    if (CUresult r =
+            m_d.cuLaunchKernel(m_compare, blocks, 1, 1, 256, 1, 1, 0, m_stream, params, nullptr);
+        r != CUDA_SUCCESS)
       return fail(ErrorCode::internal, failure(r, "compare"));
     double acc_host[3] = {};
-    if (CUresult r = m_d.cuStreamSynchronize(m_stream); r != CUDA_SUCCESS) return fail(ErrorCode::internal, failure(r, "compare"));
+    if (CUresult r = m_d.cuStreamSynchronize(m_stream); r != CUDA_SUCCESS)
+      return fail(ErrorCode::internal, failure(r, "compare"));
     m_d.cuMemcpyDtoH(acc_host, m_acc, sizeof acc_host);
     if (acc_host[2] > 0) {
       why = a.name + ": " + std::to_string(std::int64_t(acc_host[2])) + " of " + std::to_string(n) +
             " elements NaN/inf or never written";
       return std::numeric_limits<double>::infinity();
     }
-    const double rel = acc_host[1] > 0 ? std::sqrt(acc_host[0] / acc_host[1]) : std::sqrt(acc_host[0]);
+    const double rel =
+        acc_host[1] > 0 ? std::sqrt(acc_host[0] / acc_host[1]) : std::sqrt(acc_host[0]);
     if (rel > worst) {
       worst = rel;
       why = a.name;
@@ -427,7 +472,9 @@ std::pair<CUresult, Timing> GpuWorker::measure(const LaunchFn& launch, const Tim
     const int per_graph = int(std::clamp(200.0 / estimate, 4.0, 500.0));
     CUgraph graph = nullptr;
     CUgraphExec exec = nullptr;
-    if ((r = m_d.cuStreamBeginCapture(m_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) != CUDA_SUCCESS) return {r, {}};
+    if ((r = m_d.cuStreamBeginCapture(m_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) !=
+        CUDA_SUCCESS)
+      return {r, {}};
     for (int i = 0; i < per_graph; ++i)
       if ((r = launch(i % m_sets)) != CUDA_SUCCESS) break;
     CUresult end = m_d.cuStreamEndCapture(m_stream, &graph);
@@ -446,7 +493,9 @@ std::pair<CUresult, Timing> GpuWorker::measure(const LaunchFn& launch, const Tim
     }
     r = m_d.cuStreamSynchronize(m_stream);
     if (r == CUDA_SUCCESS)
-      for (int i = 0; i < n; ++i) samples.push_back(elapsed_us(m_events[size_t(2 * i)], m_events[size_t(2 * i + 1)]) / per_graph);
+      for (int i = 0; i < n; ++i)
+        samples.push_back(elapsed_us(m_events[size_t(2 * i)], m_events[size_t(2 * i + 1)]) /
+                          per_graph);
     m_d.cuGraphExecDestroy(exec);
     m_d.cuGraphDestroy(graph);
     return {r, summarize(std::move(samples), true)};
@@ -459,7 +508,8 @@ std::pair<CUresult, Timing> GpuWorker::measure(const LaunchFn& launch, const Tim
     m_d.cuEventRecord(m_events[size_t(2 * i + 1)], m_stream);
   }
   if ((r = m_d.cuStreamSynchronize(m_stream)) != CUDA_SUCCESS) return {r, {}};
-  for (int i = 0; i < n; ++i) samples.push_back(elapsed_us(m_events[size_t(2 * i)], m_events[size_t(2 * i + 1)]));
+  for (int i = 0; i < n; ++i)
+    samples.push_back(elapsed_us(m_events[size_t(2 * i)], m_events[size_t(2 * i + 1)]));
   return {CUDA_SUCCESS, summarize(std::move(samples), false)};
 }
 
@@ -475,11 +525,14 @@ WorkerJson GpuWorker::reference(const WorkerFrame& req) {
   if (kind == "kernel") {
     if (CUresult r = m_d.cuModuleLoadData(&module, req.blob.data()); r != CUDA_SUCCESS)
       return error_reply(failure(r, "load reference"));
-    if (CUresult r = m_d.cuModuleGetFunction(&fn, module, h.at("lowered_name").get<std::string>().c_str()); r != CUDA_SUCCESS)
+    if (CUresult r =
+            m_d.cuModuleGetFunction(&fn, module, h.at("lowered_name").get<std::string>().c_str());
+        r != CUDA_SUCCESS)
       return error_reply(failure(r, "reference function"));
     geometry = launch_from_json(h.at("launch"));
     if (geometry.smem > 48 * 1024)
-      m_d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(geometry.smem));
+      m_d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                             int(geometry.smem));
   } else if (kind == "cublas_gemm") {
     if (!m_cublas) {
       auto c = Cublas::load(m_stream);
@@ -494,7 +547,8 @@ WorkerJson GpuWorker::reference(const WorkerFrame& req) {
   m_refs.clear();
   for (int set : verify_sets()) {
     if (auto ok = prepare_verification(args, set); !ok) return error_reply(ok.error().message);
-    CUresult r = kind == "kernel" ? launch_kernel(fn, geometry, args, set) : launch_cublas(h.at("problem"), set, 0);
+    CUresult r = kind == "kernel" ? launch_kernel(fn, geometry, args, set)
+                                  : launch_cublas(h.at("problem"), set, 0);
     if (r == CUDA_SUCCESS) r = m_d.cuStreamSynchronize(m_stream);
     if (r != CUDA_SUCCESS) {
       if (module) m_d.cuModuleUnload(module);
@@ -506,7 +560,8 @@ WorkerJson GpuWorker::reference(const WorkerFrame& req) {
       const std::size_t bytes = std::size_t(a.count) * element_bytes(a.dtype);
       auto copy = alloc(bytes);
       if (!copy) return error_reply(copy.error().message);
-      m_d.cuMemcpyDtoDAsync(*copy, b->sets[a.role == BufferRole::inout ? size_t(set) : 0], bytes, m_stream);
+      m_d.cuMemcpyDtoDAsync(*copy, b->sets[a.role == BufferRole::inout ? size_t(set) : 0], bytes,
+                            m_stream);
       m_refs[set][a.name] = *copy;
     }
   }
@@ -519,19 +574,23 @@ CUresult GpuWorker::launch_cublas(const WorkerJson& p, int set, CUdeviceptr out_
   const int M = p.at("M").get<int>(), N = p.at("N").get<int>(), K = p.at("K").get<int>();
   const std::string layout = p.at("layout").get<std::string>();
   auto type_of = [](const std::string& d) { return d == "bf16" ? 14 : d == "fp16" ? 2 : 0; };
-  const int tin = type_of(p.at("dtype").get<std::string>()), tout = type_of(p.at("out_dtype").get<std::string>());
+  const int tin = type_of(p.at("dtype").get<std::string>()),
+            tout = type_of(p.at("out_dtype").get<std::string>());
   Buffer *A = buffer("A"), *B = buffer("B"), *C = buffer("C");
   if (!A || !B || !C) return CUDA_ERROR_INVALID_VALUE;
-  const bool a_row = layout.size() == 2 && layout[0] == 'r', b_row = layout.size() == 2 && layout[1] == 'r';
+  const bool a_row = layout.size() == 2 && layout[0] == 'r',
+             b_row = layout.size() == 2 && layout[1] == 'r';
   // Row-major C (MxN) = A B is column-major C^T (NxM) = B^T A^T: cuBLAS computes with m=N, n=M.
   const int op_b = b_row ? 0 : 1, ldb = b_row ? N : K;
   const int op_a = a_row ? 0 : 1, lda = a_row ? K : M;
   const float alpha = float(p.value("alpha", 1.0)), beta = float(p.value("beta", 0.0));
-  const CUdeviceptr a = A->sets[size_t(set) % A->sets.size()], b = B->sets[size_t(set) % B->sets.size()];
+  const CUdeviceptr a = A->sets[size_t(set) % A->sets.size()],
+                    b = B->sets[size_t(set) % B->sets.size()];
   const CUdeviceptr c = out_override ? out_override : C->sets[0];
-  const int status = m_cublas->gemm_ex(m_cublas->handle, op_b, op_a, N, M, K, &alpha, reinterpret_cast<void*>(b), tin, ldb,
-                                       reinterpret_cast<void*>(a), tin, lda, &beta, reinterpret_cast<void*>(c), tout, N,
-                                       68 /* CUBLAS_COMPUTE_32F */, -1 /* CUBLAS_GEMM_DEFAULT */);
+  const int status = m_cublas->gemm_ex(
+      m_cublas->handle, op_b, op_a, N, M, K, &alpha, reinterpret_cast<void*>(b), tin, ldb,
+      reinterpret_cast<void*>(a), tin, lda, &beta, reinterpret_cast<void*>(c), tout, N,
+      68 /* CUBLAS_COMPUTE_32F */, -1 /* CUBLAS_GEMM_DEFAULT */);
   return status == 0 ? CUDA_SUCCESS : CUDA_ERROR_LAUNCH_FAILED;
 }
 
@@ -551,23 +610,26 @@ WorkerJson GpuWorker::trial(const WorkerFrame& req) {
     result.message = std::move(message);
     return reply();
   };
-  if (auto ok = ensure_capacity(t.args); !ok) return outcome(Outcome::resource_error, ok.error().message);
+  if (auto ok = ensure_capacity(t.args); !ok)
+    return outcome(Outcome::resource_error, ok.error().message);
 
   Loaded loaded;
   loaded.request = t;
   if (CUresult r = m_d.cuModuleLoadData(&loaded.module, req.blob.data()); r != CUDA_SUCCESS)
-    return outcome(m_poisoned ? Outcome::crash : Outcome::compile_error, failure(r, "cuModuleLoadData"));
+    return outcome(m_poisoned ? Outcome::crash : Outcome::compile_error,
+                   failure(r, "cuModuleLoadData"));
   auto unload = [&] {
     if (loaded.module && !m_poisoned) m_d.cuModuleUnload(loaded.module);
     loaded.module = nullptr;
   };
-  if (CUresult r = m_d.cuModuleGetFunction(&loaded.function, loaded.module, t.lowered_name.c_str()); r != CUDA_SUCCESS) {
+  if (CUresult r = m_d.cuModuleGetFunction(&loaded.function, loaded.module, t.lowered_name.c_str());
+      r != CUDA_SUCCESS) {
     unload();
     return outcome(Outcome::compile_error, failure(r, "cuModuleGetFunction"));
   }
   if (t.launch.smem > 48 * 1024)
-    if (CUresult r = m_d.cuFuncSetAttribute(loaded.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                            int(t.launch.smem));
+    if (CUresult r = m_d.cuFuncSetAttribute(
+            loaded.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(t.launch.smem));
         r != CUDA_SUCCESS) {
       unload();
       return outcome(Outcome::resource_error, failure(r, "shared memory request refused"));
@@ -583,12 +645,15 @@ WorkerJson GpuWorker::trial(const WorkerFrame& req) {
       CUresult r = launch_kernel(loaded.function, t.launch, t.args, set);
       if (r != CUDA_SUCCESS) {
         unload();
-        return outcome(is_resource_error(r) && !m_poisoned ? Outcome::resource_error : Outcome::crash, failure(r, "launch"));
+        return outcome(
+            is_resource_error(r) && !m_poisoned ? Outcome::resource_error : Outcome::crash,
+            failure(r, "launch"));
       }
       if ((r = m_d.cuStreamSynchronize(m_stream)) != CUDA_SUCCESS) {
         unload();
-        return outcome(m_poisoned || is_sticky_cuda_error(r) ? Outcome::crash : Outcome::resource_error,
-                       failure(r, "kernel execution"));
+        return outcome(
+            m_poisoned || is_sticky_cuda_error(r) ? Outcome::crash : Outcome::resource_error,
+            failure(r, "kernel execution"));
       }
       std::string why;
       auto err = compare_outputs(t.args, set, why);
@@ -600,16 +665,19 @@ WorkerJson GpuWorker::trial(const WorkerFrame& req) {
       if (!(*err <= t.tolerance)) {
         unload();
         char buf[160];
-        std::snprintf(buf, sizeof buf, "relative error %.3g > tolerance %.3g (%s)", *err, t.tolerance, why.c_str());
+        std::snprintf(buf, sizeof buf, "relative error %.3g > tolerance %.3g (%s)", *err,
+                      t.tolerance, why.c_str());
         return outcome(Outcome::wrong_result, buf);
       }
     }
   }
 
-  auto [r, timing] = measure([&](int set) { return launch_kernel(loaded.function, t.launch, t.args, set); }, t.timing);
+  auto [r, timing] = measure(
+      [&](int set) { return launch_kernel(loaded.function, t.launch, t.args, set); }, t.timing);
   if (r != CUDA_SUCCESS) {
     unload();
-    return outcome(is_sticky_cuda_error(r) || m_poisoned ? Outcome::crash : Outcome::resource_error, failure(r, "timing"));
+    return outcome(is_sticky_cuda_error(r) || m_poisoned ? Outcome::crash : Outcome::resource_error,
+                   failure(r, "timing"));
   }
   result.timing = timing;
   result.telemetry = telemetry();
@@ -619,8 +687,9 @@ WorkerJson GpuWorker::trial(const WorkerFrame& req) {
     m_loaded.erase(it);
   }
   if (m_loaded.size() >= k_max_loaded) {
-    auto oldest = std::min_element(m_loaded.begin(), m_loaded.end(),
-                                   [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; });
+    auto oldest = std::min_element(
+        m_loaded.begin(), m_loaded.end(),
+        [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; });
     m_d.cuModuleUnload(oldest->second.module);
     m_loaded.erase(oldest);
   }
@@ -650,10 +719,15 @@ WorkerJson GpuWorker::retime(const WorkerJson& req) {
       } else {
         id = ids[i];
         auto it = m_loaded.find(id);
-        if (it == m_loaded.end()) return error_reply("retime: trial " + std::to_string(id) + " is not loaded");
+        if (it == m_loaded.end())
+          return error_reply("retime: trial " + std::to_string(id) + " is not loaded");
         it->second.last_used = ++m_use_clock;
         const Loaded& l = it->second;
-        m = measure([&](int set) { return launch_kernel(l.function, l.request.launch, l.request.args, set); }, o);
+        m = measure(
+            [&](int set) {
+              return launch_kernel(l.function, l.request.launch, l.request.args, set);
+            },
+            o);
       }
       if (m.first != CUDA_SUCCESS) return error_reply(failure(m.first, "retime"));
       medians[id].push_back(m.second.median_us);
@@ -694,13 +768,16 @@ WorkerJson GpuWorker::time_copy(const WorkerJson& req) {
   m_d.cuMemsetD8Async(*src, 0x3c, bytes, m_stream);
   const int saved_sets = m_sets;
   m_sets = 1;
-  auto [r, timing] = measure([&](int) { return m_d.cuMemcpyDtoDAsync(*dst, *src, bytes, m_stream); },
-                             timing_options_from_json(req.value("timing", WorkerJson::object())));
+  auto [r, timing] =
+      measure([&](int) { return m_d.cuMemcpyDtoDAsync(*dst, *src, bytes, m_stream); },
+              timing_options_from_json(req.value("timing", WorkerJson::object())));
   m_sets = saved_sets;
   m_d.cuMemFree(*src);
   m_d.cuMemFree(*dst);
   if (r != CUDA_SUCCESS) return error_reply(failure(r, "copy"));
-  return {{"ok", true}, {"timing", to_json(timing)}, {"gbps", 2.0 * double(bytes) / (timing.median_us * 1e3)},
+  return {{"ok", true},
+          {"timing", to_json(timing)},
+          {"gbps", 2.0 * double(bytes) / (timing.median_us * 1e3)},
           {"telemetry", to_json(telemetry())}};
 }
 

@@ -32,7 +32,7 @@ class GpuWorker {
  private:
   struct Buffer {
     ArgValue spec;
-    std::vector<CUdeviceptr> sets;  // in/inout: one per input set; out/workspace: one
+    std::vector<CUdeviceptr> sets;      // in/inout: one per input set; out/workspace: one
     std::vector<CUdeviceptr> pristine;  // inout: the initial contents per set
     std::size_t bytes = 0;
   };
@@ -63,7 +63,8 @@ class GpuWorker {
   Result<void> ensure_capacity(const std::vector<ArgValue>& args);
   // Restores inout inputs, poisons outputs and zeroes workspaces for a verification run on `set`.
   Result<void> prepare_verification(const std::vector<ArgValue>& args, int set);
-  CUresult launch_kernel(CUfunction f, const LaunchGeometry& g, const std::vector<ArgValue>& args, int set);
+  CUresult launch_kernel(CUfunction f, const LaunchGeometry& g, const std::vector<ArgValue>& args,
+                         int set);
   CUresult launch_cublas(const WorkerJson& problem, int set, CUdeviceptr out_override);
   // Max relative error of the outputs of `args` against the stored references for `set`.
   Result<double> compare_outputs(const std::vector<ArgValue>& args, int set, std::string& why);

@@ -13,10 +13,11 @@ Result<std::unique_ptr<LocalTuner>> LocalTuner::open(const LocalTunerOptions& o)
   auto gpus = query_gpus();
   if (!gpus) return std::unexpected(gpus.error());
   if (o.device < 0 || size_t(o.device) >= gpus->size())
-    return fail(ErrorCode::not_found, "no GPU " + std::to_string(o.device) + " (have " + std::to_string(gpus->size()) + ")");
+    return fail(ErrorCode::not_found, "no GPU " + std::to_string(o.device) + " (have " +
+                                          std::to_string(gpus->size()) + ")");
   t->m_gpu = (*gpus)[size_t(o.device)];
-  t->m_templates = TemplateRegistry::load(o.template_dirs.empty() ? std::vector<std::string>{builtin_template_dir()}
-                                                                  : o.template_dirs);
+  t->m_templates = TemplateRegistry::load(
+      o.template_dirs.empty() ? std::vector<std::string>{builtin_template_dir()} : o.template_dirs);
   if (o.data_dir.empty()) {
     auto mem = std::make_unique<MemStore>();
     if (auto ok = check_store_format(*mem, false); !ok) return std::unexpected(ok.error());
@@ -26,7 +27,8 @@ Result<std::unique_ptr<LocalTuner>> LocalTuner::open(const LocalTunerOptions& o)
     if (!db) return std::unexpected(db.error());
     t->m_store = std::move(*db);
   }
-  t->m_compiler = std::make_unique<Compiler>(CompilerOptions{.threads = o.compile_threads, .cache = t->m_store.get()});
+  t->m_compiler = std::make_unique<Compiler>(
+      CompilerOptions{.threads = o.compile_threads, .cache = t->m_store.get()});
   RunnerOptions ro;
   if (!o.worker_binary.empty()) ro.worker_binary = o.worker_binary;
   ro.ordinal = o.device;
@@ -35,11 +37,13 @@ Result<std::unique_ptr<LocalTuner>> LocalTuner::open(const LocalTunerOptions& o)
   if (auto ok = t->m_runner->start(); !ok) return std::unexpected(ok.error());
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  t->m_context = TuneContext{t->m_gpu.device_class, t->m_gpu.limits, node_driver_version(), Compiler::nvrtc_version(), host};
+  t->m_context = TuneContext{t->m_gpu.device_class, t->m_gpu.limits, node_driver_version(),
+                             Compiler::nvrtc_version(), host};
   return t;
 }
 
-Result<TuneResult> LocalTuner::tune(const TuneRequest& request, const TuningJob::ProgressFn& progress) {
+Result<TuneResult> LocalTuner::tune(const TuneRequest& request,
+                                    const TuningJob::ProgressFn& progress) {
   TuningJob job(m_templates, *m_compiler, m_store.get(), *m_runner, m_context);
   return job.run(request, progress);
 }

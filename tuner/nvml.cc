@@ -46,7 +46,8 @@ Result<const Nvml*> Nvml::get() {
     }
     auto load = [&](auto& fn, const char* symbol) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, symbol));
-      if (!fn && !failure) failure = Error{ErrorCode::unavailable, std::string("NVML lacks ") + symbol};
+      if (!fn && !failure)
+        failure = Error{ErrorCode::unavailable, std::string("NVML lacks ") + symbol};
     };
     load(api.init, "nvmlInit_v2");
     load(api.driver_version, "nvmlSystemGetDriverVersion");
@@ -94,7 +95,8 @@ std::string node_driver_version() {
   }
   if (auto driver = CudaDriver::get()) {
     int version = 0;
-    if ((*driver)->cuDriverGetVersion(&version) == CUDA_SUCCESS) return "cuda-" + std::to_string(version);
+    if ((*driver)->cuDriverGetVersion(&version) == CUDA_SUCCESS)
+      return "cuda-" + std::to_string(version);
   }
   return "none";
 }

@@ -11,7 +11,8 @@
 
 namespace ktune {
 
-Result<std::vector<ReplayProblem>> load_replay(const std::string& path, const TemplateRegistry& templates) {
+Result<std::vector<ReplayProblem>> load_replay(const std::string& path,
+                                               const TemplateRegistry& templates) {
   std::ifstream in(path);
   if (!in) return fail(ErrorCode::io_error, path + ": cannot read");
   nlohmann::json doc;
@@ -20,7 +21,8 @@ Result<std::vector<ReplayProblem>> load_replay(const std::string& path, const Te
   } catch (const std::exception& e) {
     return fail(ErrorCode::corruption, path + ": " + e.what());
   }
-  const int cc = doc.value("device_class", std::string()).find(".sm90.") != std::string::npos ? 90 : 80;
+  const int cc =
+      doc.value("device_class", std::string()).find(".sm90.") != std::string::npos ? 90 : 80;
   std::vector<ReplayProblem> out;
   for (const auto& p : doc.at("problems")) {
     auto problem = parse_problem_key(p.at("problem").get<std::string>());
@@ -37,31 +39,36 @@ Result<std::vector<ReplayProblem>> load_replay(const std::string& path, const Te
       if (const KernelTemplate* t = templates.find(tname)) {
         domains[tname] = t->manifest.params;
       } else {
-        for (const auto& [pname, values] : params) domains[tname].push_back({pname, {values.begin(), values.end()}, {}, 0});
+        for (const auto& [pname, values] : params)
+          domains[tname].push_back({pname, {values.begin(), values.end()}, {}, 0});
       }
     }
     for (const auto& t : p.at("trials")) {
       Params params;
-      for (auto it = t.at("params").begin(); it != t.at("params").end(); ++it) params[it.key()] = it.value().get<std::int64_t>();
+      for (auto it = t.at("params").begin(); it != t.at("params").end(); ++it)
+        params[it.key()] = it.value().get<std::int64_t>();
       const std::string tname = t.at("template").get<std::string>();
       const size_t before = rp.candidates.size();
       rp.candidates.add(templates.find(tname), tname, params, domains[tname]);
       if (rp.candidates.size() == before) continue;  // a duplicate record
       const bool ok = t.at("outcome").get<std::string>() == "ok";
-      rp.value.push_back(ok ? t.at("median_us").get<double>() : std::numeric_limits<double>::infinity());
+      rp.value.push_back(ok ? t.at("median_us").get<double>()
+                            : std::numeric_limits<double>::infinity());
     }
     rp.best = *std::min_element(rp.value.begin(), rp.value.end());
     if (!std::isfinite(rp.best)) continue;
     for (const KernelTemplate* t : templates.for_problem(rp.problem, cc))
-      if (auto h = heuristic_config(*t, rp.problem, *DeviceLimits::for_arch("sm_" + std::to_string(cc))))
-        if (size_t i = rp.candidates.find(t->name(), *h); i != CandidateSet::npos) rp.seeds.push_back(i);
+      if (auto h =
+              heuristic_config(*t, rp.problem, *DeviceLimits::for_arch("sm_" + std::to_string(cc))))
+        if (size_t i = rp.candidates.find(t->name(), *h); i != CandidateSet::npos)
+          rp.seeds.push_back(i);
     out.push_back(std::move(rp));
   }
   return out;
 }
 
-Result<ReplayCurve> replay(const ReplayProblem& p, std::string_view strategy_name, size_t max_trials,
-                           std::uint64_t seed, size_t batch) {
+Result<ReplayCurve> replay(const ReplayProblem& p, std::string_view strategy_name,
+                           size_t max_trials, std::uint64_t seed, size_t batch) {
   auto strategy = make_strategy(strategy_name, p.candidates, p.seeds, seed);
   if (!strategy) return std::unexpected(strategy.error());
   ReplayCurve curve;

@@ -25,16 +25,20 @@ struct ReplayProblem {
 
 // Loads every problem of a recorded sweep. Param domains come from the named templates in
 // `templates` when they are loaded there, else from the values the sweep contains.
-Result<std::vector<ReplayProblem>> load_replay(const std::string& path, const TemplateRegistry& templates);
+Result<std::vector<ReplayProblem>> load_replay(const std::string& path,
+                                               const TemplateRegistry& templates);
 
 struct ReplayCurve {
   std::string strategy;
-  std::vector<double> fraction;  // fraction[i]: sweep best / best found after i+1 trials (0 until a success)
-  double at(size_t trials) const { return trials == 0 || fraction.empty() ? 0 : fraction[std::min(trials, fraction.size()) - 1]; }
+  std::vector<double>
+      fraction;  // fraction[i]: sweep best / best found after i+1 trials (0 until a success)
+  double at(size_t trials) const {
+    return trials == 0 || fraction.empty() ? 0 : fraction[std::min(trials, fraction.size()) - 1];
+  }
 };
 
 // Runs `strategy` for up to `max_trials`, proposing `batch` at a time.
-Result<ReplayCurve> replay(const ReplayProblem& problem, std::string_view strategy, size_t max_trials,
-                           std::uint64_t seed, size_t batch = 16);
+Result<ReplayCurve> replay(const ReplayProblem& problem, std::string_view strategy,
+                           size_t max_trials, std::uint64_t seed, size_t batch = 16);
 
 }  // namespace ktune

@@ -30,7 +30,8 @@ void CandidateSet::add(const KernelTemplate* tmpl, std::string template_name, Pa
   c.features.push_back(double(t));
   for (const auto& d : m_domains[t]) {
     auto it = c.params.find(d.name);
-    const auto pos = it == c.params.end() ? d.values.end() : std::find(d.values.begin(), d.values.end(), it->second);
+    const auto pos = it == c.params.end() ? d.values.end()
+                                          : std::find(d.values.begin(), d.values.end(), it->second);
     const double idx = pos == d.values.end() ? 0 : double(pos - d.values.begin());
     c.features.push_back(d.values.size() > 1 ? idx / double(d.values.size() - 1) : 0);
   }
@@ -76,7 +77,8 @@ class StrategyBase : public Strategy {
   StrategyBase(const CandidateSet& c, std::vector<size_t> seeds, std::uint64_t rng_seed)
       : m_c(c), m_rng(rng_seed), m_proposed(c.size(), false) {
     for (size_t s : seeds)
-      if (s < c.size() && std::find(m_seeds.begin(), m_seeds.end(), s) == m_seeds.end()) m_seeds.push_back(s);
+      if (s < c.size() && std::find(m_seeds.begin(), m_seeds.end(), s) == m_seeds.end())
+        m_seeds.push_back(s);
   }
 
  protected:
@@ -183,7 +185,8 @@ class Anneal final : public StrategyBase {
       }
       const double t = 0.3 * std::pow(0.97, double(m_steps++));
       if (m_current == CandidateSet::npos || v < m_current_value ||
-          std::uniform_real_distribution<double>(0, 1)(m_rng) < std::exp(-(v - m_current_value) / std::max(t, 1e-6))) {
+          std::uniform_real_distribution<double>(0, 1)(m_rng) <
+              std::exp(-(v - m_current_value) / std::max(t, 1e-6))) {
         m_current = o.index;
         m_current_value = v;
       }
@@ -199,8 +202,8 @@ class Anneal final : public StrategyBase {
 // A small random forest regressor over the candidates' features.
 class Forest {
  public:
-  void fit(const std::vector<const std::vector<double>*>& x, const std::vector<double>& y, std::mt19937_64& rng,
-           int trees = 32) {
+  void fit(const std::vector<const std::vector<double>*>& x, const std::vector<double>& y,
+           std::mt19937_64& rng, int trees = 32) {
     m_trees.clear();
     if (x.empty()) return;
     const size_t d = x[0]->size();
@@ -220,8 +223,9 @@ class Forest {
     for (const auto& t : m_trees) {
       int n = 0;
       while (t.nodes[size_t(n)].feature >= 0)
-        n = f[size_t(t.nodes[size_t(n)].feature)] <= t.nodes[size_t(n)].threshold ? t.nodes[size_t(n)].left
-                                                                                   : t.nodes[size_t(n)].right;
+        n = f[size_t(t.nodes[size_t(n)].feature)] <= t.nodes[size_t(n)].threshold
+                ? t.nodes[size_t(n)].left
+                : t.nodes[size_t(n)].right;
       const double v = t.nodes[size_t(n)].value;
       sum += v;
       sq += v * v;
@@ -243,8 +247,9 @@ class Forest {
     std::vector<Node> nodes;
   };
 
-  int build(Tree& tree, const std::vector<const std::vector<double>*>& x, const std::vector<double>& y,
-            std::vector<size_t> rows, int depth, size_t mtry, std::mt19937_64& rng) {
+  int build(Tree& tree, const std::vector<const std::vector<double>*>& x,
+            const std::vector<double>& y, std::vector<size_t> rows, int depth, size_t mtry,
+            std::mt19937_64& rng) {
     const int id = int(tree.nodes.size());
     tree.nodes.push_back({});
     double mean = 0;
@@ -276,7 +281,8 @@ class Forest {
         const double nl = double(i + 1), nr = double(v.size() - i - 1);
         const double right_sum = total - left_sum, right_sq = total_sq - left_sq;
         // Reduction of the sum of squared errors.
-        const double sse = (left_sq - left_sum * left_sum / nl) + (right_sq - right_sum * right_sum / nr);
+        const double sse =
+            (left_sq - left_sum * left_sum / nl) + (right_sq - right_sum * right_sum / nr);
         const double score = (total_sq - total * total / double(v.size())) - sse;
         if (score > best_score + 1e-12) {
           best_score = score;
@@ -287,7 +293,8 @@ class Forest {
     }
     if (best_feature < 0) return id;
     std::vector<size_t> l, r;
-    for (size_t row : rows) ((*x[row])[size_t(best_feature)] <= best_threshold ? l : r).push_back(row);
+    for (size_t row : rows)
+      ((*x[row])[size_t(best_feature)] <= best_threshold ? l : r).push_back(row);
     const int left = build(tree, x, y, std::move(l), depth + 1, mtry, rng);
     const int right = build(tree, x, y, std::move(r), depth + 1, mtry, rng);
     tree.nodes[size_t(id)].feature = best_feature;
@@ -334,7 +341,8 @@ class ModelGuided final : public StrategyBase {
     std::sort(scored.begin(), scored.end());
     const size_t want = n - out.size();
     const size_t exploit = want >= 4 ? want - 1 : want;
-    for (size_t k = 0; k < scored.size() && out.size() < n - (want - exploit); ++k) take(scored[k].second, out);
+    for (size_t k = 0; k < scored.size() && out.size() < n - (want - exploit); ++k)
+      take(scored[k].second, out);
     while (out.size() < n && !exhausted()) take(random_unproposed(), out);
     return out;
   }
@@ -368,10 +376,13 @@ class ModelGuided final : public StrategyBase {
 
 }  // namespace
 
-Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, const CandidateSet& candidates,
+Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name,
+                                                const CandidateSet& candidates,
                                                 std::vector<size_t> seeds, std::uint64_t rng_seed) {
-  if (name == "exhaustive") return std::make_unique<Exhaustive>(candidates, std::move(seeds), rng_seed);
-  if (name == "random") return std::make_unique<RandomSearch>(candidates, std::move(seeds), rng_seed);
+  if (name == "exhaustive")
+    return std::make_unique<Exhaustive>(candidates, std::move(seeds), rng_seed);
+  if (name == "random")
+    return std::make_unique<RandomSearch>(candidates, std::move(seeds), rng_seed);
   if (name == "anneal") return std::make_unique<Anneal>(candidates, std::move(seeds), rng_seed);
   if (name == "model") return std::make_unique<ModelGuided>(candidates, std::move(seeds), rng_seed);
   return fail(ErrorCode::invalid_argument,

@@ -73,7 +73,8 @@ class Strategy {
 };
 
 // "exhaustive", "random", "anneal", "model". Seeds are proposed first (in order, unique).
-Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, const CandidateSet& candidates,
+Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name,
+                                                const CandidateSet& candidates,
                                                 std::vector<size_t> seeds, std::uint64_t rng_seed);
 
 // Stops a job: trials, wall time, or a target time reached. Zero = no limit.
@@ -83,8 +84,8 @@ struct Budget {
   double target_us = 0;
 
   bool exhausted(int trials, double elapsed_s, double best_us) const {
-    return (max_trials > 0 && trials >= max_trials) || (max_seconds > 0 && elapsed_s >= max_seconds) ||
-           (target_us > 0 && best_us <= target_us);
+    return (max_trials > 0 && trials >= max_trials) ||
+           (max_seconds > 0 && elapsed_s >= max_seconds) || (target_us > 0 && best_us <= target_us);
   }
 };
 

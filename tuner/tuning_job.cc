@@ -14,21 +14,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
-std::int64_t unix_now() { return std::int64_t(std::time(nullptr)); }
+std::int64_t unix_now() {
+  return std::int64_t(std::time(nullptr));
+}
 
-std::string describe(const Candidate& c) { return c.template_name + " {" + params_to_string(c.params) + "}"; }
+std::string describe(const Candidate& c) {
+  return c.template_name + " {" + params_to_string(c.params) + "}";
+}
 
 }  // namespace
 
 WorkerJson cublas_problem(const Problem& p) {
-  return {{"M", p.dim("M")}, {"N", p.dim("N")}, {"K", p.dim("K")}, {"layout", p.layout},
-          {"dtype", p.dtype}, {"out_dtype", p.out_dtype}, {"alpha", 1.0}, {"beta", 0.0}};
+  return {{"M", p.dim("M")},  {"N", p.dim("N")},          {"K", p.dim("K")}, {"layout", p.layout},
+          {"dtype", p.dtype}, {"out_dtype", p.out_dtype}, {"alpha", 1.0},    {"beta", 0.0}};
 }
 
-Result<std::vector<ArgValue>> setup_args(const std::vector<const KernelTemplate*>& templates, const Problem& problem,
-                                         const DeviceLimits& limits) {
+Result<std::vector<ArgValue>> setup_args(const std::vector<const KernelTemplate*>& templates,
+                                         const Problem& problem, const DeviceLimits& limits) {
   std::vector<ArgValue> out;
   for (const KernelTemplate* t : templates) {
     auto h = heuristic_config(*t, problem, limits);
@@ -37,22 +43,27 @@ Result<std::vector<ArgValue>> setup_args(const std::vector<const KernelTemplate*
     if (!inst) continue;
     for (const auto& a : inst->args) {
       if (!a.is_buffer) continue;
-      auto it = std::find_if(out.begin(), out.end(), [&](const ArgValue& o) { return o.name == a.name; });
-      if (it == out.end()) out.push_back(a);
-      else it->count = std::max(it->count, a.count);
+      auto it =
+          std::find_if(out.begin(), out.end(), [&](const ArgValue& o) { return o.name == a.name; });
+      if (it == out.end())
+        out.push_back(a);
+      else
+        it->count = std::max(it->count, a.count);
     }
   }
-  if (out.empty()) return fail(ErrorCode::invalid_argument, "no template can set up " + problem.describe());
+  if (out.empty())
+    return fail(ErrorCode::invalid_argument, "no template can set up " + problem.describe());
   return out;
 }
 
 Result<void> prepare_runner(TrialRunner& runner, Compiler& compiler, const KernelTemplate& t,
-                            const std::vector<ArgValue>& args, const Problem& problem, const DeviceLimits& limits,
-                            unsigned seed) {
+                            const std::vector<ArgValue>& args, const Problem& problem,
+                            const DeviceLimits& limits, unsigned seed) {
   if (auto ok = runner.setup(args, seed); !ok) return std::unexpected(ok.error());
   const Manifest& m = t.manifest;
   if (!m.reference.builtin.empty()) {
-    auto r = runner.reference({{"kind", m.reference.builtin}, {"problem", cublas_problem(problem)},
+    auto r = runner.reference({{"kind", m.reference.builtin},
+                               {"problem", cublas_problem(problem)},
                                {"args", [&] {
                                   WorkerJson a = WorkerJson::array();
                                   for (const auto& x : args) a.push_back(to_json(x));
@@ -64,19 +75,27 @@ Result<void> prepare_runner(TrialRunner& runner, Compiler& compiler, const Kerne
   auto ref = reference_instance(t, problem, limits);
   if (!ref) return std::unexpected(ref.error());
   auto compiled = compiler.compile({&t, ref->name_expression, target_arch(m, limits.cc)});
-  if (!compiled.ok()) return fail(ErrorCode::internal, "reference kernel of " + t.name() + " does not compile:\n" + compiled.log);
+  if (!compiled.ok())
+    return fail(ErrorCode::internal,
+                "reference kernel of " + t.name() + " does not compile:\n" + compiled.log);
   WorkerJson a = WorkerJson::array();
   for (const auto& x : ref->args) a.push_back(to_json(x));
-  auto r = runner.reference({{"kind", "kernel"}, {"lowered_name", compiled.kernel.lowered_name},
-                             {"launch", to_json(ref->launch)}, {"args", a}},
+  auto r = runner.reference({{"kind", "kernel"},
+                             {"lowered_name", compiled.kernel.lowered_name},
+                             {"launch", to_json(ref->launch)},
+                             {"args", a}},
                             compiled.kernel.cubin);
   if (!r) return std::unexpected(r.error());
   return {};
 }
 
-TuningJob::TuningJob(const TemplateRegistry& templates, Compiler& compiler, Store* store, TrialRunner& runner,
-                     TuneContext context)
-    : m_templates(templates), m_compiler(compiler), m_store(store), m_runner(runner), m_ctx(std::move(context)) {}
+TuningJob::TuningJob(const TemplateRegistry& templates, Compiler& compiler, Store* store,
+                     TrialRunner& runner, TuneContext context)
+    : m_templates(templates),
+      m_compiler(compiler),
+      m_store(store),
+      m_runner(runner),
+      m_ctx(std::move(context)) {}
 
 Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& progress) {
   const auto t0 = Clock::now();
@@ -91,8 +110,8 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
     if (req.templates.empty() || std::count(req.templates.begin(), req.templates.end(), t->name()))
       templates.push_back(t);
   if (templates.empty())
-    return fail(ErrorCode::invalid_argument, "no template implements " + problem.describe() + " on sm_" +
-                                                 std::to_string(limits.cc));
+    return fail(ErrorCode::invalid_argument, "no template implements " + problem.describe() +
+                                                 " on sm_" + std::to_string(limits.cc));
   CandidateSet candidates;
   std::vector<size_t> seeds;
   std::string space_errors;
@@ -106,18 +125,21 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
     const std::string arch = target_arch(t->manifest, limits.cc);
     for (const auto& p : space->configs()) {
       if (m_store) {
-        auto blocked = is_blocked(*m_store, BlockEntry{t->hash, arch, m_ctx.driver, p, Outcome::crash, "", 0});
+        auto blocked =
+            is_blocked(*m_store, BlockEntry{t->hash, arch, m_ctx.driver, p, Outcome::crash, "", 0});
         if (blocked && *blocked) continue;
       }
       candidates.add(t, t->name(), p, t->manifest.params);
     }
-    if (auto h = heuristic_config(*t, problem, limits)) seeds.push_back(candidates.find(t->name(), *h));
+    if (auto h = heuristic_config(*t, problem, limits))
+      seeds.push_back(candidates.find(t->name(), *h));
   }
   for (const auto& p : req.seeds)
     for (const KernelTemplate* t : templates)
       if (size_t i = candidates.find(t->name(), p); i != CandidateSet::npos) seeds.push_back(i);
   if (candidates.size() == 0)
-    return fail(ErrorCode::invalid_argument, "no config to try for " + problem.describe() + space_errors);
+    return fail(ErrorCode::invalid_argument,
+                "no config to try for " + problem.describe() + space_errors);
   stats.candidates = candidates.size();
   auto strategy = make_strategy(req.strategy, candidates, seeds, req.rng_seed);
   if (!strategy) return std::unexpected(strategy.error());
@@ -131,8 +153,9 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
     return std::unexpected(ok.error());
 
   // --- the search: compile ahead on the pool while the worker measures ---
-  const int max_trials = req.budget.max_trials > 0 ? std::min<int>(req.budget.max_trials, int(candidates.size()))
-                                                   : int(candidates.size());
+  const int max_trials = req.budget.max_trials > 0
+                             ? std::min<int>(req.budget.max_trials, int(candidates.size()))
+                             : int(candidates.size());
   const size_t window = std::max<size_t>(2, m_compiler.threads());
   struct Pending {
     size_t index;
@@ -151,7 +174,8 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
         const Candidate& c = candidates[i];
         auto inst = instantiate(*c.tmpl, problem, limits, c.params);
         if (!inst) continue;  // cannot happen for a pruned config
-        auto fut = m_compiler.submit({c.tmpl, inst->name_expression, target_arch(c.tmpl->manifest, limits.cc)});
+        auto fut = m_compiler.submit(
+            {c.tmpl, inst->name_expression, target_arch(c.tmpl->manifest, limits.cc)});
         pending.push_back({i, std::move(*inst), std::move(fut)});
         ++proposed;
       }
@@ -228,21 +252,35 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
         }
         ok_results[p.index] = r;
       } else if ((r.outcome == Outcome::crash || r.outcome == Outcome::timeout) && m_store) {
-        (void)put_block(*m_store, BlockEntry{c.tmpl->hash, target_arch(c.tmpl->manifest, limits.cc), m_ctx.driver,
-                                             c.params, r.outcome, r.message, unix_now()});
+        (void)put_block(*m_store,
+                        BlockEntry{c.tmpl->hash, target_arch(c.tmpl->manifest, limits.cc),
+                                   m_ctx.driver, c.params, r.outcome, r.message, unix_now()});
       }
     }
     switch (trial.outcome) {
-      case Outcome::compile_error: ++stats.compile_errors; break;
-      case Outcome::resource_error: ++stats.resource_errors; break;
-      case Outcome::wrong_result: ++stats.wrong_results; break;
-      case Outcome::crash: ++stats.crashes; break;
-      case Outcome::timeout: ++stats.timeouts; break;
-      default: break;
+      case Outcome::compile_error:
+        ++stats.compile_errors;
+        break;
+      case Outcome::resource_error:
+        ++stats.resource_errors;
+        break;
+      case Outcome::wrong_result:
+        ++stats.wrong_results;
+        break;
+      case Outcome::crash:
+        ++stats.crashes;
+        break;
+      case Outcome::timeout:
+        ++stats.timeouts;
+        break;
+      default:
+        break;
     }
     if (trial.outcome != Outcome::ok)
-      log(LogLevel::debug, "trial_failed", {{"config", describe(c)}, {"outcome", std::string(to_string(trial.outcome))},
-                                            {"message", trial.message.substr(0, 300)}});
+      log(LogLevel::debug, "trial_failed",
+          {{"config", describe(c)},
+           {"outcome", std::string(to_string(trial.outcome))},
+           {"message", trial.message.substr(0, 300)}});
     ++stats.trials;
     (*strategy)->observe({obs});
     add_trial(trial_batch, trial);
@@ -258,7 +296,8 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
       pr.best = best_index == CandidateSet::npos ? "" : describe(candidates[best_index]);
       pr.elapsed_s = seconds_since(t0);
       pr.eta_s = stats.trials > 0 ? pr.elapsed_s / stats.trials * (max_trials - stats.trials) : 0;
-      if (req.budget.max_seconds > 0) pr.eta_s = std::min(pr.eta_s, std::max(0.0, req.budget.max_seconds - pr.elapsed_s));
+      if (req.budget.max_seconds > 0)
+        pr.eta_s = std::min(pr.eta_s, std::max(0.0, req.budget.max_seconds - pr.elapsed_s));
       progress(pr);
     }
     refill();
@@ -270,13 +309,14 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
 
   if (ok_results.empty()) {
     stats.wall_s = seconds_since(t0);
-    return fail(ErrorCode::not_found, "no config of " + problem.describe() + " passed verification in " +
-                                          std::to_string(stats.trials) + " trials (" +
-                                          std::to_string(stats.compile_errors) + " compile errors, " +
-                                          std::to_string(stats.wrong_results) + " wrong results, " +
-                                          std::to_string(stats.resource_errors) + " resource errors, " +
-                                          std::to_string(stats.crashes) + " crashes, " +
-                                          std::to_string(stats.timeouts) + " timeouts)");
+    return fail(ErrorCode::not_found,
+                "no config of " + problem.describe() + " passed verification in " +
+                    std::to_string(stats.trials) + " trials (" +
+                    std::to_string(stats.compile_errors) + " compile errors, " +
+                    std::to_string(stats.wrong_results) + " wrong results, " +
+                    std::to_string(stats.resource_errors) + " resource errors, " +
+                    std::to_string(stats.crashes) + " crashes, " + std::to_string(stats.timeouts) +
+                    " timeouts)");
   }
 
   // --- finalists: re-timed interleaved; a winner only beyond the measured spread ---
@@ -296,14 +336,17 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
       for (std::uint64_t id : ids) {
         const Candidate& c = candidates[size_t(id)];
         auto inst = instantiate(*c.tmpl, problem, limits, c.params);
-        auto compiled = m_compiler.compile({c.tmpl, inst->name_expression, target_arch(c.tmpl->manifest, limits.cc)});
+        auto compiled = m_compiler.compile(
+            {c.tmpl, inst->name_expression, target_arch(c.tmpl->manifest, limits.cc)});
         TrialRequest tr;
         tr.id = id;
         tr.params = c.params;
         tr.lowered_name = compiled.kernel.lowered_name;
         tr.launch = inst->launch;
         tr.args = inst->args;
-        tr.tolerance = c.tmpl->manifest.tolerance.count(problem.out_dtype) ? c.tmpl->manifest.tolerance.at(problem.out_dtype) : 1e-2;
+        tr.tolerance = c.tmpl->manifest.tolerance.count(problem.out_dtype)
+                           ? c.tmpl->manifest.tolerance.at(problem.out_dtype)
+                           : 1e-2;
         tr.timing = req.timing;
         (void)m_runner.run(tr, compiled.kernel.cubin);
       }
@@ -314,7 +357,9 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
         if (final_timing.count(size_t(id)) && t.median_us > 0) final_timing[size_t(id)] = t;
   }
   std::vector<size_t> order(ids.begin(), ids.end());
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return final_timing[a].median_us < final_timing[b].median_us; });
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return final_timing[a].median_us < final_timing[b].median_us;
+  });
   // The ranking is by the interleaved re-timing; each entry keeps its spread so a reader can see
   // which ones are within noise of each other.
   const size_t chosen = order.front();
@@ -333,8 +378,10 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
     rc.params = c.params;
     rc.median_us = final_timing[i].median_us;
     rc.spread_pct = final_timing[i].spread_pct();
-    if (inst && inst->metric_kind == MetricSpec::Kind::flops) rc.tflops = inst->metric / (rc.median_us * 1e6);
-    if (inst && inst->metric_kind == MetricSpec::Kind::bytes) rc.gbps = inst->metric / (rc.median_us * 1e3);
+    if (inst && inst->metric_kind == MetricSpec::Kind::flops)
+      rc.tflops = inst->metric / (rc.median_us * 1e6);
+    if (inst && inst->metric_kind == MetricSpec::Kind::bytes)
+      rc.gbps = inst->metric / (rc.median_us * 1e3);
     w.ranked.push_back(rc);
   }
   w.ref_error = ok_results[chosen].ref_error;

@@ -25,34 +25,34 @@ struct TuneRequest {
   Problem problem;
   std::string strategy = "model";
   Budget budget{256, 600, 0};
-  int finalists = 5;            // re-timed interleaved before a winner is declared
+  int finalists = 5;  // re-timed interleaved before a winner is declared
   int retime_rounds = 5;
   std::vector<std::string> templates;  // restrict to these (empty: every template for the op)
-  std::vector<Params> seeds;    // extra seed configs (e.g. winners of neighbouring shapes)
+  std::vector<Params> seeds;           // extra seed configs (e.g. winners of neighbouring shapes)
   std::uint64_t rng_seed = 1;
   TimingOptions timing;
-  std::string job_id;           // recorded with each trial
+  std::string job_id;  // recorded with each trial
 };
 
 struct TuneProgress {
-  int trials = 0;           // measured (or failed) so far
-  int budget_trials = 0;    // the trial budget, or the candidate count when smaller
+  int trials = 0;         // measured (or failed) so far
+  int budget_trials = 0;  // the trial budget, or the candidate count when smaller
   int ok = 0;
   int failed = 0;
   double best_us = 0;
-  std::string best;         // "template {params}"
+  std::string best;  // "template {params}"
   double elapsed_s = 0;
   double eta_s = 0;
 };
 
 struct TuneStats {
-  size_t candidates = 0;     // after constraints and the blocklist
-  double space_total = 0;    // before constraints
+  size_t candidates = 0;   // after constraints and the blocklist
+  double space_total = 0;  // before constraints
   int trials = 0;
   int compile_errors = 0, resource_errors = 0, wrong_results = 0, crashes = 0, timeouts = 0;
   int cache_hits = 0;
-  double compile_s = 0;      // summed NVRTC time (on the pool, overlapped)
-  double measure_s = 0;      // time waiting on the worker
+  double compile_s = 0;  // summed NVRTC time (on the pool, overlapped)
+  double measure_s = 0;  // time waiting on the worker
   double wall_s = 0;
   int respawns = 0;
 };
@@ -75,8 +75,8 @@ struct TuneContext {
 
 class TuningJob {
  public:
-  TuningJob(const TemplateRegistry& templates, Compiler& compiler, Store* store, TrialRunner& runner,
-            TuneContext context);
+  TuningJob(const TemplateRegistry& templates, Compiler& compiler, Store* store,
+            TrialRunner& runner, TuneContext context);
 
   using ProgressFn = std::function<void(const TuneProgress&)>;
   Result<TuneResult> run(const TuneRequest& request, const ProgressFn& progress = {});
@@ -90,13 +90,13 @@ class TuningJob {
 };
 
 // The args to set up for a problem: the union over candidate templates (largest counts).
-Result<std::vector<ArgValue>> setup_args(const std::vector<const KernelTemplate*>& templates, const Problem& problem,
-                                         const DeviceLimits& limits);
+Result<std::vector<ArgValue>> setup_args(const std::vector<const KernelTemplate*>& templates,
+                                         const Problem& problem, const DeviceLimits& limits);
 
 // Brings the runner's worker to this problem: arguments allocated and filled, reference run.
-Result<void> prepare_runner(TrialRunner& runner, Compiler& compiler, const KernelTemplate& reference_from,
-                            const std::vector<ArgValue>& args, const Problem& problem, const DeviceLimits& limits,
-                            unsigned seed);
+Result<void> prepare_runner(TrialRunner& runner, Compiler& compiler,
+                            const KernelTemplate& reference_from, const std::vector<ArgValue>& args,
+                            const Problem& problem, const DeviceLimits& limits, unsigned seed);
 
 // The JSON problem description cuBLAS calls take in the worker protocol.
 WorkerJson cublas_problem(const Problem& problem);

@@ -10,11 +10,15 @@
 int main(int argc, char** argv) {
   int fd = -1, device = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--fd") == 0) fd = std::atoi(argv[i + 1]);
-    else if (std::strcmp(argv[i], "--device") == 0) device = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--fd") == 0)
+      fd = std::atoi(argv[i + 1]);
+    else if (std::strcmp(argv[i], "--device") == 0)
+      device = std::atoi(argv[i + 1]);
   }
   if (fd < 0) {
-    std::fprintf(stderr, "usage: ktune-worker --fd N [--device ORDINAL]  (started by ktuned or ktune tune)\n");
+    std::fprintf(
+        stderr,
+        "usage: ktune-worker --fd N [--device ORDINAL]  (started by ktuned or ktune tune)\n");
     return 2;
   }
   return ktune::run_worker(fd, device);

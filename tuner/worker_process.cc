@@ -24,7 +24,8 @@ std::string default_worker_binary() {
   return "ktune-worker";
 }
 
-Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const std::string& binary, int ordinal, int hello_timeout_ms) {
+Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const std::string& binary, int ordinal,
+                                                            int hello_timeout_ms) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
     return fail(ErrorCode::unavailable, "socketpair failed");
@@ -38,7 +39,8 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const std::string& b
     // Child: keep only its end of the pair (as fd 3) and become the worker.
     ::dup2(fds[1], 3);
     const std::string fd = "3", dev = std::to_string(ordinal);
-    ::execl(binary.c_str(), binary.c_str(), "--fd", fd.c_str(), "--device", dev.c_str(), static_cast<char*>(nullptr));
+    ::execl(binary.c_str(), binary.c_str(), "--fd", fd.c_str(), "--device", dev.c_str(),
+            static_cast<char*>(nullptr));
     std::_Exit(127);
   }
   ::close(fds[1]);
@@ -47,11 +49,13 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const std::string& b
   w->m_fd = fds[0];
   auto hello = w->call({{"op", "hello"}}, {}, hello_timeout_ms);
   if (!hello) {
-    return fail(ErrorCode::unavailable, "ktune-worker (" + binary + ") did not start: " + hello.error().message +
-                                            (w->m_exit_status.empty() ? "" : " (" + w->m_exit_status + ")"));
+    return fail(ErrorCode::unavailable,
+                "ktune-worker (" + binary + ") did not start: " + hello.error().message +
+                    (w->m_exit_status.empty() ? "" : " (" + w->m_exit_status + ")"));
   }
   if (!hello->header.value("ok", false))
-    return fail(ErrorCode::unavailable, "ktune-worker: " + hello->header.value("error", std::string("hello failed")));
+    return fail(ErrorCode::unavailable,
+                "ktune-worker: " + hello->header.value("error", std::string("hello failed")));
   w->m_hello = hello->header;
   return w;
 }
@@ -84,8 +88,10 @@ void WorkerProcess::reap(bool block) {
   m_pid = -1;
 }
 
-Result<WorkerFrame> WorkerProcess::call(const WorkerJson& header, std::string_view blob, int timeout_ms) {
-  if (m_pid <= 0) return fail(ErrorCode::unavailable, "worker is not running (" + m_exit_status + ")");
+Result<WorkerFrame> WorkerProcess::call(const WorkerJson& header, std::string_view blob,
+                                        int timeout_ms) {
+  if (m_pid <= 0)
+    return fail(ErrorCode::unavailable, "worker is not running (" + m_exit_status + ")");
   if (auto ok = write_worker_frame(m_fd, header, blob); !ok) {
     kill();
     return std::unexpected(ok.error());
@@ -94,7 +100,8 @@ Result<WorkerFrame> WorkerProcess::call(const WorkerJson& header, std::string_vi
   if (!reply) {
     if (reply.error().code == ErrorCode::timeout) {
       kill();  // a spinning kernel: SIGKILL reaps it and frees the GPU
-      return fail(ErrorCode::timeout, "worker exceeded " + std::to_string(timeout_ms) + " ms; killed");
+      return fail(ErrorCode::timeout,
+                  "worker exceeded " + std::to_string(timeout_ms) + " ms; killed");
     }
     // EOF: it died (or exited after a sticky error). Reap it to learn how.
     for (int i = 0; i < 100 && m_pid > 0; ++i) {
@@ -120,28 +127,33 @@ Result<WorkerJson> TrialRunner::start() {
 
 Result<void> TrialRunner::respawn() {
   if (++m_respawns > m_options.max_respawns)
-    return fail(ErrorCode::unavailable, "worker replaced " + std::to_string(m_respawns - 1) + " times; giving up");
+    return fail(ErrorCode::unavailable,
+                "worker replaced " + std::to_string(m_respawns - 1) + " times; giving up");
   if (m_worker) m_worker->kill();
   m_worker.reset();
   if (auto ok = start(); !ok) return std::unexpected(ok.error());
   if (m_setup) {
     auto r = m_worker->call(*m_setup, {}, m_options.setup_timeout_ms);
-    if (!r || !r->header.value("ok", false)) return fail(ErrorCode::unavailable, "setup after respawn failed");
+    if (!r || !r->header.value("ok", false))
+      return fail(ErrorCode::unavailable, "setup after respawn failed");
   }
   if (m_reference) {
     auto r = m_worker->call(m_reference->first, m_reference->second, m_options.setup_timeout_ms);
-    if (!r || !r->header.value("ok", false)) return fail(ErrorCode::unavailable, "reference after respawn failed");
+    if (!r || !r->header.value("ok", false))
+      return fail(ErrorCode::unavailable, "reference after respawn failed");
   }
   log(LogLevel::info, "worker_respawned", {{"pid", m_worker->pid()}, {"respawns", m_respawns}});
   return {};
 }
 
-Result<WorkerFrame> TrialRunner::call(const WorkerJson& header, std::string_view blob, int timeout_ms) {
+Result<WorkerFrame> TrialRunner::call(const WorkerJson& header, std::string_view blob,
+                                      int timeout_ms) {
   if (auto ok = start(); !ok) return std::unexpected(ok.error());
   auto r = m_worker->call(header, blob, timeout_ms);
   if (!r) return r;
   if (!r->header.value("ok", false))
-    return fail(ErrorCode::internal, "worker: " + r->header.value("error", std::string("request failed")));
+    return fail(ErrorCode::internal,
+                "worker: " + r->header.value("error", std::string("request failed")));
   return r;
 }
 
@@ -188,17 +200,19 @@ TrialResult TrialRunner::run(const TrialRequest& request, const std::string& cub
   }
   // A crash, a kill or a poisoned context: replace the worker before the next trial.
   const bool poisoned = reply && reply->header.value("poisoned", false);
-  if (result.outcome == Outcome::crash || result.outcome == Outcome::timeout || poisoned || !m_worker->alive()) {
+  if (result.outcome == Outcome::crash || result.outcome == Outcome::timeout || poisoned ||
+      !m_worker->alive()) {
     if (poisoned || m_worker->alive()) m_worker->kill();
     if (auto ok = respawn(); !ok) result.message += "; " + ok.error().message;
   }
   return result;
 }
 
-Result<std::vector<std::pair<std::uint64_t, Timing>>> TrialRunner::retime(const std::vector<std::uint64_t>& ids,
-                                                                           int rounds, const TimingOptions& timing,
-                                                                           const WorkerJson& cublas_problem) {
-  WorkerJson req = {{"op", "retime"}, {"ids", ids}, {"rounds", rounds}, {"timing", to_json(timing)}};
+Result<std::vector<std::pair<std::uint64_t, Timing>>> TrialRunner::retime(
+    const std::vector<std::uint64_t>& ids, int rounds, const TimingOptions& timing,
+    const WorkerJson& cublas_problem) {
+  WorkerJson req = {
+      {"op", "retime"}, {"ids", ids}, {"rounds", rounds}, {"timing", to_json(timing)}};
   if (!cublas_problem.is_null() && !cublas_problem.empty()) req["cublas"] = cublas_problem;
   auto r = call(req, {}, m_options.setup_timeout_ms);
   if (!r) return std::unexpected(r.error());
@@ -212,17 +226,21 @@ Result<std::vector<std::pair<std::uint64_t, Timing>>> TrialRunner::retime(const 
 }
 
 Result<Timing> TrialRunner::time_cublas(const WorkerJson& problem, const TimingOptions& timing) {
-  auto r = call({{"op", "time_cublas"}, {"problem", problem}, {"timing", to_json(timing)}}, {}, m_options.setup_timeout_ms);
+  auto r = call({{"op", "time_cublas"}, {"problem", problem}, {"timing", to_json(timing)}}, {},
+                m_options.setup_timeout_ms);
   if (!r) return std::unexpected(r.error());
   m_telemetry = telemetry_from_json(r->header.value("telemetry", WorkerJson::object()));
   return timing_from_json(r->header.at("timing"));
 }
 
-Result<std::pair<Timing, double>> TrialRunner::time_copy(std::size_t bytes, const TimingOptions& timing) {
-  auto r = call({{"op", "time_copy"}, {"bytes", bytes}, {"timing", to_json(timing)}}, {}, m_options.setup_timeout_ms);
+Result<std::pair<Timing, double>> TrialRunner::time_copy(std::size_t bytes,
+                                                         const TimingOptions& timing) {
+  auto r = call({{"op", "time_copy"}, {"bytes", bytes}, {"timing", to_json(timing)}}, {},
+                m_options.setup_timeout_ms);
   if (!r) return std::unexpected(r.error());
   m_telemetry = telemetry_from_json(r->header.value("telemetry", WorkerJson::object()));
-  return std::make_pair(timing_from_json(r->header.at("timing")), r->header.at("gbps").get<double>());
+  return std::make_pair(timing_from_json(r->header.at("timing")),
+                        r->header.at("gbps").get<double>());
 }
 
 }  // namespace ktune

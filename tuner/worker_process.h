@@ -55,9 +55,9 @@ std::string default_worker_binary();
 struct RunnerOptions {
   std::string worker_binary = default_worker_binary();
   int ordinal = 0;
-  int trial_timeout_ms = 20'000;    // one candidate: load, verify, time
-  int setup_timeout_ms = 120'000;   // allocation and input fill, reference
-  int max_respawns = 50;            // per runner; then the job fails
+  int trial_timeout_ms = 20'000;   // one candidate: load, verify, time
+  int setup_timeout_ms = 120'000;  // allocation and input fill, reference
+  int max_respawns = 50;           // per runner; then the job fails
 };
 
 class TrialRunner {
@@ -68,7 +68,8 @@ class TrialRunner {
   Result<WorkerJson> start();
   // Allocates and fills the arguments (replayed after every respawn).
   Result<WorkerJson> setup(const std::vector<ArgValue>& args, unsigned seed);
-  // Runs the reference: a kernel (cubin + Instance) or cuBLAS ({"kind":"cublas_gemm","problem":...}).
+  // Runs the reference: a kernel (cubin + Instance) or cuBLAS
+  // ({"kind":"cublas_gemm","problem":...}).
   Result<WorkerJson> reference(const WorkerJson& header, std::string cubin = {});
 
   // Verifies and times one candidate. Crashes and timeouts come back as outcomes, and the worker
@@ -77,9 +78,9 @@ class TrialRunner {
 
   // Interleaved re-timing of candidates already run on the current worker (and cuBLAS when
   // `cublas_problem` is given, reported under id ~0).
-  Result<std::vector<std::pair<std::uint64_t, Timing>>> retime(const std::vector<std::uint64_t>& ids, int rounds,
-                                                               const TimingOptions& timing,
-                                                               const WorkerJson& cublas_problem = {});
+  Result<std::vector<std::pair<std::uint64_t, Timing>>> retime(
+      const std::vector<std::uint64_t>& ids, int rounds, const TimingOptions& timing,
+      const WorkerJson& cublas_problem = {});
   Result<Timing> time_cublas(const WorkerJson& problem, const TimingOptions& timing);
   // Device-to-device copy of `bytes`: the memory ceiling, as GB/s (read + write).
   Result<std::pair<Timing, double>> time_copy(std::size_t bytes, const TimingOptions& timing);

@@ -16,7 +16,9 @@ Result<void> write_all(int fd, const char* data, size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail(ErrorCode::unavailable, std::string("worker pipe write: ") + std::strerror(errno));
+    if (n <= 0)
+      return fail(ErrorCode::unavailable,
+                  std::string("worker pipe write: ") + std::strerror(errno));
     data += n;
     size -= size_t(n);
   }
@@ -26,7 +28,8 @@ Result<void> write_all(int fd, const char* data, size_t size) {
 Result<void> read_all(int fd, char* data, size_t size, Clock::time_point deadline, bool forever) {
   while (size > 0) {
     if (!forever) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return fail(ErrorCode::timeout, "worker did not answer in time");
       pollfd p{fd, POLLIN, 0};
       const int r = ::poll(&p, 1, int(left));
@@ -36,7 +39,8 @@ Result<void> read_all(int fd, char* data, size_t size, Clock::time_point deadlin
     const ssize_t n = ::read(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
     if (n == 0) return fail(ErrorCode::unavailable, "worker closed the pipe (exited)");
-    if (n < 0) return fail(ErrorCode::unavailable, std::string("worker pipe read: ") + std::strerror(errno));
+    if (n < 0)
+      return fail(ErrorCode::unavailable, std::string("worker pipe read: ") + std::strerror(errno));
     data += n;
     size -= size_t(n);
   }
@@ -44,7 +48,8 @@ Result<void> read_all(int fd, char* data, size_t size, Clock::time_point deadlin
 }
 
 std::uint32_t le32(const unsigned char* b) {
-  return std::uint32_t(b[0]) | (std::uint32_t(b[1]) << 8) | (std::uint32_t(b[2]) << 16) | (std::uint32_t(b[3]) << 24);
+  return std::uint32_t(b[0]) | (std::uint32_t(b[1]) << 8) | (std::uint32_t(b[2]) << 16) |
+         (std::uint32_t(b[3]) << 24);
 }
 
 }  // namespace
@@ -74,8 +79,10 @@ Result<WorkerFrame> read_worker_frame(int fd, int timeout_ms) {
   std::string h(hl, '\0');
   WorkerFrame frame;
   frame.blob.resize(bl);
-  if (auto ok = read_all(fd, h.data(), hl, deadline, forever); !ok) return std::unexpected(ok.error());
-  if (auto ok = read_all(fd, frame.blob.data(), bl, deadline, forever); !ok) return std::unexpected(ok.error());
+  if (auto ok = read_all(fd, h.data(), hl, deadline, forever); !ok)
+    return std::unexpected(ok.error());
+  if (auto ok = read_all(fd, frame.blob.data(), bl, deadline, forever); !ok)
+    return std::unexpected(ok.error());
   try {
     frame.header = WorkerJson::parse(h);
   } catch (const std::exception& e) {
@@ -90,7 +97,9 @@ WorkerJson to_json(const ArgValue& a) {
     j["role"] = std::string(to_string(a.role));
     j["dtype"] = a.dtype;
     j["count"] = a.count;
-    j["init"] = {{"kind", a.init.kind == InitSpec::Kind::uniform ? "uniform" : "normal"}, {"a", a.init.a}, {"b", a.init.b}};
+    j["init"] = {{"kind", a.init.kind == InitSpec::Kind::uniform ? "uniform" : "normal"},
+                 {"a", a.init.a},
+                 {"b", a.init.b}};
   } else {
     j["scalar"] = std::string(to_string(a.scalar));
     j["value"] = a.value;
@@ -105,12 +114,15 @@ Result<ArgValue> arg_from_json(const WorkerJson& j) {
     a.is_buffer = j.at("is_buffer").get<bool>();
     if (a.is_buffer) {
       const std::string role = j.at("role").get<std::string>();
-      a.role = role == "in" ? BufferRole::in : role == "out" ? BufferRole::out : role == "inout" ? BufferRole::inout
-                                                                                                  : BufferRole::workspace;
+      a.role = role == "in"      ? BufferRole::in
+               : role == "out"   ? BufferRole::out
+               : role == "inout" ? BufferRole::inout
+                                 : BufferRole::workspace;
       a.dtype = j.at("dtype").get<std::string>();
       a.count = j.at("count").get<std::int64_t>();
       const auto& init = j.at("init");
-      a.init.kind = init.at("kind").get<std::string>() == "uniform" ? InitSpec::Kind::uniform : InitSpec::Kind::normal;
+      a.init.kind = init.at("kind").get<std::string>() == "uniform" ? InitSpec::Kind::uniform
+                                                                    : InitSpec::Kind::normal;
       a.init.a = init.at("a").get<double>();
       a.init.b = init.at("b").get<double>();
     } else {
@@ -124,7 +136,9 @@ Result<ArgValue> arg_from_json(const WorkerJson& j) {
   }
 }
 
-WorkerJson to_json(const LaunchGeometry& g) { return {{"grid", g.grid}, {"block", g.block}, {"smem", g.smem}}; }
+WorkerJson to_json(const LaunchGeometry& g) {
+  return {{"grid", g.grid}, {"block", g.block}, {"smem", g.smem}};
+}
 
 LaunchGeometry launch_from_json(const WorkerJson& j) {
   LaunchGeometry g;
@@ -135,8 +149,11 @@ LaunchGeometry launch_from_json(const WorkerJson& j) {
 }
 
 WorkerJson to_json(const TimingOptions& t) {
-  return {{"warmup_ms", t.warmup_ms}, {"target_ms", t.target_ms}, {"min_samples", t.min_samples},
-          {"max_samples", t.max_samples}, {"graph_below_us", t.graph_below_us}};
+  return {{"warmup_ms", t.warmup_ms},
+          {"target_ms", t.target_ms},
+          {"min_samples", t.min_samples},
+          {"max_samples", t.max_samples},
+          {"graph_below_us", t.graph_below_us}};
 }
 
 TimingOptions timing_options_from_json(const WorkerJson& j) {
@@ -154,8 +171,15 @@ WorkerJson to_json(const TrialRequest& r) {
   for (const auto& a : r.args) args.push_back(to_json(a));
   WorkerJson params = WorkerJson::object();
   for (const auto& [n, v] : r.params) params[n] = v;
-  return {{"op", "trial"},       {"id", r.id},         {"params", params},         {"lowered_name", r.lowered_name}, {"launch", to_json(r.launch)},
-          {"args", args},        {"tolerance", r.tolerance}, {"verify", r.verify},     {"timing", to_json(r.timing)}};
+  return {{"op", "trial"},
+          {"id", r.id},
+          {"params", params},
+          {"lowered_name", r.lowered_name},
+          {"launch", to_json(r.launch)},
+          {"args", args},
+          {"tolerance", r.tolerance},
+          {"verify", r.verify},
+          {"timing", to_json(r.timing)}};
 }
 
 Result<TrialRequest> trial_request_from_json(const WorkerJson& j) {
@@ -163,7 +187,8 @@ Result<TrialRequest> trial_request_from_json(const WorkerJson& j) {
     TrialRequest r;
     r.id = j.at("id").get<std::uint64_t>();
     if (j.contains("params"))
-      for (auto it = j["params"].begin(); it != j["params"].end(); ++it) r.params[it.key()] = it.value().get<std::int64_t>();
+      for (auto it = j["params"].begin(); it != j["params"].end(); ++it)
+        r.params[it.key()] = it.value().get<std::int64_t>();
     r.lowered_name = j.at("lowered_name").get<std::string>();
     r.launch = launch_from_json(j.at("launch"));
     for (const auto& a : j.at("args")) {
@@ -181,7 +206,11 @@ Result<TrialRequest> trial_request_from_json(const WorkerJson& j) {
 }
 
 WorkerJson to_json(const Timing& t) {
-  return {{"median_us", t.median_us}, {"p10_us", t.p10_us}, {"p90_us", t.p90_us}, {"samples", t.samples}, {"graph", t.graph}};
+  return {{"median_us", t.median_us},
+          {"p10_us", t.p10_us},
+          {"p90_us", t.p90_us},
+          {"samples", t.samples},
+          {"graph", t.graph}};
 }
 
 Timing timing_from_json(const WorkerJson& j) {
@@ -195,8 +224,11 @@ Timing timing_from_json(const WorkerJson& j) {
 }
 
 WorkerJson to_json(const GpuTelemetry& t) {
-  return {{"sm_clock_mhz", t.sm_clock_mhz}, {"mem_clock_mhz", t.mem_clock_mhz}, {"power_w", t.power_w},
-          {"utilization_percent", t.utilization_percent}, {"temperature_c", t.temperature_c}};
+  return {{"sm_clock_mhz", t.sm_clock_mhz},
+          {"mem_clock_mhz", t.mem_clock_mhz},
+          {"power_w", t.power_w},
+          {"utilization_percent", t.utilization_percent},
+          {"temperature_c", t.temperature_c}};
 }
 
 GpuTelemetry telemetry_from_json(const WorkerJson& j) {
@@ -210,8 +242,12 @@ GpuTelemetry telemetry_from_json(const WorkerJson& j) {
 }
 
 WorkerJson to_json(const TrialResult& r) {
-  return {{"id", r.id}, {"outcome", std::string(to_string(r.outcome))}, {"timing", to_json(r.timing)},
-          {"ref_error", r.ref_error}, {"message", r.message}, {"telemetry", to_json(r.telemetry)}};
+  return {{"id", r.id},
+          {"outcome", std::string(to_string(r.outcome))},
+          {"timing", to_json(r.timing)},
+          {"ref_error", r.ref_error},
+          {"message", r.message},
+          {"telemetry", to_json(r.telemetry)}};
 }
 
 Result<TrialResult> trial_result_from_json(const WorkerJson& j) {

@@ -37,16 +37,16 @@ Result<WorkerFrame> read_worker_frame(int fd, int timeout_ms);
 
 // How a candidate is timed. Defaults follow docs/worker-protocol.md § Measurement.
 struct TimingOptions {
-  double warmup_ms = 10;        // warm-up time before measuring (at least 2 launches)
-  double target_ms = 100;       // measured time per candidate, spread over the samples
+  double warmup_ms = 10;   // warm-up time before measuring (at least 2 launches)
+  double target_ms = 100;  // measured time per candidate, spread over the samples
   int min_samples = 10;
   int max_samples = 200;
-  double graph_below_us = 20;   // kernels faster than this are timed by CUDA graph replay
+  double graph_below_us = 20;  // kernels faster than this are timed by CUDA graph replay
 };
 
 struct TrialRequest {
-  std::uint64_t id = 0;            // the parent's handle; the worker keeps the module for retime
-  Params params;                   // for logs (and fake workers in tests); the cubin is what runs
+  std::uint64_t id = 0;  // the parent's handle; the worker keeps the module for retime
+  Params params;         // for logs (and fake workers in tests); the cubin is what runs
   std::string lowered_name;
   LaunchGeometry launch;
   std::vector<ArgValue> args;

@@ -23,7 +23,8 @@ using protocol::Json;
 namespace {
 
 int report_error(const protocol::Error& e) {
-  std::fprintf(stderr, "ktune: %s: %s\n", std::string(protocol::to_string(e.kind)).c_str(), e.message.c_str());
+  std::fprintf(stderr, "ktune: %s: %s\n", std::string(protocol::to_string(e.kind)).c_str(),
+               e.message.c_str());
   return e.kind == protocol::ErrorKind::connection_failed ? 3 : 1;
 }
 
@@ -35,13 +36,15 @@ void print_json(Json j) {
 
 std::string join(const Json& arr, const char* sep = ",") {
   std::string s;
-  for (const auto& v : arr) s += (s.empty() ? "" : sep) + (v.is_string() ? v.get<std::string>() : v.dump());
+  for (const auto& v : arr)
+    s += (s.empty() ? "" : sep) + (v.is_string() ? v.get<std::string>() : v.dump());
   return s;
 }
 
 std::string params_text(const Json& params) {
   std::string s;
-  for (auto it = params.begin(); it != params.end(); ++it) s += (s.empty() ? "" : " ") + it.key() + "=" + it.value().dump();
+  for (auto it = params.begin(); it != params.end(); ++it)
+    s += (s.empty() ? "" : " ") + it.key() + "=" + it.value().dump();
   return s;
 }
 
@@ -64,27 +67,34 @@ int cmd_status(const Common& c) {
   if (!s) return report_error(s.error());
   if (c.json) return print_json(*s), 0;
   const Json& j = *s;
-  std::printf("ktuned %s (protocol %d), pid %d on %s, up %.1f s\n", j["version"].get<std::string>().c_str(),
-              j["protocol"].get<int>(), j["pid"].get<int>(), j["node_id"].get<std::string>().c_str(),
+  std::printf("ktuned %s (protocol %d), pid %d on %s, up %.1f s\n",
+              j["version"].get<std::string>().c_str(), j["protocol"].get<int>(),
+              j["pid"].get<int>(), j["node_id"].get<std::string>().c_str(),
               j["uptime_s"].get<double>());
-  std::printf("  socket       %s%s\n", j["socket"].get<std::string>().c_str(),
-              j["tcp"].get<std::string>().empty() ? "" : ("  tcp " + j["tcp"].get<std::string>()).c_str());
+  std::printf(
+      "  socket       %s%s\n", j["socket"].get<std::string>().c_str(),
+      j["tcp"].get<std::string>().empty() ? "" : ("  tcp " + j["tcp"].get<std::string>()).c_str());
   std::printf("  store        %s\n", j["store"].get<std::string>().c_str());
   std::printf("  winners      %zu (device classes: %s)\n", j["winners"].get<size_t>(),
               j["device_classes"].empty() ? "none" : join(j["device_classes"], ", ").c_str());
   std::printf("  templates    %zu loaded%s\n", j["templates"].get<size_t>(),
-              j["template_errors"].empty() ? "" : (", " + std::to_string(j["template_errors"].size()) + " skipped").c_str());
-  for (const auto& e : j["template_errors"]) std::printf("               skipped: %s\n", e.get<std::string>().c_str());
+              j["template_errors"].empty()
+                  ? ""
+                  : (", " + std::to_string(j["template_errors"].size()) + " skipped").c_str());
+  for (const auto& e : j["template_errors"])
+    std::printf("               skipped: %s\n", e.get<std::string>().c_str());
   if (j["gpus"].empty()) {
     std::printf("  gpus         none (%s)\n", j["gpu_error"].get<std::string>().c_str());
   } else {
     for (const auto& g : j["gpus"])
-      std::printf("  gpu %d        %s  %s\n", g["ordinal"].get<int>(), g["device_class"].get<std::string>().c_str(),
+      std::printf("  gpu %d        %s  %s\n", g["ordinal"].get<int>(),
+                  g["device_class"].get<std::string>().c_str(),
                   g["pci_bus_id"].get<std::string>().c_str());
   }
   const Json& v = j["validators"];
-  std::printf("  validators   driver %s, nvrtc %s, store format %d\n", v["driver"].get<std::string>().c_str(),
-              v["nvrtc"].get<std::string>().c_str(), v["store_format"].get<int>());
+  std::printf("  validators   driver %s, nvrtc %s, store format %d\n",
+              v["driver"].get<std::string>().c_str(), v["nvrtc"].get<std::string>().c_str(),
+              v["store_format"].get<int>());
   std::printf("  traffic      %lu requests, %ld connections open, %lu lookup misses (%zu keys)\n",
               j["requests"].get<unsigned long>(), j["connections"].get<long>(),
               j["misses"]["total"].get<unsigned long>(), j["misses"]["distinct"].get<size_t>());
@@ -96,10 +106,12 @@ int cmd_templates(const Common& c) {
   auto t = client.templates();
   if (!t) return report_error(t.error());
   if (c.json) return print_json(*t), 0;
-  TextTable table({"TEMPLATE", "OP", "DTYPES", "LAYOUTS", "DIMS", "PARAMS", "SPACE", "ARCH", "HASH"});
+  TextTable table(
+      {"TEMPLATE", "OP", "DTYPES", "LAYOUTS", "DIMS", "PARAMS", "SPACE", "ARCH", "HASH"});
   for (const auto& x : (*t)["templates"]) {
     std::string params;
-    for (const auto& p : x["params"]) params += (params.empty() ? "" : ",") + p["name"].get<std::string>();
+    for (const auto& p : x["params"])
+      params += (params.empty() ? "" : ",") + p["name"].get<std::string>();
     const int min_cc = x["min_cc"].get<int>(), max_cc = x["max_cc"].get<int>();
     table.add({x["name"].get<std::string>(), x["op"].get<std::string>(), join(x["dtypes"]),
                join(x["layouts"]).empty() ? "-" : join(x["layouts"]), join(x["dims"]), params,
@@ -132,21 +144,24 @@ int cmd_lookup(const Common& c, const LookupArgs& a) {
   for (const auto& e : reply->entries) {
     Json params = Json::object();
     for (const auto& [n, v] : e.params) params[n] = v;
-    std::string note = e.provenance == "nearest" ? "from " + e.from + " (distance " + fixed(e.distance, 2) + ")" : e.from;
+    std::string note = e.provenance == "nearest"
+                           ? "from " + e.from + " (distance " + fixed(e.distance, 2) + ")"
+                           : e.from;
     table.add({std::to_string(rank++), e.provenance, e.template_name, params_text(params),
-               e.median_us > 0 ? fixed(e.median_us, 2) : "-", e.tflops > 0 ? fixed(e.tflops, 1) : "-",
-               e.gbps > 0 ? fixed(e.gbps, 0) : "-", note});
+               e.median_us > 0 ? fixed(e.median_us, 2) : "-",
+               e.tflops > 0 ? fixed(e.tflops, 1) : "-", e.gbps > 0 ? fixed(e.gbps, 0) : "-", note});
   }
   std::fputs(table.render().c_str(), stdout);
   const auto& best = reply->entries.front();
   if (!best.name_expression.empty())
-    std::printf("kernel: %s for %s, grid [%u,%u,%u] block [%u,%u,%u] smem %u\n", best.name_expression.c_str(),
-                best.arch.c_str(), best.grid[0], best.grid[1], best.grid[2], best.block[0], best.block[1],
-                best.block[2], best.smem);
+    std::printf("kernel: %s for %s, grid [%u,%u,%u] block [%u,%u,%u] smem %u\n",
+                best.name_expression.c_str(), best.arch.c_str(), best.grid[0], best.grid[1],
+                best.grid[2], best.block[0], best.block[1], best.block[2], best.smem);
   return 0;
 }
 
-int cmd_export(const Common& c, const std::string& format, const std::string& output, const std::string& device) {
+int cmd_export(const Common& c, const std::string& format, const std::string& output,
+               const std::string& device) {
   Client client(c.client_options());
   auto r = client.export_table(format, device);
   if (!r) return report_error(r.error());
@@ -159,8 +174,10 @@ int cmd_export(const Common& c, const std::string& format, const std::string& ou
     std::fprintf(stderr, "ktune: %s\n", ok.error().message.c_str());
     return 1;
   }
-  if (c.json) return print_json({{"path", output}, {"format", format}, {"count", (*r)["count"]}}), 0;
-  std::printf("exported %zu winners to %s (%s)\n", (*r)["count"].get<size_t>(), output.c_str(), format.c_str());
+  if (c.json)
+    return print_json({{"path", output}, {"format", format}, {"count", (*r)["count"]}}), 0;
+  std::printf("exported %zu winners to %s (%s)\n", (*r)["count"].get<size_t>(), output.c_str(),
+              format.c_str());
   return 0;
 }
 
@@ -176,30 +193,37 @@ int cmd_import(const Common& c, const std::string& file) {
   if (!r) return report_error(r.error());
   if (c.json) return print_json(*r), 0;
   std::printf("imported %s: %zu records, %zu added, %zu replaced, %zu kept\n", file.c_str(),
-              (*r)["total"].get<size_t>(), (*r)["added"].get<size_t>(), (*r)["replaced"].get<size_t>(),
-              (*r)["kept"].get<size_t>());
+              (*r)["total"].get<size_t>(), (*r)["added"].get<size_t>(),
+              (*r)["replaced"].get<size_t>(), (*r)["kept"].get<size_t>());
   return 0;
 }
 
 int cmd_compile(const Common& c, const CompileArgs& a) {
-  auto dirs = a.template_dirs.empty() ? std::vector<std::string>{builtin_template_dir()} : a.template_dirs;
+  auto dirs =
+      a.template_dirs.empty() ? std::vector<std::string>{builtin_template_dir()} : a.template_dirs;
   auto reg = TemplateRegistry::load(dirs);
   const KernelTemplate* t = reg.find(a.template_name);
   if (!t) {
     std::string names;
     for (const auto& x : reg.all()) names += (names.empty() ? "" : ", ") + x->name();
-    std::fprintf(stderr, "ktune: no template '%s' (have: %s)\n", a.template_name.c_str(), names.c_str());
+    std::fprintf(stderr, "ktune: no template '%s' (have: %s)\n", a.template_name.c_str(),
+                 names.c_str());
     for (const auto& e : reg.errors()) std::fprintf(stderr, "  skipped: %s\n", e.message.c_str());
     return 1;
   }
   const Manifest& m = t->manifest;
-  const std::string base_arch = a.arch.ends_with("a") ? a.arch.substr(0, a.arch.size() - 1) : a.arch;
+  const std::string base_arch =
+      a.arch.ends_with("a") ? a.arch.substr(0, a.arch.size() - 1) : a.arch;
   auto limits = DeviceLimits::for_arch(base_arch);
   if (!limits) {
     std::fprintf(stderr, "ktune: --arch: %s\n", limits.error().message.c_str());
     return 1;
   }
-  Problem p{m.op, a.dtype.empty() ? m.dtypes.front() : a.dtype, "", a.layout.empty() ? m.default_layout : a.layout, {}};
+  Problem p{m.op,
+            a.dtype.empty() ? m.dtypes.front() : a.dtype,
+            "",
+            a.layout.empty() ? m.default_layout : a.layout,
+            {}};
   p.out_dtype = a.out_dtype.empty() ? p.dtype : a.out_dtype;
   if (a.shape.empty()) {
     for (const auto& d : m.dims) p.dims.emplace_back(d, d == "n" ? (1 << 24) : 4096);
@@ -212,14 +236,16 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
   SpaceReport report;
   if (!a.config.empty()) {
     auto params = parse_params(a.config);
-    if (!params) return std::fprintf(stderr, "ktune: --config: %s\n", params.error().message.c_str()), 1;
+    if (!params)
+      return std::fprintf(stderr, "ktune: --config: %s\n", params.error().message.c_str()), 1;
     configs.push_back(*params);
   } else {
     auto space = SearchSpace::build(*t, p, *limits);
     if (!space) return std::fprintf(stderr, "ktune: %s\n", space.error().message.c_str()), 1;
     report = space->report();
     const auto& all = space->configs();
-    const size_t want = a.all ? all.size() : std::min<size_t>(a.sample > 0 ? size_t(a.sample) : 8, all.size());
+    const size_t want =
+        a.all ? all.size() : std::min<size_t>(a.sample > 0 ? size_t(a.sample) : 8, all.size());
     for (size_t i = 0; i < want; ++i) configs.push_back(all[i * all.size() / want]);
   }
   std::vector<CompileRequest> reqs;
@@ -230,9 +256,12 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
     reqs.push_back({t, inst->name_expression, a.arch});
   }
   if (!c.json)
-    std::fprintf(stderr, "compiling %zu config%s of %s for %s (%s)%s...\n", reqs.size(), reqs.size() == 1 ? "" : "s",
-                 m.name.c_str(), a.arch.c_str(), p.describe().c_str(),
-                 report.total > 0 ? (", space " + fixed(report.total, 0) + " -> " + fixed(report.valid, 0) + " after constraints").c_str() : "");
+    std::fprintf(stderr, "compiling %zu config%s of %s for %s (%s)%s...\n", reqs.size(),
+                 reqs.size() == 1 ? "" : "s", m.name.c_str(), a.arch.c_str(), p.describe().c_str(),
+                 report.total > 0 ? (", space " + fixed(report.total, 0) + " -> " +
+                                     fixed(report.valid, 0) + " after constraints")
+                                        .c_str()
+                                  : "");
   Compiler compiler({.threads = a.threads});
   const auto t0 = std::chrono::steady_clock::now();
   auto results = compiler.compile_all(reqs);
@@ -251,19 +280,29 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
                     {"smem_bytes", r.kernel.smem_bytes},
                     {"cubin_bytes", r.kernel.cubin.size()},
                     {"log", r.ok() ? "" : r.log}});
-    table.add({params_to_string(configs[i]), r.ok() ? "ok" : "compile_error", fixed(r.kernel.compile_ms / 1000, 2),
-               std::to_string(r.kernel.registers), std::to_string(r.kernel.spill_stores + r.kernel.spill_loads),
-               std::to_string(r.kernel.smem_bytes), fixed(double(r.kernel.cubin.size()) / 1024, 1)});
+    table.add({params_to_string(configs[i]), r.ok() ? "ok" : "compile_error",
+               fixed(r.kernel.compile_ms / 1000, 2), std::to_string(r.kernel.registers),
+               std::to_string(r.kernel.spill_stores + r.kernel.spill_loads),
+               std::to_string(r.kernel.smem_bytes),
+               fixed(double(r.kernel.cubin.size()) / 1024, 1)});
   }
   if (c.json) {
-    print_json({{"template", m.name}, {"arch", a.arch}, {"problem", p.key()}, {"threads", compiler.threads()},
-                {"wall_s", wall}, {"space_total", report.total}, {"space_valid", report.valid}, {"results", rows}});
+    print_json({{"template", m.name},
+                {"arch", a.arch},
+                {"problem", p.key()},
+                {"threads", compiler.threads()},
+                {"wall_s", wall},
+                {"space_total", report.total},
+                {"space_valid", report.valid},
+                {"results", rows}});
   } else {
     std::fputs(table.render().c_str(), stdout);
     for (size_t i = 0; i < results.size(); ++i)
-      if (!results[i].ok()) std::printf("\n%s:\n%s\n", params_to_string(configs[i]).c_str(), results[i].log.c_str());
-    std::printf("%zu compiled, %d failed, %.2f s wall on %u threads (%.1f kernels/s)\n", results.size() - size_t(failures),
-                failures, wall, compiler.threads(), double(results.size()) / wall);
+      if (!results[i].ok())
+        std::printf("\n%s:\n%s\n", params_to_string(configs[i]).c_str(), results[i].log.c_str());
+    std::printf("%zu compiled, %d failed, %.2f s wall on %u threads (%.1f kernels/s)\n",
+                results.size() - size_t(failures), failures, wall, compiler.threads(),
+                double(results.size()) / wall);
   }
   return failures ? 1 : 0;
 }
@@ -291,7 +330,8 @@ int cmd_tune(const Common& c, const TuneArgs& a) {
   if (!tuner) return std::fprintf(stderr, "ktune: %s\n", tuner.error().message.c_str()), 1;
   LocalTuner& t = **tuner;
   TuneRequest req;
-  req.problem = Problem{a.problem.op, a.problem.dtype, a.problem.out_dtype.empty() ? a.problem.dtype : a.problem.out_dtype,
+  req.problem = Problem{a.problem.op, a.problem.dtype,
+                        a.problem.out_dtype.empty() ? a.problem.dtype : a.problem.out_dtype,
                         a.problem.layout, *dims};
   if (req.problem.layout.empty())
     for (const auto& tmpl : t.templates().all())
@@ -299,52 +339,66 @@ int cmd_tune(const Common& c, const TuneArgs& a) {
         req.problem.layout = tmpl->manifest.default_layout;
         break;
       }
-  if (auto ok = validate_problem(req.problem); !ok) return std::fprintf(stderr, "ktune: %s\n", ok.error().message.c_str()), 1;
+  if (auto ok = validate_problem(req.problem); !ok)
+    return std::fprintf(stderr, "ktune: %s\n", ok.error().message.c_str()), 1;
   req.strategy = a.strategy;
   req.budget = Budget{a.budget, a.seconds, 0};
   const bool tty = ::isatty(STDERR_FILENO) && !c.json;
   if (!c.json)
-    std::fprintf(stderr, "tuning %s on %s (%s, budget %d trials / %.0f s)\n", req.problem.describe().c_str(),
-                 t.gpu().device_class.id().c_str(), a.strategy.c_str(), a.budget, a.seconds);
+    std::fprintf(stderr, "tuning %s on %s (%s, budget %d trials / %.0f s)\n",
+                 req.problem.describe().c_str(), t.gpu().device_class.id().c_str(),
+                 a.strategy.c_str(), a.budget, a.seconds);
   auto r = t.tune(req, [&](const TuneProgress& p) {
     if (!tty) return;
     const int width = 30, done = p.budget_trials > 0 ? width * p.trials / p.budget_trials : 0;
-    std::fprintf(stderr, "\r[%s%s] %d/%d trials, %d ok  best %s  %s  ETA %s   ", std::string(size_t(done), '=').c_str(),
+    std::fprintf(stderr, "\r[%s%s] %d/%d trials, %d ok  best %s  %s  ETA %s   ",
+                 std::string(size_t(done), '=').c_str(),
                  std::string(size_t(width - done), ' ').c_str(), p.trials, p.budget_trials, p.ok,
-                 p.best_us > 0 ? (fixed(p.best_us, 2) + " us").c_str() : "-", clock_text(p.elapsed_s).c_str(),
-                 clock_text(p.eta_s).c_str());
+                 p.best_us > 0 ? (fixed(p.best_us, 2) + " us").c_str() : "-",
+                 clock_text(p.elapsed_s).c_str(), clock_text(p.eta_s).c_str());
   });
   if (tty) std::fprintf(stderr, "\n");
   if (!r) return std::fprintf(stderr, "ktune: %s\n", r.error().message.c_str()), 1;
   const WinnerRecord& w = r->winner;
-  Json result = {{"problem", req.problem.key()}, {"device", w.device.id()}, {"trials", r->stats.trials},
-                 {"wall_s", r->stats.wall_s}, {"ranked", Json::array()}};
+  Json result = {{"problem", req.problem.key()},
+                 {"device", w.device.id()},
+                 {"trials", r->stats.trials},
+                 {"wall_s", r->stats.wall_s},
+                 {"ranked", Json::array()}};
   for (const auto& rc : w.ranked) {
     Json params = Json::object();
     for (const auto& [n, v] : rc.params) params[n] = v;
-    result["ranked"].push_back({{"template", rc.template_name}, {"params", params}, {"median_us", rc.median_us},
-                                {"spread_pct", rc.spread_pct}, {"tflops", rc.tflops}, {"gbps", rc.gbps}});
+    result["ranked"].push_back({{"template", rc.template_name},
+                                {"params", params},
+                                {"median_us", rc.median_us},
+                                {"spread_pct", rc.spread_pct},
+                                {"tflops", rc.tflops},
+                                {"gbps", rc.gbps}});
   }
   // Hand the winner to a running daemon so its lookups answer "exact" now.
   std::string imported = "no daemon running";
   if (!a.no_import) {
     Client client(c.client_options());
     auto reply = client.call("import", {{"table", render_table({w}, TableFormat::json)}});
-    imported = reply ? "imported into the running ktuned" : "not imported: " + reply.error().message;
+    imported =
+        reply ? "imported into the running ktuned" : "not imported: " + reply.error().message;
   }
   result["daemon"] = imported;
   if (c.json) return print_json(result), 0;
   TextTable table({"#", "TEMPLATE", "PARAMS", "TIME_US", "SPREAD", "TFLOP/S", "GB/S"});
   int rank = 1;
   for (const auto& rc : w.ranked)
-    table.add({std::to_string(rank++), rc.template_name, params_to_string(rc.params), fixed(rc.median_us, 2),
-               fixed(rc.spread_pct, 1) + "%", rc.tflops > 0 ? fixed(rc.tflops, 1) : "-", rc.gbps > 0 ? fixed(rc.gbps, 0) : "-"});
+    table.add({std::to_string(rank++), rc.template_name, params_to_string(rc.params),
+               fixed(rc.median_us, 2), fixed(rc.spread_pct, 1) + "%",
+               rc.tflops > 0 ? fixed(rc.tflops, 1) : "-", rc.gbps > 0 ? fixed(rc.gbps, 0) : "-"});
   std::fputs(table.render().c_str(), stdout);
   const auto& s = r->stats;
-  std::printf("%d trials (%d compile errors, %d resource errors, %d wrong, %d crashes, %d timeouts) in %.1f s; "
-              "winner stored in %s; %s\n",
-              s.trials, s.compile_errors, s.resource_errors, s.wrong_results, s.crashes, s.timeouts, s.wall_s,
-              t.store().describe().c_str(), imported.c_str());
+  std::printf(
+      "%d trials (%d compile errors, %d resource errors, %d wrong, %d crashes, %d timeouts) in "
+      "%.1f s; "
+      "winner stored in %s; %s\n",
+      s.trials, s.compile_errors, s.resource_errors, s.wrong_results, s.crashes, s.timeouts,
+      s.wall_s, t.store().describe().c_str(), imported.c_str());
   return 0;
 }
 

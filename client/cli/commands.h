@@ -33,7 +33,8 @@ struct LookupArgs {
 };
 int cmd_lookup(const Common& c, const LookupArgs& a);
 
-int cmd_export(const Common& c, const std::string& format, const std::string& output, const std::string& device);
+int cmd_export(const Common& c, const std::string& format, const std::string& output,
+               const std::string& device);
 int cmd_import(const Common& c, const std::string& file);
 
 struct CompileArgs {
@@ -52,14 +53,14 @@ struct CompileArgs {
 int cmd_compile(const Common& c, const CompileArgs& a);
 
 struct TuneArgs {
-  LookupArgs problem;        // op, dtype, layout, shape (device unused)
+  LookupArgs problem;  // op, dtype, layout, shape (device unused)
   std::string strategy = "model";
   int budget = 256;
   double seconds = 600;
   int gpu = 0;
-  std::string data_dir;      // the standalone store; default <state>/ktune/standalone
+  std::string data_dir;  // the standalone store; default <state>/ktune/standalone
   std::vector<std::string> template_dirs;
-  bool no_import = false;    // do not hand the winner to a running daemon
+  bool no_import = false;  // do not hand the winner to a running daemon
 };
 // Tunes on this machine's GPU (standalone: spawns its own ktune-worker), writes the winner to the
 // standalone store and, when a daemon answers, imports it there so lookups see it at once.

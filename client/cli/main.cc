@@ -8,21 +8,24 @@ int main(int argc, char** argv) {
   CLI::App app{"ktune — ask ktuned for the best kernel; manage its tuning tables"};
   app.require_subcommand(1);
   Common common;
-  app.add_option("--socket", common.socket, "ktuned's Unix socket (default: $KTUNE_SOCKET or the daemon's default)");
+  app.add_option("--socket", common.socket,
+                 "ktuned's Unix socket (default: $KTUNE_SOCKET or the daemon's default)");
   app.add_option("--tcp", common.tcp, "connect over TCP to host:port instead");
   app.add_option("--token", common.token, "token for TCP requests");
   app.add_option("--timeout-ms", common.timeout_ms, "per-request deadline");
   app.add_flag("--json", common.json, "machine-readable output (with schema_version)");
 
   auto* status = app.add_subcommand("status", "show the daemon's state");
-  auto* templates = app.add_subcommand("templates", "list kernel templates and their search spaces");
+  auto* templates =
+      app.add_subcommand("templates", "list kernel templates and their search spaces");
 
   LookupArgs lookup;
   auto* lk = app.add_subcommand("lookup", "best kernels for a problem, ranked, with provenance");
   lk->add_option("op", lookup.op, "operation, e.g. gemm, softmax")->required();
   lk->add_option("--dtype", lookup.dtype, "input dtype: bf16 fp16 fp32")->capture_default_str();
   lk->add_option("--out-dtype", lookup.out_dtype, "output dtype (default: same as --dtype)");
-  lk->add_option("--layout", lookup.layout, "layout, e.g. rr rc for gemm (default: the op's first)");
+  lk->add_option("--layout", lookup.layout,
+                 "layout, e.g. rr rc for gemm (default: the op's first)");
   lk->add_option("--shape", lookup.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
   lk->add_option("--device", lookup.device, "device class id or prefix (default: this node's GPU)");
   lk->add_option("--limit", lookup.limit, "most entries")->capture_default_str();
@@ -38,15 +41,19 @@ int main(int argc, char** argv) {
   im->add_option("file", import_file, "table file (export format)")->required();
 
   CompileArgs compile;
-  auto* co = app.add_subcommand("compile", "compile template configs locally with NVRTC (no GPU needed)");
+  auto* co =
+      app.add_subcommand("compile", "compile template configs locally with NVRTC (no GPU needed)");
   co->add_option("template", compile.template_name, "template name, e.g. gemm")->required();
   co->add_option("--arch", compile.arch, "sm_80 | sm_90 | sm_90a")->capture_default_str();
   co->add_option("--dtype", compile.dtype, "input dtype (default: the template's first)");
   co->add_option("--out-dtype", compile.out_dtype, "output dtype");
   co->add_option("--layout", compile.layout, "layout (default: the template's first)");
-  co->add_option("--shape", compile.shape, "problem dims used to prune the space (default: 4096 each)");
-  auto* cfg = co->add_option("--config", compile.config, "one config, e.g. BLOCK_M=128,BLOCK_N=128,...");
-  auto* smp = co->add_option("--sample", compile.sample, "compile N configs spread over the pruned space (default 8)");
+  co->add_option("--shape", compile.shape,
+                 "problem dims used to prune the space (default: 4096 each)");
+  auto* cfg =
+      co->add_option("--config", compile.config, "one config, e.g. BLOCK_M=128,BLOCK_N=128,...");
+  auto* smp = co->add_option("--sample", compile.sample,
+                             "compile N configs spread over the pruned space (default 8)");
   auto* all = co->add_flag("--all", compile.all, "compile every config of the pruned space");
   cfg->excludes(smp)->excludes(all);
   smp->excludes(all);
@@ -54,17 +61,20 @@ int main(int argc, char** argv) {
   co->add_option("--threads", compile.threads, "compile threads (default: all cores)");
 
   TuneArgs tune;
-  auto* tu = app.add_subcommand("tune", "tune a problem on this machine's GPU (standalone) and keep the winner");
+  auto* tu = app.add_subcommand(
+      "tune", "tune a problem on this machine's GPU (standalone) and keep the winner");
   tu->add_option("op", tune.problem.op, "operation, e.g. gemm")->required();
   tu->add_option("--dtype", tune.problem.dtype, "input dtype")->capture_default_str();
   tu->add_option("--out-dtype", tune.problem.out_dtype, "output dtype (default: same)");
   tu->add_option("--layout", tune.problem.layout, "layout (default: the op's first)");
   tu->add_option("--shape", tune.problem.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
-  tu->add_option("--strategy", tune.strategy, "exhaustive | random | anneal | model")->capture_default_str();
+  tu->add_option("--strategy", tune.strategy, "exhaustive | random | anneal | model")
+      ->capture_default_str();
   tu->add_option("--budget", tune.budget, "most configs measured")->capture_default_str();
   tu->add_option("--seconds", tune.seconds, "most seconds")->capture_default_str();
   tu->add_option("--gpu", tune.gpu, "GPU ordinal")->capture_default_str();
-  tu->add_option("--data-dir", tune.data_dir, "standalone store (default: <state dir>/ktune/standalone)");
+  tu->add_option("--data-dir", tune.data_dir,
+                 "standalone store (default: <state dir>/ktune/standalone)");
   tu->add_option("--templates", tune.template_dirs, "template directories (default: built-in)");
   tu->add_flag("--no-import", tune.no_import, "do not hand the winner to a running ktuned");
 

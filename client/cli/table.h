@@ -17,7 +17,8 @@ class TextTable {
   std::string render() const {
     std::vector<size_t> width(m_header.size(), 0);
     auto measure = [&](const std::vector<std::string>& row) {
-      for (size_t i = 0; i < row.size() && i < width.size(); ++i) width[i] = std::max(width[i], row[i].size());
+      for (size_t i = 0; i < row.size() && i < width.size(); ++i)
+        width[i] = std::max(width[i], row[i].size());
     };
     measure(m_header);
     for (const auto& r : m_rows) measure(r);

@@ -44,8 +44,10 @@ TEST(ConfigTest, ExampleFileAndKeyTableAgree) {
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
-    if (std::regex_match(line, m, section_re)) section = m[1];
-    else if (std::regex_search(line, m, key_re)) file_keys.insert(section + "." + std::string(m[1]));
+    if (std::regex_match(line, m, section_re))
+      section = m[1];
+    else if (std::regex_search(line, m, key_re))
+      file_keys.insert(section + "." + std::string(m[1]));
   }
   std::set<std::string> table_keys;
   for (const auto& k : config_keys()) {
@@ -60,8 +62,7 @@ TEST(ConfigTest, UnknownKeyNamesFileLineAndSuggests) {
   DaemonConfig c = default_config();
   auto r = apply_config_yaml(c, "server:\n  socket: /x\n  max_conections: 5\n", "k.yaml");
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().message,
-            "k.yaml:3: server.max_conections: unknown key");
+  EXPECT_EQ(r.error().message, "k.yaml:3: server.max_conections: unknown key");
 }
 
 TEST(ConfigTest, UnknownKeySuggestsTheRightSection) {

@@ -17,8 +17,7 @@ const std::string k_h200 = "nvidia-h200.sm90.132sm.140gib";
 
 class DispatcherTest : public ::testing::Test {
  protected:
-  DispatcherTest()
-      : m_templates(TemplateRegistry::load({builtin_template_dir()})) {
+  DispatcherTest() : m_templates(TemplateRegistry::load({builtin_template_dir()})) {
     m_config = default_config();
     m_config.nearest_radius = 2.0;
     m_node.driver = "none";
@@ -27,7 +26,8 @@ class DispatcherTest : public ::testing::Test {
     m_node.gpu_error = "no GPU in tests";
     // A tuned 4096^3 and 16x4096x4096 bf16 rc gemm, measured with the current template.
     for (auto [m, us] : {std::pair{4096, 190.0}, std::pair{16, 22.0}}) {
-      auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}}, us);
+      auto w = testing::winner(
+          Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}}, us);
       for (auto& c : w.ranked) {
         c.template_hash = gemm_hash();
         c.params = *heuristic_config(*m_templates.find("gemm"), w.problem, DeviceLimits{});
@@ -43,7 +43,8 @@ class DispatcherTest : public ::testing::Test {
       EXPECT_TRUE(put_winner(m_store, w));
     }
     m_index.load(*scan_winners(m_store));
-    m_dispatcher = std::make_unique<Dispatcher>(m_config, m_store, m_templates, m_index, m_node, m_metrics);
+    m_dispatcher =
+        std::make_unique<Dispatcher>(m_config, m_store, m_templates, m_index, m_node, m_metrics);
   }
 
   std::string gemm_hash() const { return m_templates.find("gemm")->hash; }
@@ -89,7 +90,8 @@ TEST_F(DispatcherTest, ExactHitIsRankedWithMeasurements) {
   EXPECT_EQ(r["entries"][1]["provenance"], "exact");
   EXPECT_GT(r["entries"][1]["median_us"].get<double>(), 190.0);
   const Json& k = r["entries"][0]["kernel"];
-  EXPECT_TRUE(k["name_expression"].get<std::string>().starts_with("ktune_gemm<ktune_bf16, ktune_bf16, 1, 0,"));
+  EXPECT_TRUE(k["name_expression"].get<std::string>().starts_with(
+      "ktune_gemm<ktune_bf16, ktune_bf16, 1, 0,"));
   EXPECT_EQ(k["arch"], "sm_90");
   EXPECT_GT(k["block"][0].get<int>(), 0);
   EXPECT_EQ(m_dispatcher->misses().total(), 0u);
@@ -125,7 +127,8 @@ TEST_F(DispatcherTest, FarShapeGetsTheHeuristicAndIsCountedAsAMiss) {
 }
 
 TEST_F(DispatcherTest, ChangedTemplateMakesTheEntryStaleNeverExact) {
-  auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 8192}, {"N", 8192}, {"K", 8192}}}, 1500);
+  auto w = testing::winner(
+      Problem{"gemm", "bf16", "bf16", "rc", {{"M", 8192}, {"N", 8192}, {"K", 8192}}}, 1500);
   for (auto& c : w.ranked) {
     c.template_hash = "00000000deadbeef";
     c.params = *heuristic_config(*m_templates.find("gemm"), w.problem, DeviceLimits{});
@@ -135,12 +138,14 @@ TEST_F(DispatcherTest, ChangedTemplateMakesTheEntryStaleNeverExact) {
   m_index.upsert(w);
   Json r = ok(lookup_line(R"({"M":8192,"N":8192,"K":8192})"));
   EXPECT_EQ(r["entries"][0]["provenance"], "stale");
-  EXPECT_NE(r["entries"][0]["from"].get<std::string>().find("template gemm changed"), std::string::npos);
+  EXPECT_NE(r["entries"][0]["from"].get<std::string>().find("template gemm changed"),
+            std::string::npos);
   EXPECT_EQ(m_dispatcher->misses().top(1)[0].reason.substr(0, 6), "stale:");
 }
 
 TEST_F(DispatcherTest, OtherNvrtcIsStale) {
-  auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 2048}, {"N", 2048}, {"K", 2048}}}, 50);
+  auto w = testing::winner(
+      Problem{"gemm", "bf16", "bf16", "rc", {{"M", 2048}, {"N", 2048}, {"K", 2048}}}, 50);
   for (auto& c : w.ranked) {
     c.template_hash = gemm_hash();
     c.params = *heuristic_config(*m_templates.find("gemm"), w.problem, DeviceLimits{});
@@ -155,7 +160,8 @@ TEST_F(DispatcherTest, OtherNvrtcIsStale) {
 TEST_F(DispatcherTest, AnswersFollowIndexUpdates) {
   Json before = ok(lookup_line(R"({"M":1024,"N":1024,"K":1024})"));
   EXPECT_EQ(before["entries"][0]["provenance"], "heuristic");
-  auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 1024}, {"K", 1024}}}, 9);
+  auto w = testing::winner(
+      Problem{"gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 1024}, {"K", 1024}}}, 9);
   for (auto& c : w.ranked) {
     c.template_hash = gemm_hash();
     c.params = *heuristic_config(*m_templates.find("gemm"), w.problem, DeviceLimits{});
@@ -168,13 +174,16 @@ TEST_F(DispatcherTest, AnswersFollowIndexUpdates) {
 }
 
 TEST_F(DispatcherTest, NoGpuAndNoDeviceIsAClearError) {
-  Json j = call(R"({"v":1,"id":1,"op":"lookup","problem":{"op":"softmax","dtype":"bf16","dims":{"rows":8,"cols":8}}})");
+  Json j = call(
+      R"({"v":1,"id":1,"op":"lookup","problem":{"op":"softmax","dtype":"bf16","dims":{"rows":8,"cols":8}}})");
   EXPECT_EQ(j["error"]["code"], "unavailable");
-  EXPECT_NE(j["error"]["message"].get<std::string>().find(k_h200), std::string::npos) << "lists known classes";
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(k_h200), std::string::npos)
+      << "lists known classes";
 }
 
 TEST_F(DispatcherTest, UnknownDeviceClassNamesTheKnownOnes) {
-  Json j = call(R"({"v":1,"id":1,"op":"lookup","device":"amd-mi300","problem":{"op":"gemm","dtype":"bf16","dims":{"M":8,"N":8,"K":8}}})");
+  Json j = call(
+      R"({"v":1,"id":1,"op":"lookup","device":"amd-mi300","problem":{"op":"gemm","dtype":"bf16","dims":{"M":8,"N":8,"K":8}}})");
   EXPECT_EQ(j["error"]["code"], "not_found");
   EXPECT_NE(j["error"]["message"].get<std::string>().find(k_h200), std::string::npos);
 }
@@ -198,12 +207,15 @@ TEST_F(DispatcherTest, BadRequestsGetSpecificErrors) {
       {lookup_line(R"({"M":1048576,"N":1048576,"K":1048576})"), "invalid_problem"},
       {lookup_line(R"({"M":8,"N":8})"), "invalid_problem"},
       {lookup_line(R"({"M":8,"N":8,"K":8})", R"(,"limit":0)"), "bad_request"},
-      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"int3","dims":{"M":8,"N":8,"K":8}}})", "invalid_problem"},
-      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"fft","dtype":"fp32","dims":{"n":8}}})", "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"int3","dims":{"M":8,"N":8,"K":8}}})",
+       "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"fft","dtype":"fp32","dims":{"n":8}}})",
+       "invalid_problem"},
       {R"({"v":1,"id":1,"op":"export","format":"xml"})", "bad_request"},
       {R"({"v":1,"id":1,"op":"import"})", "bad_request"},
       {R"({"v":1,"id":1,"op":"import","path":"/nonexistent/t.json"})", "not_found"},
-      {R"({"v":1,"id":1,"op":"import","table":"{\"ktune_table\":1,\"winners\":[{}]}"})", "bad_request"},
+      {R"({"v":1,"id":1,"op":"import","table":"{\"ktune_table\":1,\"winners\":[{}]}"})",
+       "bad_request"},
   };
   for (const auto& [line, code] : cases) {
     EXPECT_EQ(error_code(line), code) << line;
@@ -241,7 +253,8 @@ TEST_F(DispatcherTest, TcpPeersNeedTheToken) {
   EXPECT_EQ(Json::parse(r.line)["error"]["code"], "unauthorized");
   r = m_dispatcher->handle(R"({"v":1,"id":1,"op":"status","token":"s3cret"})", Peer{true});
   EXPECT_TRUE(Json::parse(r.line)["ok"].get<bool>());
-  r = m_dispatcher->handle(R"({"v":1,"id":1,"op":"status"})", Peer{false});  // Unix socket: no token
+  r = m_dispatcher->handle(R"({"v":1,"id":1,"op":"status"})",
+                           Peer{false});  // Unix socket: no token
   EXPECT_TRUE(Json::parse(r.line)["ok"].get<bool>());
 }
 
@@ -257,20 +270,25 @@ TEST_F(DispatcherTest, TemplatesAndStatus) {
 TEST(WinnerIndexTest, NearestIsWithinRadiusOrderedAndFamilyScoped) {
   WinnerIndex index;
   std::vector<WinnerRecord> records;
-  for (int m : {16, 64, 256, 4096}) records.push_back(testing::winner(testing::gemm_problem(m, 4096, 4096), 10));
+  for (int m : {16, 64, 256, 4096})
+    records.push_back(testing::winner(testing::gemm_problem(m, 4096, 4096), 10));
   records.push_back(testing::winner(testing::gemm_problem(32, 4096, 4096, "fp16"), 10));
   index.load(records);
-  const auto near = index.nearest(testing::h200().id(), testing::gemm_problem(32, 4096, 4096), 2.5, 10);
+  const auto near =
+      index.nearest(testing::h200().id(), testing::gemm_problem(32, 4096, 4096), 2.5, 10);
   ASSERT_EQ(near.size(), 2u);  // 16 (1.0) and 64 (1.0); 256 is 3.0 away; fp16 is another family
   EXPECT_EQ(near[0].distance, 1.0);
   EXPECT_EQ(near[0].record->problem.dim("M"), 16);  // tie broken by key order
   EXPECT_EQ(near[1].record->problem.dim("M"), 64);
-  EXPECT_TRUE(index.nearest(testing::h200().id(), testing::gemm_problem(16, 4096, 4096), 0.5, 10).empty());
+  EXPECT_TRUE(
+      index.nearest(testing::h200().id(), testing::gemm_problem(16, 4096, 4096), 0.5, 10).empty());
   const auto gen = index.generation();
   index.upsert(testing::winner(testing::gemm_problem(16, 4096, 4096), 5));
   EXPECT_GT(index.generation(), gen);
   EXPECT_EQ(index.size(), 5u);
-  EXPECT_EQ(index.exact(testing::h200().id(), testing::gemm_problem(16, 4096, 4096))->ranked[0].median_us, 5);
+  EXPECT_EQ(
+      index.exact(testing::h200().id(), testing::gemm_problem(16, 4096, 4096))->ranked[0].median_us,
+      5);
 }
 
 }  // namespace

@@ -32,7 +32,8 @@ std::string write_table(const std::string& path) {
   const KernelTemplate* gemm = reg.find("gemm");
   std::vector<WinnerRecord> records;
   for (auto [m, us] : {std::pair{4096, 190.0}, std::pair{16, 22.0}}) {
-    auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}}, us);
+    auto w = testing::winner(
+        Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}}, us);
     for (auto& c : w.ranked) {
       c.template_hash = gemm->hash;
       c.params = *heuristic_config(*gemm, w.problem, DeviceLimits{});
@@ -98,7 +99,8 @@ class EndToEndTest : public ::testing::Test {
     return o;
   }
   std::string cli(const std::string& args) {
-    auto [rc, out] = run_command(testing::ktune_cli_path() + " --socket " + (m_dir / "ktuned.sock") + " " + args + " 2>&1");
+    auto [rc, out] = run_command(testing::ktune_cli_path() + " --socket " +
+                                 (m_dir / "ktuned.sock") + " " + args + " 2>&1");
     m_last_rc = rc;
     return out;
   }
@@ -143,7 +145,9 @@ TEST_F(EndToEndTest, ImportLookupRestartSameAnswers) {
   EXPECT_EQ(before[2].entries[0].provenance, "heuristic");
 
   // The CLI gives the same answers, as JSON with a schema version and as a table.
-  Json j = Json::parse(cli("--json lookup gemm --dtype bf16 --layout rc --shape M=4096,N=4096,K=4096 --device nvidia-h200"));
+  Json j =
+      Json::parse(cli("--json lookup gemm --dtype bf16 --layout rc --shape M=4096,N=4096,K=4096 "
+                      "--device nvidia-h200"));
   EXPECT_EQ(j["schema_version"], protocol::k_cli_schema_version);
   EXPECT_EQ(j["entries"][0]["provenance"], "exact");
   EXPECT_EQ(j["entries"][0]["template"], before[0].entries[0].template_name);
@@ -171,7 +175,8 @@ TEST_F(EndToEndTest, ImportLookupRestartSameAnswers) {
   std::stringstream s1, s2;
   s1 << in1.rdbuf();
   s2 << in2.rdbuf();
-  auto exported = *parse_table(s2.str(), "out", rejected), imported = *parse_table(s1.str(), "in", rejected);
+  auto exported = *parse_table(s2.str(), "out", rejected),
+       imported = *parse_table(s1.str(), "in", rejected);
   auto by_key = [](const WinnerRecord& a, const WinnerRecord& b) { return a.key() < b.key(); };
   std::sort(imported.begin(), imported.end(), by_key);
   EXPECT_EQ(exported, imported);
@@ -184,10 +189,14 @@ TEST_F(EndToEndTest, MalformedRequestsGetErrorsAndTheDaemonKeepsServing) {
   ASSERT_GE(fd, 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"this is not json", "parse_error"},
-      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200.sm90.132sm.140gib","problem":{"op":"gemm","dtype":"bf16","dims":{"M":0,"N":1,"K":1}}})", "invalid_problem"},
-      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","dims":{"M":-1,"N":1,"K":1}}})", "invalid_problem"},
-      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","dims":{"M":18446744073709551615,"N":1,"K":1}}})", "invalid_problem"},
-      {R"({"v":1,"id":1,"op":"lookup","problem":{"op":"gemm","dtype":7,"dims":{"M":1,"N":1,"K":1}}})", "bad_request"},
+      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200.sm90.132sm.140gib","problem":{"op":"gemm","dtype":"bf16","dims":{"M":0,"N":1,"K":1}}})",
+       "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","dims":{"M":-1,"N":1,"K":1}}})",
+       "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","dims":{"M":18446744073709551615,"N":1,"K":1}}})",
+       "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"lookup","problem":{"op":"gemm","dtype":7,"dims":{"M":1,"N":1,"K":1}}})",
+       "bad_request"},
       {R"({"v":1,"id":1,"op":"frobnicate"})", "unknown_op"},
       {R"({"v":3,"id":1,"op":"status"})", "unsupported_version"},
   };
@@ -199,13 +208,18 @@ TEST_F(EndToEndTest, MalformedRequestsGetErrorsAndTheDaemonKeepsServing) {
     EXPECT_EQ(reply["error"]["code"], code) << line;
   }
   // Pipelined: three requests in one write, three replies in order.
-  const std::string three = R"({"v":1,"id":"a","op":"status"})" "\n" R"({"v":1,"id":"b","op":"status"})" "\n"
-                            R"({"v":1,"id":"c","op":"templates"})" "\n";
+  const std::string three = R"({"v":1,"id":"a","op":"status"})"
+                            "\n"
+                            R"({"v":1,"id":"b","op":"status"})"
+                            "\n"
+                            R"({"v":1,"id":"c","op":"templates"})"
+                            "\n";
   ::send(fd, three.data(), three.size(), 0);
   for (const char* id : {"a", "b", "c"}) EXPECT_EQ(Json::parse(raw_read_line(fd))["id"], id);
 
   // A frame over 64 KiB: error reply, then the connection is closed.
-  const std::string huge = R"({"v":1,"id":1,"op":"status","pad":")" + std::string(70 * 1024, 'x') + "\"}\n";
+  const std::string huge =
+      R"({"v":1,"id":1,"op":"status","pad":")" + std::string(70 * 1024, 'x') + "\"}\n";
   ::send(fd, huge.data(), huge.size(), MSG_NOSIGNAL);
   Json big = Json::parse(raw_read_line(fd));
   EXPECT_EQ(big["error"]["code"], "frame_too_large");
@@ -221,8 +235,9 @@ TEST_F(EndToEndTest, MalformedRequestsGetErrorsAndTheDaemonKeepsServing) {
 }
 
 TEST_F(EndToEndTest, ReadDeadlineAndConnectionCap) {
-  DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data",
-                       {"--set", "server.read_timeout_ms=300", "--set", "server.max_connections=2"});
+  DaemonProcess daemon(
+      m_dir / "ktuned.sock", m_dir / "data",
+      {"--set", "server.read_timeout_ms=300", "--set", "server.max_connections=2"});
   ASSERT_TRUE(daemon.start());
   // A client that connects and sends half a line is told off and closed.
   int slow = raw_connect(daemon.socket());
@@ -250,12 +265,14 @@ TEST_F(EndToEndTest, StaleSocketFromACrashIsReplacedLiveOneIsNot) {
   EXPECT_FALSE(second.start());
   EXPECT_EQ(second.wait_exit(), 1);
   std::ifstream second_log(second.log_path());
-  EXPECT_NE(std::string(std::istreambuf_iterator<char>(second_log), {}).find("another ktuned is serving"), std::string::npos);
+  EXPECT_NE(
+      std::string(std::istreambuf_iterator<char>(second_log), {}).find("another ktuned is serving"),
+      std::string::npos);
   daemon->crash();
   EXPECT_TRUE(std::filesystem::exists(m_dir / "ktuned.sock")) << "SIGKILL leaves the socket file";
   daemon = std::make_unique<DaemonProcess>(m_dir / "ktuned.sock", m_dir / "data");
   ASSERT_TRUE(daemon->start()) << "stale socket should be replaced";
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat((m_dir / "ktuned.sock").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0660u);
 }

@@ -16,8 +16,12 @@
 
 namespace ktune::testing {
 
-inline std::string ktuned_path() { return std::string(KTUNE_BINARY_DIR) + "/daemon/ktuned"; }
-inline std::string ktune_cli_path() { return std::string(KTUNE_BINARY_DIR) + "/client/cli/ktune"; }
+inline std::string ktuned_path() {
+  return std::string(KTUNE_BINARY_DIR) + "/daemon/ktuned";
+}
+inline std::string ktune_cli_path() {
+  return std::string(KTUNE_BINARY_DIR) + "/client/cli/ktune";
+}
 
 class DaemonProcess {
  public:
@@ -35,8 +39,15 @@ class DaemonProcess {
         ::dup2(::fileno(log), STDERR_FILENO);
         ::dup2(::fileno(log), STDOUT_FILENO);
       }
-      std::vector<std::string> args = {ktuned_path(), "--socket", m_socket, "--data-dir", m_data_dir,
-                                       "--set", "server.metrics=127.0.0.1:0", "--set", "store.seed_tables="};
+      std::vector<std::string> args = {ktuned_path(),
+                                       "--socket",
+                                       m_socket,
+                                       "--data-dir",
+                                       m_data_dir,
+                                       "--set",
+                                       "server.metrics=127.0.0.1:0",
+                                       "--set",
+                                       "store.seed_tables="};
       args.insert(args.end(), m_extra.begin(), m_extra.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());

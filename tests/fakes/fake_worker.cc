@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
     } else if (op == "shutdown") {
       return 0;
     } else if (op == "trial") {
-      const std::int64_t mode = h["params"].value("MODE", 0), threads = h["params"].value("THREADS", 128);
+      const std::int64_t mode = h["params"].value("MODE", 0),
+                         threads = h["params"].value("THREADS", 128);
       TrialResult r;
       r.id = h.at("id").get<std::uint64_t>();
       if (mode == 1) {
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
       reply["times"] = WorkerJson::array();
       for (auto id : h.at("ids").get<std::vector<std::uint64_t>>()) {
         if (!medians.count(id)) {  // as the real worker: only what this process ran
-          reply = {{"ok", false}, {"error", "retime: trial " + std::to_string(id) + " is not loaded"}};
+          reply = {{"ok", false},
+                   {"error", "retime: trial " + std::to_string(id) + " is not loaded"}};
           break;
         }
         Timing t;

@@ -1,15 +1,17 @@
 // Sample records for tests: realistic winners with valid validators and hashes.
 #pragma once
 
+#include <unistd.h>
 #include <filesystem>
 #include <string>
-#include <unistd.h>
 
 #include "store/records.h"
 
 namespace ktune::testing {
 
-inline DeviceClass h200() { return DeviceClass{"NVIDIA H200", 90, 132, 140}; }
+inline DeviceClass h200() {
+  return DeviceClass{"NVIDIA H200", 90, 132, 140};
+}
 
 inline Problem gemm_problem(std::int64_t m, std::int64_t n, std::int64_t k,
                             const std::string& dtype = "bf16") {

@@ -54,7 +54,7 @@ TEST(RecordsTest, TrialJobBlockRoundTrip) {
   EXPECT_EQ(*jb, j);
 
   BlockEntry b{"fedcba9876543210", "sm_90", "580.159.03", {{"BLOCK_M", 256}}, Outcome::crash,
-               "illegal address", 7};
+               "illegal address",  7};
   auto bb = decode_block(encode(b));
   ASSERT_TRUE(bb);
   EXPECT_EQ(*bb, b);

@@ -28,7 +28,8 @@ class StoreConformanceTest : public ::testing::TestWithParam<StoreFactory> {
   std::unique_ptr<Store> m_store;
 };
 
-std::vector<std::pair<std::string, std::string>> scan_all(Store& s, Table t, const std::string& prefix) {
+std::vector<std::pair<std::string, std::string>> scan_all(Store& s, Table t,
+                                                          const std::string& prefix) {
   std::vector<std::pair<std::string, std::string>> out;
   auto ok = s.scan(t, prefix, [&](std::string_view k, std::string_view v) {
     out.emplace_back(std::string(k), std::string(v));
@@ -78,7 +79,8 @@ TEST_P(StoreConformanceTest, ScanStopsWhenAsked) {
   for (int i = 0; i < 10; ++i)
     ASSERT_TRUE(m_store->put(Table::trials, "k" + std::to_string(i), "v", Durability::buffered));
   int seen = 0;
-  ASSERT_TRUE(m_store->scan(Table::trials, "", [&](std::string_view, std::string_view) { return ++seen < 3; }));
+  ASSERT_TRUE(m_store->scan(Table::trials, "",
+                            [&](std::string_view, std::string_view) { return ++seen < 3; }));
   EXPECT_EQ(seen, 3);
 }
 
@@ -126,18 +128,18 @@ TEST_P(StoreConformanceTest, UndecodableRecordIsNamedInScan) {
 
 INSTANTIATE_TEST_SUITE_P(
     Stores, StoreConformanceTest,
-    ::testing::Values(
-        StoreFactory{"MemStore", [](const std::string&) -> std::unique_ptr<Store> {
-                       auto s = std::make_unique<MemStore>();
-                       EXPECT_TRUE(check_store_format(*s, false));
-                       return s;
-                     }},
-        StoreFactory{"RocksDbStore",
-                     [](const std::string& dir) -> std::unique_ptr<Store> {
-                       auto s = RocksDbStore::open(dir);
-                       EXPECT_TRUE(s) << s.error().message;
-                       return std::move(*s);
-                     }}),
+    ::testing::Values(StoreFactory{"MemStore",
+                                   [](const std::string&) -> std::unique_ptr<Store> {
+                                     auto s = std::make_unique<MemStore>();
+                                     EXPECT_TRUE(check_store_format(*s, false));
+                                     return s;
+                                   }},
+                      StoreFactory{"RocksDbStore",
+                                   [](const std::string& dir) -> std::unique_ptr<Store> {
+                                     auto s = RocksDbStore::open(dir);
+                                     EXPECT_TRUE(s) << s.error().message;
+                                     return std::move(*s);
+                                   }}),
     [](const auto& test_info) { return test_info.param.name; });
 
 // --- RocksDB-specific: persistence, format checks, damage ---
@@ -166,7 +168,16 @@ TEST(RocksDbStoreTest, WrittenClosedReopenedLosesNothing) {
       add_trial(b, t);
     }
     ASSERT_TRUE((*s)->write(b, Durability::buffered));
-    CubinEntry c{"_Z5ktune", 128, 0, 0, 49152, 0, 310.5, std::string("\x7f" "ELF\0\1\2", 7)};
+    CubinEntry c{"_Z5ktune",
+                 128,
+                 0,
+                 0,
+                 49152,
+                 0,
+                 310.5,
+                 std::string("\x7f"
+                             "ELF\0\1\2",
+                             7)};
     ASSERT_TRUE(put_cubin(**s, "gemm/sm_90/abc", c));
   }  // closed
   auto s = RocksDbStore::open(path, {.create_if_missing = false});
@@ -178,7 +189,9 @@ TEST(RocksDbStoreTest, WrittenClosedReopenedLosesNothing) {
   EXPECT_EQ(scan_trials(**s)->size(), 200u);
   auto c = get_cubin(**s, "gemm/sm_90/abc");
   ASSERT_TRUE(c && *c);
-  EXPECT_EQ((*c)->cubin, std::string("\x7f" "ELF\0\1\2", 7));
+  EXPECT_EQ((*c)->cubin, std::string("\x7f"
+                                     "ELF\0\1\2",
+                                     7));
   EXPECT_EQ((*c)->registers, 128);
 }
 
@@ -201,7 +214,8 @@ TEST(RocksDbStoreTest, FormatMismatchRefusesToOpenAndKeepsData) {
   auto s = RocksDbStore::open(path);
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, ErrorCode::format_mismatch);
-  EXPECT_NE(s.error().message.find("store format version 99, this ktune reads 1"), std::string::npos);
+  EXPECT_NE(s.error().message.find("store format version 99, this ktune reads 1"),
+            std::string::npos);
   // Nothing was wiped: the files are still there.
   EXPECT_TRUE(std::filesystem::exists(path + "/CURRENT"));
 }

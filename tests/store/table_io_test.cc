@@ -66,7 +66,8 @@ TEST(TableIoTest, TruncatedFileIsRejectedWholeWithClearMessage) {
     auto r = import_table(dst, text.substr(0, cut), "t.json");
     ASSERT_FALSE(r) << "cut at " << cut;
     EXPECT_NE(r.error().message.find("t.json: not a JSON table (truncated or damaged?)"),
-              std::string::npos) << r.error().message;
+              std::string::npos)
+        << r.error().message;
   }
   EXPECT_TRUE(scan_winners(dst)->empty());
 }
@@ -106,10 +107,12 @@ TEST(TableIoTest, BadRecordsAreListedAndNothingIsImported) {
   EXPECT_FALSE(report->applied());
   ASSERT_EQ(report->rejected.size(), 2u);
   EXPECT_EQ(report->rejected[0].index, 1u);
-  EXPECT_NE(report->rejected[0].reason.find("winners[1]"), std::string::npos) << report->rejected[0].reason;
+  EXPECT_NE(report->rejected[0].reason.find("winners[1]"), std::string::npos)
+      << report->rejected[0].reason;
   EXPECT_NE(report->rejected[0].reason.find("median_us"), std::string::npos);
   EXPECT_EQ(report->rejected[1].index, 2u);
-  EXPECT_NE(report->rejected[1].reason.find("out of range"), std::string::npos) << report->rejected[1].reason;
+  EXPECT_NE(report->rejected[1].reason.find("out of range"), std::string::npos)
+      << report->rejected[1].reason;
   EXPECT_TRUE(scan_winners(dst)->empty());
 }
 
@@ -119,7 +122,8 @@ TEST(TableIoTest, MergeIsDeterministicInAnyOrder) {
   const auto slow = testing::winner(p, 190.0, "node-a");
   const auto tie = testing::winner(p, 170.0, "node-c", 1'790'000'000);
   auto doc = [](const WinnerRecord& w) { return render_table({w}, TableFormat::json); };
-  std::vector<std::vector<WinnerRecord>> orders = {{fast, slow, tie}, {tie, slow, fast}, {slow, tie, fast}};
+  std::vector<std::vector<WinnerRecord>> orders = {
+      {fast, slow, tie}, {tie, slow, fast}, {slow, tie, fast}};
   std::optional<WinnerRecord> first;
   for (const auto& order : orders) {
     MemStore s;

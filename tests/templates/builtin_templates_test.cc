@@ -9,7 +9,8 @@
 namespace ktune {
 namespace {
 
-const std::vector<std::string> k_builtin = {"gemm", "softmax", "layernorm", "rmsnorm", "reduce_sum", "transpose"};
+const std::vector<std::string> k_builtin = {"gemm",    "softmax",    "layernorm",
+                                            "rmsnorm", "reduce_sum", "transpose"};
 
 // A representative problem per op (the shapes the benchmarks use).
 Problem problem_for(const Manifest& m) {
@@ -39,13 +40,15 @@ TEST(BuiltinTemplatesTest, EverySpaceEnumeratesPrunesAndHasAValidHeuristic) {
     for (const char* arch : {"sm_80", "sm_90"}) {
       const auto limits = *DeviceLimits::for_arch(arch);
       const Problem p = problem_for(t->manifest);
-      if (t->manifest.min_cc > limits.cc || (t->manifest.max_cc && t->manifest.max_cc < limits.cc)) continue;
+      if (t->manifest.min_cc > limits.cc || (t->manifest.max_cc && t->manifest.max_cc < limits.cc))
+        continue;
       auto space = SearchSpace::build(*t, p, limits);
       ASSERT_TRUE(space) << t->name() << " " << arch << ": " << space.error().message;
       const auto& r = space->report();
       EXPECT_GT(r.valid, 0) << t->name();
       EXPECT_LE(r.valid, r.total) << t->name();
-      EXPECT_FALSE(r.pruned.empty()) << t->name() << ": constraints pruned nothing at " << p.describe();
+      EXPECT_FALSE(r.pruned.empty())
+          << t->name() << ": constraints pruned nothing at " << p.describe();
       auto h = heuristic_config(*t, p, limits);
       ASSERT_TRUE(h) << t->name() << ": " << h.error().message;
       auto inst = instantiate(*t, p, limits, *h);

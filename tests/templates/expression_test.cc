@@ -49,7 +49,8 @@ TEST_F(ExpressionTest, UnknownVariableIsNamed) {
 TEST_F(ExpressionTest, SyntaxErrorHasPosition) {
   auto e = compile_expression("A * (B + ", m_symbols);
   ASSERT_FALSE(e);
-  EXPECT_NE(e.error().message.find("bad expression 'A * (B + '"), std::string::npos) << e.error().message;
+  EXPECT_NE(e.error().message.find("bad expression 'A * (B + '"), std::string::npos)
+      << e.error().message;
   EXPECT_FALSE(compile_expression("", m_symbols));
 }
 

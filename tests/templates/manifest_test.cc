@@ -2,9 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
-#include <unistd.h>
 #include <regex>
 
 #include "templates/registry.h"
@@ -64,8 +64,9 @@ TEST(ManifestTest, UnknownParamInExpressionNamesFileLineAndName) {
   const std::string text = edited("n % VEC == 0", "n % VECTOR == 0");
   auto m = parse_manifest(text, "scale.yaml");
   ASSERT_FALSE(m);
-  EXPECT_EQ(m.error().message, "scale.yaml:" + std::to_string(line_of(text, "n % VECTOR")) +
-                                   ": constraints[1]: unknown variable 'VECTOR' in 'n % VECTOR == 0'");
+  EXPECT_EQ(m.error().message,
+            "scale.yaml:" + std::to_string(line_of(text, "n % VECTOR")) +
+                ": constraints[1]: unknown variable 'VECTOR' in 'n % VECTOR == 0'");
 }
 
 TEST(ManifestTest, UnknownNameInLaunchAndArgs) {
@@ -85,12 +86,18 @@ TEST(ManifestTest, StructuralErrors) {
   const std::vector<Case> cases = {
       {"THREADS: [64,", "THREADS: [sixty,", "params.THREADS[0]: expected an integer, got 'sixty'"},
       {"op: scale", "op: scale\ncolour: blue", "colour: unknown key"},
-      {"{name: y, buffer: out,", "{name: y, buffer: sideways,", "args[1].buffer: expected in, out, inout or workspace"},
-      {"params: {THREADS: 256, VEC: 4, WAVES: 2}", "params: {THREADS: 256, VEC: 4}", "missing param WAVES"},
-      {"params: {THREADS: 256, VEC: 4, WAVES: 2}", "params: {THREADS: 256, VEC: 3, WAVES: 2}", "value 3 is not in the domain"},
-      {"template_args: [T_IN, T_OUT, THREADS, VEC]", "template_args: [T_IN, T_OUT, THREADS, WIDTH]", "'WIDTH' is not T_IN"},
-      {"template_args: [T_IN, T_OUT]", "template_args: [T_IN, T_OUT, VEC]", "a reference kernel cannot depend on the params"},
-      {"tolerance: {fp32: 1e-6, bf16: 1e-2}", "tolerance: {fp32: 1e-6}", "no tolerance for output dtype bf16"},
+      {"{name: y, buffer: out,", "{name: y, buffer: sideways,",
+       "args[1].buffer: expected in, out, inout or workspace"},
+      {"params: {THREADS: 256, VEC: 4, WAVES: 2}", "params: {THREADS: 256, VEC: 4}",
+       "missing param WAVES"},
+      {"params: {THREADS: 256, VEC: 4, WAVES: 2}", "params: {THREADS: 256, VEC: 3, WAVES: 2}",
+       "value 3 is not in the domain"},
+      {"template_args: [T_IN, T_OUT, THREADS, VEC]", "template_args: [T_IN, T_OUT, THREADS, WIDTH]",
+       "'WIDTH' is not T_IN"},
+      {"template_args: [T_IN, T_OUT]", "template_args: [T_IN, T_OUT, VEC]",
+       "a reference kernel cannot depend on the params"},
+      {"tolerance: {fp32: 1e-6, bf16: 1e-2}", "tolerance: {fp32: 1e-6}",
+       "no tolerance for output dtype bf16"},
       {"name: scale", "name: scaler", "must match the file name 'scale'"},
       {"  - when: n < 4096\n", "  - when: n < 4096 +\n", "heuristic[0].when: bad expression"},
   };
@@ -103,21 +110,25 @@ TEST(ManifestTest, StructuralErrors) {
 }
 
 TEST(ManifestTest, ConstraintThatPrunesEverythingIsNamed) {
-  const std::string text = edited("    why: vector width must divide n",
-                                  "    why: vector width must divide n\n  - expr: THREADS > 4096\n    why: impossible");
-  auto dir = std::filesystem::temp_directory_path() / ("ktune-manifest-" + std::to_string(::getpid()));
+  const std::string text =
+      edited("    why: vector width must divide n",
+             "    why: vector width must divide n\n  - expr: THREADS > 4096\n    why: impossible");
+  auto dir =
+      std::filesystem::temp_directory_path() / ("ktune-manifest-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "scale");
   std::filesystem::copy_file(k_scale_dir + "/scale/scale.cuh", dir / "scale/scale.cuh",
                              std::filesystem::copy_options::overwrite_existing);
-  std::ofstream(dir / "scale/scale.yaml") << std::regex_replace(text, std::regex(R"(\.\./\.\./\.\./\.\./)"),
-                                                               std::string(KTUNE_SOURCE_DIR) + "/");
+  std::ofstream(dir / "scale/scale.yaml") << std::regex_replace(
+      text, std::regex(R"(\.\./\.\./\.\./\.\./)"), std::string(KTUNE_SOURCE_DIR) + "/");
   auto t = TemplateRegistry::load_template((dir / "scale/scale.yaml").string());
   ASSERT_TRUE(t) << t.error().message;
   auto space = SearchSpace::build(**t, scale_problem(1 << 20), DeviceLimits{});
   ASSERT_FALSE(space);
   const std::string msg = space.error().message;
   EXPECT_NE(msg.find((dir / "scale/scale.yaml").string() + ":" +
-                     std::to_string(line_of(text, "THREADS > 4096"))), std::string::npos) << msg;
+                     std::to_string(line_of(text, "THREADS > 4096"))),
+            std::string::npos)
+      << msg;
   EXPECT_NE(msg.find("prune every config"), std::string::npos) << msg;
   EXPECT_NE(msg.find("impossible"), std::string::npos) << msg;
   std::filesystem::remove_all(dir);

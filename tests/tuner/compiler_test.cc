@@ -9,14 +9,18 @@
 namespace ktune {
 namespace {
 
-const std::string k_scale = std::string(KTUNE_SOURCE_DIR) + "/tests/data/templates/scale/scale.yaml";
+const std::string k_scale =
+    std::string(KTUNE_SOURCE_DIR) + "/tests/data/templates/scale/scale.yaml";
 
-Problem scale_problem(std::int64_t n) { return Problem{"scale", "bf16", "bf16", "", {{"n", n}}}; }
+Problem scale_problem(std::int64_t n) {
+  return Problem{"scale", "bf16", "bf16", "", {{"n", n}}};
+}
 
 TEST(CompilerTest, CompilesForSm80AndSm90WithResourceReport) {
   auto t = TemplateRegistry::load_template(k_scale);
   ASSERT_TRUE(t) << t.error().message;
-  auto inst = instantiate(**t, scale_problem(1 << 20), DeviceLimits{}, {{"THREADS", 256}, {"VEC", 4}, {"WAVES", 1}});
+  auto inst = instantiate(**t, scale_problem(1 << 20), DeviceLimits{},
+                          {{"THREADS", 256}, {"VEC", 4}, {"WAVES", 1}});
   ASSERT_TRUE(inst);
   Compiler compiler({.threads = 2});
   for (const char* arch : {"sm_80", "sm_90"}) {
@@ -24,7 +28,9 @@ TEST(CompilerTest, CompilesForSm80AndSm90WithResourceReport) {
     ASSERT_TRUE(r.ok()) << r.log;
     EXPECT_FALSE(r.cache_hit);
     EXPECT_GT(r.kernel.cubin.size(), 100u);
-    EXPECT_EQ(r.kernel.cubin.substr(0, 4), "\x7f" "ELF");
+    EXPECT_EQ(r.kernel.cubin.substr(0, 4),
+              "\x7f"
+              "ELF");
     EXPECT_TRUE(r.kernel.lowered_name.starts_with("_Z")) << r.kernel.lowered_name;
     EXPECT_GT(r.kernel.registers, 0) << r.log;
     EXPECT_EQ(r.kernel.spill_stores, 0);
@@ -88,9 +94,13 @@ TEST(CompilerTest, BuiltinTemplatesCompileASampleForSm80AndSm90) {
   for (const auto& t : reg.all()) {
     for (const char* arch : {"sm_80", "sm_90"}) {
       const auto limits = *DeviceLimits::for_arch(arch);
-      if (t->manifest.min_cc > limits.cc || (t->manifest.max_cc && t->manifest.max_cc < limits.cc)) continue;
-      Problem p{t->manifest.op, t->manifest.dtypes.front(), t->manifest.dtypes.front(),
-                t->manifest.layouts.rbegin()->first, {}};
+      if (t->manifest.min_cc > limits.cc || (t->manifest.max_cc && t->manifest.max_cc < limits.cc))
+        continue;
+      Problem p{t->manifest.op,
+                t->manifest.dtypes.front(),
+                t->manifest.dtypes.front(),
+                t->manifest.layouts.rbegin()->first,
+                {}};
       for (const auto& d : t->manifest.dims) p.dims.emplace_back(d, d == "n" ? 1 << 24 : 4096);
       auto space = SearchSpace::build(*t, p, limits);
       ASSERT_TRUE(space) << space.error().message;
@@ -105,8 +115,9 @@ TEST(CompilerTest, BuiltinTemplatesCompileASampleForSm80AndSm90) {
       }
       auto results = compiler.compile_all(reqs);
       for (size_t i = 0; i < results.size(); ++i) {
-        EXPECT_TRUE(results[i].ok()) << t->name() << " " << arch << " " << reqs[i].name_expression
-                                     << "\n" << results[i].log.substr(0, 2000);
+        EXPECT_TRUE(results[i].ok())
+            << t->name() << " " << arch << " " << reqs[i].name_expression << "\n"
+            << results[i].log.substr(0, 2000);
         EXPECT_EQ(results[i].kernel.spill_stores, 0) << reqs[i].name_expression;
       }
       compiled += results.size();

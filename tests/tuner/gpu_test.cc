@@ -13,14 +13,16 @@ namespace {
 
 // $KTUNE_HOME when the binary runs from another checkout (the GPU machine), else the source tree.
 const std::string k_test_templates =
-    std::string(std::getenv("KTUNE_HOME") ? std::getenv("KTUNE_HOME") : KTUNE_SOURCE_DIR) + "/tests/data/templates";
+    std::string(std::getenv("KTUNE_HOME") ? std::getenv("KTUNE_HOME") : KTUNE_SOURCE_DIR) +
+    "/tests/data/templates";
 
-#define KTUNE_REQUIRE_GPU()                                                       \
-  do {                                                                            \
-    if (auto gpus = query_gpus(); !gpus) GTEST_SKIP() << gpus.error().message;    \
+#define KTUNE_REQUIRE_GPU()                                                    \
+  do {                                                                         \
+    if (auto gpus = query_gpus(); !gpus) GTEST_SKIP() << gpus.error().message; \
   } while (0)
 
-std::unique_ptr<LocalTuner> open_tuner(std::vector<std::string> dirs, int trial_timeout_ms = 20'000) {
+std::unique_ptr<LocalTuner> open_tuner(std::vector<std::string> dirs,
+                                       int trial_timeout_ms = 20'000) {
   LocalTunerOptions o;
   o.template_dirs = std::move(dirs);
   o.trial_timeout_ms = trial_timeout_ms;

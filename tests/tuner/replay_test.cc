@@ -35,7 +35,8 @@ std::vector<ReplayProblem>* ReplayTest::s_problems = nullptr;
 // Median over seeds of the fraction of the best reached within `trials`.
 double median_fraction(const ReplayProblem& p, const char* strategy, size_t trials, int seeds) {
   std::vector<double> f;
-  for (int s = 1; s <= seeds; ++s) f.push_back(replay(p, strategy, trials, std::uint64_t(s))->at(trials));
+  for (int s = 1; s <= seeds; ++s)
+    f.push_back(replay(p, strategy, trials, std::uint64_t(s))->at(trials));
   std::sort(f.begin(), f.end());
   return f[f.size() / 2];
 }
@@ -65,7 +66,8 @@ TEST_F(ReplayTest, ModelGuidedReaches98PercentWithin10PercentOfTrials) {
     const size_t budget = std::max<size_t>(1, p.candidates.size() / 10);
     const double model = median_fraction(p, "model", budget, 7);
     const double random = median_fraction(p, "random", budget, 7);
-    EXPECT_GE(model, 0.98) << p.problem.key() << " (" << p.candidates.size() << " configs, " << budget << " trials)";
+    EXPECT_GE(model, 0.98) << p.problem.key() << " (" << p.candidates.size() << " configs, "
+                           << budget << " trials)";
     RecordProperty(p.problem.key() + " model@10%", std::to_string(model));
     RecordProperty(p.problem.key() + " random@10%", std::to_string(random));
   }

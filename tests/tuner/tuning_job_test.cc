@@ -16,13 +16,16 @@ const std::string k_fake_worker = std::string(KTUNE_BINARY_DIR) + "/tests/fake-w
 
 class TuningJobTest : public ::testing::Test {
  protected:
-  TuningJobTest() : m_templates(TemplateRegistry::load({k_test_templates})), m_compiler({.threads = 2, .cache = &m_store}) {
+  TuningJobTest()
+      : m_templates(TemplateRegistry::load({k_test_templates})),
+        m_compiler({.threads = 2, .cache = &m_store}) {
     EXPECT_TRUE(check_store_format(m_store, false));
     RunnerOptions ro;
     ro.worker_binary = k_fake_worker;
     ro.trial_timeout_ms = 800;
     m_runner = std::make_unique<TrialRunner>(ro);
-    m_context = TuneContext{DeviceClass{"Fake GPU", 90, 132, 80}, DeviceLimits{}, "580.0", Compiler::nvrtc_version(), "test"};
+    m_context = TuneContext{DeviceClass{"Fake GPU", 90, 132, 80}, DeviceLimits{}, "580.0",
+                            Compiler::nvrtc_version(), "test"};
   }
   TuneRequest request(const std::string& strategy = "exhaustive") {
     TuneRequest r;
