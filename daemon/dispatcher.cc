@@ -31,6 +31,19 @@ std::vector<std::pair<std::string, std::int64_t>> params_list(const Params& p) {
   return {p.begin(), p.end()};
 }
 
+// A lookup entry carrying what was measured for `c`.
+protocol::LookupEntry measured_entry(const RankedConfig& c, std::string provenance) {
+  protocol::LookupEntry e;
+  e.provenance = std::move(provenance);
+  e.template_name = c.template_name;
+  e.template_hash = c.template_hash;
+  e.params = params_list(c.params);
+  e.median_us = c.median_us;
+  e.tflops = c.tflops;
+  e.gbps = c.gbps;
+  return e;
+}
+
 DeviceLimits limits_for_class(const DeviceClass& d) {
   auto l = DeviceLimits::for_arch("sm_" + std::to_string(d.cc));
   DeviceLimits out = l ? *l : DeviceLimits{};
@@ -384,60 +397,31 @@ protocol::Expected<std::shared_ptr<const Dispatcher::CachedAnswer>> Dispatcher::
       const std::string stale = staleness(*record, own);
       exact = stale.empty();
       if (!exact) fresh->miss_reason = "stale: " + stale;
-      for (const auto& c : record->ranked)
-        add({exact ? "exact" : "stale",
-             c.template_name,
-             c.template_hash,
-             params_list(c.params),
-             c.median_us,
-             c.tflops,
-             c.gbps,
-             0,
-             stale,
-             "",
-             "",
-             {},
-             {},
-             0});
+      for (const auto& c : record->ranked) {
+        auto e = measured_entry(c, exact ? "exact" : "stale");
+        e.from = stale;
+        add(std::move(e));
+      }
     }
     if (!exact) {
       if (fresh->miss_reason.empty()) fresh->miss_reason = "no winner";
       for (const auto& near :
            m_index.nearest(device_id, *problem, m_config.nearest_radius, size_t(req->limit))) {
         if (!staleness(*near.record, own).empty()) continue;
-        const auto& c = near.record->ranked.front();
-        add({"nearest",
-             c.template_name,
-             c.template_hash,
-             params_list(c.params),
-             c.median_us,
-             c.tflops,
-             c.gbps,
-             near.distance,
-             near.record->problem.key(),
-             "",
-             "",
-             {},
-             {},
-             0});
+        auto e = measured_entry(near.record->ranked.front(), "nearest");
+        e.distance = near.distance;
+        e.from = near.record->problem.key();
+        add(std::move(e));
       }
       for (const KernelTemplate* t : m_templates.for_problem(*problem, dev.cc)) {
         auto h = heuristic_config(*t, *problem, limits);
-        if (h)
-          add({"heuristic",
-               t->name(),
-               t->hash,
-               params_list(*h),
-               0,
-               0,
-               0,
-               0,
-               "",
-               "",
-               "",
-               {},
-               {},
-               0});
+        if (!h) continue;
+        protocol::LookupEntry e;
+        e.provenance = "heuristic";
+        e.template_name = t->name();
+        e.template_hash = t->hash;
+        e.params = params_list(*h);
+        add(std::move(e));
       }
     }
     fresh->miss = !exact;

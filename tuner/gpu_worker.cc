@@ -243,29 +243,28 @@ Result<void> GpuWorker::free_buffers() {
   return {};
 }
 
+Result<void> GpuWorker::launch_helper(CUfunction f, unsigned long long n, unsigned max_blocks,
+                                      void** params, const char* what) {
+  const unsigned blocks = unsigned(std::clamp<unsigned long long>((n + 255) / 256, 1, max_blocks));
+  if (CUresult r = m_d.cuLaunchKernel(f, blocks, 1, 1, 256, 1, 1, 0, m_stream, params, nullptr);
+      r != CUDA_SUCCESS)
+    return fail(ErrorCode::internal, failure(r, what));
+  return {};
+}
+
 Result<void> GpuWorker::fill(CUdeviceptr p, const ArgValue& spec, unsigned seed) {
   unsigned long long n = (unsigned long long)spec.count;
   int dtype = dtype_code(spec.dtype), kind = spec.init.kind == InitSpec::Kind::uniform ? 0 : 1;
   float a = float(spec.init.a), b = float(spec.init.b);
   void* params[] = {&p, &n, &dtype, &seed, &kind, &a, &b};
-  const unsigned blocks = unsigned(std::min<unsigned long long>(4096, (n + 255) / 256));
-  if (CUresult r =
-          m_d.cuLaunchKernel(m_fill, blocks, 1, 1, 256, 1, 1, 0, m_stream, params, nullptr);
-      r != CUDA_SUCCESS)
-    return fail(ErrorCode::internal, failure(r, "fill"));
-  return {};
+  return launch_helper(m_fill, n, 4096, params, "fill");
 }
 
 Result<void> GpuWorker::poison(CUdeviceptr p, const ArgValue& spec) {
   unsigned long long n = (unsigned long long)spec.count;
   int dtype = dtype_code(spec.dtype);
   void* params[] = {&p, &n, &dtype};
-  const unsigned blocks = unsigned(std::min<unsigned long long>(4096, (n + 255) / 256));
-  if (CUresult r =
-          m_d.cuLaunchKernel(m_poison, blocks, 1, 1, 256, 1, 1, 0, m_stream, params, nullptr);
-      r != CUDA_SUCCESS)
-    return fail(ErrorCode::internal, failure(r, "poison"));
-  return {};
+  return launch_helper(m_poison, n, 4096, params, "poison");
 }
 
 GpuWorker::Buffer* GpuWorker::buffer(const std::string& name) {
@@ -425,11 +424,8 @@ Result<double> GpuWorker::compare_outputs(const std::vector<ArgValue>& args, int
     unsigned long long n = (unsigned long long)a.count;
     int dtype = dtype_code(a.dtype);
     void* params[] = {&out, &refp, &n, &dtype, &acc};
-    const unsigned blocks = unsigned(std::min<unsigned long long>(1024, (n + 255) / 256));
-    if (CUresult r =
-            m_d.cuLaunchKernel(m_compare, blocks, 1, 1, 256, 1, 1, 0, m_stream, params, nullptr);
-        r != CUDA_SUCCESS)
-      return fail(ErrorCode::internal, failure(r, "compare"));
+    if (auto ok = launch_helper(m_compare, n, 1024, params, "compare"); !ok)
+      return std::unexpected(ok.error());
     double acc_host[3] = {};
     if (CUresult r = m_d.cuStreamSynchronize(m_stream); r != CUDA_SUCCESS)
       return fail(ErrorCode::internal, failure(r, "compare"));

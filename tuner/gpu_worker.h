@@ -57,6 +57,9 @@ class GpuWorker {
 
   Result<void> free_buffers();
   Result<CUdeviceptr> alloc(std::size_t bytes);
+  // Launches one of the worker's own element-wise kernels over n elements.
+  Result<void> launch_helper(CUfunction f, unsigned long long n, unsigned max_blocks, void** params,
+                             const char* what);
   Result<void> fill(CUdeviceptr p, const ArgValue& spec, unsigned seed);
   Result<void> poison(CUdeviceptr p, const ArgValue& spec);
   // Makes buffers at least as large as `args` asks (workspaces vary per config).

@@ -112,30 +112,16 @@ class StrategyBase : public Strategy {
   size_t m_next_seed = 0;
 };
 
-class Exhaustive final : public StrategyBase {
+// Exhaustive (candidate order) and random (a shuffled order): the same walk over an order.
+class OrderedSearch final : public StrategyBase {
  public:
-  using StrategyBase::StrategyBase;
-  std::string_view name() const override { return "exhaustive"; }
-  std::vector<size_t> propose(size_t n) override {
-    std::vector<size_t> out;
-    take_seeds(n, out);
-    while (out.size() < n && m_cursor < m_c.size()) take(m_cursor++, out);
-    return out;
-  }
-  void observe(const std::vector<Observation>&) override {}
-
- private:
-  size_t m_cursor = 0;
-};
-
-class RandomSearch final : public StrategyBase {
- public:
-  RandomSearch(const CandidateSet& c, std::vector<size_t> seeds, std::uint64_t rng_seed)
-      : StrategyBase(c, std::move(seeds), rng_seed), m_order(c.size()) {
+  OrderedSearch(const CandidateSet& c, std::vector<size_t> seeds, std::uint64_t rng_seed,
+                bool shuffle)
+      : StrategyBase(c, std::move(seeds), rng_seed), m_order(c.size()), m_shuffled(shuffle) {
     std::iota(m_order.begin(), m_order.end(), 0);
-    std::shuffle(m_order.begin(), m_order.end(), m_rng);
+    if (shuffle) std::shuffle(m_order.begin(), m_order.end(), m_rng);
   }
-  std::string_view name() const override { return "random"; }
+  std::string_view name() const override { return m_shuffled ? "random" : "exhaustive"; }
   std::vector<size_t> propose(size_t n) override {
     std::vector<size_t> out;
     take_seeds(n, out);
@@ -147,6 +133,7 @@ class RandomSearch final : public StrategyBase {
  private:
   std::vector<size_t> m_order;
   size_t m_cursor = 0;
+  bool m_shuffled;
 };
 
 // Simulated annealing over one-step neighbours, in log-time, with random restarts when a
@@ -379,10 +366,9 @@ class ModelGuided final : public StrategyBase {
 Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name,
                                                 const CandidateSet& candidates,
                                                 std::vector<size_t> seeds, std::uint64_t rng_seed) {
-  if (name == "exhaustive")
-    return std::make_unique<Exhaustive>(candidates, std::move(seeds), rng_seed);
-  if (name == "random")
-    return std::make_unique<RandomSearch>(candidates, std::move(seeds), rng_seed);
+  if (name == "exhaustive" || name == "random")
+    return std::make_unique<OrderedSearch>(candidates, std::move(seeds), rng_seed,
+                                           name == "random");
   if (name == "anneal") return std::make_unique<Anneal>(candidates, std::move(seeds), rng_seed);
   if (name == "model") return std::make_unique<ModelGuided>(candidates, std::move(seeds), rng_seed);
   return fail(ErrorCode::invalid_argument,
