@@ -103,41 +103,39 @@ Result<void> Server::listen_unix() {
   if (ec) return fail(ErrorCode::io_error, path + ": cannot listen: " + ec.message());
   m_owns_socket_file = true;
   ::chmod(path.c_str(), 0660);
-  asio::co_spawn(m_strand, accept_unix(), asio::detached);
+  asio::co_spawn(m_strand, accept_clients(*m_unix, Peer{false}), asio::detached);
   return {};
 }
 
-Result<void> Server::listen_tcp() {
-  auto ep = parse_endpoint(m_config.tcp_address);
+Result<std::unique_ptr<tcp::acceptor>> Server::open_tcp(const std::string& address, int backlog,
+                                                        std::string& bound) {
+  auto ep = parse_endpoint(address);
   if (!ep) return std::unexpected(ep.error());
   boost::system::error_code ec;
-  m_tcp = std::make_unique<tcp::acceptor>(m_strand);
-  m_tcp->open(ep->protocol(), ec);
-  if (!ec) m_tcp->set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) m_tcp->bind(*ep, ec);
-  if (!ec) m_tcp->listen(asio::socket_base::max_listen_connections, ec);
-  if (ec)
-    return fail(ErrorCode::io_error, m_config.tcp_address + ": cannot listen: " + ec.message());
-  const auto bound = m_tcp->local_endpoint();
-  m_tcp_endpoint = bound.address().to_string() + ":" + std::to_string(bound.port());
-  asio::co_spawn(m_strand, accept_tcp(), asio::detached);
+  auto acceptor = std::make_unique<tcp::acceptor>(m_strand);
+  acceptor->open(ep->protocol(), ec);
+  if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor->bind(*ep, ec);
+  if (!ec) acceptor->listen(backlog, ec);
+  if (ec) return fail(ErrorCode::io_error, address + ": cannot listen: " + ec.message());
+  const auto local = acceptor->local_endpoint();
+  bound = local.address().to_string() + ":" + std::to_string(local.port());
+  return acceptor;
+}
+
+Result<void> Server::listen_tcp() {
+  auto acceptor =
+      open_tcp(m_config.tcp_address, asio::socket_base::max_listen_connections, m_tcp_endpoint);
+  if (!acceptor) return std::unexpected(acceptor.error());
+  m_tcp = std::move(*acceptor);
+  asio::co_spawn(m_strand, accept_clients(*m_tcp, Peer{true}), asio::detached);
   return {};
 }
 
 Result<void> Server::listen_metrics() {
-  auto ep = parse_endpoint(m_config.metrics_address);
-  if (!ep) return std::unexpected(ep.error());
-  boost::system::error_code ec;
-  m_http = std::make_unique<tcp::acceptor>(m_strand);
-  m_http->open(ep->protocol(), ec);
-  if (!ec) m_http->set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) m_http->bind(*ep, ec);
-  if (!ec) m_http->listen(64, ec);
-  if (ec)
-    return fail(ErrorCode::io_error,
-                "metrics " + m_config.metrics_address + ": cannot listen: " + ec.message());
-  const auto bound = m_http->local_endpoint();
-  m_metrics_endpoint = bound.address().to_string() + ":" + std::to_string(bound.port());
+  auto acceptor = open_tcp(m_config.metrics_address, 64, m_metrics_endpoint);
+  if (!acceptor) return fail(acceptor.error().code, "metrics " + acceptor.error().message);
+  m_http = std::move(*acceptor);
   asio::co_spawn(m_strand, accept_metrics(), asio::detached);
   return {};
 }
@@ -152,72 +150,55 @@ void Server::track(const std::shared_ptr<SessionBase>& session) {
   m_sessions.push_back(session);
 }
 
-asio::awaitable<void> Server::accept_unix() {
-  const auto timeout = std::chrono::milliseconds(m_config.read_timeout_ms);
-  while (m_unix && m_unix->is_open()) {
-    boost::system::error_code ec;
-    unix_proto::socket socket(asio::make_strand(m_io));
-    co_await m_unix->async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
-      if (ec == asio::error::operation_aborted) co_return;
-      continue;
-    }
-    // Only this user, root, or members of this group (the socket is mode 0660).
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-        cred.uid != ::getuid() && cred.uid != 0 && cred.gid != ::getgid()) {
-      m_metrics.count_error(ErrorKind::unauthorized);
-      asio::co_spawn(
-          socket.get_executor(),
-          refuse(std::move(socket), protocol::reply_error(nullptr, ErrorKind::unauthorized,
-                                                          "peer uid " + std::to_string(cred.uid) +
-                                                              " may not use this daemon")),
-          asio::detached);
-      continue;
-    }
-    if (at_capacity()) {
-      m_metrics.connection_refused();
-      m_metrics.count_error(ErrorKind::too_many_connections);
-      asio::co_spawn(
-          socket.get_executor(),
-          refuse(std::move(socket),
-                 protocol::reply_error(nullptr, ErrorKind::too_many_connections,
-                                       "ktuned is at its connection cap (" +
-                                           std::to_string(m_config.max_connections) + ")")),
-          asio::detached);
-      continue;
-    }
-    auto session = std::make_shared<Session<unix_proto::socket>>(std::move(socket), m_dispatcher,
-                                                                 m_metrics, Peer{false}, timeout);
-    track(session);
-    session->start();
-  }
+namespace {
+
+// Why a Unix-socket peer may not connect ("" when it may): only this user, root, or members of
+// this group (the socket is mode 0660, so others cannot even open it; this is the second lock).
+std::string refusal(unix_proto::socket& socket) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+      cred.uid != ::getuid() && cred.uid != 0 && cred.gid != ::getgid())
+    return "peer uid " + std::to_string(cred.uid) + " may not use this daemon";
+  return "";
 }
 
-asio::awaitable<void> Server::accept_tcp() {
+std::string refusal(tcp::socket& socket) {
+  boost::system::error_code ec;
+  socket.set_option(tcp::no_delay(true), ec);
+  return "";  // TCP peers are checked per request (token), see Dispatcher
+}
+
+}  // namespace
+
+template <typename Acceptor>
+asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
+  using Socket = typename Acceptor::protocol_type::socket;
   const auto timeout = std::chrono::milliseconds(m_config.read_timeout_ms);
-  while (m_tcp && m_tcp->is_open()) {
+  while (acceptor.is_open()) {
     boost::system::error_code ec;
-    tcp::socket socket(asio::make_strand(m_io));
-    co_await m_tcp->async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
+    Socket socket(asio::make_strand(m_io));
+    co_await acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
       continue;
     }
-    socket.set_option(tcp::no_delay(true), ec);
-    if (at_capacity()) {
+    std::string why = refusal(socket);
+    ErrorKind kind = ErrorKind::unauthorized;
+    if (why.empty() && at_capacity()) {
       m_metrics.connection_refused();
-      m_metrics.count_error(ErrorKind::too_many_connections);
-      asio::co_spawn(
-          socket.get_executor(),
-          refuse(std::move(socket), protocol::reply_error(nullptr, ErrorKind::too_many_connections,
-                                                          "ktuned is at its connection cap")),
-          asio::detached);
+      kind = ErrorKind::too_many_connections;
+      why = "ktuned is at its connection cap (" + std::to_string(m_config.max_connections) + ")";
+    }
+    if (!why.empty()) {
+      m_metrics.count_error(kind);
+      asio::co_spawn(socket.get_executor(),
+                     refuse(std::move(socket), protocol::reply_error(nullptr, kind, why)),
+                     asio::detached);
       continue;
     }
-    auto session = std::make_shared<Session<tcp::socket>>(std::move(socket), m_dispatcher,
-                                                          m_metrics, Peer{true}, timeout);
+    auto session = std::make_shared<Session<Socket>>(std::move(socket), m_dispatcher, m_metrics,
+                                                     peer, timeout);
     track(session);
     session->start();
   }

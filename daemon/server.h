@@ -46,8 +46,11 @@ class Server {
   Result<void> listen_unix();
   Result<void> listen_tcp();
   Result<void> listen_metrics();
-  boost::asio::awaitable<void> accept_unix();
-  boost::asio::awaitable<void> accept_tcp();
+  // Accepts clients until the acceptor closes: peer checks, the connection cap, a Session each.
+  template <typename Acceptor>
+  boost::asio::awaitable<void> accept_clients(Acceptor& acceptor, Peer peer);
+  Result<std::unique_ptr<boost::asio::ip::tcp::acceptor>> open_tcp(const std::string& address,
+                                                                   int backlog, std::string& bound);
   boost::asio::awaitable<void> accept_metrics();
   boost::asio::awaitable<void> serve_http(boost::asio::ip::tcp::socket socket);
   bool at_capacity();
