@@ -16,61 +16,11 @@
 // Merges happen in a fixed order and give bit-identical results on every thread of a row.
 // ktune_layernorm_ref is the reference: one block per row, fp64 statistics.
 #pragma once
-#include "ktune_common.cuh"
+#include "ktune_rows.cuh"
 
 namespace ktune_layernorm_detail {
 
-template <int N> struct alignas(4 * N) Words { unsigned w[N]; };
-
-template <typename T, int VEC>
-__device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC]) {
-  constexpr int kBytes = VEC * static_cast<int>(sizeof(T));
-  if constexpr (kBytes >= 4) {
-    const Words<kBytes / 4> r = *reinterpret_cast<const Words<kBytes / 4>*>(p);
-#pragma unroll
-    for (int i = 0; i < kBytes / 4; ++i) {
-      if constexpr (sizeof(T) == 4) f[i] = __uint_as_float(r.w[i]);
-      else ktune_dev::unpack2<T>(r.w[i], f[2 * i], f[2 * i + 1]);
-    }
-  } else {
-    f[0] = ktune_dev::to_float(p[0]);
-  }
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ void store_vec(T* p, const float (&f)[VEC]) {
-  constexpr int kBytes = VEC * static_cast<int>(sizeof(T));
-  if constexpr (kBytes >= 4) {
-    Words<kBytes / 4> r;
-#pragma unroll
-    for (int i = 0; i < kBytes / 4; ++i) {
-      if constexpr (sizeof(T) == 4) r.w[i] = __float_as_uint(f[i]);
-      else r.w[i] = ktune_dev::pack2<T>(f[2 * i], f[2 * i + 1]);
-    }
-    *reinterpret_cast<Words<kBytes / 4>*>(p) = r;
-  } else {
-    p[0] = ktune_dev::from_float<T>(f[0]);
-  }
-}
-
-// Sum of v over the TPR threads of the row group (see softmax.cuh: the whole block must call it,
-// each call site with its own red[THREADS / 32]).
-template <int TPR>
-__device__ __forceinline__ float group_sum(float v, float* red) {
-  constexpr int kW = TPR < 32 ? TPR : 32;
-#pragma unroll
-  for (int o = kW / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if constexpr (TPR > 32) {
-    constexpr int kNW = TPR / 32;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    v = red[(warp & ~(kNW - 1)) + (lane & (kNW - 1))];
-#pragma unroll
-    for (int o = kNW / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  }
-  return v;
-}
+using namespace ktune_rows;
 
 // Running statistics of a set of values: count, mean, sum of squared deviations from the mean.
 struct Stats {

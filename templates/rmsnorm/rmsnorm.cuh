@@ -13,62 +13,8 @@
 // gamma has T_IN's type and is read per row (it stays in L1/L2).
 // ktune_rmsnorm_ref is the reference: one block per row, fp64 sum of squares.
 #pragma once
-#include "ktune_common.cuh"
+#include "ktune_rows.cuh"
 
-namespace ktune_rmsnorm_detail {
-
-template <int N> struct alignas(4 * N) Words { unsigned w[N]; };
-
-template <typename T, int VEC>
-__device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC]) {
-  constexpr int kBytes = VEC * static_cast<int>(sizeof(T));
-  if constexpr (kBytes >= 4) {
-    const Words<kBytes / 4> r = *reinterpret_cast<const Words<kBytes / 4>*>(p);
-#pragma unroll
-    for (int i = 0; i < kBytes / 4; ++i) {
-      if constexpr (sizeof(T) == 4) f[i] = __uint_as_float(r.w[i]);
-      else ktune_dev::unpack2<T>(r.w[i], f[2 * i], f[2 * i + 1]);
-    }
-  } else {
-    f[0] = ktune_dev::to_float(p[0]);
-  }
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ void store_vec(T* p, const float (&f)[VEC]) {
-  constexpr int kBytes = VEC * static_cast<int>(sizeof(T));
-  if constexpr (kBytes >= 4) {
-    Words<kBytes / 4> r;
-#pragma unroll
-    for (int i = 0; i < kBytes / 4; ++i) {
-      if constexpr (sizeof(T) == 4) r.w[i] = __float_as_uint(f[i]);
-      else r.w[i] = ktune_dev::pack2<T>(f[2 * i], f[2 * i + 1]);
-    }
-    *reinterpret_cast<Words<kBytes / 4>*>(p) = r;
-  } else {
-    p[0] = ktune_dev::from_float<T>(f[0]);
-  }
-}
-
-// Sum of v over the TPR threads of the row group (see softmax.cuh: the whole block must call it).
-template <int TPR>
-__device__ __forceinline__ float group_sum(float v, float* red) {
-  constexpr int kW = TPR < 32 ? TPR : 32;
-#pragma unroll
-  for (int o = kW / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  if constexpr (TPR > 32) {
-    constexpr int kNW = TPR / 32;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    v = red[(warp & ~(kNW - 1)) + (lane & (kNW - 1))];
-#pragma unroll
-    for (int o = kNW / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  }
-  return v;
-}
-
-}  // namespace ktune_rmsnorm_detail
 
 // x, y: rows x cols row-major; gamma: cols. REQUIRES: cols % VEC == 0, THREADS / ROWS_PER_BLOCK a
 // power of two; MODE 0: cols <= THREADS / ROWS_PER_BLOCK * VEC * NV.
@@ -78,7 +24,7 @@ template <typename T_IN, typename T_OUT, int THREADS, int ROWS_PER_BLOCK, int VE
 __global__ void __launch_bounds__(THREADS, 1)
     ktune_rmsnorm(const T_IN* __restrict__ x, const T_IN* __restrict__ gamma,
                   T_OUT* __restrict__ y, int rows, int cols, float eps) {
-  using namespace ktune_rmsnorm_detail;
+  using namespace ktune_rows;
   constexpr int TPR = THREADS / ROWS_PER_BLOCK;
   static_assert(THREADS % 32 == 0 && THREADS % ROWS_PER_BLOCK == 0, "bad block shape");
   static_assert((TPR & (TPR - 1)) == 0, "threads per row must be a power of two");

@@ -19,72 +19,8 @@
 //
 // ktune_softmax_ref is the reference: one block per row, accurate expf, sums in double.
 #pragma once
-#include "ktune_common.cuh"
+#include "ktune_rows.cuh"
 
-namespace ktune_softmax_detail {
-
-template <int N> struct alignas(4 * N) Words { unsigned w[N]; };
-
-// Loads VEC consecutive elements (aligned to VEC * sizeof(T) bytes) as one access.
-template <typename T, int VEC>
-__device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC]) {
-  constexpr int kBytes = VEC * static_cast<int>(sizeof(T));
-  if constexpr (kBytes >= 4) {
-    const Words<kBytes / 4> r = *reinterpret_cast<const Words<kBytes / 4>*>(p);
-#pragma unroll
-    for (int i = 0; i < kBytes / 4; ++i) {
-      if constexpr (sizeof(T) == 4) f[i] = __uint_as_float(r.w[i]);
-      else ktune_dev::unpack2<T>(r.w[i], f[2 * i], f[2 * i + 1]);
-    }
-  } else {
-    f[0] = ktune_dev::to_float(p[0]);
-  }
-}
-
-// Stores VEC floats converted to T as one access.
-template <typename T, int VEC>
-__device__ __forceinline__ void store_vec(T* p, const float (&f)[VEC]) {
-  constexpr int kBytes = VEC * static_cast<int>(sizeof(T));
-  if constexpr (kBytes >= 4) {
-    Words<kBytes / 4> r;
-#pragma unroll
-    for (int i = 0; i < kBytes / 4; ++i) {
-      if constexpr (sizeof(T) == 4) r.w[i] = __float_as_uint(f[i]);
-      else r.w[i] = ktune_dev::pack2<T>(f[2 * i], f[2 * i + 1]);
-    }
-    *reinterpret_cast<Words<kBytes / 4>*>(p) = r;
-  } else {
-    p[0] = ktune_dev::from_float<T>(f[0]);
-  }
-}
-
-__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
-
-template <bool kMax> __device__ __forceinline__ float combine(float a, float b) {
-  return kMax ? fmaxf(a, b) : a + b;
-}
-
-// Reduces v over the TPR threads of this thread's row group; every thread of the group gets the
-// same value. Groups wider than a warp go through red[THREADS / 32] and one __syncthreads, so the
-// whole block must call this, and each call site needs its own `red`.
-template <int TPR, bool kMax>
-__device__ __forceinline__ float group_reduce(float v, float* red) {
-  constexpr int kW = TPR < 32 ? TPR : 32;
-#pragma unroll
-  for (int o = kW / 2; o > 0; o >>= 1) v = combine<kMax>(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if constexpr (TPR > 32) {
-    constexpr int kNW = TPR / 32;  // warps per group
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    v = red[(warp & ~(kNW - 1)) + (lane & (kNW - 1))];
-#pragma unroll
-    for (int o = kNW / 2; o > 0; o >>= 1) v = combine<kMax>(v, __shfl_xor_sync(0xffffffffu, v, o));
-  }
-  return v;
-}
-
-}  // namespace ktune_softmax_detail
 
 // x, y: rows x cols, row-major. REQUIRES: cols % VEC == 0, THREADS % ROWS_PER_BLOCK == 0 with
 // THREADS / ROWS_PER_BLOCK a power of two; MODE 0: cols <= THREADS / ROWS_PER_BLOCK * VEC * NV.
@@ -93,7 +29,7 @@ template <typename T_IN, typename T_OUT, int THREADS, int ROWS_PER_BLOCK, int VE
           int UNROLL, int NV>
 __global__ void __launch_bounds__(THREADS, 1)
     ktune_softmax(const T_IN* __restrict__ x, T_OUT* __restrict__ y, int rows, int cols) {
-  using namespace ktune_softmax_detail;
+  using namespace ktune_rows;
   constexpr int TPR = THREADS / ROWS_PER_BLOCK;  // threads per row
   static_assert(THREADS % 32 == 0 && THREADS % ROWS_PER_BLOCK == 0, "bad block shape");
   static_assert((TPR & (TPR - 1)) == 0, "threads per row must be a power of two");
@@ -217,7 +153,7 @@ __global__ void ktune_softmax_ref(const T_IN* __restrict__ x, T_OUT* __restrict_
   const T_IN* xr = x + row * cols;
   T_OUT* yr = y + row * cols;
 
-  float m = ktune_softmax_detail::neg_inf();
+  float m = ktune_rows::neg_inf();
   for (int c = t; c < cols; c += blockDim.x) m = fmaxf(m, ktune_dev::to_float(xr[c]));
   smax[t] = m;
   __syncthreads();
