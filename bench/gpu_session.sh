@@ -9,15 +9,18 @@ export KTUNE_HOME=$PWD KTUNE_WORKER=$PWD/.gpu/ktune-worker
 OUT=${OUT:-/tmp/ktune-out}
 STATE=${STATE:-/tmp/ktune-state}   # the RocksDB store the suites write their winners to
 mkdir -p "$OUT"
+mkdir -p "$OUT/logs"
 step() {  # step NAME SECONDS CMD...
   local name=$1 secs=$2; shift 2
   echo "=== $name ($(date -u +%T))"
   local t0=$(date +%s)
-  timeout "$secs" "$@" > "$OUT/$name.log" 2>&1
+  timeout "$secs" "$@" > "$OUT/logs/$name.log" 2>&1
   local rc=$?
   echo "--- $name rc=$rc in $(( $(date +%s) - t0 )) s"
-  tail -n "${TAIL:-25}" "$OUT/$name.log"
+  tail -n "${TAIL:-25}" "$OUT/logs/$name.log"
 }
+# Only a few files come back from the device: the logs travel as one archive.
+trap 'tar -C "$OUT" -czf "$OUT/logs.tar.gz" logs && rm -rf "$OUT/logs"' EXIT
 for s in "$@"; do
   case $s in
     info) step info 30 bash -c 'nvidia-smi; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu --format=csv; nproc' ;;
@@ -35,6 +38,8 @@ for s in "$@"; do
         --record "$OUT/h200_gemm_sweep.json" --out "$OUT/sweep-h200.json" ;;
     warm) TAIL=6 step warm 300 .gpu/ktune-bench --problem gemm:bf16:rc:M=4096,N=4096,K=4096 --strategy model \
         --budget "${BUDGET_WARM:-100}" --target-ms 30 --data-dir /tmp/ktune-warm --warm-repeat --out "$OUT/warm-h200.json" ;;
+    tunecli) step tunecli 120 .gpu/ktune tune gemm --dtype bf16 --layout rc --shape M=2048,N=2048,K=2048 \
+        --budget 40 --data-dir /tmp/ktune-cli ;;
     export) step export 60 .gpu/ktune-bench --suite none --data-dir "$STATE" --export "$OUT/h200.json" ;;
     *) echo "unknown step $s" ;;
   esac

@@ -113,12 +113,19 @@ TEST_F(DispatcherTest, NearestShapeAnswersWithDistanceThenHeuristic) {
   EXPECT_EQ(m_dispatcher->misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=32,N=4096,K=4096");
 }
 
-TEST_F(DispatcherTest, FarShapeGetsTheHeuristicAndIsCountedAsAMiss) {
+TEST_F(DispatcherTest, FarShapeGetsEachTemplatesHeuristicAndIsCountedAsAMiss) {
+  // Every template implementing gemm rc on sm_90 offers its heuristic config (kernel selection).
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1000}}};
+  const auto templates = m_templates.for_problem(p, 90);
+  ASSERT_GE(templates.size(), 1u);
   for (int i = 0; i < 3; ++i) {
     Json r = ok(lookup_line(R"({"M":1000,"N":1000,"K":1000})"));
-    ASSERT_EQ(r["entries"].size(), 1u);
-    EXPECT_EQ(r["entries"][0]["provenance"], "heuristic");
-    EXPECT_EQ(r["entries"][0]["template_hash"], gemm_hash());
+    ASSERT_EQ(r["entries"].size(), templates.size());
+    for (size_t k = 0; k < templates.size(); ++k) {
+      EXPECT_EQ(r["entries"][k]["provenance"], "heuristic");
+      EXPECT_EQ(r["entries"][k]["template"], templates[k]->name());
+      EXPECT_EQ(r["entries"][k]["template_hash"], templates[k]->hash);
+    }
   }
   auto top = m_dispatcher->misses().top(5);
   ASSERT_EQ(top.size(), 1u);
