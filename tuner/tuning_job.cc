@@ -214,7 +214,7 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
     trial.spill_bytes = compiled.kernel.spill_stores + compiled.kernel.spill_loads;
     trial.smem_bytes = int(p.instance.launch.smem) + compiled.kernel.smem_bytes;
     stats.cache_hits += compiled.cache_hit;
-    stats.compile_s += compiled.kernel.compile_ms / 1000;
+    if (!compiled.cache_hit) stats.compile_s += compiled.kernel.compile_ms / 1000;
 
     Observation obs{p.index, std::numeric_limits<double>::infinity()};
     if (!compiled.ok()) {
