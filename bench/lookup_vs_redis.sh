@@ -16,7 +16,7 @@ trap cleanup EXIT
 
 # ktuned with one exact winner, so the benchmarked lookup is the common case: an exact hit.
 "$BUILD/daemon/ktuned" --socket "$TMP/k.sock" --data-dir "$TMP/data" --set server.metrics= \
-  --set store.seed_tables= --set log.level=warn --set server.io_threads="${IO_THREADS:-2}" 2>"$TMP/ktuned.log" & KPID=$!
+  --set store.seed_tables= --set log.level=warn --set server.io_threads="${IO_THREADS:-1}" 2>"$TMP/ktuned.log" & KPID=$!
 PYTHONPATH=client/python python3 - "$TMP" <<'PY'
 import json, sys, time, ktune
 tmp = sys.argv[1]

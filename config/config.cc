@@ -56,7 +56,7 @@ const std::vector<KeySpec>& key_specs() {
        &DaemonConfig::read_timeout_ms,
        100,
        3'600'000},
-      {{"server.io_threads", "KTUNE_IO_THREADS", "threads running the socket server"},
+      {{"server.io_threads", "KTUNE_IO_THREADS", "threads serving client sessions"},
        &DaemonConfig::io_threads,
        1,
        64},

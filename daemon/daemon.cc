@@ -85,8 +85,17 @@ int run_daemon(const DaemonFlags& flags) {
   NodeIdentity node = NodeIdentity::detect(config->devices);
   Dispatcher dispatcher(*config, **store, templates, index, node, metrics);
 
+  // One io_context for the listeners and signals, plus one per I/O thread for the sessions.
   boost::asio::io_context io;
-  Server server(io, *config, dispatcher, metrics);
+  std::vector<std::unique_ptr<boost::asio::io_context>> session_contexts;
+  std::vector<boost::asio::io_context*> session_pointers;
+  std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guards;
+  for (int i = 0; i < config->io_threads; ++i) {
+    session_contexts.push_back(std::make_unique<boost::asio::io_context>(1));
+    session_pointers.push_back(session_contexts.back().get());
+    guards.push_back(boost::asio::make_work_guard(*session_contexts.back()));
+  }
+  Server server(io, *config, dispatcher, metrics, session_pointers);
   if (auto ok = server.start(); !ok) return fatal(ok.error().message);
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
@@ -94,6 +103,7 @@ int run_daemon(const DaemonFlags& flags) {
     if (ec) return;
     log(LogLevel::info, "shutdown", {{"signal", sig}});
     server.stop();
+    for (auto& g : guards) g.reset();  // session threads end when their sessions have closed
   });
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -110,7 +120,7 @@ int run_daemon(const DaemonFlags& flags) {
        {"pid", ::getpid()}});
 
   std::vector<std::thread> threads;
-  for (int i = 1; i < config->io_threads; ++i) threads.emplace_back([&io] { io.run(); });
+  for (auto& ctx : session_contexts) threads.emplace_back([&ctx] { ctx->run(); });
   io.run();
   for (auto& t : threads) t.join();
   log(LogLevel::info, "stopped");

@@ -53,8 +53,9 @@ Result<tcp::endpoint> parse_endpoint(const std::string& host_port) {
 }
 
 Server::Server(asio::io_context& io, const DaemonConfig& config, Dispatcher& dispatcher,
-               Metrics& metrics)
+               Metrics& metrics, std::vector<asio::io_context*> session_contexts)
     : m_io(io),
+      m_session_contexts(std::move(session_contexts)),
       m_strand(asio::make_strand(io)),
       m_config(config),
       m_dispatcher(dispatcher),
@@ -140,6 +141,11 @@ Result<void> Server::listen_metrics() {
   return {};
 }
 
+asio::io_context& Server::next_session_context() {
+  if (m_session_contexts.empty()) return m_io;
+  return *m_session_contexts[m_next_context++ % m_session_contexts.size()];
+}
+
 bool Server::at_capacity() {
   return m_metrics.connections() >= m_config.max_connections;
 }
@@ -177,7 +183,7 @@ asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
   const auto timeout = std::chrono::milliseconds(m_config.read_timeout_ms);
   while (acceptor.is_open()) {
     boost::system::error_code ec;
-    Socket socket(asio::make_strand(m_io));
+    Socket socket(next_session_context());
     co_await acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;

@@ -1,11 +1,12 @@
 // Server: ktuned's listeners — the Unix socket, optional loopback TCP, and the metrics/health
 // HTTP port — on one Asio io_context.
 //
-// Each client connection is a Session (daemon/session.h) on its own strand; the server only
-// accepts, enforces the connection cap and the Unix peer check, and closes everything on stop().
+// Each client connection is a Session (daemon/session.h) that lives on one of the session
+// io_contexts, each run by one thread (one context per thread: no cross-thread handoff per
+// request), assigned round-robin. The server only accepts, enforces the connection cap and the
+// Unix peer check, and closes everything on stop().
 // A socket file left by a crashed daemon is detected (nothing answers on it) and replaced; a live
-// daemon on the same path is an error. Start and stop from the thread that owns the io_context;
-// the sessions run on whatever threads run it.
+// daemon on the same path is an error. stop() may be called from any thread.
 #pragma once
 
 #include <boost/asio.hpp>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "config/config.h"
 #include "daemon/dispatcher.h"
@@ -25,8 +27,9 @@ class SessionBase;
 
 class Server {
  public:
+  // `io` runs the listeners; sessions go to `session_contexts` round-robin (or to `io` if none).
   Server(boost::asio::io_context& io, const DaemonConfig& config, Dispatcher& dispatcher,
-         Metrics& metrics);
+         Metrics& metrics, std::vector<boost::asio::io_context*> session_contexts = {});
   ~Server();
 
   // Binds every configured listener and starts accepting.
@@ -57,7 +60,11 @@ class Server {
 
   void close_all();
 
+  boost::asio::io_context& next_session_context();
+
   boost::asio::io_context& m_io;
+  std::vector<boost::asio::io_context*> m_session_contexts;
+  std::size_t m_next_context = 0;
   // Acceptors live on one strand: accept loops and stop() never touch them concurrently.
   boost::asio::strand<boost::asio::io_context::executor_type> m_strand;
   const DaemonConfig& m_config;
