@@ -104,8 +104,36 @@ class StrategyBase : public Strategy {
     return CandidateSet::npos;
   }
 
+  // A random unproposed candidate, taking the templates in turn: when a job searches several
+  // templates at once (kernel selection), a small template's space is sampled as often as a
+  // large one's instead of in proportion to its size.
+  size_t random_unproposed_by_template() {
+    if (m_families.empty()) {
+      for (size_t i = 0; i < m_c.size(); ++i) {
+        const size_t t = size_t(m_c[i].features[0]);
+        if (t >= m_families.size()) m_families.resize(t + 1);
+        m_families[t].push_back(i);
+      }
+    }
+    for (size_t attempt = 0; attempt < m_families.size(); ++attempt) {
+      const auto& family = m_families[m_next_family++ % m_families.size()];
+      std::vector<size_t> open;
+      for (size_t i : family)
+        if (!m_proposed[i]) open.push_back(i);
+      if (!open.empty()) return open[std::uniform_int_distribution<size_t>(0, open.size() - 1)(m_rng)];
+    }
+    return CandidateSet::npos;
+  }
+  size_t template_count() const {
+    size_t n = 0;
+    for (size_t i = 0; i < m_c.size(); ++i) n = std::max(n, size_t(m_c[i].features[0]) + 1);
+    return n;
+  }
+
   const CandidateSet& m_c;
   std::mt19937_64 m_rng;
+  std::vector<std::vector<size_t>> m_families;  // candidate indices per template
+  size_t m_next_family = 0;
   std::vector<bool> m_proposed;
   size_t m_proposed_count = 0;
   std::vector<size_t> m_seeds;
@@ -301,14 +329,14 @@ class ModelGuided final : public StrategyBase {
  public:
   ModelGuided(const CandidateSet& c, std::vector<size_t> seeds, std::uint64_t rng_seed)
       : StrategyBase(c, std::move(seeds), rng_seed),
-        m_initial(std::clamp<size_t>(c.size() / 100, 8, 24)) {}
+        m_initial(std::max(std::clamp<size_t>(c.size() / 100, 8, 24), 6 * template_count())) {}
   std::string_view name() const override { return "model"; }
 
   std::vector<size_t> propose(size_t n) override {
     std::vector<size_t> out;
     take_seeds(n, out);
     while (out.size() < n && m_proposed_count < m_initial && !exhausted()) {
-      const size_t i = random_unproposed();
+      const size_t i = random_unproposed_by_template();
       if (i == CandidateSet::npos) break;
       take(i, out);
     }
