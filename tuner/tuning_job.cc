@@ -22,6 +22,23 @@ std::int64_t unix_now() {
   return std::int64_t(std::time(nullptr));
 }
 
+// What the worker needs to verify and time one compiled candidate.
+TrialRequest trial_request(std::uint64_t id, const Candidate& c, const Instance& inst,
+                           const CompileResult& compiled, const Problem& problem,
+                           const TimingOptions& timing) {
+  TrialRequest tr;
+  tr.id = id;
+  tr.params = c.params;
+  tr.lowered_name = compiled.kernel.lowered_name;
+  tr.launch = inst.launch;
+  tr.args = inst.args;
+  const auto& tolerance = c.tmpl->manifest.tolerance;
+  auto tol = tolerance.find(problem.out_dtype);
+  tr.tolerance = tol == tolerance.end() ? 1e-2 : tol->second;
+  tr.timing = timing;
+  return tr;
+}
+
 std::string describe(const Candidate& c) {
   return c.template_name + " {" + params_to_string(c.params) + "}";
 }
@@ -221,15 +238,7 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
       trial.outcome = Outcome::compile_error;
       trial.message = compiled.log.substr(0, 2000);
     } else {
-      TrialRequest tr;
-      tr.id = p.index;
-      tr.params = c.params;
-      tr.lowered_name = compiled.kernel.lowered_name;
-      tr.launch = p.instance.launch;
-      tr.args = p.instance.args;
-      auto tol = c.tmpl->manifest.tolerance.find(problem.out_dtype);
-      tr.tolerance = tol == c.tmpl->manifest.tolerance.end() ? 1e-2 : tol->second;
-      tr.timing = req.timing;
+      const TrialRequest tr = trial_request(p.index, c, p.instance, compiled, problem, req.timing);
       // In flight before launch: if the parent dies mid-trial, the record names the config.
       if (m_store) {
         trial.outcome = Outcome::in_flight;
@@ -338,17 +347,8 @@ Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& prog
         auto inst = instantiate(*c.tmpl, problem, limits, c.params);
         auto compiled = m_compiler.compile(
             {c.tmpl, inst->name_expression, target_arch(c.tmpl->manifest, limits.cc)});
-        TrialRequest tr;
-        tr.id = id;
-        tr.params = c.params;
-        tr.lowered_name = compiled.kernel.lowered_name;
-        tr.launch = inst->launch;
-        tr.args = inst->args;
-        tr.tolerance = c.tmpl->manifest.tolerance.count(problem.out_dtype)
-                           ? c.tmpl->manifest.tolerance.at(problem.out_dtype)
-                           : 1e-2;
-        tr.timing = req.timing;
-        (void)m_runner.run(tr, compiled.kernel.cubin);
+        (void)m_runner.run(trial_request(id, c, *inst, compiled, problem, req.timing),
+                           compiled.kernel.cubin);
       }
       retimed = m_runner.retime(ids, req.retime_rounds, req.timing);
     }
