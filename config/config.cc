@@ -26,7 +26,7 @@ using Member =
                  std::vector<int> DaemonConfig::*, LogLevel DaemonConfig::*,
                  LogFormat DaemonConfig::*>;
 
-enum class Check { none, host_port, host_port_or_empty, strategy };
+enum class Check { none, host_port, host_port_or_empty, strategy, gpu_policy };
 
 struct KeySpec {
   ConfigKey key;
@@ -65,6 +65,11 @@ const std::vector<KeySpec>& key_specs() {
        0,
        0,
        Check::host_port_or_empty},
+      {{"server.executor_threads", "KTUNE_EXECUTOR_THREADS",
+        "threads for imports, exports, cold lookups and job control"},
+       &DaemonConfig::executor_threads,
+       1,
+       256},
       {{"store.data_dir", "KTUNE_DATA_DIR", "RocksDB database and state directory"},
        &DaemonConfig::data_dir},
       {{"store.seed_tables", "KTUNE_SEED_TABLES", "tables merged into the store at start"},
@@ -92,13 +97,43 @@ const std::vector<KeySpec>& key_specs() {
        &DaemonConfig::budget_seconds,
        0.001,
        7 * 86400.0},
+      {{"tuning.gpu_policy", "KTUNE_GPU_POLICY", "idle | always | never"},
+       &DaemonConfig::gpu_policy,
+       0,
+       0,
+       Check::gpu_policy},
       {{"tuning.idle_threshold_percent", "KTUNE_IDLE_THRESHOLD",
         "tune only while GPU utilization is at or under this"},
        &DaemonConfig::idle_threshold_percent,
        0,
        100},
-      {{"tuning.background", "KTUNE_BACKGROUND_TUNING", "tune missed lookups when idle"},
-       &DaemonConfig::background_tuning},
+      {{"tuning.idle_settle_seconds", "KTUNE_IDLE_SETTLE_SECONDS",
+        "seconds a GPU must stay idle before tuning resumes"},
+       &DaemonConfig::idle_settle_seconds,
+       0,
+       3600},
+      {{"tuning.idle_poll_ms", "KTUNE_IDLE_POLL_MS", "how often each lane samples its GPU"},
+       &DaemonConfig::idle_poll_ms,
+       10,
+       60'000},
+      {{"tuning.on_miss", "KTUNE_TUNE_ON_MISS", "missed lookups become tuning jobs"},
+       &DaemonConfig::tune_on_miss},
+      {{"tuning.miss_threshold_us", "KTUNE_MISS_THRESHOLD_US",
+        "expected GPU us saved at which a missed key becomes a job"},
+       &DaemonConfig::miss_threshold_us,
+       0,
+       1e15},
+      {{"tuning.max_queued_jobs", "KTUNE_MAX_QUEUED_JOBS", "most jobs waiting in the queue"},
+       &DaemonConfig::max_queued_jobs,
+       1,
+       1'000'000},
+      {{"tuning.worker", "KTUNE_WORKER_BINARY", "GPU worker executable (\"\" = beside ktuned)"},
+       &DaemonConfig::worker_binary},
+      {{"tuning.trial_timeout_ms", "KTUNE_TRIAL_TIMEOUT_MS",
+        "deadline for one candidate; the worker is killed past it"},
+       &DaemonConfig::trial_timeout_ms,
+       100,
+       3'600'000},
       {{"lookup.nearest_radius", "KTUNE_NEAREST_RADIUS", "largest log2 distance for nearest"},
        &DaemonConfig::nearest_radius,
        0,
@@ -199,6 +234,10 @@ Result<void> check_string(const KeySpec& spec, const std::string& v) {
       if (v == "exhaustive" || v == "random" || v == "anneal" || v == "model") return {};
       return fail(ErrorCode::invalid_argument,
                   "unknown strategy '" + v + "' (exhaustive, random, anneal, model)");
+    case Check::gpu_policy:
+      if (v == "idle" || v == "always" || v == "never") return {};
+      return fail(ErrorCode::invalid_argument,
+                  "unknown gpu_policy '" + v + "' (idle, always, never)");
   }
   return {};
 }

@@ -40,6 +40,9 @@ struct DaemonConfig {
   // Prometheus metrics and /livez /readyz over HTTP, "host:port". Default "127.0.0.1:9464";
   // "" turns it off. Port 0 picks a free port (logged at start).
   std::string metrics_address = "127.0.0.1:9464";
+  // Threads for work that must never run on an I/O thread: imports, exports, cold lookups, job
+  // control. Cached lookups never queue behind them. Default 2.
+  int executor_threads = 2;
 
   // ---- store ----
   // RocksDB database and other state. Default: $XDG_STATE_HOME/ktune, else ~/.local/state/ktune.
@@ -64,11 +67,30 @@ struct DaemonConfig {
   int budget_trials = 256;
   // Most wall-clock seconds per tuning job. Default 600.
   double budget_seconds = 600;
+  // When tuning lanes may use their GPU: "idle" (only while no foreign process uses it and its
+  // utilization is at or under idle_threshold_percent for idle_settle_seconds), "always", or
+  // "never" (jobs queue but do not run). Default "idle".
+  std::string gpu_policy = "idle";
   // Background tuning runs only while the GPU's utilization (NVML) is at or under this percent.
   // Default 5.
   double idle_threshold_percent = 5;
-  // Tune missed lookups in the background when the GPU is idle. Default true.
-  bool background_tuning = true;
+  // How long a GPU must stay idle before a paused lane resumes, in seconds. Default 5.
+  double idle_settle_seconds = 5;
+  // How often each lane samples its GPU (NVML) for foreign work, in ms. Default 200.
+  int idle_poll_ms = 200;
+  // Lookups answered nearest/heuristic/stale become tuning jobs once the key's expected GPU time
+  // saved passes miss_threshold_us. Default true.
+  bool tune_on_miss = true;
+  // Expected GPU microseconds saved (misses x expected runtime x expected gain) at which a missed
+  // key becomes a job. Default 100.
+  double miss_threshold_us = 100;
+  // Most jobs waiting in the queue; further misses wait (tune requests are refused). Default 256.
+  int max_queued_jobs = 256;
+  // The GPU worker executable. Default "": ktune-worker beside ktuned (or $KTUNE_WORKER).
+  std::string worker_binary;
+  // Deadline for one candidate on the worker (load, verify, time); past it the worker is killed
+  // and the config blocklisted. Default 20000.
+  int trial_timeout_ms = 20000;
 
   // ---- lookup ----
   // Largest distance (sum over dims of |log2 a - log2 b|) at which a tuned shape answers a lookup
