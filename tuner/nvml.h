@@ -1,12 +1,15 @@
 // Nvml: the few NVML queries ktune needs, loaded with dlopen("libnvidia-ml.so.1").
 //
 // Used for the driver's version string (a validator of every winner), for the clocks and power
-// recorded with each measurement, and for the utilization the background scheduler waits on.
+// recorded with each measurement, and for what the idle policy watches: utilization and the pids
+// with a compute context (tuner/gpu_monitor.h).
 // Absent NVML is normal (containers, CI): every query then returns ErrorCode::unavailable and
 // callers record zeros. Thread-safe after get().
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "config/error.h"
 
@@ -29,6 +32,12 @@ class Nvml {
   Result<std::string> driver_version() const;
   // Telemetry of the GPU with this PCI bus id ("0000:3B:00.0").
   Result<GpuTelemetry> telemetry(const std::string& pci_bus_id) const;
+  // GPU busy percent over NVML's last sample period (1/6 s to 1 s, by product).
+  Result<int> utilization(const std::string& pci_bus_id) const;
+  // Pids of the processes with a compute context on the GPU. A process NVML cannot attribute to
+  // the caller's pid namespace (another container's) may be missing from the list.
+  // Uses nvmlDeviceGetComputeRunningProcesses_v3 (R510+), else _v2.
+  Result<std::vector<std::uint32_t>> compute_pids(const std::string& pci_bus_id) const;
 
  private:
   struct Api;
