@@ -62,6 +62,7 @@ class GpuGate {
 
   // Blocks until tuning is allowed (true), or stop() is called or `cancelled` returns true
   // (false). `cancelled` is polled at least every poll_ms, outside the gate's lock.
+  // REQUIRES (mode idle): start(), or someone calling sample_now(); nothing else opens the gate.
   bool acquire(const std::function<bool()>& cancelled = {});
   // The current decision, without blocking.
   bool allowed() const;

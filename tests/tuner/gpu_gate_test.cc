@@ -93,8 +93,8 @@ TEST_F(GpuGateTest, AcquireReturnsPromptlyOnAnIdleGpu) {
   GpuGate gate(options(), m_monitor, 0, "0000:3B:00.0", {});
   EXPECT_FALSE(gate.state().allowed);
   EXPECT_EQ(gate.state().reason, "waiting for the first sample");
+  const auto t0 = Clock::now();  // before start(): the first sample may come at once
   gate.start();
-  const auto t0 = Clock::now();
   auto acquired = std::async(std::launch::async, [&] { return gate.acquire(); });
   ASSERT_EQ(acquired.wait_for(5s), std::future_status::ready);
   EXPECT_TRUE(acquired.get());
@@ -122,8 +122,8 @@ TEST_F(GpuGateTest, ForeignWorkPausesTheGateAndItsDepartureResumesItAfterTheSett
   auto acquired = std::async(std::launch::async, [&] { return gate.acquire(); });
   EXPECT_EQ(acquired.wait_for(150ms), std::future_status::timeout);  // blocked while paused
 
+  const auto left = Clock::now();  // before the file goes: a sample may read it at once
   clear_gpu0();
-  const auto left = Clock::now();
   ASSERT_EQ(acquired.wait_for(5s), std::future_status::ready);
   EXPECT_TRUE(acquired.get());
   EXPECT_GE(Clock::now() - left, 100ms);  // not before the settle time
