@@ -16,6 +16,7 @@
 #include "config/log.h"
 #include "store/table_io.h"
 #include "tuner/local_tuner.h"
+#include "tuner/strategy/registry.h"
 
 namespace {
 
@@ -92,8 +93,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ktune-bench: tune a suite and time each winner against its ceiling"};
   app.add_option("--suite", suite_name, "gemm | membound | smoke");
   app.add_option("--problem", problems, "op:dtype:layout:dims (repeatable)");
-  app.add_option("--strategy", strategy, "exhaustive | random | anneal | model")
-      ->capture_default_str();
+  app.add_option("--strategy", strategy, strategy_choices())->capture_default_str();
   app.add_option("--budget", budget, "trials per problem (0 = the whole space)")
       ->capture_default_str();
   app.add_option("--seconds", seconds, "wall-clock budget per problem (0 = none)");

@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "store/table_io.h"
 #include "tuner/replay.h"
+#include "tuner/strategy/registry.h"
 
 int main(int argc, char** argv) {
   using namespace ktune;
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
                 {"configs", n},
                 {"best_us", p.best},
                 {"strategies", Json::object()}};
-    for (const char* s : {"exhaustive", "random", "anneal", "model"}) {
+    for (const std::string& s : strategy_names()) {
       std::vector<std::vector<double>> curves;
       std::vector<double> to98;
       for (int seed = 1; seed <= seeds; ++seed) {
@@ -63,8 +64,8 @@ int main(int argc, char** argv) {
           {"median_fraction", curve},         {"at_2pct", median_at(pct(0.02))},
           {"at_5pct", median_at(pct(0.05))},  {"at_10pct", median_at(pct(0.10))},
           {"at_20pct", median_at(pct(0.20))}, {"median_trials_to_98pct", to98[to98.size() / 2]}};
-      std::printf("%-40s %-10s %6zu %8.3f %8.3f %8.3f %8.3f %10.0f\n", p.problem.key().c_str(), s,
-                  n, median_at(pct(0.02)), median_at(pct(0.05)), median_at(pct(0.10)),
+      std::printf("%-40s %-10s %6zu %8.3f %8.3f %8.3f %8.3f %10.0f\n", p.problem.key().c_str(),
+                  s.c_str(), n, median_at(pct(0.02)), median_at(pct(0.05)), median_at(pct(0.10)),
                   median_at(pct(0.20)), to98[to98.size() / 2]);
     }
     doc["problems"].push_back(row);

@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "tuner/strategy/registry.h"
+
 namespace ktune {
 
 Result<std::vector<ReplayProblem>> load_replay(const std::string& path,

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "templates/registry.h"
-#include "tuner/strategy.h"
+#include "tuner/strategy/strategy.h"
 
 namespace ktune {
 

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "config/log.h"
+#include "tuner/strategy/registry.h"
 
 namespace ktune {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "store/records.h"
 #include "tuner/compiler.h"
-#include "tuner/strategy.h"
+#include "tuner/strategy/strategy.h"
 #include "tuner/worker_process.h"
 
 namespace ktune {

@@ -2,12 +2,15 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <vector>
 
 #include "config/log.h"
 
@@ -24,28 +27,70 @@ std::string default_worker_binary() {
   return "ktune-worker";
 }
 
+namespace {
+
+// The fd the worker reads its end of the socket pair from (`--fd 3`).
+constexpr int k_child_fd = 3;
+
+// Starts `argv[0]` with `child_end` as its fd 3 and every other descriptor of ours closed (they
+// are all CLOEXEC). posix_spawn, not fork: the parent is multithreaded, and a forked child of a
+// multithreaded process may not allocate (or take any lock) before exec. Everything the child
+// needs (argv, the file actions) is built here, before the spawn.
+Result<pid_t> spawn_worker(std::vector<std::string> args, int child_end) {
+  // dup2 onto fd 3 clears CLOEXEC on the new descriptor, but when the child's end already is
+  // fd 3, dup2(3, 3) does nothing and exec would close it. glibc's adddup2 clears the flag in
+  // that case (as POSIX.1-2024 requires); POSIX.1-2017 leaves it unspecified, so move it off 3.
+  int moved = -1;
+  if (child_end == k_child_fd) {
+    moved = ::fcntl(child_end, F_DUPFD_CLOEXEC, k_child_fd + 1);
+    if (moved < 0) return fail(ErrorCode::unavailable, "fcntl(F_DUPFD_CLOEXEC) failed");
+    child_end = moved;
+  }
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  pid_t pid = -1;
+  posix_spawn_file_actions_t actions;
+  int rc = ::posix_spawn_file_actions_init(&actions);
+  if (rc == 0) {
+    posix_spawnattr_t attr;
+    rc = ::posix_spawnattr_init(&attr);
+    if (rc == 0) {
+      // The worker starts with no signal blocked, whatever the spawning thread blocks.
+      sigset_t none;
+      sigemptyset(&none);
+      rc = ::posix_spawn_file_actions_adddup2(&actions, child_end, k_child_fd);
+      if (rc == 0) rc = ::posix_spawnattr_setsigmask(&attr, &none);
+      if (rc == 0) rc = ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+      if (rc == 0) rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
+      ::posix_spawnattr_destroy(&attr);
+    }
+    ::posix_spawn_file_actions_destroy(&actions);
+  }
+  if (moved >= 0) ::close(moved);
+  if (rc != 0)
+    return fail(ErrorCode::unavailable,
+                "cannot start ktune-worker (" + args[0] + "): " + std::strerror(rc));
+  return pid;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const std::string& binary, int ordinal,
                                                             int hello_timeout_ms) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
     return fail(ErrorCode::unavailable, "socketpair failed");
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return fail(ErrorCode::unavailable, "fork failed");
-  }
-  if (pid == 0) {
-    // Child: keep only its end of the pair (as fd 3) and become the worker.
-    ::dup2(fds[1], 3);
-    const std::string fd = "3", dev = std::to_string(ordinal);
-    ::execl(binary.c_str(), binary.c_str(), "--fd", fd.c_str(), "--device", dev.c_str(),
-            static_cast<char*>(nullptr));
-    std::_Exit(127);
-  }
+  auto pid = spawn_worker(
+      {binary, "--fd", std::to_string(k_child_fd), "--device", std::to_string(ordinal)}, fds[1]);
   ::close(fds[1]);
+  if (!pid) {
+    ::close(fds[0]);
+    return std::unexpected(pid.error());
+  }
   auto w = std::unique_ptr<WorkerProcess>(new WorkerProcess());
-  w->m_pid = pid;
+  w->m_pid = *pid;
   w->m_fd = fds[0];
   auto hello = w->call({{"op", "hello"}}, {}, hello_timeout_ms);
   if (!hello) {

@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 
 #include "client/cli/commands.h"
+#include "tuner/strategy/registry.h"
 
 int main(int argc, char** argv) {
   using namespace ktune::cli;
@@ -68,8 +69,7 @@ int main(int argc, char** argv) {
   tu->add_option("--out-dtype", tune.problem.out_dtype, "output dtype (default: same)");
   tu->add_option("--layout", tune.problem.layout, "layout (default: the op's first)");
   tu->add_option("--shape", tune.problem.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
-  tu->add_option("--strategy", tune.strategy, "exhaustive | random | anneal | model")
-      ->capture_default_str();
+  tu->add_option("--strategy", tune.strategy, ktune::strategy_choices())->capture_default_str();
   tu->add_option("--budget", tune.budget, "most configs measured")->capture_default_str();
   tu->add_option("--seconds", tune.seconds, "most seconds")->capture_default_str();
   tu->add_option("--gpu", tune.gpu, "GPU ordinal")->capture_default_str();

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "config/config.h"
+#include "tuner/strategy/registry.h"
 
 namespace ktune {
 namespace {
@@ -74,7 +75,7 @@ TEST_F(ReplayTest, ModelGuidedReaches98PercentWithin10PercentOfTrials) {
 }
 
 TEST_F(ReplayTest, StrategiesNeverProposeTwice) {
-  for (const char* s : {"random", "anneal", "model"}) {
+  for (const std::string& s : strategy_names()) {
     const auto& p = s_problems->front();
     auto strategy = make_strategy(s, p.candidates, p.seeds, 3);
     ASSERT_TRUE(strategy);

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "store/mem_store.h"
+#include "tuner/strategy/registry.h"
 
 namespace ktune {
 namespace {
@@ -91,7 +92,7 @@ TEST_F(TuningJobTest, BlocklistedConfigsAreNotTriedAgain) {
 }
 
 TEST_F(TuningJobTest, BudgetStopsEveryStrategy) {
-  for (const char* s : {"exhaustive", "random", "anneal", "model"}) {
+  for (const std::string& s : strategy_names()) {
     MemStore store;
     ASSERT_TRUE(check_store_format(store, false));
     TuningJob job(m_templates, m_compiler, &store, *m_runner, m_context);

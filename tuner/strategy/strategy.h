@@ -5,15 +5,14 @@
 // The candidates are the union of every template's pruned space for one problem, each with a
 // feature vector (its params as positions in their domains) that model-based strategies learn on.
 // Seeds (the heuristic config, winners of neighbouring shapes) are proposed first by all of them.
+// The built-in strategies and make_strategy() are in registry.h; each lives in its own file here.
 //
-// Thread-compatible: a strategy belongs to one tuning job.
+// Thread-compatible: a strategy and its CandidateSet belong to one tuning job. A strategy keeps a
+// reference to the CandidateSet it was made with, which must outlive it.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <limits>
-#include <memory>
-#include <random>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -45,11 +44,12 @@ class CandidateSet {
   size_t find(std::string_view template_name, const Params& params) const;
   // Candidates of the same template differing in one param by one step of its domain.
   const std::vector<size_t>& neighbours(size_t i) const;
+  // How many templates the candidates come from (features[0] is below this).
+  size_t template_count() const { return m_templates.size(); }
 
   static constexpr size_t npos = size_t(-1);
 
  private:
-  void finish_features();
   std::vector<Candidate> m_items;
   std::vector<std::string> m_templates;
   std::vector<std::vector<ParamDomain>> m_domains;  // per template
@@ -67,15 +67,12 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string_view name() const = 0;
-  // Up to n indices never proposed before; empty when it has nothing left to try.
+  // Up to n indices never proposed nor observed before; empty when it has nothing left to try.
   virtual std::vector<size_t> propose(size_t n) = 0;
+  // Tells the strategy what was measured. An index it never proposed (measured by an earlier
+  // job that this one resumes) counts as measured all the same: it is never proposed afterwards.
   virtual void observe(const std::vector<Observation>& results) = 0;
 };
-
-// "exhaustive", "random", "anneal", "model". Seeds are proposed first (in order, unique).
-Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name,
-                                                const CandidateSet& candidates,
-                                                std::vector<size_t> seeds, std::uint64_t rng_seed);
 
 // Stops a job: trials, wall time, or a target time reached. Zero = no limit.
 struct Budget {
