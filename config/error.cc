@@ -22,6 +22,8 @@ std::string_view to_string(ErrorCode code) {
       return "timeout";
     case ErrorCode::internal:
       return "internal";
+    case ErrorCode::cancelled:
+      return "cancelled";
   }
   return "unknown";
 }

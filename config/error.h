@@ -22,6 +22,7 @@ enum class ErrorCode {
   unavailable,       // a dependency (daemon, driver, GPU) is not there right now
   timeout,           // a deadline passed
   internal,          // a bug: an invariant did not hold
+  cancelled,         // the caller asked the work to stop before it finished
 };
 
 std::string_view to_string(ErrorCode code);

@@ -6,6 +6,7 @@
 #include <deque>
 #include <future>
 #include <map>
+#include <optional>
 
 #include "config/log.h"
 #include "tuner/strategy/registry.h"
@@ -42,6 +43,16 @@ TrialRequest trial_request(std::uint64_t id, const Candidate& c, const Instance&
 
 std::string describe(const Candidate& c) {
   return c.template_name + " {" + params_to_string(c.params) + "}";
+}
+
+// The timing a reused trial record stands for: its median, and p10/p90 that give its spread.
+Timing timing_of(const TrialRecord& r) {
+  Timing t;
+  t.median_us = r.median_us;
+  const double half = r.median_us * r.spread_pct / 200;
+  t.p10_us = r.median_us - half;
+  t.p90_us = r.median_us + half;
+  return t;
 }
 
 }  // namespace
@@ -107,6 +118,521 @@ Result<void> prepare_runner(TrialRunner& runner, Compiler& compiler, const Kerne
   return {};
 }
 
+namespace {
+
+// A measurement that foreign work disturbed is taken again at most this often, then kept.
+constexpr int k_max_retakes = 3;
+
+// Why a job stopped before its budget was spent (TuneControl).
+enum class Stop { none, cancelled, gpu_refused };
+
+// One TuningJob::run(): its phases, in order, and the state they share.
+//   candidates -> worker -> earlier trials (resume) -> search -> finalists -> commit
+class JobRun {
+ public:
+  JobRun(const TemplateRegistry& templates, Compiler& compiler, Store* store, TrialRunner& runner,
+         const TuneContext& context, const TuneRequest& request,
+         const TuningJob::ProgressFn& progress)
+      : m_templates(templates),
+        m_compiler(compiler),
+        m_store(store),
+        m_runner(runner),
+        m_ctx(context),
+        m_req(request),
+        m_progress(progress),
+        m_respawns_before(runner.respawns()) {}
+
+  Result<TuneResult> run() {
+    if (auto ok = build_candidates(); !ok) return std::unexpected(ok.error());
+    if (auto ok = prepare_worker(); !ok) return std::unexpected(ok.error());
+    if (auto ok = reuse_earlier_trials(); !ok) return std::unexpected(ok.error());
+    search();
+    if (m_stop != Stop::none && (!m_req.control.finish_on_cancel || m_ok_results.empty()))
+      return finish(stopped_error());
+    if (m_ok_results.empty()) return finish(nothing_passed_error());
+    if (auto ok = finalists(); !ok) return finish(std::unexpected(ok.error()));
+    return finish(commit());
+  }
+
+ private:
+  struct Pending {
+    size_t index;
+    Instance instance;
+    std::future<CompileResult> compiled;
+  };
+
+  // --- candidates: every template for the op, pruned, minus the blocklist; the strategy ---
+  Result<void> build_candidates() {
+    const Problem& problem = m_req.problem;
+    const DeviceLimits& limits = m_ctx.limits;
+    for (const KernelTemplate* t : m_templates.for_problem(problem, limits.cc))
+      if (m_req.templates.empty() ||
+          std::count(m_req.templates.begin(), m_req.templates.end(), t->name()))
+        m_job_templates.push_back(t);
+    if (m_job_templates.empty())
+      return fail(ErrorCode::invalid_argument, "no template implements " + problem.describe() +
+                                                   " on sm_" + std::to_string(limits.cc));
+    std::vector<size_t> seeds;
+    std::string space_errors;
+    for (const KernelTemplate* t : m_job_templates) {
+      auto space = SearchSpace::build(*t, problem, limits);
+      if (!space) {
+        space_errors += "\n  " + space.error().message;
+        continue;
+      }
+      m_stats.space_total += space->report().total;
+      const std::string arch = target_arch(t->manifest, limits.cc);
+      for (const auto& p : space->configs()) {
+        if (m_store) {
+          auto blocked = is_blocked(
+              *m_store, BlockEntry{t->hash, arch, m_ctx.driver, p, Outcome::crash, "", 0});
+          if (blocked && *blocked) continue;
+        }
+        m_candidates.add(t, t->name(), p, t->manifest.params);
+      }
+      if (auto h = heuristic_config(*t, problem, limits))
+        seeds.push_back(m_candidates.find(t->name(), *h));
+    }
+    for (const auto& p : m_req.seeds)
+      for (const KernelTemplate* t : m_job_templates)
+        if (size_t i = m_candidates.find(t->name(), p); i != CandidateSet::npos) seeds.push_back(i);
+    if (m_candidates.size() == 0)
+      return fail(ErrorCode::invalid_argument,
+                  "no config to try for " + problem.describe() + space_errors);
+    m_stats.candidates = m_candidates.size();
+    m_max_trials = m_req.budget.max_trials > 0
+                       ? std::min<int>(m_req.budget.max_trials, int(m_candidates.size()))
+                       : int(m_candidates.size());
+    auto strategy = make_strategy(m_req.strategy, m_candidates, seeds, m_req.rng_seed);
+    if (!strategy) return std::unexpected(strategy.error());
+    m_strategy = std::move(*strategy);
+    return {};
+  }
+
+  // --- the worker: arguments and reference ---
+  Result<void> prepare_worker() {
+    auto args = setup_args(m_job_templates, m_req.problem, m_ctx.limits);
+    if (!args) return std::unexpected(args.error());
+    if (!acquire_gpu()) return stopped_error();
+    return prepare_runner(m_runner, m_compiler, *m_job_templates.front(), *args, m_req.problem,
+                          m_ctx.limits, unsigned(m_req.rng_seed));
+  }
+
+  // --- resume: what an earlier job for this device class and problem measured ---
+  Result<void> reuse_earlier_trials() {
+    if (!m_req.resume || !m_store) return {};
+    auto records = scan_trials(*m_store, m_ctx.device.id() + "/" + m_req.problem.key() + "/");
+    if (!records) return std::unexpected(records.error());
+    std::vector<Observation> told;
+    for (const TrialRecord& r : *records) {
+      if (r.outcome == Outcome::in_flight) continue;  // it died mid-trial: measured again
+      const size_t i = m_candidates.find(r.template_name, r.params);
+      if (i == CandidateSet::npos || m_candidates[i].tmpl->hash != r.template_hash) continue;
+      Observation o{i, std::numeric_limits<double>::infinity()};
+      if (r.outcome == Outcome::ok) {
+        TrialResult ok;
+        ok.id = i;
+        ok.timing = timing_of(r);
+        ok.ref_error = r.ref_error;
+        note_success(i, ok);
+        o.value = r.median_us;
+      }
+      count(r.outcome);
+      ++m_stats.reused;
+      told.push_back(o);
+    }
+    if (told.empty()) return {};
+    m_strategy->observe(told);
+    m_proposed = m_stats.reused;
+    log(LogLevel::info, "trials_reused",
+        {{"problem", m_req.problem.key()}, {"reused", m_stats.reused}});
+    report_progress();
+    return {};
+  }
+
+  // --- the search: compile ahead on the pool while the worker measures ---
+  void search() {
+    refill();
+    while (!m_pending.empty()) {
+      if (m_req.budget.exhausted(m_stats.trials, seconds_since(m_t0), m_best_us)) break;
+      if (cancel_requested()) break;
+      Pending p = std::move(m_pending.front());
+      m_pending.pop_front();
+      if (!run_trial(p)) break;
+      refill();
+    }
+    // Let compiles still in flight finish (their futures reference the pool) before leaving.
+    for (auto& p : m_pending) p.compiled.wait();
+    m_pending.clear();
+  }
+
+  // Keeps up to one compile per pool thread (at least two) ahead of the worker.
+  void refill() {
+    const size_t window = std::max<size_t>(2, m_compiler.threads());
+    while (!m_strategy_done && m_pending.size() < window && m_proposed < m_max_trials) {
+      const size_t want =
+          std::min<size_t>(window - m_pending.size(), size_t(m_max_trials - m_proposed));
+      auto batch = m_strategy->propose(want);
+      if (batch.empty()) m_strategy_done = true;
+      for (size_t i : batch) {
+        const Candidate& c = m_candidates[i];
+        auto inst = instantiate(*c.tmpl, m_req.problem, m_ctx.limits, c.params);
+        if (!inst) continue;  // cannot happen for a pruned config
+        auto fut = m_compiler.submit(
+            {c.tmpl, inst->name_expression, target_arch(c.tmpl->manifest, m_ctx.limits.cc)});
+        m_pending.push_back({i, std::move(*inst), std::move(fut)});
+        ++m_proposed;
+      }
+    }
+  }
+
+  // Verifies and times one compiled candidate (or records its compile error), records it and
+  // tells the strategy. False when the job must stop (the trial is then not recorded).
+  bool run_trial(Pending& p) {
+    const Candidate& c = m_candidates[p.index];
+    CompileResult compiled = p.compiled.get();
+    refill();  // keep the pool busy while this one is measured
+
+    TrialRecord trial;
+    trial.device = m_ctx.device;
+    trial.problem = m_req.problem;
+    trial.template_name = c.template_name;
+    trial.template_hash = c.tmpl->hash;
+    trial.params = c.params;
+    trial.timestamp = unix_now();
+    trial.job_id = m_req.job_id;
+    trial.compile_ms = compiled.kernel.compile_ms;
+    trial.registers = compiled.kernel.registers;
+    trial.spill_bytes = compiled.kernel.spill_stores + compiled.kernel.spill_loads;
+    trial.smem_bytes = int(p.instance.launch.smem) + compiled.kernel.smem_bytes;
+    m_stats.cache_hits += compiled.cache_hit;
+    if (!compiled.cache_hit) m_stats.compile_s += compiled.kernel.compile_ms / 1000;
+
+    Observation obs{p.index, std::numeric_limits<double>::infinity()};
+    if (!compiled.ok()) {
+      trial.outcome = Outcome::compile_error;
+      trial.message = compiled.log.substr(0, 2000);
+    } else {
+      if (!acquire_gpu()) return false;
+      // In flight before launch: if the parent dies mid-trial, the record names the config.
+      if (m_store) {
+        trial.outcome = Outcome::in_flight;
+        (void)m_store->put(Table::trials, trial.key(), encode(trial), Durability::buffered);
+      }
+      auto r = measure(trial_request(p.index, c, p.instance, compiled, m_req.problem, m_req.timing),
+                       compiled.kernel.cubin);
+      if (!r) {
+        if (m_store) (void)m_store->remove(Table::trials, trial.key(), Durability::buffered);
+        return false;
+      }
+      trial.outcome = r->outcome;
+      trial.median_us = r->timing.median_us;
+      trial.spread_pct = r->timing.spread_pct();
+      trial.ref_error = r->ref_error;
+      trial.message = r->message;
+      if (r->outcome == Outcome::ok) {
+        obs.value = r->timing.median_us;
+        note_success(p.index, *r);
+        m_worker_of[p.index] = m_runner.respawns();
+      } else if ((r->outcome == Outcome::crash || r->outcome == Outcome::timeout) && m_store) {
+        (void)put_block(*m_store,
+                        BlockEntry{c.tmpl->hash, target_arch(c.tmpl->manifest, m_ctx.limits.cc),
+                                   m_ctx.driver, c.params, r->outcome, r->message, unix_now()});
+      }
+    }
+    count(trial.outcome);
+    if (trial.outcome != Outcome::ok)
+      log(LogLevel::debug, "trial_failed",
+          {{"config", describe(c)},
+           {"outcome", std::string(to_string(trial.outcome))},
+           {"message", trial.message.substr(0, 300)}});
+    m_strategy->observe({obs});
+    // Written as soon as it is known: a kill of the process loses at most the trial in flight.
+    if (m_store)
+      (void)m_store->put(Table::trials, trial.key(), encode(trial), Durability::buffered);
+    m_result.trials.push_back(std::move(trial));
+    report_progress();
+    return true;
+  }
+
+  // Runs one trial on the worker, again when foreign work disturbed the measurement (after
+  // acquire_gpu; at most k_max_retakes times, then the last one is kept). nullopt: stop.
+  // REQUIRES: acquire_gpu() returned true for the first take.
+  std::optional<TrialResult> measure(const TrialRequest& request, const std::string& cubin) {
+    for (int take = 0;; ++take) {
+      const std::uint64_t before = disturbance();
+      const auto m0 = Clock::now();
+      TrialResult r = m_runner.run(request, cubin);
+      m_stats.measure_s += seconds_since(m0);
+      if (before == disturbance() || take == k_max_retakes || r.outcome == Outcome::crash) return r;
+      ++m_stats.retaken;
+      log(LogLevel::info, "trial_retaken",
+          {{"config", describe(m_candidates[size_t(request.id)])}, {"take", take + 1}});
+      if (!acquire_gpu()) return std::nullopt;
+    }
+  }
+
+  // --- finalists: re-timed interleaved; a winner only beyond the measured spread ---
+  Result<void> finalists() {
+    std::vector<std::pair<double, size_t>> by_time;
+    for (const auto& [i, r] : m_ok_results) by_time.emplace_back(r.timing.median_us, i);
+    std::sort(by_time.begin(), by_time.end());
+    by_time.resize(std::min<size_t>(by_time.size(), size_t(std::max(1, m_req.finalists))));
+    std::vector<std::uint64_t> ids;
+    for (const auto& [_, i] : by_time) {
+      ids.push_back(i);
+      m_final_timing[i] = m_ok_results[i].timing;
+    }
+    // After a stop, finish_on_cancel goes on with what was measured; the re-timing needs the
+    // GPU, and is skipped when it was refused.
+    const bool go_on = m_req.control.finish_on_cancel;
+    if (cancel_requested() && !go_on) return stopped_error();
+    if (acquire_gpu()) {
+      // Finalists the worker does not hold (reused from an earlier job, or measured by a worker
+      // since replaced) are loaded again first.
+      load_finalists(ids, false);
+      if (ids.size() > 1) {
+        auto retimed = retime(ids);
+        if (!retimed && m_stop != Stop::gpu_refused) {
+          // Still not all there (the worker evicted one, or was replaced while loading): load
+          // every finalist into the current worker and try once more.
+          load_finalists(ids, true);
+          retimed = retime(ids);
+        }
+        if (retimed)
+          for (const auto& [id, t] : *retimed)
+            if (m_final_timing.count(size_t(id)) && t.median_us > 0) m_final_timing[size_t(id)] = t;
+      }
+    }
+    if (m_stop == Stop::gpu_refused && !go_on) return stopped_error();
+    m_ranking.assign(ids.begin(), ids.end());
+    std::sort(m_ranking.begin(), m_ranking.end(), [&](size_t a, size_t b) {
+      return m_final_timing[a].median_us < m_final_timing[b].median_us;
+    });
+    if (m_ranking.empty())
+      return fail(ErrorCode::not_found,
+                  "no finalist of " + m_req.problem.describe() + " ran again for re-timing");
+    return {};
+  }
+
+  // Runs finalists on the current worker (their cubins are cache hits) so it holds them for
+  // retime: those it does not hold, or every one when `all`. Part of the finalists' timing: no
+  // trial record is written. A finalist that fails now is dropped from `ids`.
+  void load_finalists(std::vector<std::uint64_t>& ids, bool all) {
+    std::vector<std::uint64_t> kept;
+    for (std::uint64_t id : ids) {
+      auto held = m_worker_of.find(size_t(id));
+      if (all || held == m_worker_of.end() || held->second != m_runner.respawns()) {
+        const TrialResult r = reload(size_t(id));
+        if (r.outcome != Outcome::ok) {
+          log(LogLevel::warn, "finalist_dropped",
+              {{"config", describe(m_candidates[size_t(id)])},
+               {"outcome", std::string(to_string(r.outcome))},
+               {"message", r.message.substr(0, 300)}});
+          m_final_timing.erase(size_t(id));
+          continue;
+        }
+        m_worker_of[size_t(id)] = m_runner.respawns();
+      }
+      kept.push_back(id);
+    }
+    ids = std::move(kept);
+  }
+
+  TrialResult reload(size_t index) {
+    const Candidate& c = m_candidates[index];
+    auto inst = instantiate(*c.tmpl, m_req.problem, m_ctx.limits, c.params);
+    if (!inst) {  // cannot happen: it was instantiated for its trial
+      TrialResult r;
+      r.outcome = Outcome::invalid;
+      r.message = inst.error().message;
+      return r;
+    }
+    auto compiled = m_compiler.compile(
+        {c.tmpl, inst->name_expression, target_arch(c.tmpl->manifest, m_ctx.limits.cc)});
+    TrialRequest tr = trial_request(index, c, *inst, compiled, m_req.problem, m_req.timing);
+    tr.reload = true;
+    return m_runner.run(tr, compiled.kernel.cubin);
+  }
+
+  // Interleaved re-timing of the finalists, taken again when foreign work disturbed it.
+  Result<std::vector<std::pair<std::uint64_t, Timing>>> retime(
+      const std::vector<std::uint64_t>& ids) {
+    for (int take = 0;; ++take) {
+      const std::uint64_t before = disturbance();
+      auto r = m_runner.retime(ids, m_req.retime_rounds, m_req.timing);
+      if (!r || before == disturbance() || take == k_max_retakes) return r;
+      ++m_stats.retaken;
+      if (!acquire_gpu()) return stopped_error();
+    }
+  }
+
+  // --- commit: the winner record, with provenance ---
+  Result<TuneResult> commit() {
+    // The ranking is by the interleaved re-timing; each entry keeps its spread so a reader can
+    // see which ones are within noise of each other.
+    const size_t chosen = m_ranking.front();
+    m_result.winner_trial_id = chosen;
+    WinnerRecord& w = m_result.winner;
+    w.device = m_ctx.device;
+    w.problem = m_req.problem;
+    w.validators = Validators{m_ctx.driver, m_ctx.nvrtc, k_store_format_version};
+    for (size_t i : m_ranking) {
+      const Candidate& c = m_candidates[i];
+      auto inst = instantiate(*c.tmpl, m_req.problem, m_ctx.limits, c.params);
+      RankedConfig rc;
+      rc.template_name = c.template_name;
+      rc.template_hash = c.tmpl->hash;
+      rc.params = c.params;
+      rc.median_us = m_final_timing[i].median_us;
+      rc.spread_pct = m_final_timing[i].spread_pct();
+      if (inst && inst->metric_kind == MetricSpec::Kind::flops)
+        rc.tflops = inst->metric / (rc.median_us * 1e6);
+      if (inst && inst->metric_kind == MetricSpec::Kind::bytes)
+        rc.gbps = inst->metric / (rc.median_us * 1e3);
+      w.ranked.push_back(rc);
+    }
+    w.ref_error = m_ok_results[chosen].ref_error;
+    const GpuTelemetry tel = m_runner.last_telemetry();
+    w.sm_clock_mhz = tel.sm_clock_mhz;
+    w.mem_clock_mhz = tel.mem_clock_mhz;
+    w.power_w = tel.power_w;
+    w.node_id = m_ctx.node_id;
+    w.timestamp = unix_now();
+    w.trials = m_stats.trials;
+    w.strategy = std::string(m_strategy->name());
+    if (m_store)
+      if (auto ok = put_winner(*m_store, w); !ok) return std::unexpected(ok.error());
+    return std::move(m_result);
+  }
+
+  // --- shared steps ---
+  Result<TuneResult> finish(Result<TuneResult> r) {
+    m_stats.respawns = m_runner.respawns() - m_respawns_before;
+    m_stats.wall_s = seconds_since(m_t0);
+    if (r) r->stats = m_stats;
+    return r;
+  }
+
+  void note_success(size_t index, const TrialResult& r) {
+    ++m_ok_count;
+    if (r.timing.median_us < m_best_us) {
+      m_best_us = r.timing.median_us;
+      m_best_index = index;
+    }
+    m_ok_results[index] = r;
+  }
+
+  void count(Outcome outcome) {
+    ++m_stats.trials;
+    switch (outcome) {
+      case Outcome::compile_error:
+        ++m_stats.compile_errors;
+        break;
+      case Outcome::resource_error:
+        ++m_stats.resource_errors;
+        break;
+      case Outcome::wrong_result:
+        ++m_stats.wrong_results;
+        break;
+      case Outcome::crash:
+        ++m_stats.crashes;
+        break;
+      case Outcome::timeout:
+        ++m_stats.timeouts;
+        break;
+      default:
+        break;
+    }
+  }
+
+  void report_progress() {
+    if (!m_progress) return;
+    TuneProgress pr;
+    pr.trials = m_stats.trials;
+    pr.reused = m_stats.reused;
+    pr.budget_trials = m_max_trials;
+    pr.ok = m_ok_count;
+    pr.failed = m_stats.trials - m_ok_count;
+    pr.best_us = std::isfinite(m_best_us) ? m_best_us : 0;
+    pr.best = m_best_index == CandidateSet::npos ? "" : describe(m_candidates[m_best_index]);
+    pr.elapsed_s = seconds_since(m_t0);
+    const int measured = m_stats.trials - m_stats.reused;  // reused trials took no time here
+    pr.eta_s = measured > 0 ? pr.elapsed_s / measured * (m_max_trials - m_stats.trials) : 0;
+    if (m_req.budget.max_seconds > 0)
+      pr.eta_s = std::min(pr.eta_s, std::max(0.0, m_req.budget.max_seconds - pr.elapsed_s));
+    m_progress(pr);
+  }
+
+  // TuneControl, each hook optional. Once cancelled or refused the GPU, the job stays stopped;
+  // after a cancel, acquire_gpu() is still asked (finish_on_cancel re-times the finalists).
+  bool cancel_requested() {
+    if (m_stop == Stop::none && m_req.control.cancelled && m_req.control.cancelled())
+      m_stop = Stop::cancelled;
+    return m_stop != Stop::none;
+  }
+  bool acquire_gpu() {
+    if (m_stop == Stop::gpu_refused) return false;
+    if (m_req.control.acquire_gpu && !m_req.control.acquire_gpu()) {
+      m_stop = Stop::gpu_refused;
+      return false;
+    }
+    return true;
+  }
+  std::uint64_t disturbance() const {
+    return m_req.control.disturbance ? m_req.control.disturbance() : 0;
+  }
+
+  std::unexpected<Error> stopped_error() const {
+    return fail(ErrorCode::cancelled, "tuning " + m_req.problem.describe() + " stopped after " +
+                                          std::to_string(m_stats.trials) + " trials");
+  }
+  std::unexpected<Error> nothing_passed_error() const {
+    const TuneStats& s = m_stats;
+    return fail(ErrorCode::not_found, "no config of " + m_req.problem.describe() +
+                                          " passed verification in " + std::to_string(s.trials) +
+                                          " trials (" + std::to_string(s.compile_errors) +
+                                          " compile errors, " + std::to_string(s.wrong_results) +
+                                          " wrong results, " + std::to_string(s.resource_errors) +
+                                          " resource errors, " + std::to_string(s.crashes) +
+                                          " crashes, " + std::to_string(s.timeouts) + " timeouts)");
+  }
+
+  const TemplateRegistry& m_templates;
+  Compiler& m_compiler;
+  Store* m_store;
+  TrialRunner& m_runner;
+  const TuneContext& m_ctx;
+  const TuneRequest& m_req;
+  const TuningJob::ProgressFn& m_progress;
+  const Clock::time_point m_t0 = Clock::now();
+  const int m_respawns_before;
+
+  TuneResult m_result;
+  TuneStats m_stats;
+  Stop m_stop = Stop::none;
+
+  std::vector<const KernelTemplate*> m_job_templates;
+  CandidateSet m_candidates;
+  std::unique_ptr<Strategy> m_strategy;
+  int m_max_trials = 0;  // the budget's, or the candidate count when smaller
+
+  std::deque<Pending> m_pending;  // proposed, compiling, not yet measured
+  int m_proposed = 0;             // reused trials count as proposed
+  bool m_strategy_done = false;
+
+  std::map<size_t, TrialResult> m_ok_results;  // by candidate index
+  std::map<size_t, int> m_worker_of;  // candidate -> the worker (respawn count) that holds it
+  double m_best_us = std::numeric_limits<double>::infinity();
+  size_t m_best_index = CandidateSet::npos;
+  int m_ok_count = 0;
+
+  std::vector<size_t> m_ranking;  // finalists, fastest first
+  std::map<size_t, Timing> m_final_timing;
+};
+
+}  // namespace
+
 TuningJob::TuningJob(const TemplateRegistry& templates, Compiler& compiler, Store* store,
                      TrialRunner& runner, TuneContext context)
     : m_templates(templates),
@@ -115,289 +641,8 @@ TuningJob::TuningJob(const TemplateRegistry& templates, Compiler& compiler, Stor
       m_runner(runner),
       m_ctx(std::move(context)) {}
 
-Result<TuneResult> TuningJob::run(const TuneRequest& req, const ProgressFn& progress) {
-  const auto t0 = Clock::now();
-  TuneResult result;
-  TuneStats& stats = result.stats;
-  const Problem& problem = req.problem;
-  const DeviceLimits& limits = m_ctx.limits;
-
-  // --- the candidates: every template for the op, pruned, minus the blocklist ---
-  std::vector<const KernelTemplate*> templates;
-  for (const KernelTemplate* t : m_templates.for_problem(problem, limits.cc))
-    if (req.templates.empty() || std::count(req.templates.begin(), req.templates.end(), t->name()))
-      templates.push_back(t);
-  if (templates.empty())
-    return fail(ErrorCode::invalid_argument, "no template implements " + problem.describe() +
-                                                 " on sm_" + std::to_string(limits.cc));
-  CandidateSet candidates;
-  std::vector<size_t> seeds;
-  std::string space_errors;
-  for (const KernelTemplate* t : templates) {
-    auto space = SearchSpace::build(*t, problem, limits);
-    if (!space) {
-      space_errors += "\n  " + space.error().message;
-      continue;
-    }
-    stats.space_total += space->report().total;
-    const std::string arch = target_arch(t->manifest, limits.cc);
-    for (const auto& p : space->configs()) {
-      if (m_store) {
-        auto blocked =
-            is_blocked(*m_store, BlockEntry{t->hash, arch, m_ctx.driver, p, Outcome::crash, "", 0});
-        if (blocked && *blocked) continue;
-      }
-      candidates.add(t, t->name(), p, t->manifest.params);
-    }
-    if (auto h = heuristic_config(*t, problem, limits))
-      seeds.push_back(candidates.find(t->name(), *h));
-  }
-  for (const auto& p : req.seeds)
-    for (const KernelTemplate* t : templates)
-      if (size_t i = candidates.find(t->name(), p); i != CandidateSet::npos) seeds.push_back(i);
-  if (candidates.size() == 0)
-    return fail(ErrorCode::invalid_argument,
-                "no config to try for " + problem.describe() + space_errors);
-  stats.candidates = candidates.size();
-  auto strategy = make_strategy(req.strategy, candidates, seeds, req.rng_seed);
-  if (!strategy) return std::unexpected(strategy.error());
-
-  // --- the worker: arguments and reference ---
-  auto args = setup_args(templates, problem, limits);
-  if (!args) return std::unexpected(args.error());
-  if (auto ok = prepare_runner(m_runner, m_compiler, *templates.front(), *args, problem, limits,
-                               unsigned(req.rng_seed));
-      !ok)
-    return std::unexpected(ok.error());
-
-  // --- the search: compile ahead on the pool while the worker measures ---
-  const int max_trials = req.budget.max_trials > 0
-                             ? std::min<int>(req.budget.max_trials, int(candidates.size()))
-                             : int(candidates.size());
-  const size_t window = std::max<size_t>(2, m_compiler.threads());
-  struct Pending {
-    size_t index;
-    Instance instance;
-    std::future<CompileResult> compiled;
-  };
-  std::deque<Pending> pending;
-  int proposed = 0;
-  bool strategy_done = false;
-  auto refill = [&] {
-    while (!strategy_done && pending.size() < window && proposed < max_trials) {
-      const size_t want = std::min<size_t>(window - pending.size(), size_t(max_trials - proposed));
-      auto batch = (*strategy)->propose(want);
-      if (batch.empty()) strategy_done = true;
-      for (size_t i : batch) {
-        const Candidate& c = candidates[i];
-        auto inst = instantiate(*c.tmpl, problem, limits, c.params);
-        if (!inst) continue;  // cannot happen for a pruned config
-        auto fut = m_compiler.submit(
-            {c.tmpl, inst->name_expression, target_arch(c.tmpl->manifest, limits.cc)});
-        pending.push_back({i, std::move(*inst), std::move(fut)});
-        ++proposed;
-      }
-    }
-  };
-
-  WriteBatch trial_batch;
-  auto flush_trials = [&] {
-    if (m_store && !trial_batch.empty()) (void)m_store->write(trial_batch, Durability::buffered);
-    trial_batch = WriteBatch();
-  };
-  std::map<size_t, TrialResult> ok_results;
-  double best_us = std::numeric_limits<double>::infinity();
-  size_t best_index = CandidateSet::npos;
-  int ok_count = 0;
-
-  refill();
-  while (!pending.empty()) {
-    if (req.budget.exhausted(stats.trials, seconds_since(t0), best_us)) break;
-    Pending p = std::move(pending.front());
-    pending.pop_front();
-    const Candidate& c = candidates[p.index];
-    CompileResult compiled = p.compiled.get();
-    refill();  // keep the pool busy while this one is measured
-
-    TrialRecord trial;
-    trial.device = m_ctx.device;
-    trial.problem = problem;
-    trial.template_name = c.template_name;
-    trial.template_hash = c.tmpl->hash;
-    trial.params = c.params;
-    trial.timestamp = unix_now();
-    trial.job_id = req.job_id;
-    trial.compile_ms = compiled.kernel.compile_ms;
-    trial.registers = compiled.kernel.registers;
-    trial.spill_bytes = compiled.kernel.spill_stores + compiled.kernel.spill_loads;
-    trial.smem_bytes = int(p.instance.launch.smem) + compiled.kernel.smem_bytes;
-    stats.cache_hits += compiled.cache_hit;
-    if (!compiled.cache_hit) stats.compile_s += compiled.kernel.compile_ms / 1000;
-
-    Observation obs{p.index, std::numeric_limits<double>::infinity()};
-    if (!compiled.ok()) {
-      trial.outcome = Outcome::compile_error;
-      trial.message = compiled.log.substr(0, 2000);
-    } else {
-      const TrialRequest tr = trial_request(p.index, c, p.instance, compiled, problem, req.timing);
-      // In flight before launch: if the parent dies mid-trial, the record names the config.
-      if (m_store) {
-        trial.outcome = Outcome::in_flight;
-        (void)m_store->put(Table::trials, trial.key(), encode(trial), Durability::buffered);
-      }
-      const auto m0 = Clock::now();
-      TrialResult r = m_runner.run(tr, compiled.kernel.cubin);
-      stats.measure_s += seconds_since(m0);
-      trial.outcome = r.outcome;
-      trial.median_us = r.timing.median_us;
-      trial.spread_pct = r.timing.spread_pct();
-      trial.ref_error = r.ref_error;
-      trial.message = r.message;
-      if (r.outcome == Outcome::ok) {
-        obs.value = r.timing.median_us;
-        ++ok_count;
-        if (r.timing.median_us < best_us) {
-          best_us = r.timing.median_us;
-          best_index = p.index;
-        }
-        ok_results[p.index] = r;
-      } else if ((r.outcome == Outcome::crash || r.outcome == Outcome::timeout) && m_store) {
-        (void)put_block(*m_store,
-                        BlockEntry{c.tmpl->hash, target_arch(c.tmpl->manifest, limits.cc),
-                                   m_ctx.driver, c.params, r.outcome, r.message, unix_now()});
-      }
-    }
-    switch (trial.outcome) {
-      case Outcome::compile_error:
-        ++stats.compile_errors;
-        break;
-      case Outcome::resource_error:
-        ++stats.resource_errors;
-        break;
-      case Outcome::wrong_result:
-        ++stats.wrong_results;
-        break;
-      case Outcome::crash:
-        ++stats.crashes;
-        break;
-      case Outcome::timeout:
-        ++stats.timeouts;
-        break;
-      default:
-        break;
-    }
-    if (trial.outcome != Outcome::ok)
-      log(LogLevel::debug, "trial_failed",
-          {{"config", describe(c)},
-           {"outcome", std::string(to_string(trial.outcome))},
-           {"message", trial.message.substr(0, 300)}});
-    ++stats.trials;
-    (*strategy)->observe({obs});
-    add_trial(trial_batch, trial);
-    if (trial_batch.size() >= 16) flush_trials();
-    result.trials.push_back(std::move(trial));
-    if (progress) {
-      TuneProgress pr;
-      pr.trials = stats.trials;
-      pr.budget_trials = max_trials;
-      pr.ok = ok_count;
-      pr.failed = stats.trials - ok_count;
-      pr.best_us = std::isfinite(best_us) ? best_us : 0;
-      pr.best = best_index == CandidateSet::npos ? "" : describe(candidates[best_index]);
-      pr.elapsed_s = seconds_since(t0);
-      pr.eta_s = stats.trials > 0 ? pr.elapsed_s / stats.trials * (max_trials - stats.trials) : 0;
-      if (req.budget.max_seconds > 0)
-        pr.eta_s = std::min(pr.eta_s, std::max(0.0, req.budget.max_seconds - pr.elapsed_s));
-      progress(pr);
-    }
-    refill();
-  }
-  // Let compiles still in flight finish (their futures reference the pool) before leaving.
-  for (auto& p : pending) p.compiled.wait();
-  flush_trials();
-  stats.respawns = m_runner.respawns();
-
-  if (ok_results.empty()) {
-    stats.wall_s = seconds_since(t0);
-    return fail(ErrorCode::not_found,
-                "no config of " + problem.describe() + " passed verification in " +
-                    std::to_string(stats.trials) + " trials (" +
-                    std::to_string(stats.compile_errors) + " compile errors, " +
-                    std::to_string(stats.wrong_results) + " wrong results, " +
-                    std::to_string(stats.resource_errors) + " resource errors, " +
-                    std::to_string(stats.crashes) + " crashes, " + std::to_string(stats.timeouts) +
-                    " timeouts)");
-  }
-
-  // --- finalists: re-timed interleaved; a winner only beyond the measured spread ---
-  std::vector<std::pair<double, size_t>> by_time;
-  for (const auto& [i, r] : ok_results) by_time.emplace_back(r.timing.median_us, i);
-  std::sort(by_time.begin(), by_time.end());
-  by_time.resize(std::min<size_t>(by_time.size(), size_t(std::max(1, req.finalists))));
-  std::vector<std::uint64_t> ids;
-  for (const auto& [_, i] : by_time) ids.push_back(i);
-  std::map<size_t, Timing> final_timing;
-  for (const auto& [_, i] : by_time) final_timing[i] = ok_results[i].timing;
-  if (ids.size() > 1) {
-    auto retimed = m_runner.retime(ids, req.retime_rounds, req.timing);
-    if (!retimed) {
-      // The worker was replaced since the finalists ran (a later config crashed it): load them
-      // into the new one (their cubins are cache hits) and re-time.
-      for (std::uint64_t id : ids) {
-        const Candidate& c = candidates[size_t(id)];
-        auto inst = instantiate(*c.tmpl, problem, limits, c.params);
-        auto compiled = m_compiler.compile(
-            {c.tmpl, inst->name_expression, target_arch(c.tmpl->manifest, limits.cc)});
-        (void)m_runner.run(trial_request(id, c, *inst, compiled, problem, req.timing),
-                           compiled.kernel.cubin);
-      }
-      retimed = m_runner.retime(ids, req.retime_rounds, req.timing);
-    }
-    if (retimed)
-      for (const auto& [id, t] : *retimed)
-        if (final_timing.count(size_t(id)) && t.median_us > 0) final_timing[size_t(id)] = t;
-  }
-  std::vector<size_t> order(ids.begin(), ids.end());
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return final_timing[a].median_us < final_timing[b].median_us;
-  });
-  // The ranking is by the interleaved re-timing; each entry keeps its spread so a reader can see
-  // which ones are within noise of each other.
-  const size_t chosen = order.front();
-  result.winner_trial_id = chosen;
-
-  WinnerRecord& w = result.winner;
-  w.device = m_ctx.device;
-  w.problem = problem;
-  w.validators = Validators{m_ctx.driver, m_ctx.nvrtc, k_store_format_version};
-  for (size_t i : order) {
-    const Candidate& c = candidates[i];
-    auto inst = instantiate(*c.tmpl, problem, limits, c.params);
-    RankedConfig rc;
-    rc.template_name = c.template_name;
-    rc.template_hash = c.tmpl->hash;
-    rc.params = c.params;
-    rc.median_us = final_timing[i].median_us;
-    rc.spread_pct = final_timing[i].spread_pct();
-    if (inst && inst->metric_kind == MetricSpec::Kind::flops)
-      rc.tflops = inst->metric / (rc.median_us * 1e6);
-    if (inst && inst->metric_kind == MetricSpec::Kind::bytes)
-      rc.gbps = inst->metric / (rc.median_us * 1e3);
-    w.ranked.push_back(rc);
-  }
-  w.ref_error = ok_results[chosen].ref_error;
-  const GpuTelemetry tel = m_runner.last_telemetry();
-  w.sm_clock_mhz = tel.sm_clock_mhz;
-  w.mem_clock_mhz = tel.mem_clock_mhz;
-  w.power_w = tel.power_w;
-  w.node_id = m_ctx.node_id;
-  w.timestamp = unix_now();
-  w.trials = stats.trials;
-  w.strategy = std::string((*strategy)->name());
-  if (m_store)
-    if (auto ok = put_winner(*m_store, w); !ok) return std::unexpected(ok.error());
-  stats.wall_s = seconds_since(t0);
-  return result;
+Result<TuneResult> TuningJob::run(const TuneRequest& request, const ProgressFn& progress) {
+  return JobRun(m_templates, m_compiler, m_store, m_runner, m_ctx, request, progress).run();
 }
 
 }  // namespace ktune

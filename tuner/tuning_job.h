@@ -5,9 +5,15 @@
 //   and times each -> strategy observes -> ... budget spent -> finalists re-timed interleaved ->
 //   winner committed (sync) with full provenance.
 //
-// Every trial is recorded in the store's trials table (in flight before it launches, so a crash
-// is blamed on the right config); configs that crash or hang go to the blocklist for this
-// template hash, arch and driver and are never tried again. Not thread-safe: one job per GPU.
+// Every trial is recorded in the store's trials table: in flight before it launches (so a crash
+// is blamed on the right config), then its outcome as soon as it is known (one buffered put: the
+// RocksDB WAL keeps it through a kill of the process). A resumed job reads those records back
+// instead of measuring the configs again. Configs that crash or hang go to the blocklist for this
+// template hash, arch and driver and are never tried again. A scheduler steers a running job
+// through TuneControl (cancel, GPU hand-over, disturbed measurements).
+//
+// Not thread-safe: one job per GPU at a time. The TuneControl hooks are called on the thread
+// that runs the job.
 #pragma once
 
 #include <functional>
@@ -21,6 +27,24 @@
 
 namespace ktune {
 
+// Hooks a scheduler uses to steer a running job. Every member is optional.
+struct TuneControl {
+  // Checked between trials (and before the finalists); true stops the search. run() then returns
+  // ErrorCode::cancelled unless `finish_on_cancel` is set, in which case it goes on to the
+  // finalists with what it has (if anything passed).
+  std::function<bool()> cancelled;
+  bool finish_on_cancel = false;
+  // Called before the worker is set up, before each measurement (not before compiles) and before
+  // the finalists are re-timed; blocks while the GPU is not ours to use. Returns false when the
+  // job must stop (treated like cancelled).
+  std::function<bool()> acquire_gpu;
+  // A counter that moves whenever foreign work touched the GPU. A trial whose measurement
+  // straddled a change (value before != value after) is discarded and measured again after
+  // acquire_gpu (at most 3 retakes; then kept as is); so is the finalists' re-timing. Retakes
+  // are counted in TuneStats::retaken. A crash is never retaken (it is the kernel's doing).
+  std::function<std::uint64_t()> disturbance;
+};
+
 struct TuneRequest {
   Problem problem;
   std::string strategy = "model";
@@ -32,10 +56,17 @@ struct TuneRequest {
   std::uint64_t rng_seed = 1;
   TimingOptions timing;
   std::string job_id;  // recorded with each trial
+  TuneControl control;
+  // Continue from the trials already recorded in the store for this device class and problem:
+  // each final record of a current candidate (same template hash) counts as measured (it is not
+  // measured again, counts toward the trial budget, and an ok one can be a finalist). Records
+  // still in flight (the process died mid-trial) are measured again. Needs a store.
+  bool resume = false;
 };
 
 struct TuneProgress {
-  int trials = 0;         // measured (or failed) so far
+  int trials = 0;         // measured (or failed) so far, reused ones included
+  int reused = 0;         // of those, read back from an earlier job's records (resume)
   int budget_trials = 0;  // the trial budget, or the candidate count when smaller
   int ok = 0;
   int failed = 0;
@@ -48,20 +79,22 @@ struct TuneProgress {
 struct TuneStats {
   size_t candidates = 0;   // after constraints and the blocklist
   double space_total = 0;  // before constraints
-  int trials = 0;
+  int trials = 0;   // configs measured, reused ones included; the outcome counts below add up
+  int reused = 0;   // trials read back from an earlier job's records (TuneRequest::resume)
+  int retaken = 0;  // measurements discarded because foreign work disturbed them, and taken again
   int compile_errors = 0, resource_errors = 0, wrong_results = 0, crashes = 0, timeouts = 0;
   int cache_hits = 0;
   double compile_s = 0;  // summed NVRTC time (on the pool, overlapped)
   double measure_s = 0;  // time waiting on the worker
   double wall_s = 0;
-  int respawns = 0;
+  int respawns = 0;  // workers replaced during this job
 };
 
 struct TuneResult {
   WinnerRecord winner;
   std::uint64_t winner_trial_id = 0;  // the worker still holds it: retime it against a baseline
   TuneStats stats;
-  std::vector<TrialRecord> trials;  // in measurement order
+  std::vector<TrialRecord> trials;  // measured by this run, in order (reused ones are not here)
 };
 
 // What identifies the measurements of this node (validators of every record).
@@ -79,6 +112,9 @@ class TuningJob {
             TrialRunner& runner, TuneContext context);
 
   using ProgressFn = std::function<void(const TuneProgress&)>;
+  // Runs the whole job. `progress` is called after every trial (and once after reused trials are
+  // read back). ErrorCode::cancelled when TuneControl stopped it; ErrorCode::not_found when no
+  // config passed verification.
   Result<TuneResult> run(const TuneRequest& request, const ProgressFn& progress = {});
 
  private:

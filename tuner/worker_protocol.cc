@@ -179,7 +179,8 @@ WorkerJson to_json(const TrialRequest& r) {
           {"args", args},
           {"tolerance", r.tolerance},
           {"verify", r.verify},
-          {"timing", to_json(r.timing)}};
+          {"timing", to_json(r.timing)},
+          {"reload", r.reload}};
 }
 
 Result<TrialRequest> trial_request_from_json(const WorkerJson& j) {
@@ -198,6 +199,7 @@ Result<TrialRequest> trial_request_from_json(const WorkerJson& j) {
     }
     r.tolerance = j.at("tolerance").get<double>();
     r.verify = j.value("verify", true);
+    r.reload = j.value("reload", false);
     r.timing = timing_options_from_json(j.value("timing", WorkerJson::object()));
     return r;
   } catch (const std::exception& e) {

@@ -53,6 +53,9 @@ struct TrialRequest {
   double tolerance = 0;
   bool verify = true;
   TimingOptions timing;
+  // A finalist measured before (by an earlier worker or job), loaded again for the interleaved
+  // re-timing. Informational, like params: the worker runs it as any trial.
+  bool reload = false;
 };
 
 struct Timing {

@@ -4,21 +4,48 @@
 //   0: ok, median 10 + THREADS/100 us     1: replies "crash", exits 3 (a sticky CUDA error)
 //   2: hangs (a kernel that never ends)   3: replies resource_error
 //   4: exits without a reply (the process died)
+// Environment, for tests that watch or slow it down:
+//   FAKE_WORKER_LOG=path     appends one line per measured trial (modes 0 and 3; not finalists
+//                            loaded again for re-timing): its params, "MODE=0,THREADS=128"
+//   FAKE_WORKER_DELAY_MS=n   sleeps n ms at the start of every trial (slow jobs to kill mid-way)
+// An ok trial's message is "fake measurement <n>", n counting the ok trials this process ran.
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <string>
+#include <thread>
 
 #include "tuner/worker_protocol.h"
 
 using namespace ktune;
+
+namespace {
+
+// One line, appended with a single write so lines of successive workers never interleave.
+void log_trial(const Params& params) {
+  const char* path = std::getenv("FAKE_WORKER_LOG");
+  if (!path || !*path) return;
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const std::string line = params_to_string(params) + "\n";
+  (void)!::write(fd, line.data(), line.size());
+  ::close(fd);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   int fd = -1;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--fd") == 0) fd = std::atoi(argv[i + 1]);
   if (fd < 0) return 2;
+  const char* delay = std::getenv("FAKE_WORKER_DELAY_MS");
+  const int delay_ms = delay ? std::atoi(delay) : 0;
+  int measured = 0;
   std::map<std::uint64_t, double> medians;
   while (true) {
     auto frame = read_worker_frame(fd, -1);
@@ -32,6 +59,7 @@ int main(int argc, char** argv) {
     } else if (op == "shutdown") {
       return 0;
     } else if (op == "trial") {
+      if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       const std::int64_t mode = h["params"].value("MODE", 0),
                          threads = h["params"].value("THREADS", 128);
       TrialResult r;
@@ -53,7 +81,14 @@ int main(int argc, char** argv) {
       } else {
         r.timing.median_us = r.timing.p10_us = r.timing.p90_us = 10.0 + double(threads) / 100.0;
         r.timing.samples = 10;
+        r.message = "fake measurement " + std::to_string(++measured);
         medians[r.id] = r.timing.median_us;
+      }
+      if (!h.value("reload", false)) {
+        Params params;
+        for (auto it = h["params"].begin(); it != h["params"].end(); ++it)
+          params[it.key()] = it.value().get<std::int64_t>();
+        log_trial(params);
       }
       reply = to_json(r);
       reply["ok"] = true;

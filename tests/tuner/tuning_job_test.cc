@@ -3,8 +3,13 @@
 #include "tuner/tuning_job.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
+#include <set>
 
 #include "store/mem_store.h"
 #include "tuner/strategy/registry.h"
@@ -14,6 +19,42 @@ namespace {
 
 const std::string k_test_templates = std::string(KTUNE_SOURCE_DIR) + "/tests/data/templates";
 const std::string k_fake_worker = std::string(KTUNE_BINARY_DIR) + "/tests/fake-worker";
+
+// The fake worker's log of measured trials (FAKE_WORKER_LOG), for one test. Workers started
+// while it exists inherit the variable.
+class WorkerLog {
+ public:
+  explicit WorkerLog(const std::string& name)
+      : m_path(::testing::TempDir() + "ktune_" + name + "_" + std::to_string(::getpid()) + ".log") {
+    clear();
+    ::setenv("FAKE_WORKER_LOG", m_path.c_str(), 1);
+  }
+  ~WorkerLog() {
+    ::unsetenv("FAKE_WORKER_LOG");
+    std::remove(m_path.c_str());
+  }
+  void clear() { std::remove(m_path.c_str()); }
+  // One line per measured trial: the config's params, e.g. "MODE=0,THREADS=128".
+  std::vector<std::string> lines() const {
+    std::vector<std::string> out;
+    std::ifstream in(m_path);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+  }
+
+ private:
+  std::string m_path;
+};
+
+// Trial records in the store that carry an outcome (not in flight).
+size_t final_trials(Store& store) {
+  auto trials = scan_trials(store);
+  EXPECT_TRUE(trials);
+  size_t n = 0;
+  if (trials)
+    for (const auto& t : *trials) n += t.outcome != Outcome::in_flight;
+  return n;
+}
 
 class TuningJobTest : public ::testing::Test {
  protected:
@@ -104,6 +145,172 @@ TEST_F(TuningJobTest, BudgetStopsEveryStrategy) {
     ASSERT_TRUE(r) << s << ": " << r.error().message;
     EXPECT_EQ(r->stats.trials, 3) << s;
   }
+}
+
+// A job cancelled after 3 trials, then resumed by a second job on the same store: the second
+// measures exactly the configs the first did not (finalists loaded again for re-timing are not
+// measurements), for every strategy. Each trial is in the store before progress reports it.
+TEST_F(TuningJobTest, ResumedJobMeasuresOnlyWhatTheCancelledOneDidNot) {
+  WorkerLog worker_log("resume");
+  for (const std::string& s : strategy_names()) {
+    MemStore store;
+    ASSERT_TRUE(check_store_format(store, false));
+    worker_log.clear();
+    TuningJob job(m_templates, m_compiler, &store, *m_runner, m_context);
+    auto req = request(s);
+    int reported = 0;
+    req.control.cancelled = [&] { return reported >= 3; };
+    auto first = job.run(req, [&](const TuneProgress& p) {
+      reported = p.trials;
+      EXPECT_EQ(final_trials(store), size_t(p.trials)) << s << ": written as soon as known";
+    });
+    ASSERT_FALSE(first) << s;
+    EXPECT_EQ(first.error().code, ErrorCode::cancelled) << s;
+    auto recorded = scan_trials(store);
+    ASSERT_TRUE(recorded);
+    ASSERT_EQ(recorded->size(), 3u) << s;
+    int blocked = 0;  // crashed or hung in the first job: not candidates of the second
+    for (const auto& t : *recorded)
+      blocked += t.outcome == Outcome::crash || t.outcome == Outcome::timeout;
+
+    req.control = {};
+    req.resume = true;
+    std::vector<TuneProgress> progress;
+    auto second = job.run(req, [&](const TuneProgress& p) { progress.push_back(p); });
+    ASSERT_TRUE(second) << s << ": " << second.error().message;
+    EXPECT_EQ(second->stats.reused, 3 - blocked) << s;
+    EXPECT_EQ(second->stats.trials, 10 - blocked) << s;
+    EXPECT_EQ(second->trials.size(), 7u) << s << ": only what the first job did not measure";
+    ASSERT_FALSE(progress.empty());
+    EXPECT_EQ(progress.front().reused, 3 - blocked) << s << ": reported once read back";
+    EXPECT_EQ(progress.back().trials, 10 - blocked) << s;
+
+    const auto lines = worker_log.lines();
+    const std::set<std::string> measured(lines.begin(), lines.end());
+    EXPECT_EQ(measured.size(), lines.size()) << s << ": a config measured twice";
+    EXPECT_EQ(measured, (std::set<std::string>{"MODE=0,THREADS=128", "MODE=0,THREADS=256",
+                                               "MODE=3,THREADS=128", "MODE=3,THREADS=256"}))
+        << s;
+    EXPECT_EQ(final_trials(store), 10u) << s;
+    const RankedConfig& best = second->winner.ranked.front();
+    EXPECT_EQ(best.params, (Params{{"MODE", 0}, {"THREADS", 128}})) << s;
+    EXPECT_EQ(second->winner.ranked.size(), 2u) << s << ": reused finalists are re-timed too";
+  }
+}
+
+// Records still in flight (the process died mid-trial) and records of another template version
+// are measured again; final records of the current one are not.
+TEST_F(TuningJobTest, ResumeMeasuresInFlightAndStaleRecordsAgain) {
+  WorkerLog worker_log("in_flight");
+  const KernelTemplate* fault = m_templates.find("fault");
+  ASSERT_NE(fault, nullptr);
+  auto record = [&](std::int64_t threads, std::int64_t mode, Outcome outcome, std::string hash) {
+    TrialRecord t;
+    t.device = m_context.device;
+    t.problem = request().problem;
+    t.template_name = "fault";
+    t.template_hash = std::move(hash);
+    t.params = {{"MODE", mode}, {"THREADS", threads}};
+    t.outcome = outcome;
+    t.median_us = 20;
+    ASSERT_TRUE(m_store.put(Table::trials, t.key(), encode(t), Durability::buffered));
+  };
+  record(256, 0, Outcome::ok, fault->hash);
+  record(256, 3, Outcome::resource_error, fault->hash);
+  record(128, 0, Outcome::in_flight, fault->hash);
+  record(128, 1, Outcome::ok, "0000000000000000");
+
+  TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);
+  auto req = request();
+  req.templates = {"fault"};
+  req.resume = true;
+  req.budget = Budget{4, 60, 0};  // 2 reused (the heuristic seed is one) + 2 measured
+  auto r = job.run(req);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stats.reused, 2);
+  EXPECT_EQ(r->stats.trials, 4);
+  EXPECT_EQ(r->stats.resource_errors, 1);
+  std::set<Params> measured;
+  for (const auto& t : r->trials) measured.insert(t.params);
+  EXPECT_EQ(measured, (std::set<Params>{{{"MODE", 0}, {"THREADS", 128}},     // was in flight
+                                        {{"MODE", 1}, {"THREADS", 128}}}));  // stale hash
+  EXPECT_EQ(worker_log.lines(), std::vector<std::string>{"MODE=0,THREADS=128"});
+  // The reused finalist (recorded at 20 us) was loaded again and re-timed with the other, which
+  // was loaded again too (MODE=1 crashed the worker that measured it).
+  ASSERT_EQ(r->winner.ranked.size(), 2u);
+  EXPECT_EQ(r->winner.ranked[0].params, (Params{{"MODE", 0}, {"THREADS", 128}}));
+  EXPECT_DOUBLE_EQ(r->winner.ranked[1].median_us, 12.56);
+}
+
+// The GPU is refused before the 3rd measurement: the job stops there, with ErrorCode::cancelled,
+// or, with finish_on_cancel, declares a winner from what it measured without re-timing.
+TEST_F(TuningJobTest, RefusedGpuStopsTheJob) {
+  WorkerLog worker_log("acquire");
+  for (bool finish : {false, true}) {
+    MemStore store;
+    ASSERT_TRUE(check_store_format(store, false));
+    worker_log.clear();
+    TuningJob job(m_templates, m_compiler, &store, *m_runner, m_context);
+    auto req = request();  // exhaustive: MODE=0 THREADS=256 (seed), MODE=0 THREADS=128, ...
+    bool ours = true;
+    req.control.acquire_gpu = [&] { return ours; };
+    req.control.finish_on_cancel = finish;
+    auto r = job.run(req, [&](const TuneProgress& p) { ours = p.trials < 2; });
+    EXPECT_EQ(worker_log.lines().size(), 2u) << finish;
+    EXPECT_EQ(scan_trials(store)->size(), 2u) << finish << ": nothing left in flight";
+    if (!finish) {
+      ASSERT_FALSE(r);
+      EXPECT_EQ(r.error().code, ErrorCode::cancelled);
+      continue;
+    }
+    ASSERT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r->stats.trials, 2);
+    ASSERT_EQ(r->winner.ranked.size(), 2u);
+    EXPECT_EQ(r->winner.ranked.front().params, (Params{{"MODE", 0}, {"THREADS", 128}}));
+  }
+}
+
+// Foreign work touches the GPU while the 2nd trial is measured (the disturbance counter follows
+// the fake worker's measurements past the first): that trial is measured again, and its record is
+// the retake's.
+TEST_F(TuningJobTest, DisturbedMeasurementIsTakenAgain) {
+  WorkerLog worker_log("disturb");
+  TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);
+  auto req = request();
+  req.budget = Budget{2, 60, 0};
+  req.control.disturbance = [&] { return std::uint64_t(worker_log.lines().size() >= 2); };
+  auto r = job.run(req);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stats.trials, 2);
+  EXPECT_EQ(r->stats.retaken, 1);
+  EXPECT_EQ(
+      worker_log.lines(),
+      (std::vector<std::string>{"MODE=0,THREADS=256", "MODE=0,THREADS=128", "MODE=0,THREADS=128"}));
+  ASSERT_EQ(r->trials.size(), 2u);
+  EXPECT_EQ(r->trials[1].message, "fake measurement 3");
+  auto stored = scan_trials(m_store);
+  ASSERT_TRUE(stored);
+  for (const auto& t : *stored) {
+    if (t.params.at("THREADS") == 128) {
+      EXPECT_EQ(t.message, "fake measurement 3");
+    }
+  }
+}
+
+// A GPU that is never left alone: each measurement is retaken 3 times, then kept.
+TEST_F(TuningJobTest, RetakesStopAfterThree) {
+  WorkerLog worker_log("busy");
+  TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);
+  auto req = request();
+  req.budget = Budget{2, 60, 0};
+  std::uint64_t foreign = 0;
+  req.control.disturbance = [&] { return foreign++; };
+  auto r = job.run(req);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stats.trials, 2);
+  EXPECT_EQ(worker_log.lines().size(), 8u);
+  EXPECT_EQ(r->stats.retaken, 2 * 3 + 3) << "both trials and the finalists' re-timing";
+  EXPECT_EQ(r->winner.ranked.front().params, (Params{{"MODE", 0}, {"THREADS", 128}}));
 }
 
 TEST_F(TuningJobTest, UnknownStrategyAndProblemAreErrors) {
