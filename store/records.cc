@@ -216,7 +216,12 @@ Json to_json(const JobRecord& r) {
               {"updated", r.updated},
               {"trials_done", r.trials_done},
               {"best_us", r.best_us},
-              {"message", r.message}};
+              {"message", r.message},
+              {"best", r.best},
+              {"reused", r.reused},
+              {"started", r.started},
+              {"finished", r.finished},
+              {"lane", r.lane}};
 }
 
 JobRecord job_from_json(const Json& j, const std::string& path) {
@@ -237,6 +242,11 @@ JobRecord job_from_json(const Json& j, const std::string& path) {
   r.trials_done = int(get_int(j, "trials_done", path));
   r.best_us = get_number(j, "best_us", path);
   r.message = get_string(j, "message", path);
+  r.best = optional_field(j, "best", path, std::string(), get_string);
+  r.reused = int(optional_field(j, "reused", path, std::int64_t(0), get_int));
+  r.started = optional_field(j, "started", path, std::int64_t(0), get_int);
+  r.finished = optional_field(j, "finished", path, std::int64_t(0), get_int);
+  r.lane = int(optional_field(j, "lane", path, std::int64_t(-1), get_int));
   return r;
 }
 

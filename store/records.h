@@ -114,12 +114,18 @@ struct JobRecord {
   double budget_seconds = 0;
   JobState state = JobState::queued;
   double priority = 0;  // expected GPU time saved; larger first
-  std::string origin;   // "request" (a client asked) or "miss" (lookups missed)
+  std::string origin;   // "request" (a client asked), "miss" (lookups missed), "plan" (operator)
   std::int64_t created = 0;
   std::int64_t updated = 0;
   int trials_done = 0;
   double best_us = 0;
   std::string message;
+  // Optional on disk (absent in records written before they existed):
+  std::string best;           // "template {params}" of the best config so far
+  int reused = 0;             // trials taken from an earlier, interrupted run of this job
+  std::int64_t started = 0;   // unix seconds the job last started running (0 = never)
+  std::int64_t finished = 0;  // unix seconds it reached done/failed/cancelled (0 = not yet)
+  int lane = -1;              // GPU ordinal of the lane running it (-1 = none)
 
   std::string key() const { return id; }
   friend bool operator==(const JobRecord&, const JobRecord&) = default;
