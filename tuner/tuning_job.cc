@@ -501,7 +501,7 @@ class JobRun {
     w.timestamp = unix_now();
     w.trials = m_stats.trials;
     w.strategy = std::string(m_strategy->name());
-    if (m_store)
+    if (m_store && m_req.store_winner)
       if (auto ok = put_winner(*m_store, w); !ok) return std::unexpected(ok.error());
     return std::move(m_result);
   }

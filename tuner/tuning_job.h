@@ -62,6 +62,9 @@ struct TuneRequest {
   // measured again, counts toward the trial budget, and an ok one can be a finalist). Records
   // still in flight (the process died mid-trial) are measured again. Needs a store.
   bool resume = false;
+  // Write the winner to the store when the job ends. The daemon turns this off: its Catalog is
+  // the one writer of winners (merge rule, index, answer generation).
+  bool store_winner = true;
 };
 
 struct TuneProgress {

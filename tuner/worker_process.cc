@@ -32,10 +32,12 @@ namespace {
 // The fd the worker reads its end of the socket pair from (`--fd 3`).
 constexpr int k_child_fd = 3;
 
-// Starts `argv[0]` with `child_end` as its fd 3 and every other descriptor of ours closed (they
-// are all CLOEXEC). posix_spawn, not fork: the parent is multithreaded, and a forked child of a
-// multithreaded process may not allocate (or take any lock) before exec. Everything the child
-// needs (argv, the file actions) is built here, before the spawn.
+// Starts `argv[0]` with `child_end` as its fd 3 and every other descriptor of ours closed: ours
+// are CLOEXEC, but not every library's (Asio's listening sockets are not), and a worker that
+// outlives a killed daemon must not hold its listening socket open. posix_spawn, not fork: the
+// parent is multithreaded, and a forked child of a multithreaded process may not allocate (or take
+// any lock) before exec. Everything the child needs (argv, the file actions) is built here, before
+// the spawn.
 Result<pid_t> spawn_worker(std::vector<std::string> args, int child_end) {
   // dup2 onto fd 3 clears CLOEXEC on the new descriptor, but when the child's end already is
   // fd 3, dup2(3, 3) does nothing and exec would close it. glibc's adddup2 clears the flag in
@@ -61,6 +63,7 @@ Result<pid_t> spawn_worker(std::vector<std::string> args, int child_end) {
       sigset_t none;
       sigemptyset(&none);
       rc = ::posix_spawn_file_actions_adddup2(&actions, child_end, k_child_fd);
+      if (rc == 0) rc = ::posix_spawn_file_actions_addclosefrom_np(&actions, k_child_fd + 1);
       if (rc == 0) rc = ::posix_spawnattr_setsigmask(&attr, &none);
       if (rc == 0) rc = ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
       if (rc == 0) rc = ::posix_spawn(&pid, argv[0], &actions, &attr, argv.data(), environ);
@@ -167,6 +170,7 @@ Result<WorkerJson> TrialRunner::start() {
   if (!w) return std::unexpected(w.error());
   m_worker = std::move(*w);
   m_hello = m_worker->hello();
+  m_worker_pid.store(int(m_worker->pid()));
   return m_hello;
 }
 
@@ -176,6 +180,7 @@ Result<void> TrialRunner::respawn() {
                 "worker replaced " + std::to_string(m_respawns - 1) + " times; giving up");
   if (m_worker) m_worker->kill();
   m_worker.reset();
+  m_worker_pid.store(0);
   if (auto ok = start(); !ok) return std::unexpected(ok.error());
   if (m_setup) {
     auto r = m_worker->call(*m_setup, {}, m_options.setup_timeout_ms);

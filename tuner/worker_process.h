@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -86,6 +87,8 @@ class TrialRunner {
   Result<std::pair<Timing, double>> time_copy(std::size_t bytes, const TimingOptions& timing);
 
   int respawns() const { return m_respawns; }
+  // The current worker's pid, 0 when none runs. Thread-safe (for a GPU monitor's own-pid list).
+  int worker_pid() const { return m_worker_pid.load(); }
   GpuTelemetry last_telemetry() const { return m_telemetry; }
   const WorkerJson& hello() const { return m_hello; }
 
@@ -99,6 +102,7 @@ class TrialRunner {
   std::optional<WorkerJson> m_setup;
   std::optional<std::pair<WorkerJson, std::string>> m_reference;
   int m_respawns = 0;
+  std::atomic<int> m_worker_pid{0};
   GpuTelemetry m_telemetry;
 };
 
