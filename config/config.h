@@ -40,6 +40,9 @@ struct DaemonConfig {
   // Prometheus metrics and /livez /readyz over HTTP, "host:port". Default "127.0.0.1:9464";
   // "" turns it off. Port 0 picks a free port (logged at start).
   std::string metrics_address = "127.0.0.1:9464";
+  // Largest attachment a request may carry (bytes sent after its line, e.g. an imported table;
+  // docs/protocol.md). Default 268435456 (256 MiB).
+  int max_attachment_bytes = 256 << 20;
   // Threads for work that must never run on an I/O thread: imports, exports, cold lookups, job
   // control. Cached lookups never queue behind them. Default 2.
   int executor_threads = 2;
