@@ -1,5 +1,8 @@
 #include "client/client.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -119,9 +122,7 @@ protocol::Expected<void> Client::connect_locked() {
   return {};
 }
 
-protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line) {
-  const auto deadline = Clock::now() + m_options.timeout;
-  // Send everything.
+protocol::Expected<void> Client::send_locked(const std::string& line, Clock::time_point deadline) {
   size_t sent = 0;
   while (sent < line.size()) {
     const ssize_t n =
@@ -138,7 +139,11 @@ protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line
                              std::string("send to ktuned failed: ") + std::strerror(errno));
     }
   }
-  // Read up to the reply's newline.
+  return {};
+}
+
+protocol::Expected<std::string> Client::read_line_locked(Clock::time_point deadline,
+                                                         std::chrono::milliseconds timeout) {
   char buf[16384];
   while (true) {
     if (const auto nl = m_pending.find('\n'); nl != std::string::npos) {
@@ -153,9 +158,8 @@ protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line
       return protocol::error(ErrorKind::connection_failed, "ktuned closed the connection");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_for(m_fd, POLLIN, deadline))
-        return protocol::error(
-            ErrorKind::timeout,
-            "no reply from ktuned within " + std::to_string(m_options.timeout.count()) + " ms");
+        return protocol::error(ErrorKind::timeout, "no reply from ktuned within " +
+                                                       std::to_string(timeout.count()) + " ms");
     } else if (errno != EINTR) {
       return protocol::error(ErrorKind::connection_failed,
                              std::string("recv from ktuned failed: ") + std::strerror(errno));
@@ -163,13 +167,28 @@ protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line
   }
 }
 
-protocol::Expected<Json> Client::call(const std::string& op, Json body) {
-  std::lock_guard lock(m_mutex);
+protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line) {
+  const auto deadline = Clock::now() + m_options.timeout;
+  if (auto ok = send_locked(line, deadline); !ok) return std::unexpected(ok.error());
+  return read_line_locked(deadline, m_options.timeout);
+}
+
+std::string Client::request_line_locked(const std::string& op, const Json& body) {
   Json request = {{"v", protocol::k_version}, {"id", m_next_id++}, {"op", op}};
   for (auto it = body.begin(); it != body.end(); ++it) request[it.key()] = it.value();
   if (!m_options.tcp_address.empty() && !m_options.token.empty())
     request["token"] = m_options.token;
-  const std::string line = request.dump() + "\n";
+  return request.dump() + "\n";
+}
+
+protocol::Expected<Json> Client::call(const std::string& op, Json body) {
+  return call(op, std::move(body), std::string());
+}
+
+protocol::Expected<Json> Client::call(const std::string& op, Json body,
+                                      const std::string& attachment) {
+  std::lock_guard lock(m_mutex);
+  const std::string line = request_line_locked(op, body) + attachment;
   // One retry on a connection that went away (daemon restarted since the last call).
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
@@ -250,8 +269,86 @@ protocol::Expected<Json> Client::export_table(const std::string& format,
   return call("export", body);
 }
 
+protocol::Expected<Json> Client::import_table(const std::string& table) {
+  // Small tables travel inline; larger ones as the request's attachment (docs/protocol.md).
+  if (table.size() < protocol::k_max_frame / 2) return call("import", {{"table", table}});
+  return call("import", {{"attach", table.size()}}, table);
+}
+
 protocol::Expected<Json> Client::import_file(const std::string& path) {
-  return call("import", {{"path", path}});
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return protocol::error(ErrorKind::not_found, path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return import_table(text.str());
+}
+
+protocol::Expected<Json> Client::tune(const protocol::ProblemSpec& problem, const TuneOptions& o) {
+  Json body = {{"problem", protocol::to_json(problem)}};
+  if (!o.device.empty()) body["device"] = o.device;
+  if (!o.strategy.empty()) body["strategy"] = o.strategy;
+  if (o.budget_trials > 0) body["budget_trials"] = o.budget_trials;
+  if (o.budget_seconds > 0) body["budget_seconds"] = o.budget_seconds;
+  return call("tune", body);
+}
+
+protocol::Expected<Json> Client::plan(const std::string& plan_text, const std::string& device) {
+  Json body = {{"plan", plan_text}};
+  if (!device.empty()) body["device"] = device;
+  return call("plan", body);
+}
+
+protocol::Expected<Json> Client::jobs(int limit, const std::string& state) {
+  Json body = {{"limit", limit}};
+  if (!state.empty()) body["state"] = state;
+  return call("jobs", body);
+}
+
+protocol::Expected<Json> Client::job(const std::string& id) {
+  return call("job", {{"job", id}});
+}
+
+protocol::Expected<Json> Client::cancel(const std::string& id) {
+  return call("cancel", {{"job", id}});
+}
+
+protocol::Expected<Json> Client::misses(int limit) {
+  return call("misses", {{"limit", limit}});
+}
+
+protocol::Expected<Json> Client::watch(const std::string& id,
+                                       const std::function<void(const Json&)>& on_event,
+                                       std::chrono::milliseconds quiet_timeout) {
+  std::lock_guard lock(m_mutex);
+  if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
+  const std::string line = request_line_locked("watch", {{"job", id}});
+  if (auto ok = send_locked(line, Clock::now() + m_options.timeout); !ok) {
+    disconnect_locked();
+    return std::unexpected(ok.error());
+  }
+  while (true) {
+    auto text = read_line_locked(Clock::now() + quiet_timeout, quiet_timeout);
+    if (!text) {
+      disconnect_locked();  // the rest of the stream would confuse the next call
+      return std::unexpected(text.error());
+    }
+    Json j;
+    try {
+      j = Json::parse(*text);
+    } catch (const Json::parse_error& e) {
+      disconnect_locked();
+      return protocol::error(ErrorKind::parse_error,
+                             std::string("daemon reply is not JSON: ") + e.what());
+    }
+    if (j.contains("event")) {
+      if (on_event) on_event(j["event"]);
+      continue;
+    }
+    auto reply = protocol::parse_reply(*text);
+    if (!reply) return std::unexpected(reply.error());
+    if (!reply->ok) return std::unexpected(reply->error);
+    return std::move(reply->result);
+  }
 }
 
 }  // namespace ktune

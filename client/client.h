@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <string>
@@ -49,11 +50,39 @@ class Client {
   // Returns the rendered table ("json", "yaml", "csv"), optionally one device class only.
   protocol::Expected<protocol::Json> export_table(const std::string& format,
                                                   const std::string& device = "");
-  // Imports a table file by path (read by the daemon, so it must be visible on its host).
+  // Imports a JSON table given as text (the daemon never opens a path a client names).
+  protocol::Expected<protocol::Json> import_table(const std::string& table);
+  // Reads a table file here and imports its content.
   protocol::Expected<protocol::Json> import_file(const std::string& path);
+
+  // Background tuning (docs/protocol.md: tune, plan, jobs, job, cancel, watch, misses).
+  struct TuneOptions {
+    std::string device;         // "" = the daemon's first GPU
+    std::string strategy;       // "" = the daemon's tuning.strategy
+    int budget_trials = 0;      // 0 = the daemon's default
+    double budget_seconds = 0;  // 0 = the daemon's default
+  };
+  // Queues (or finds the queued) job; the reply's "job" has its id.
+  protocol::Expected<protocol::Json> tune(const protocol::ProblemSpec& problem,
+                                          const TuneOptions& options);
+  // Queues jobs for every problem of a plan (YAML or JSON text), all or none.
+  protocol::Expected<protocol::Json> plan(const std::string& plan_text,
+                                          const std::string& device = "");
+  protocol::Expected<protocol::Json> jobs(int limit = 50, const std::string& state = "");
+  protocol::Expected<protocol::Json> job(const std::string& id);
+  protocol::Expected<protocol::Json> cancel(const std::string& id);
+  protocol::Expected<protocol::Json> misses(int limit = 20);
+  // Streams a job's progress: `on_event` gets the job after each change; returns the job as it
+  // ended. Fails with timeout when nothing arrives for `quiet_timeout`.
+  protocol::Expected<protocol::Json> watch(
+      const std::string& id, const std::function<void(const protocol::Json&)>& on_event,
+      std::chrono::milliseconds quiet_timeout = std::chrono::minutes(30));
   // Any op: sends {"v", "id", "op", ...body} and returns the "result" object.
   protocol::Expected<protocol::Json> call(const std::string& op,
                                           protocol::Json body = protocol::Json::object());
+  // The same with an attachment: `body` must carry "attach": attachment.size().
+  protocol::Expected<protocol::Json> call(const std::string& op, protocol::Json body,
+                                          const std::string& attachment);
 
   // Drops the cached lookup answers.
   void clear_cache();
@@ -62,6 +91,11 @@ class Client {
 
  private:
   protocol::Expected<void> connect_locked();
+  using Clock = std::chrono::steady_clock;
+  std::string request_line_locked(const std::string& op, const protocol::Json& body);
+  protocol::Expected<void> send_locked(const std::string& line, Clock::time_point deadline);
+  protocol::Expected<std::string> read_line_locked(Clock::time_point deadline,
+                                                   std::chrono::milliseconds timeout);
   protocol::Expected<std::string> roundtrip_locked(const std::string& line);
   void disconnect_locked();
 

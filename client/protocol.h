@@ -82,6 +82,53 @@ inline std::unexpected<Error> error(ErrorKind kind, std::string message) {
   return std::unexpected<Error>(Error{kind, std::move(message)});
 }
 
+// ---- operations -----------------------------------------------------------------------------
+
+// What an op does, for the daemon's policy stage and everything derived from the op table.
+enum OpFlag : unsigned {
+  op_read = 1u << 0,      // changes nothing
+  op_write = 1u << 1,     // changes the store or the job queue
+  op_fast = 1u << 2,      // answered on the I/O thread when it can be answered from memory
+  op_blocking = 1u << 3,  // runs on the executor, never on an I/O thread
+  op_admin = 1u << 4,     // changes what other clients are served (imports, job control)
+  op_stream = 1u << 5,    // replies with a stream of event lines, then a final reply
+};
+
+struct OpInfo {
+  std::string_view name;
+  unsigned flags;
+  std::string_view summary;  // one line, for docs and `ktune --help`
+};
+
+// The one table of ops. The daemon binds a handler to each (a test checks both directions);
+// metrics count requests by these names; docs/protocol.md has a section per op (tested).
+inline constexpr OpInfo k_ops[] = {
+    {"lookup", op_read | op_fast, "best kernels for a problem on a device class"},
+    {"status", op_read | op_blocking, "the daemon, its store, GPUs, lanes, jobs and traffic"},
+    {"templates", op_read | op_blocking, "kernel templates and their search spaces"},
+    {"export", op_read | op_blocking, "the tuning table as JSON, YAML or CSV text"},
+    {"import", op_write | op_blocking | op_admin, "merge a JSON tuning table sent inline"},
+    {"tune", op_write | op_blocking, "queue a tuning job for a problem (deduplicated)"},
+    {"plan", op_write | op_blocking | op_admin, "queue tuning jobs for a list of problems"},
+    {"jobs", op_read | op_blocking, "tuning jobs, newest first, with progress"},
+    {"job", op_read | op_blocking, "one tuning job"},
+    {"cancel", op_write | op_blocking | op_admin, "cancel a queued or running job"},
+    {"watch", op_read | op_stream, "progress events of a job until it ends"},
+    {"misses", op_read | op_blocking, "most-missed keys and what tuning them is worth"},
+};
+
+inline const OpInfo* find_op(std::string_view name) {
+  for (const auto& op : k_ops)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+inline std::string op_names() {
+  std::string s;
+  for (const auto& op : k_ops) s += (s.empty() ? "" : ", ") + std::string(op.name);
+  return s;
+}
+
 // ---- framing --------------------------------------------------------------------------------
 
 // A parsed request line: the common fields, and the whole object for op-specific fields.
@@ -89,8 +136,30 @@ struct Request {
   int v = k_version;
   Json id;  // any JSON value; echoed
   std::string op;
-  Json body;  // the full request object
+  Json body;               // the full request object
+  std::string raw;         // daemon side: the line as received, when a handler caches by its text
+  std::string attachment;  // the bytes announced by "attach" (see attachment_size)
 };
+
+// Requests may carry an attachment: "attach": N (bytes) in the line, and exactly N raw bytes right
+// after its newline (an imported table, larger than a frame). Returns N, 0 when the line has no
+// attachment, or an error (the stream cannot be resynchronized after it: close).
+inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes) {
+  if (line.find("\"attach\"") == std::string_view::npos) return size_t(0);
+  Json j;
+  try {
+    j = Json::parse(line);
+  } catch (const Json::parse_error& e) {
+    return error(ErrorKind::parse_error, std::string("not JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("attach")) return size_t(0);
+  const Json& a = j["attach"];
+  if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 || a.get<std::uint64_t>() > max_bytes)
+    return error(ErrorKind::bad_request, "\"attach\" must be a byte count 1.." +
+                                             std::to_string(max_bytes) +
+                                             "; closing the connection");
+  return size_t(a.get<std::uint64_t>());
+}
 
 // Parses one request line (without its newline). On failure the Error says what is wrong; the
 // `id` out-parameter still receives the request's id when it could be read, so the error reply

@@ -6,7 +6,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 64 * 1024
@@ -144,18 +144,106 @@ class Client:
             body["device"] = device
         return self.call("export", **body)["content"]
 
+    def import_table(self, table: str) -> Dict[str, Any]:
+        """Merges a JSON tuning table given as text (the daemon never opens a client's path).
+
+        Tables larger than a request line travel as the request's attachment.
+        """
+        data = table.encode()
+        if len(data) < 32 * 1024:
+            return self.call("import", table=table)
+        return self._call("import", {"attach": len(data)}, data)
+
     def import_file(self, path: str) -> Dict[str, Any]:
-        return self.call("import", path=os.path.abspath(path))
+        """Reads a table file here and imports its content."""
+        with open(path, "r", encoding="utf-8") as f:
+            return self.import_table(f.read())
+
+    # ---- background tuning -------------------------------------------------------------------
+
+    def tune(self, op: str, dtype: str = "bf16", out_dtype: Optional[str] = None,
+             layout: Optional[str] = None, device: Optional[str] = None,
+             strategy: Optional[str] = None, budget_trials: Optional[int] = None,
+             budget_seconds: Optional[float] = None, **dims: int) -> Dict[str, Any]:
+        """Queues a tuning job (or finds the one queued for the same problem); returns its job."""
+        if not dims:
+            raise ValueError("give the problem's dims as keyword arguments, e.g. M=4096")
+        problem: Dict[str, Any] = {"op": op, "dtype": dtype, "dims": dict(dims)}
+        if out_dtype:
+            problem["out_dtype"] = out_dtype
+        if layout:
+            problem["layout"] = layout
+        body: Dict[str, Any] = {"problem": problem}
+        for k, v in (("device", device), ("strategy", strategy), ("budget_trials", budget_trials),
+                     ("budget_seconds", budget_seconds)):
+            if v is not None:
+                body[k] = v
+        return self.call("tune", **body)["job"]
+
+    def plan(self, plan_text: str, device: Optional[str] = None) -> Dict[str, Any]:
+        """Queues a job per problem of a YAML/JSON plan, all or none."""
+        body: Dict[str, Any] = {"plan": plan_text}
+        if device:
+            body["device"] = device
+        return self.call("plan", **body)
+
+    def jobs(self, limit: int = 50, state: Optional[str] = None) -> List[Dict[str, Any]]:
+        body: Dict[str, Any] = {"limit": limit}
+        if state:
+            body["state"] = state
+        return self.call("jobs", **body)["jobs"]
+
+    def job(self, job_id: str) -> Dict[str, Any]:
+        return self.call("job", job=job_id)
+
+    def cancel(self, job_id: str) -> Dict[str, Any]:
+        return self.call("cancel", job=job_id)
+
+    def misses(self, limit: int = 20) -> Dict[str, Any]:
+        return self.call("misses", limit=limit)
+
+    def watch(self, job_id: str, timeout: float = 1800.0) -> Iterator[Dict[str, Any]]:
+        """Yields the job after each change, the last time as it ended (done/failed/cancelled).
+
+        Uses its own connection, so the client stays usable from other threads meanwhile.
+        """
+        watcher = Client(self.socket_path, tcp=self.tcp, token=self.token, timeout=timeout,
+                         cache_ttl=0)
+        try:
+            with watcher._lock:
+                request = {"v": PROTOCOL_VERSION, "id": 1, "op": "watch", "job": job_id}
+                if watcher.tcp and watcher.token:
+                    request["token"] = watcher.token
+                watcher._connect()
+                assert watcher._sock is not None
+                watcher._sock.sendall((json.dumps(request) + "\n").encode())
+                while True:
+                    reply = watcher._read_reply()
+                    if not reply.get("ok"):
+                        err = reply.get("error", {})
+                        raise KtuneError(err.get("code", "internal"), err.get("message", ""))
+                    if "event" in reply:
+                        yield reply["event"]
+                        continue
+                    yield reply["result"]
+                    return
+        except socket.timeout:
+            raise KtuneError("timeout", f"no progress from ktuned within {timeout} s") from None
+        finally:
+            watcher.close()
 
     def call(self, op: str, **body: Any) -> Any:
         """Sends one request and returns its ``result``; raises :class:`KtuneError` on error."""
+        return self._call(op, body, b"")
+
+    def _call(self, op: str, body: Dict[str, Any], attachment: bytes) -> Any:
         with self._lock:
             request = {"v": PROTOCOL_VERSION, "id": self._next_id, "op": op}
             self._next_id += 1
             request.update(body)
             if self.tcp and self.token:
                 request["token"] = self.token
-            line = (json.dumps(request, separators=(",", ":")) + "\n").encode()
+            line = (json.dumps(request, separators=(",", ":")) + "\n").encode() + attachment
             for attempt in (0, 1):  # one retry if the daemon restarted since the last call
                 try:
                     self._connect()
@@ -214,6 +302,10 @@ class Client:
     def _roundtrip(self, line: bytes) -> Dict[str, Any]:
         assert self._sock is not None
         self._sock.sendall(line)
+        return self._read_reply()
+
+    def _read_reply(self) -> Dict[str, Any]:
+        assert self._sock is not None
         while b"\n" not in self._pending:
             chunk = self._sock.recv(65536)
             if not chunk:
