@@ -4,11 +4,18 @@
 
 #include <boost/asio.hpp>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "config/log.h"
+#include "daemon/catalog.h"
 #include "daemon/dispatcher.h"
+#include "daemon/jobs/queue.h"
+#include "daemon/jobs/scheduler.h"
+#include "daemon/lookups.h"
 #include "daemon/server.h"
+#include "daemon/systemd.h"
 #include "store/rocksdb_store.h"
 #include "store/table_io.h"
 #include "templates/registry.h"
@@ -35,6 +42,26 @@ Result<DaemonConfig> build_config(const DaemonFlags& flags,
   return config;
 }
 
+namespace {
+
+// Reads a seed table and merges it through the catalog.
+Result<void> seed(Catalog& catalog, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail(ErrorCode::io_error, path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  auto report = catalog.import(text.str(), path);
+  if (!report) return std::unexpected(report.error());
+  if (!report->applied()) {
+    std::string msg = std::to_string(report->rejected.size()) + " records rejected";
+    for (const auto& r : report->rejected) msg += "\n  " + r.reason;
+    return fail(ErrorCode::invalid_argument, msg);
+  }
+  return {};
+}
+
+}  // namespace
+
 int run_daemon(const DaemonFlags& flags) {
   auto config = build_config(flags, ktune_environment());
   if (!config) {
@@ -60,30 +87,26 @@ int run_daemon(const DaemonFlags& flags) {
   for (const auto& e : templates.errors())
     log(LogLevel::warn, "template_skipped", {{"error", e.message}});
 
-  for (const auto& table : config->seed_tables) {
-    auto report = import_table_file(**store, table);
-    if (!report) return fatal("seed table " + table + ": " + report.error().message);
-    if (!report->applied()) {
-      std::string msg = "seed table " + table + ": " + std::to_string(report->rejected.size()) +
-                        " records rejected";
-      for (const auto& r : report->rejected) msg += "\n  " + r.reason;
-      return fatal(msg);
-    }
-    log(LogLevel::info, "seed_table",
-        {{"path", table},
-         {"added", report->added},
-         {"replaced", report->replaced},
-         {"kept", report->kept}});
-  }
-
+  const NodeIdentity node = NodeIdentity::detect(*config);
   WinnerIndex index;
-  auto winners = scan_winners(**store);
-  if (!winners) return fatal(winners.error().message);
-  index.load(std::move(*winners));
+  Catalog catalog(**store, index, templates, node);
+  if (auto ok = catalog.load(); !ok) return fatal(ok.error().message);
+  for (const auto& table : config->seed_tables)
+    if (auto ok = seed(catalog, table); !ok)
+      return fatal("seed table " + table + ": " + ok.error().message);
 
   Metrics metrics;
-  NodeIdentity node = NodeIdentity::detect(config->devices);
-  Dispatcher dispatcher(*config, **store, templates, index, node, metrics);
+  MissTracker misses;
+  LookupService lookups(*config, templates, catalog, node, metrics, misses);
+  JobQueue jobs(**store, config->max_queued_jobs);
+  auto resumed = jobs.load();
+  if (!resumed) return fatal("jobs: " + resumed.error().message);
+  Compiler compiler({.threads = unsigned(config->compile_threads), .cache = store->get()});
+  Scheduler scheduler(*config, templates, **store, catalog, jobs, misses, node, metrics, compiler);
+  OpContext ctx{*config, **store, templates, catalog, node,
+                metrics, misses,  lookups,   jobs,    &scheduler};
+  Executor executor(config->executor_threads, 10);
+  Dispatcher dispatcher(ctx, &executor);
 
   // One io_context for the listeners and signals, plus one per I/O thread for the sessions.
   boost::asio::io_context io;
@@ -97,12 +120,16 @@ int run_daemon(const DaemonFlags& flags) {
   }
   Server server(io, *config, dispatcher, metrics, session_pointers);
   if (auto ok = server.start(); !ok) return fatal(ok.error().message);
+  if (auto ok = scheduler.start(); !ok) return fatal(ok.error().message);
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     log(LogLevel::info, "shutdown", {{"signal", sig}});
+    notify_stopping();
     server.stop();
+    scheduler.stop();  // lanes end at their next trial; running jobs go back to the queue
+    jobs.stop();
     for (auto& g : guards) g.reset();  // session threads end when their sessions have closed
   });
   ::signal(SIGPIPE, SIG_IGN);
@@ -117,12 +144,17 @@ int run_daemon(const DaemonFlags& flags) {
        {"winners", index.size()},
        {"templates", templates.all().size()},
        {"gpus", gpus.empty() ? "none (" + node.gpu_error + ")" : gpus},
+       {"gpu_policy", config->gpu_policy},
+       {"jobs_resumed", *resumed},
        {"pid", ::getpid()}});
+  notify_ready("serving " + std::to_string(index.size()) +
+               " winners; lanes: " + std::to_string(node.gpus.size()));
 
   std::vector<std::thread> threads;
-  for (auto& ctx : session_contexts) threads.emplace_back([&ctx] { ctx->run(); });
+  for (auto& ctx_ptr : session_contexts) threads.emplace_back([&ctx_ptr] { ctx_ptr->run(); });
   io.run();
   for (auto& t : threads) t.join();
+  executor.stop();
   log(LogLevel::info, "stopped");
   return 0;
 }

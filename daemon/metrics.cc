@@ -4,10 +4,22 @@
 
 namespace ktune {
 
+namespace {
+std::string_view op_label(size_t i) {
+  return i < std::size(protocol::k_ops) ? protocol::k_ops[i].name : "other";
+}
+}  // namespace
+
 void Metrics::count_request(std::string_view op) {
-  for (size_t i = 0; i < k_metric_ops.size(); ++i)
-    if (k_metric_ops[i] == op) return void(m_requests[i].fetch_add(1, std::memory_order_relaxed));
+  for (size_t i = 0; i < std::size(protocol::k_ops); ++i)
+    if (protocol::k_ops[i].name == op)
+      return void(m_requests[i].fetch_add(1, std::memory_order_relaxed));
   m_requests.back().fetch_add(1, std::memory_order_relaxed);
+}
+
+void Metrics::count_trial(std::string_view outcome) {
+  for (size_t i = 0; i < k_outcomes.size(); ++i)
+    if (k_outcomes[i] == outcome) return void(m_trials[i].fetch_add(1, std::memory_order_relaxed));
 }
 
 void Metrics::count_error(protocol::ErrorKind kind) {
@@ -38,8 +50,12 @@ std::string Metrics::prometheus(const std::string& extra) const {
   std::ostringstream os;
   os << "# HELP ktune_requests_total Requests handled, by op.\n# TYPE ktune_requests_total "
         "counter\n";
-  for (size_t i = 0; i < k_metric_ops.size(); ++i)
-    os << "ktune_requests_total{op=\"" << k_metric_ops[i] << "\"} " << m_requests[i].load() << "\n";
+  for (size_t i = 0; i < k_metric_ops; ++i)
+    os << "ktune_requests_total{op=\"" << op_label(i) << "\"} " << m_requests[i].load() << "\n";
+  os << "# HELP ktune_trials_total Trials measured by tuning jobs, by outcome.\n"
+        "# TYPE ktune_trials_total counter\n";
+  for (size_t i = 0; i < k_outcomes.size(); ++i)
+    os << "ktune_trials_total{outcome=\"" << k_outcomes[i] << "\"} " << m_trials[i].load() << "\n";
   os << "# HELP ktune_errors_total Error replies, by code.\n# TYPE ktune_errors_total counter\n";
   for (size_t i = 0; i < k_errors; ++i)
     os << "ktune_errors_total{code=\"" << protocol::k_error_names[i].second << "\"} "

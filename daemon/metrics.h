@@ -14,8 +14,8 @@
 
 namespace ktune {
 
-inline constexpr std::array<std::string_view, 9> k_metric_ops = {
-    "lookup", "status", "templates", "export", "import", "tune", "jobs", "job", "other"};
+// Requests are counted per op of protocol::k_ops, plus "other" (unparsable or unknown).
+inline constexpr size_t k_metric_ops = std::size(protocol::k_ops) + 1;
 inline constexpr std::array<std::string_view, 4> k_provenances = {"exact", "nearest", "heuristic",
                                                                   "stale"};
 
@@ -24,6 +24,8 @@ class Metrics {
   void count_request(std::string_view op);
   void count_error(protocol::ErrorKind kind);
   void count_lookup(std::string_view provenance, double seconds);
+  // One measured (or failed) trial of a tuning job, by outcome name (store/records.h Outcome).
+  void count_trial(std::string_view outcome);
   void connection_opened() {
     m_connections.fetch_add(1);
     m_connections_total.fetch_add(1);
@@ -40,10 +42,14 @@ class Metrics {
 
  private:
   static constexpr size_t k_errors = std::size(protocol::k_error_names);
-  std::array<std::atomic<std::uint64_t>, k_metric_ops.size()> m_requests{};
+  std::array<std::atomic<std::uint64_t>, k_metric_ops> m_requests{};
   std::array<std::atomic<std::uint64_t>, k_errors> m_errors{};
   std::array<std::atomic<std::uint64_t>, k_provenances.size()> m_lookups{};
   std::atomic<std::uint64_t> m_lookup_nanos{0};
+  static constexpr std::array<std::string_view, 8> k_outcomes = {
+      "ok",           "invalid", "compile_error", "resource_error",
+      "wrong_result", "crash",   "timeout",       "in_flight"};
+  std::array<std::atomic<std::uint64_t>, k_outcomes.size()> m_trials{};
   std::atomic<std::int64_t> m_connections{0};
   std::atomic<std::uint64_t> m_connections_total{0};
   std::atomic<std::uint64_t> m_connections_refused{0};

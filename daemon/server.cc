@@ -4,8 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/experimental/awaitable_operators.hpp>
+#include <cerrno>
 #include <filesystem>
+#include <vector>
 
 #include "config/log.h"
 #include "daemon/session.h"
@@ -159,14 +162,29 @@ void Server::track(const std::shared_ptr<SessionBase>& session) {
 namespace {
 
 // Why a Unix-socket peer may not connect ("" when it may): only this user, root, or members of
-// this group (the socket is mode 0660, so others cannot even open it; this is the second lock).
+// this group, primary or supplementary (the socket is mode 0660, so others cannot even open it;
+// this is the second lock).
 std::string refusal(unix_proto::socket& socket) {
   ucred cred{};
   socklen_t len = sizeof cred;
-  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-      cred.uid != ::getuid() && cred.uid != 0 && cred.gid != ::getgid())
-    return "peer uid " + std::to_string(cred.uid) + " may not use this daemon";
-  return "";
+  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return "cannot read the peer's credentials";
+  if (cred.uid == ::getuid() || cred.uid == 0 || cred.gid == ::getgid()) return "";
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    socklen_t glen = socklen_t(groups.size() * sizeof(gid_t));
+    if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) ==
+        0) {
+      groups.resize(glen / sizeof(gid_t));
+      if (std::find(groups.begin(), groups.end(), ::getgid()) != groups.end()) return "";
+      break;
+    }
+    if (errno != ERANGE) break;
+    groups.resize(glen / sizeof(gid_t) + 1);
+  }
+  return "peer uid " + std::to_string(cred.uid) +
+         " may not use this daemon (not its user, root, or a member of its group " +
+         std::to_string(::getgid()) + ")";
 }
 
 std::string refusal(tcp::socket& socket) {

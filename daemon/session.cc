@@ -1,7 +1,5 @@
 #include "daemon/session.h"
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
-
 #include "config/log.h"
 
 namespace ktune {
@@ -18,6 +16,8 @@ Session<Socket>::Session(Socket socket, Dispatcher& dispatcher, Metrics& metrics
       m_peer(peer),
       m_read_timeout(read_timeout),
       m_timer(m_socket.get_executor()),
+      m_write_signal(m_socket.get_executor(), asio::steady_timer::time_point::max()),
+      m_read_signal(m_socket.get_executor(), asio::steady_timer::time_point::max()),
       m_last_activity(std::chrono::steady_clock::now()) {
   m_metrics.connection_opened();
 }
@@ -33,77 +33,172 @@ void Session<Socket>::start() {
   asio::co_spawn(
       m_socket.get_executor(), [self]() { return self->read_loop(); }, asio::detached);
   asio::co_spawn(
+      m_socket.get_executor(), [self]() { return self->write_loop(); }, asio::detached);
+  asio::co_spawn(
       m_socket.get_executor(), [self]() { return self->watchdog(); }, asio::detached);
 }
 
 template <typename Socket>
 void Session<Socket>::close() {
   auto self = this->shared_from_this();
-  asio::post(m_socket.get_executor(), [self] {
-    boost::system::error_code ec;
-    self->m_done = true;
-    self->m_socket.close(ec);
-    self->m_timer.cancel();
-  });
+  asio::post(m_socket.get_executor(), [self] { self->finish(); });
+}
+
+template <typename Socket>
+void Session<Socket>::finish() {
+  boost::system::error_code ec;
+  m_done = true;
+  m_socket.close(ec);
+  m_timer.cancel();
+  m_write_signal.cancel();
+  m_read_signal.cancel();
+}
+
+template <typename Socket>
+void Session<Socket>::push_ready(std::string line, bool close) {
+  auto slot = std::make_shared<Slot>();
+  slot->out = std::move(line);
+  slot->done = true;
+  slot->close = close;
+  m_slots.push_back(std::move(slot));
+  wake_writer();
+}
+
+template <typename Socket>
+void Session<Socket>::dispatch(std::string_view line, std::string attachment) {
+  if (attachment.empty())
+    if (auto fast = m_dispatcher.try_fast(line, m_peer)) return push_ready(std::move(*fast), false);
+  auto slot = std::make_shared<Slot>();
+  m_slots.push_back(slot);
+  std::weak_ptr<Session> weak = this->shared_from_this();
+  auto executor = m_socket.get_executor();
+  m_dispatcher.handle(line, std::move(attachment), m_peer,
+                      [weak, slot, executor](std::string text, bool last) {
+                        auto self = weak.lock();
+                        if (!self || self->m_done) return false;
+                        asio::post(executor, [weak, slot, text = std::move(text), last]() mutable {
+                          auto s = weak.lock();
+                          if (!s || s->m_done) return;
+                          slot->out += text;
+                          slot->done = slot->done || last;
+                          s->wake_writer();
+                        });
+                        return true;
+                      });
 }
 
 template <typename Socket>
 asio::awaitable<void> Session<Socket>::read_loop() {
   std::string in;
-  std::string out;
   in.reserve(4096);
   boost::system::error_code ec;
+  const size_t max_attachment = m_dispatcher.context().config.max_attachment_bytes;
   try {
     while (!m_done) {
+      // Answer every complete line in the buffer, in order.
+      size_t pos = 0;
+      bool fatal = false;
+      for (size_t nl; !fatal && (nl = in.find('\n', pos)) != std::string::npos;) {
+        std::string_view line(in.data() + pos, nl - pos);
+        pos = nl + 1;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // keep-alive
+        auto attach = protocol::attachment_size(line, max_attachment);
+        if (!attach) {
+          m_metrics.count_error(attach.error().kind);
+          push_ready(protocol::reply_error(nullptr, attach.error().kind, attach.error().message),
+                     true);
+          fatal = true;
+          break;
+        }
+        if (*attach == 0) {
+          dispatch(line, {});
+          continue;
+        }
+        // The attachment follows the line: what is buffered, then the rest from the socket.
+        const std::string request(line);
+        std::string body = in.substr(pos, std::min(*attach, in.size() - pos));
+        pos += body.size();
+        if (body.size() < *attach) {
+          const size_t have = body.size();
+          body.resize(*attach);
+          co_await asio::async_read(m_socket, asio::buffer(body.data() + have, *attach - have),
+                                    asio::redirect_error(asio::use_awaitable, ec));
+          m_last_activity = std::chrono::steady_clock::now();
+          if (ec) {
+            fatal = true;
+            break;
+          }
+        }
+        dispatch(request, std::move(body));
+      }
+      in.erase(0, std::min(pos, in.size()));
+      if (fatal) break;
+      while (!m_done && m_slots.size() >= k_max_in_flight)  // backpressure: stop reading
+        co_await m_read_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      if (m_done) break;
       co_await asio::async_read_until(m_socket, asio::dynamic_buffer(in, protocol::k_max_frame),
                                       '\n', asio::redirect_error(asio::use_awaitable, ec));
       m_last_activity = std::chrono::steady_clock::now();
       if (ec == asio::error::not_found) {  // the buffer filled without a newline
         m_metrics.count_error(ErrorKind::frame_too_large);
-        out =
+        push_ready(
             protocol::reply_error(nullptr, ErrorKind::frame_too_large,
                                   "request line exceeds " + std::to_string(protocol::k_max_frame) +
-                                      " bytes; closing the connection");
-        co_await asio::async_write(m_socket, asio::buffer(out),
-                                   asio::redirect_error(asio::use_awaitable, ec));
+                                      " bytes; closing the connection"),
+            true);
         break;
       }
       if (ec == asio::error::operation_aborted && m_timed_out) {
         m_metrics.count_error(ErrorKind::timeout);
-        out = protocol::reply_error(nullptr, ErrorKind::timeout,
-                                    "no complete request within " +
-                                        std::to_string(m_read_timeout.count()) +
-                                        " ms; closing the connection");
-        co_await asio::async_write(m_socket, asio::buffer(out),
-                                   asio::redirect_error(asio::use_awaitable, ec));
+        push_ready(protocol::reply_error(nullptr, ErrorKind::timeout,
+                                         "no complete request within " +
+                                             std::to_string(m_read_timeout.count()) +
+                                             " ms; closing the connection"),
+                   true);
         break;
       }
       if (ec) break;  // EOF, reset, closed by stop()
+    }
+  } catch (const std::exception& e) {
+    log(LogLevel::error, "session_error", {{"what", e.what()}});
+  }
+  // Replies still owed are written before the connection closes (EOF after pipelining).
+  m_reading_done = true;
+  wake_writer();
+}
 
-      // Answer every complete line in the buffer, in order, with one write.
-      out.clear();
-      size_t pos = 0;
+template <typename Socket>
+asio::awaitable<void> Session<Socket>::write_loop() {
+  boost::system::error_code ec;
+  std::string buf;
+  try {
+    while (!m_done) {
+      buf.clear();
       bool close_after = false;
-      for (size_t nl; !close_after && (nl = in.find('\n', pos)) != std::string::npos;
-           pos = nl + 1) {
-        std::string_view line(in.data() + pos, nl - pos);
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank keep-alive
-        Response r = m_dispatcher.handle(line, m_peer);
-        out += r.line;
-        close_after = r.close;
+      while (!m_slots.empty() && !close_after) {
+        Slot& head = *m_slots.front();
+        buf += head.out;
+        head.out.clear();
+        if (!head.done) break;
+        close_after = head.close;
+        m_slots.pop_front();
       }
-      in.erase(0, pos);
-      co_await asio::async_write(m_socket, asio::buffer(out),
+      if (buf.empty()) {
+        if (m_reading_done && m_slots.empty()) break;
+        co_await m_write_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        continue;
+      }
+      co_await asio::async_write(m_socket, asio::buffer(buf),
                                  asio::redirect_error(asio::use_awaitable, ec));
+      m_last_activity = std::chrono::steady_clock::now();
+      m_read_signal.cancel();
       if (ec || close_after) break;
     }
   } catch (const std::exception& e) {
     log(LogLevel::error, "session_error", {{"what", e.what()}});
   }
-  m_done = true;
-  m_socket.close(ec);
-  m_timer.cancel();
+  finish();
 }
 
 template <typename Socket>
@@ -111,9 +206,16 @@ asio::awaitable<void> Session<Socket>::watchdog() {
   boost::system::error_code ec;
   while (!m_done) {
     const auto deadline = m_last_activity + m_read_timeout;
+    if (!m_slots.empty() || m_reading_done) {
+      // Requests outstanding (a watch, a slow import): the client waits on us, not we on it.
+      m_last_activity = std::chrono::steady_clock::now();
+      m_timer.expires_after(m_read_timeout);
+      co_await m_timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      continue;
+    }
     if (std::chrono::steady_clock::now() >= deadline) {
       if (m_timed_out) {  // the timeout reply itself did not go out in time
-        m_socket.close(ec);
+        finish();
         co_return;
       }
       m_timed_out = true;

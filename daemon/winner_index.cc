@@ -43,6 +43,13 @@ void WinnerIndex::upsert(WinnerRecord record) {
   m_generation.fetch_add(1, std::memory_order_release);
 }
 
+void WinnerIndex::upsert(std::vector<WinnerRecord> records) {
+  if (records.empty()) return;
+  std::unique_lock lock(m_mutex);
+  for (auto& r : records) insert_locked(std::move(r));
+  m_generation.fetch_add(1, std::memory_order_release);
+}
+
 std::shared_ptr<const WinnerRecord> WinnerIndex::exact(const std::string& device_id,
                                                        const Problem& problem) const {
   std::shared_lock lock(m_mutex);

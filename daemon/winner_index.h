@@ -28,6 +28,9 @@ class WinnerIndex {
   void load(std::vector<WinnerRecord> records);
   // Inserts or replaces one record.
   void upsert(WinnerRecord record);
+  // Inserts or replaces many under one lock and one generation step (an import): cached answers
+  // are invalidated once, not once per record.
+  void upsert(std::vector<WinnerRecord> records);
 
   std::shared_ptr<const WinnerRecord> exact(const std::string& device_id,
                                             const Problem& problem) const;

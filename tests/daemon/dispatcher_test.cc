@@ -3,9 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <set>
+#include <sstream>
+
 #include "store/mem_store.h"
 #include "store/table_io.h"
 #include "templates/space.h"
+#include "tests/fakes/daemon_parts.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -18,12 +23,14 @@ const std::string k_h200 = "nvidia-h200.sm90.132sm.140gib";
 class DispatcherTest : public ::testing::Test {
  protected:
   DispatcherTest() : m_templates(TemplateRegistry::load({builtin_template_dir()})) {
-    m_config = default_config();
-    m_config.nearest_radius = 2.0;
-    m_node.driver = "none";
-    m_node.nvrtc = "13.0";
-    m_node.node_id = "test-node";
-    m_node.gpu_error = "no GPU in tests";
+    DaemonConfig config = default_config();
+    config.nearest_radius = 2.0;
+    NodeIdentity node;
+    node.driver = "none";
+    node.nvrtc = "13.0";
+    node.node_id = "test-node";
+    node.gpu_error = "no GPU in tests";
+    m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
     // A tuned 4096^3 and 16x4096x4096 bf16 rc gemm, measured with the current template.
     for (auto [m, us] : {std::pair{4096, 190.0}, std::pair{16, 22.0}}) {
       auto w = testing::winner(
@@ -40,17 +47,15 @@ class DispatcherTest : public ::testing::Test {
           break;
         }
       w.validators.nvrtc = "13.0";
-      EXPECT_TRUE(put_winner(m_store, w));
+      EXPECT_TRUE(put_winner(m_parts->store, w));
     }
-    m_index.load(*scan_winners(m_store));
-    m_dispatcher =
-        std::make_unique<Dispatcher>(m_config, m_store, m_templates, m_index, m_node, m_metrics);
+    EXPECT_TRUE(m_parts->catalog.load());
   }
 
   std::string gemm_hash() const { return m_templates.find("gemm")->hash; }
 
   Json call(const std::string& line) {
-    Response r = m_dispatcher->handle(line);
+    Response r = m_parts->dispatcher.handle(line);
     EXPECT_TRUE(r.line.ends_with("\n"));
     EXPECT_EQ(std::count(r.line.begin(), r.line.end(), '\n'), 1) << "one reply line";
     return Json::parse(r.line);
@@ -70,13 +75,11 @@ class DispatcherTest : public ::testing::Test {
            dims + "}" + extra + "}";
   }
 
-  DaemonConfig m_config;
-  MemStore m_store;
+  MissTracker& misses() { return m_parts->misses; }
+  WinnerIndex& index() { return m_parts->index; }
+
   TemplateRegistry m_templates;
-  WinnerIndex m_index;
-  NodeIdentity m_node;
-  Metrics m_metrics;
-  std::unique_ptr<Dispatcher> m_dispatcher;
+  std::unique_ptr<testing::DaemonParts> m_parts;
 };
 
 TEST_F(DispatcherTest, ExactHitIsRankedWithMeasurements) {
@@ -94,7 +97,7 @@ TEST_F(DispatcherTest, ExactHitIsRankedWithMeasurements) {
       "ktune_gemm<ktune_bf16, ktune_bf16, 1, 0,"));
   EXPECT_EQ(k["arch"], "sm_90");
   EXPECT_GT(k["block"][0].get<int>(), 0);
-  EXPECT_EQ(m_dispatcher->misses().total(), 0u);
+  EXPECT_EQ(misses().total(), 0u);
 }
 
 TEST_F(DispatcherTest, DimsInAnyOrderAreCanonical) {
@@ -109,8 +112,8 @@ TEST_F(DispatcherTest, NearestShapeAnswersWithDistanceThenHeuristic) {
   EXPECT_EQ(r["entries"][0]["distance"], 1.0);
   EXPECT_EQ(r["entries"][0]["from"], "gemm|bf16|bf16|rc|M=16,N=4096,K=4096");
   EXPECT_EQ(r["entries"].back()["provenance"], "heuristic");
-  EXPECT_EQ(m_dispatcher->misses().total(), 1u);
-  EXPECT_EQ(m_dispatcher->misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=32,N=4096,K=4096");
+  EXPECT_EQ(misses().total(), 1u);
+  EXPECT_EQ(misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=32,N=4096,K=4096");
 }
 
 TEST_F(DispatcherTest, FarShapeGetsEachTemplatesHeuristicAndIsCountedAsAMiss) {
@@ -127,7 +130,7 @@ TEST_F(DispatcherTest, FarShapeGetsEachTemplatesHeuristicAndIsCountedAsAMiss) {
       EXPECT_EQ(r["entries"][k]["template_hash"], templates[k]->hash);
     }
   }
-  auto top = m_dispatcher->misses().top(5);
+  auto top = misses().top(5);
   ASSERT_EQ(top.size(), 1u);
   EXPECT_EQ(top[0].count, 3u);
   EXPECT_EQ(top[0].reason, "no winner");
@@ -142,12 +145,12 @@ TEST_F(DispatcherTest, ChangedTemplateMakesTheEntryStaleNeverExact) {
   }
   w.ranked.resize(1);
   w.validators.nvrtc = "13.0";
-  m_index.upsert(w);
+  index().upsert(w);
   Json r = ok(lookup_line(R"({"M":8192,"N":8192,"K":8192})"));
   EXPECT_EQ(r["entries"][0]["provenance"], "stale");
   EXPECT_NE(r["entries"][0]["from"].get<std::string>().find("template gemm changed"),
             std::string::npos);
-  EXPECT_EQ(m_dispatcher->misses().top(1)[0].reason.substr(0, 6), "stale:");
+  EXPECT_EQ(misses().top(1)[0].reason.substr(0, 6), "stale:");
 }
 
 TEST_F(DispatcherTest, OtherNvrtcIsStale) {
@@ -159,7 +162,7 @@ TEST_F(DispatcherTest, OtherNvrtcIsStale) {
   }
   w.ranked.resize(1);
   w.validators.nvrtc = "12.8";
-  m_index.upsert(w);
+  index().upsert(w);
   Json r = ok(lookup_line(R"({"M":2048,"N":2048,"K":2048})"));
   EXPECT_EQ(r["entries"][0]["provenance"], "stale");
 }
@@ -175,7 +178,7 @@ TEST_F(DispatcherTest, AnswersFollowIndexUpdates) {
   }
   w.ranked.resize(1);
   w.validators.nvrtc = "13.0";
-  m_index.upsert(w);
+  index().upsert(w);
   Json after = ok(lookup_line(R"({"M":1024,"N":1024,"K":1024})"));
   EXPECT_EQ(after["entries"][0]["provenance"], "exact");
 }
@@ -220,7 +223,15 @@ TEST_F(DispatcherTest, BadRequestsGetSpecificErrors) {
        "invalid_problem"},
       {R"({"v":1,"id":1,"op":"export","format":"xml"})", "bad_request"},
       {R"({"v":1,"id":1,"op":"import"})", "bad_request"},
-      {R"({"v":1,"id":1,"op":"import","path":"/nonexistent/t.json"})", "not_found"},
+      {R"({"v":1,"id":1,"op":"import","path":"/etc/shadow"})", "bad_request"},
+      {R"({"v":1,"id":1,"op":"tune","problem":{"op":"gemm","dtype":"bf16","dims":{"M":8,"N":8,"K":8}}})",
+       "unavailable"},
+      {R"({"v":1,"id":1,"op":"job","job":"000000000042"})", "not_found"},
+      {R"({"v":1,"id":1,"op":"cancel"})", "bad_request"},
+      {R"({"v":1,"id":1,"op":"jobs","state":"sleeping"})", "bad_request"},
+      {R"({"v":1,"id":1,"op":"plan","plan":"- {op: gemm}"})", "invalid_problem"},
+      {R"({"v":1,"id":1,"op":"plan","plan":"42"})", "bad_request"},
+      {R"({"v":1,"id":1,"op":"watch","job":"nope"})", "not_found"},
       {R"({"v":1,"id":1,"op":"import","table":"{\"ktune_table\":1,\"winners\":[{}]}"})",
        "bad_request"},
   };
@@ -228,7 +239,7 @@ TEST_F(DispatcherTest, BadRequestsGetSpecificErrors) {
     EXPECT_EQ(error_code(line), code) << line;
     EXPECT_EQ(ok(R"({"v":1,"id":2,"op":"status"})")["node_id"], "test-node") << "after " << line;
   }
-  EXPECT_GE(m_metrics.errors(), cases.size());
+  EXPECT_GE(m_parts->metrics.errors(), cases.size());
 }
 
 TEST_F(DispatcherTest, IdIsEchoedEvenOnErrors) {
@@ -241,28 +252,95 @@ TEST_F(DispatcherTest, ExportThenImportThroughTheDispatcher) {
   Json exported = ok(R"({"v":1,"id":1,"op":"export","format":"json"})");
   EXPECT_EQ(exported["count"], 2);
   const std::string table = exported["content"].get<std::string>();
-  MemStore other_store;
-  WinnerIndex other_index;
-  Metrics other_metrics;
-  Dispatcher other(m_config, other_store, m_templates, other_index, m_node, other_metrics);
+  testing::DaemonParts other(m_parts->config, m_templates, m_parts->node);
   Json req = {{"v", 1}, {"id", 3}, {"op", "import"}, {"table", table}};
-  Json r = Json::parse(other.handle(req.dump()).line);
+  Json r = Json::parse(other.dispatcher.handle(req.dump()).line);
   ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
   EXPECT_EQ(r["result"]["added"], 2);
-  EXPECT_EQ(other_index.size(), 2u);
+  EXPECT_EQ(other.index.size(), 2u);
+  // The same table as an attachment (how clients send tables larger than a frame).
+  testing::DaemonParts third(m_parts->config, m_templates, m_parts->node);
+  Json attached = {{"v", 1}, {"id", 4}, {"op", "import"}, {"attach", table.size()}};
+  r = Json::parse(third.dispatcher.handle(attached.dump(), {}, table).line);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(third.index.size(), 2u);
   Json csv = ok(R"({"v":1,"id":1,"op":"export","format":"csv"})");
   EXPECT_TRUE(csv["content"].get<std::string>().starts_with("device,op,dtype"));
 }
 
 TEST_F(DispatcherTest, TcpPeersNeedTheToken) {
-  m_config.tcp_token = "s3cret";
-  Response r = m_dispatcher->handle(R"({"v":1,"id":1,"op":"status"})", Peer{true});
+  m_parts->config.tcp_token = "s3cret";
+  Dispatcher& d = m_parts->dispatcher;
+  Response r = d.handle(R"({"v":1,"id":1,"op":"status"})", Peer{true});
   EXPECT_EQ(Json::parse(r.line)["error"]["code"], "unauthorized");
-  r = m_dispatcher->handle(R"({"v":1,"id":1,"op":"status","token":"s3cret"})", Peer{true});
+  r = d.handle(R"({"v":1,"id":1,"op":"status","token":"s3cret"})", Peer{true});
   EXPECT_TRUE(Json::parse(r.line)["ok"].get<bool>());
-  r = m_dispatcher->handle(R"({"v":1,"id":1,"op":"status"})",
-                           Peer{false});  // Unix socket: no token
+  r = d.handle(R"({"v":1,"id":1,"op":"status"})", Peer{false});  // Unix socket: no token
   EXPECT_TRUE(Json::parse(r.line)["ok"].get<bool>());
+}
+
+// The policy stage runs before any cache: a line a Unix client made hot is still refused to a
+// TCP client without the token, by the text cache and by the answer cache alike.
+TEST_F(DispatcherTest, TokenIsCheckedBeforeAnyCachedAnswer) {
+  m_parts->config.tcp_token = "s3cret";
+  Dispatcher& d = m_parts->dispatcher;
+  const std::string line = lookup_line(R"({"M":4096,"N":4096,"K":4096})");
+  for (int i = 0; i < 3; ++i)
+    EXPECT_TRUE(Json::parse(d.handle(line, Peer{false}).line)["ok"].get<bool>());
+  ASSERT_TRUE(d.try_fast(line, Peer{false})) << "the line is in the text cache";
+  EXPECT_FALSE(d.try_fast(line, Peer{true})) << "no text cache for TCP peers";
+  Json r = Json::parse(d.handle(line, Peer{true}).line);
+  EXPECT_EQ(r["error"]["code"], "unauthorized") << r.dump();
+  std::string with_token = line;
+  with_token.insert(with_token.size() - 1, R"(,"token":"s3cret")");
+  r = Json::parse(d.handle(with_token, Peer{true}).line);
+  EXPECT_EQ(r["result"]["entries"][0]["provenance"], "exact") << r.dump();
+}
+
+// The op table, the handlers and the metrics agree on every op.
+TEST_F(DispatcherTest, EveryOpHasOneHandlerAndAMetric) {
+  std::set<std::string_view> ops, handlers;
+  for (const auto& op : protocol::k_ops) EXPECT_TRUE(ops.insert(op.name).second) << op.name;
+  for (const auto& h : op_handlers()) {
+    EXPECT_TRUE(handlers.insert(h.name).second) << h.name;
+    const protocol::OpInfo* info = protocol::find_op(h.name);
+    ASSERT_NE(info, nullptr) << h.name;
+    EXPECT_EQ(bool(info->flags & protocol::op_stream), h.stream != nullptr) << h.name;
+    EXPECT_EQ(h.stream == nullptr, h.call != nullptr) << h.name;
+  }
+  EXPECT_EQ(ops, handlers);
+  const std::string text = m_parts->metrics.prometheus();
+  for (const auto& op : protocol::k_ops)
+    EXPECT_NE(text.find("ktune_requests_total{op=\"" + std::string(op.name) + "\"}"),
+              std::string::npos)
+        << op.name;
+}
+
+// docs/protocol.md documents every op of the table (a section titled with the op's name).
+TEST(ProtocolDocTest, EveryOpIsDocumented) {
+  std::ifstream in(std::string(KTUNE_SOURCE_DIR) + "/docs/protocol.md");
+  std::stringstream doc;
+  doc << in.rdbuf();
+  for (const auto& op : protocol::k_ops)
+    EXPECT_NE(doc.str().find("`" + std::string(op.name) + "`"), std::string::npos) << op.name;
+}
+
+TEST_F(DispatcherTest, MissesAreWorthSomethingAndListed) {
+  ok(lookup_line(R"({"M":1000,"N":1000,"K":1000})"));
+  ok(lookup_line(R"({"M":1000,"N":1000,"K":1000})"));
+  ok(lookup_line(R"({"M":32,"N":4096,"K":4096})"));
+  Json m = ok(R"({"v":1,"id":1,"op":"misses","limit":5})");
+  ASSERT_EQ(m["top"].size(), 2u);
+  EXPECT_EQ(m["total"], 3);
+  for (const auto& e : m["top"]) {
+    EXPECT_GT(e["expected_us"].get<double>(), 0) << e.dump();
+    EXPECT_GT(e["worth_us"].get<double>(), 0) << e.dump();
+  }
+  const Json& heuristic = m["top"][0]["problem"] == "gemm|bf16|bf16|rc|M=1000,N=1000,K=1000"
+                              ? m["top"][0]
+                              : m["top"][1];
+  EXPECT_EQ(heuristic["count"], 2);
+  EXPECT_EQ(heuristic["gain"], 0.3);
 }
 
 TEST_F(DispatcherTest, TemplatesAndStatus) {

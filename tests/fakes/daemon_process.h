@@ -52,6 +52,7 @@ class DaemonProcess {
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
+      for (const auto& e : m_env) ::putenv(const_cast<char*>(e.c_str()));  // child only
       ::execv(argv[0], argv.data());
       std::_Exit(127);
     }
@@ -113,6 +114,9 @@ class DaemonProcess {
     return -1;
   }
 
+  // "NAME=value" entries added to the daemon's environment at the next start().
+  void set_env(std::vector<std::string> env) { m_env = std::move(env); }
+
   const std::string& socket() const { return m_socket; }
   const std::string& log_path() const { return m_log; }
   pid_t pid() const { return m_pid; }
@@ -121,6 +125,7 @@ class DaemonProcess {
   std::string m_socket;
   std::string m_data_dir;
   std::vector<std::string> m_extra;
+  std::vector<std::string> m_env;
   std::string m_log;
   pid_t m_pid = -1;
   int m_exit_code = -1;

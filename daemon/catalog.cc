@@ -1,0 +1,74 @@
+#include "daemon/catalog.h"
+
+#include "config/log.h"
+
+namespace ktune {
+
+Catalog::Catalog(Store& store, WinnerIndex& index, const TemplateRegistry& templates,
+                 const NodeIdentity& node)
+    : m_store(store), m_index(index), m_templates(templates), m_node(node) {}
+
+Result<void> Catalog::load() {
+  auto winners = scan_winners(m_store);
+  if (!winners) return std::unexpected(winners.error());
+  m_index.load(std::move(*winners));
+  return {};
+}
+
+Result<ImportReport> Catalog::import(std::string_view text, std::string_view origin) {
+  std::lock_guard lock(m_write_mutex);
+  auto report = import_table(m_store, text, origin);
+  if (!report || !report->applied()) return report;
+  m_index.upsert(report->written);
+  for (const auto& w : report->written) publish_locked(w);
+  log(LogLevel::info, "import",
+      {{"source", std::string(origin)},
+       {"added", report->added},
+       {"replaced", report->replaced},
+       {"kept", report->kept}});
+  return report;
+}
+
+Result<bool> Catalog::commit(const WinnerRecord& record, std::string_view origin) {
+  if (auto ok = validate_winner(record); !ok) return std::unexpected(ok.error());
+  std::lock_guard lock(m_write_mutex);
+  auto stored = get_winner(m_store, record.device, record.problem);
+  if (!stored) return std::unexpected(stored.error());
+  if (*stored && **stored != record) {
+    const bool stored_stale = !staleness(**stored, m_node.owns(record.device.id())).empty();
+    if (!stored_stale && !prefer_incoming(**stored, record)) return false;
+  }
+  if (auto ok = put_winner(m_store, record); !ok) return std::unexpected(ok.error());
+  m_index.upsert(record);
+  publish_locked(record);
+  log(LogLevel::info, "winner_committed",
+      {{"key", record.key()},
+       {"origin", std::string(origin)},
+       {"template", record.ranked.front().template_name},
+       {"median_us", record.ranked.front().median_us}});
+  return true;
+}
+
+std::string Catalog::staleness(const WinnerRecord& r, bool own_device) const {
+  for (const auto& c : r.ranked) {
+    const KernelTemplate* t = m_templates.find(c.template_name);
+    if (t && t->hash != c.template_hash)
+      return "template " + c.template_name + " changed since it was measured";
+  }
+  if (!m_node.nvrtc.empty() && r.validators.nvrtc != m_node.nvrtc)
+    return "measured with NVRTC " + r.validators.nvrtc + ", this node has " + m_node.nvrtc;
+  if (own_device && m_node.driver != "none" && r.validators.driver != m_node.driver)
+    return "measured with driver " + r.validators.driver + ", this node has " + m_node.driver;
+  return "";
+}
+
+void Catalog::on_change(std::function<void(const WinnerRecord&)> listener) {
+  std::lock_guard lock(m_write_mutex);
+  m_listeners.push_back(std::move(listener));
+}
+
+void Catalog::publish_locked(const WinnerRecord& record) {
+  for (const auto& l : m_listeners) l(record);
+}
+
+}  // namespace ktune

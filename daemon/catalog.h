@@ -1,0 +1,55 @@
+// Catalog: the one writer of winners.
+//
+// Imports, seed tables and tuning results all reach the store and the in-memory WinnerIndex
+// through here, under one merge rule (store/table_io.h prefer_incoming, plus: a record that is
+// stale on this node always yields to a fresh measurement), so every path that records a winner
+// is one path. Each change bumps the index generation, which invalidates cached answers.
+// Writers are serialized; readers use index() (thread-safe). Thread-safe.
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "daemon/node.h"
+#include "daemon/winner_index.h"
+#include "store/table_io.h"
+#include "templates/registry.h"
+
+namespace ktune {
+
+class Catalog {
+ public:
+  Catalog(Store& store, WinnerIndex& index, const TemplateRegistry& templates,
+          const NodeIdentity& node);
+
+  // Fills the index from the store (at start).
+  Result<void> load();
+  // Validates and merges a JSON table (see store/table_io.h): all records or none.
+  Result<ImportReport> import(std::string_view text, std::string_view origin);
+  // Commits a winner measured on this node. Returns whether it is now the served record.
+  Result<bool> commit(const WinnerRecord& record, std::string_view origin);
+
+  // Why `record` cannot be served as exact on this node ("" when it can). `own_device`: the
+  // record is for one of this node's GPUs (then the driver must match too).
+  std::string staleness(const WinnerRecord& record, bool own_device) const;
+
+  const WinnerIndex& index() const { return m_index; }
+  Store& store() { return m_store; }
+  // Called after every committed change (under the writer lock; keep it short).
+  void on_change(std::function<void(const WinnerRecord&)> listener);
+
+ private:
+  void publish_locked(const WinnerRecord& record);
+
+  Store& m_store;
+  WinnerIndex& m_index;
+  const TemplateRegistry& m_templates;
+  const NodeIdentity& m_node;
+  std::mutex m_write_mutex;
+  std::vector<std::function<void(const WinnerRecord&)>> m_listeners;
+};
+
+}  // namespace ktune

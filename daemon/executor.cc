@@ -1,0 +1,32 @@
+#include "daemon/executor.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace ktune {
+
+Executor::Executor(int threads, int nice) : m_guard(boost::asio::make_work_guard(m_io)) {
+  for (int i = 0; i < threads; ++i)
+    m_threads.emplace_back([this, nice] {
+      if (nice != 0) {
+        // Linux: a nice value is per thread (setpriority on the thread id).
+        const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+        const int base = ::getpriority(PRIO_PROCESS, tid);
+        (void)::setpriority(PRIO_PROCESS, tid, base + nice);  // best effort
+      }
+      m_io.run();
+    });
+}
+
+Executor::~Executor() {
+  stop();
+}
+
+void Executor::stop() {
+  m_guard.reset();
+  for (auto& t : m_threads)
+    if (t.joinable()) t.join();
+}
+
+}  // namespace ktune

@@ -1,0 +1,36 @@
+// Executor: the threads that run everything an I/O thread must not — cold lookups, imports,
+// exports, status, job control.
+//
+// Its threads run at a lower CPU priority (nice +10 over the daemon's): on a node whose cores are
+// all busy, a cached lookup on an I/O thread is scheduled before a long import or export, which is
+// what "a cached answer is never queued behind them" needs on a machine with few cores. post() is
+// thread-safe; stop() lets queued work finish, then ends the threads.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <functional>
+#include <thread>
+#include <vector>
+
+namespace ktune {
+
+class Executor {
+ public:
+  // `threads` >= 1; `nice` is added to each thread's nice value (0 = same as the daemon).
+  Executor(int threads, int nice);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  void post(std::function<void()> work) { boost::asio::post(m_io, std::move(work)); }
+  // Finishes what is queued, then joins the threads. Idempotent.
+  void stop();
+
+ private:
+  boost::asio::io_context m_io;
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> m_guard;
+  std::vector<std::thread> m_threads;
+};
+
+}  // namespace ktune

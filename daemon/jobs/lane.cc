@@ -1,0 +1,195 @@
+#include "daemon/jobs/lane.h"
+
+#include "config/log.h"
+#include "tuner/tuning_job.h"
+
+namespace ktune {
+namespace {
+
+GpuPolicyOptions gate_options(const DaemonConfig& c) {
+  return gpu_policy_options(c).value_or(GpuPolicyOptions{});  // the config was validated
+}
+
+RunnerOptions runner_options(const DaemonConfig& c, int ordinal) {
+  RunnerOptions o;
+  if (!c.worker_binary.empty()) o.worker_binary = c.worker_binary;
+  o.ordinal = ordinal;
+  o.trial_timeout_ms = c.trial_timeout_ms;
+  return o;
+}
+
+}  // namespace
+
+Lane::Lane(LaneDeps deps, GpuInfo gpu)
+    : m_deps(deps),
+      m_gpu(std::move(gpu)),
+      m_runner(runner_options(deps.config, m_gpu.ordinal)),
+      m_gate(gate_options(deps.config), deps.monitor, m_gpu.ordinal, m_gpu.pci_bus_id, [this] {
+        // Our own worker is not foreign work.
+        std::vector<std::uint32_t> own;
+        if (const int pid = m_runner.worker_pid(); pid > 0) own.push_back(std::uint32_t(pid));
+        return own;
+      }) {}
+
+Lane::~Lane() {
+  stop();
+}
+
+void Lane::start() {
+  m_gate.start();
+  m_thread = std::thread([this] { loop(); });
+}
+
+void Lane::stop() {
+  m_stop = true;
+  m_gate.stop();
+  if (m_thread.joinable()) m_thread.join();
+}
+
+void Lane::loop() {
+  const std::set<std::string> classes{m_gpu.device_class.id()};
+  auto stopping = [this] { return m_stop.load(); };
+  while (!m_stop) {
+    // Jobs stay queued while the GPU is not ours (gpu_policy never, foreign work): a job is
+    // claimed only by a lane that can start it.
+    if (!m_gate.acquire(stopping)) break;
+    auto job = m_deps.jobs.claim(classes, m_gpu.ordinal);
+    if (!job) break;  // the queue stopped
+    set_state(State::tuning, &*job);
+    run_job(*job);
+    set_state(State::idle, nullptr);
+  }
+}
+
+void Lane::set_state(State state, const JobRecord* job) {
+  std::lock_guard lock(m_mutex);
+  account_locked();
+  m_state = state;
+  if (job) m_job = *job;
+  if (state == State::idle) m_job = JobRecord();
+}
+
+std::vector<Params> Lane::neighbour_seeds(const Problem& problem) const {
+  std::vector<Params> seeds;
+  const auto near = m_deps.catalog.index().nearest(m_gpu.device_class.id(), problem,
+                                                   2 * m_deps.config.nearest_radius, 4);
+  for (const auto& n : near)
+    for (size_t i = 0; i < n.record->ranked.size() && i < 3; ++i)
+      seeds.push_back(n.record->ranked[i].params);
+  return seeds;
+}
+
+void Lane::run_job(const JobRecord& job) {
+  const std::string& id = job.id;
+  log(LogLevel::info, "job_started",
+      {{"job", id},
+       {"lane", m_gpu.ordinal},
+       {"problem", job.problem.key()},
+       {"reused_trials", job.trials_done}});
+  if (auto ok = m_runner.start(); !ok) {
+    (void)m_deps.jobs.finish(id, JobState::failed, "worker did not start: " + ok.error().message);
+    return;
+  }
+  TuneRequest req;
+  req.problem = job.problem;
+  req.strategy = job.strategy;
+  req.budget = Budget{job.budget_trials, job.budget_seconds, 0};
+  req.job_id = id;
+  req.resume = true;
+  req.store_winner = false;  // the catalog commits it
+  req.seeds = neighbour_seeds(job.problem);
+  auto cancelled = [this, id] { return m_stop || m_deps.jobs.cancel_requested(id); };
+  req.control.cancelled = cancelled;
+  req.control.acquire_gpu = [this, cancelled] {
+    if (m_gate.allowed()) return !cancelled();
+    set_state(State::paused, nullptr);
+    const bool ok = m_gate.acquire(cancelled);
+    set_state(State::tuning, nullptr);
+    return ok;
+  };
+  req.control.disturbance = [this] {
+    m_gate.sample_now();  // the GPU as the trial started/ended, not as of the last poll
+    return m_gate.disturbance();
+  };
+
+  const TuneContext ctx{m_gpu.device_class, m_gpu.limits, m_deps.node.driver, m_deps.node.nvrtc,
+                        m_deps.node.node_id};
+  TuningJob tuning(m_deps.templates, m_deps.compiler, &m_deps.store, m_runner, ctx);
+  auto result = tuning.run(req, [this, id](const TuneProgress& p) {
+    m_deps.jobs.progress(id, p.trials, p.reused, p.best_us, p.best);
+    std::lock_guard lock(m_mutex);
+    m_job.trials_done = p.trials;
+    m_job.best_us = p.best_us;
+  });
+  if (result) {
+    for (const auto& t : result->trials) m_deps.metrics.count_trial(to_string(t.outcome));
+    auto committed = m_deps.catalog.commit(result->winner, "job " + id);
+    const auto& best = result->winner.ranked.front();
+    std::string msg = best.template_name + " {" + params_to_string(best.params) + "} " +
+                      std::to_string(best.median_us) + " us";
+    if (!committed)
+      msg = "measured, but the winner could not be stored: " + committed.error().message;
+    else if (!*committed)
+      msg += " (the stored winner is faster; kept it)";
+    (void)m_deps.jobs.finish(id, committed ? JobState::done : JobState::failed, msg);
+    return;
+  }
+  if (result.error().code == ErrorCode::cancelled) {
+    if (m_stop)
+      m_deps.jobs.requeue(id);  // the daemon is stopping: resume at the next start
+    else
+      (void)m_deps.jobs.finish(id, JobState::cancelled, "cancelled by a client");
+    return;
+  }
+  (void)m_deps.jobs.finish(id, JobState::failed, result.error().message);
+}
+
+void Lane::account_locked() const {
+  const auto now = std::chrono::steady_clock::now();
+  const double dt = std::chrono::duration<double>(now - m_last_account).count();
+  m_last_account = now;
+  switch (m_state) {
+    case State::idle:
+      m_seconds_idle += dt;
+      break;
+    case State::tuning:
+      m_seconds_tuning += dt;
+      break;
+    case State::paused:
+      m_seconds_paused += dt;
+      break;
+  }
+}
+
+LaneStatus Lane::status() const {
+  std::lock_guard lock(m_mutex);
+  account_locked();
+  LaneStatus s;
+  s.ordinal = m_gpu.ordinal;
+  s.device = m_gpu.device_class.id();
+  const auto gate = m_gate.state();
+  s.reason = gate.reason;
+  if (m_stop)
+    s.state = "stopped";
+  else if (m_state == State::idle)
+    s.state = "idle";
+  else  // the gate's view is current; the lane notices at its next trial
+    s.state = m_state == State::paused || !gate.allowed ? "paused" : "tuning";
+  s.job = m_job.id;
+  s.problem = m_job.problem.key();
+  s.trials = m_job.trials_done;
+  s.budget_trials = m_job.budget_trials;
+  s.best_us = m_job.best_us;
+  s.worker_pid = m_runner.worker_pid();
+  s.seconds_tuning = m_seconds_tuning;
+  s.seconds_paused = m_seconds_paused;
+  s.seconds_idle = m_seconds_idle;
+  s.gpu_allowed = gate.allowed;
+  const GateTimes times = m_gate.times();
+  s.gpu_allowed_s = times.allowed_s;
+  s.gpu_paused_s = times.paused_s;
+  s.disturbances = m_gate.disturbance();
+  return s;
+}
+
+}  // namespace ktune

@@ -1,0 +1,243 @@
+#include "daemon/jobs/queue.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+
+#include "config/log.h"
+
+namespace ktune {
+namespace {
+
+std::int64_t unix_now() {
+  return std::int64_t(std::time(nullptr));
+}
+
+std::string job_key(const DeviceClass& device, const Problem& problem) {
+  return device.id() + "/" + problem.key();
+}
+
+std::string make_id(std::uint64_t n) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%012llu", static_cast<unsigned long long>(n));
+  return buf;
+}
+
+}  // namespace
+
+JobQueue::JobQueue(Store& store, int max_queued) : m_store(store), m_max_queued(max_queued) {}
+
+Result<int> JobQueue::load() {
+  auto jobs = scan_jobs(m_store);
+  if (!jobs) return std::unexpected(jobs.error());
+  std::lock_guard lock(m_mutex);
+  int resumed = 0;
+  for (auto& j : *jobs) {
+    if (j.state == JobState::running) {
+      j.state = JobState::queued;
+      j.lane = -1;
+      j.message = "resumed after the daemon stopped mid-job";
+      j.updated = unix_now();
+      ++resumed;
+      persist_locked(j);
+    }
+    if (!terminal(j.state)) m_active_by_key[job_key(j.device, j.problem)] = j.id;
+    m_next_id = std::max<std::uint64_t>(m_next_id, std::strtoull(j.id.c_str(), nullptr, 10) + 1);
+    m_jobs[j.id] = std::move(j);
+  }
+  return resumed;
+}
+
+Result<JobQueue::Submitted> JobQueue::submit(const JobSpec& spec) {
+  std::lock_guard lock(m_mutex);
+  const std::string key = job_key(spec.device, spec.problem);
+  if (auto it = m_active_by_key.find(key); it != m_active_by_key.end()) {
+    JobRecord& existing = m_jobs.at(it->second);
+    // A client asking explicitly raises a background job's priority.
+    if (spec.priority > existing.priority && existing.state == JobState::queued) {
+      existing.priority = spec.priority;
+      existing.updated = unix_now();
+      persist_locked(existing);
+      m_cv.notify_all();
+    }
+    return Submitted{existing, false};
+  }
+  if (queued_locked() >= m_max_queued)
+    return fail(ErrorCode::unavailable,
+                std::to_string(m_max_queued) + " jobs are queued already (tuning.max_queued_jobs)");
+  JobRecord j;
+  j.id = make_id(m_next_id++);
+  j.device = spec.device;
+  j.problem = spec.problem;
+  j.strategy = spec.strategy;
+  j.budget_trials = spec.budget_trials;
+  j.budget_seconds = spec.budget_seconds;
+  j.state = JobState::queued;
+  j.priority = spec.priority;
+  j.origin = spec.origin;
+  j.created = j.updated = unix_now();
+  if (auto ok = put_job(m_store, j); !ok) return std::unexpected(ok.error());
+  m_last_persist[j.id] = j.updated;
+  m_active_by_key[key] = j.id;
+  m_jobs[j.id] = j;
+  log(LogLevel::info, "job_queued",
+      {{"job", j.id}, {"key", key}, {"origin", j.origin}, {"priority", j.priority}});
+  m_cv.notify_all();
+  return Submitted{j, true};
+}
+
+std::optional<JobRecord> JobQueue::claim(const std::set<std::string>& device_ids, int lane) {
+  std::unique_lock lock(m_mutex);
+  while (!m_stopped) {
+    JobRecord* best = nullptr;
+    for (auto& [_, j] : m_jobs)  // creation order: the first of equal priority is the oldest
+      if (j.state == JobState::queued && device_ids.count(j.device.id()) &&
+          (!best || j.priority > best->priority))
+        best = &j;
+    if (best) {
+      best->state = JobState::running;
+      best->lane = lane;
+      best->started = best->updated = unix_now();
+      persist_locked(*best);
+      notify_locked(*best);
+      return *best;
+    }
+    m_cv.wait(lock);
+  }
+  return std::nullopt;
+}
+
+void JobQueue::progress(const std::string& id, int trials, int reused, double best_us,
+                        const std::string& best) {
+  std::lock_guard lock(m_mutex);
+  auto it = m_jobs.find(id);
+  if (it == m_jobs.end() || it->second.state != JobState::running) return;
+  JobRecord& j = it->second;
+  j.trials_done = trials;
+  j.reused = reused;
+  j.best_us = best_us;
+  j.best = best;
+  j.updated = unix_now();
+  if (j.updated - m_last_persist[id] >= 2) persist_locked(j);
+  notify_locked(j);
+}
+
+Result<JobRecord> JobQueue::finish(const std::string& id, JobState state,
+                                   const std::string& message) {
+  std::lock_guard lock(m_mutex);
+  auto it = m_jobs.find(id);
+  if (it == m_jobs.end()) return fail(ErrorCode::not_found, "no job " + id);
+  JobRecord& j = it->second;
+  j.state = state;
+  j.message = message;
+  j.lane = -1;
+  j.finished = j.updated = unix_now();
+  m_active_by_key.erase(job_key(j.device, j.problem));
+  m_cancel.erase(id);
+  if (auto ok = put_job(m_store, j); !ok) return std::unexpected(ok.error());
+  m_last_persist[id] = j.updated;
+  log(LogLevel::info, "job_" + std::string(to_string(state)),
+      {{"job", id}, {"trials", j.trials_done}, {"best_us", j.best_us}, {"message", message}});
+  notify_locked(j);
+  return j;
+}
+
+void JobQueue::requeue(const std::string& id) {
+  std::lock_guard lock(m_mutex);
+  auto it = m_jobs.find(id);
+  if (it == m_jobs.end() || it->second.state != JobState::running) return;
+  it->second.state = JobState::queued;
+  it->second.lane = -1;
+  it->second.updated = unix_now();
+  persist_locked(it->second);
+  notify_locked(it->second);
+  m_cv.notify_all();
+}
+
+Result<JobRecord> JobQueue::cancel(const std::string& id) {
+  std::unique_lock lock(m_mutex);
+  auto it = m_jobs.find(id);
+  if (it == m_jobs.end()) return fail(ErrorCode::not_found, "no job " + id);
+  JobRecord& j = it->second;
+  if (j.state == JobState::running) {
+    m_cancel.insert(id);  // the lane ends it at its next trial and calls finish()
+    return j;
+  }
+  if (j.state != JobState::queued) return j;
+  lock.unlock();
+  return finish(id, JobState::cancelled, "cancelled while queued");
+}
+
+bool JobQueue::cancel_requested(const std::string& id) const {
+  std::lock_guard lock(m_mutex);
+  return m_stopped || m_cancel.count(id) > 0;
+}
+
+std::optional<JobRecord> JobQueue::get(const std::string& id) const {
+  std::lock_guard lock(m_mutex);
+  auto it = m_jobs.find(id);
+  if (it == m_jobs.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<JobRecord> JobQueue::list(size_t limit, std::optional<JobState> state) const {
+  std::lock_guard lock(m_mutex);
+  std::vector<JobRecord> out;
+  for (auto it = m_jobs.rbegin(); it != m_jobs.rend() && out.size() < limit; ++it)
+    if (!state || it->second.state == *state) out.push_back(it->second);
+  return out;
+}
+
+std::map<JobState, int> JobQueue::counts() const {
+  std::lock_guard lock(m_mutex);
+  std::map<JobState, int> c;
+  for (JobState s :
+       {JobState::queued, JobState::running, JobState::done, JobState::failed, JobState::cancelled})
+    c[s] = 0;
+  for (const auto& [_, j] : m_jobs) ++c[j.state];
+  return c;
+}
+
+int JobQueue::queued() const {
+  std::lock_guard lock(m_mutex);
+  return queued_locked();
+}
+
+int JobQueue::queued_locked() const {
+  int n = 0;
+  for (const auto& [_, j] : m_jobs) n += j.state == JobState::queued;
+  return n;
+}
+
+bool JobQueue::watch(const std::string& id, std::function<bool(const JobRecord&)> fn) {
+  std::lock_guard lock(m_mutex);
+  auto it = m_jobs.find(id);
+  if (it == m_jobs.end()) return false;
+  if (!fn(it->second) || terminal(it->second.state)) return true;
+  m_watchers.emplace(id, std::move(fn));
+  return true;
+}
+
+void JobQueue::stop() {
+  std::lock_guard lock(m_mutex);
+  m_stopped = true;
+  m_cv.notify_all();
+}
+
+void JobQueue::persist_locked(const JobRecord& job) {
+  if (auto ok = put_job(m_store, job); !ok)
+    log(LogLevel::error, "job_write_failed", {{"job", job.id}, {"error", ok.error().message}});
+  m_last_persist[job.id] = unix_now();
+}
+
+void JobQueue::notify_locked(const JobRecord& job) {
+  auto [first, last] = m_watchers.equal_range(job.id);
+  for (auto it = first; it != last;) {
+    if (!it->second(job) || terminal(job.state))
+      it = m_watchers.erase(it);
+    else
+      ++it;
+  }
+}
+
+}  // namespace ktune

@@ -1,0 +1,354 @@
+#include "daemon/lookups.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "templates/space.h"
+
+namespace ktune {
+namespace {
+
+using protocol::ErrorKind;
+using Json = protocol::Json;
+
+constexpr size_t k_max_cached_answers = 100'000;
+
+// Expected fraction of a kernel's time tuning saves, by what the lookup could answer.
+constexpr double k_gain_heuristic = 0.3;
+constexpr double k_gain_stale = 0.1;
+double gain_nearest(double distance) {
+  return std::min(0.3, 0.05 + 0.05 * distance);
+}
+
+std::vector<std::pair<std::string, std::int64_t>> params_list(const Params& p) {
+  return {p.begin(), p.end()};
+}
+
+protocol::LookupEntry measured_entry(const RankedConfig& c, std::string provenance) {
+  protocol::LookupEntry e;
+  e.provenance = std::move(provenance);
+  e.template_name = c.template_name;
+  e.template_hash = c.template_hash;
+  e.params = params_list(c.params);
+  e.median_us = c.median_us;
+  e.tflops = c.tflops;
+  e.gbps = c.gbps;
+  return e;
+}
+
+DeviceLimits limits_for_class(const DeviceClass& d) {
+  auto l = DeviceLimits::for_arch("sm_" + std::to_string(d.cc));
+  DeviceLimits out = l ? *l : DeviceLimits{};
+  out.cc = d.cc;
+  out.sm_count = d.sm_count;
+  return out;
+}
+
+double work(const Problem& p) {
+  double w = 1;
+  for (const auto& [_, v] : p.dims) w *= double(v);
+  return w;
+}
+
+// The request text after the id, when the line has the shape our clients send.
+struct SplitLine {
+  std::string_view id;    // the id token as written
+  std::string_view rest;  // from the comma after the id to the end
+};
+std::optional<SplitLine> split_lookup_line(std::string_view line) {
+  constexpr std::string_view head = R"({"v":1,"id":)";
+  if (!line.starts_with(head)) return std::nullopt;
+  size_t i = head.size();
+  if (i < line.size() && line[i] == '"') {
+    const size_t end = line.find('"', i + 1);
+    if (end == std::string_view::npos ||
+        line.substr(i, end - i).find('\\') != std::string_view::npos)
+      return std::nullopt;
+    i = end + 1;
+  } else {
+    while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
+    if (i > head.size() + 1 && line[head.size()] == '0') return std::nullopt;  // "007" is no JSON
+  }
+  if (i == head.size()) return std::nullopt;
+  const std::string_view rest = line.substr(i);
+  if (!rest.starts_with(R"(,"op":"lookup",)")) return std::nullopt;
+  return SplitLine{line.substr(head.size(), i - head.size()), rest};
+}
+
+}  // namespace
+
+LookupService::LookupService(const DaemonConfig& config, const TemplateRegistry& templates,
+                             const Catalog& catalog, const NodeIdentity& node, Metrics& metrics,
+                             MissTracker& misses)
+    : m_config(config),
+      m_templates(templates),
+      m_catalog(catalog),
+      m_node(node),
+      m_metrics(metrics),
+      m_misses(misses) {}
+
+std::optional<std::string> LookupService::fast_reply(std::string_view line) {
+  const auto split = split_lookup_line(line);
+  if (!split) return std::nullopt;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<const Answer> answer;
+  {
+    std::lock_guard lock(m_mutex);
+    auto it = m_by_text.find(std::string(split->rest));
+    if (it == m_by_text.end() || it->second->generation != m_catalog.index().generation())
+      return std::nullopt;
+    answer = it->second;
+  }
+  m_metrics.count_request("lookup");
+  if (answer->miss)
+    m_misses.record(answer->device, answer->problem, answer->miss_reason, answer->expected_us,
+                    answer->gain);
+  m_metrics.count_lookup(
+      answer->provenance,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  std::string out;
+  out.reserve(answer->result.size() + split->id.size() + 40);
+  out += R"({"v":1,"id":)";
+  out += split->id;
+  out += R"(,"ok":true,"result":)";
+  out += answer->result;
+  out += "}\n";
+  return out;
+}
+
+void LookupService::remember_line(std::string_view line, std::shared_ptr<const Answer> answer) {
+  const auto split = split_lookup_line(line);
+  if (!split) return;
+  std::lock_guard lock(m_mutex);
+  if (m_by_text.size() >= k_max_cached_answers) m_by_text.clear();
+  m_by_text[std::string(split->rest)] = std::move(answer);
+}
+
+std::string LookupService::reply(const Json& id, const Answer& answer,
+                                 std::chrono::steady_clock::time_point t0) {
+  if (answer.miss)
+    m_misses.record(answer.device, answer.problem, answer.miss_reason, answer.expected_us,
+                    answer.gain);
+  m_metrics.count_lookup(
+      answer.provenance,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return R"({"v":1,"id":)" + id.dump() + R"(,"ok":true,"result":)" + answer.result + "}\n";
+}
+
+protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_device(
+    const std::string& name) const {
+  const WinnerIndex& index = m_catalog.index();
+  if (name.empty()) {
+    if (m_node.gpus.empty()) {
+      std::string known;
+      for (const auto& id : index.device_ids()) known += (known.empty() ? "" : ", ") + id;
+      return protocol::error(ErrorKind::unavailable,
+                             "this node has no GPU (" + m_node.gpu_error +
+                                 "); name a device class with "
+                                 "\"device\"" +
+                                 (known.empty() ? std::string() : " (known: " + known + ")"));
+    }
+    return std::make_pair(m_node.gpus.front().device_class, m_node.gpus.front().limits);
+  }
+  // Exact id or unique prefix among this node's GPUs and the classes the index holds.
+  std::vector<std::pair<DeviceClass, DeviceLimits>> known;
+  for (const auto& g : m_node.gpus) known.emplace_back(g.device_class, g.limits);
+  for (const auto& id : index.device_ids()) {
+    auto d = parse_device_class_id(id);
+    if (d &&
+        std::none_of(known.begin(), known.end(), [&](const auto& k) { return k.first.id() == id; }))
+      known.emplace_back(*d, limits_for_class(*d));
+  }
+  std::vector<std::pair<DeviceClass, DeviceLimits>> matches;
+  for (const auto& k : known) {
+    if (k.first.id() == name) return k;
+    if (k.first.id().starts_with(name)) matches.push_back(k);
+  }
+  if (matches.size() == 1) return matches.front();
+  if (auto d = parse_device_class_id(name)) return std::make_pair(*d, limits_for_class(*d));
+  std::string list;
+  for (const auto& k : (matches.empty() ? known : matches))
+    list += (list.empty() ? "" : ", ") + k.first.id();
+  return protocol::error(ErrorKind::not_found,
+                         "device class '" + name + "' " +
+                             (matches.empty() ? "is unknown" : "is ambiguous") +
+                             (list.empty() ? std::string() : " (known: " + list + ")"));
+}
+
+protocol::Expected<Problem> LookupService::canonical_problem(
+    const protocol::ProblemSpec& spec) const {
+  Problem p;
+  p.op = spec.op;
+  p.dtype = spec.dtype;
+  p.out_dtype = spec.out_dtype.empty() ? spec.dtype : spec.out_dtype;
+  p.layout = spec.layout;
+  // The op's dims order and default layout come from its templates.
+  const KernelTemplate* first = nullptr;
+  for (const auto& t : m_templates.all())
+    if (t->manifest.op == spec.op) {
+      first = t.get();
+      break;
+    }
+  if (first) {
+    const auto& names = first->manifest.dims;
+    std::set<std::string> given;
+    for (const auto& [n, _] : spec.dims) given.insert(n);
+    if (given.size() != spec.dims.size() ||
+        given != std::set<std::string>(names.begin(), names.end())) {
+      std::string want;
+      for (const auto& n : names) want += (want.empty() ? "" : ", ") + n;
+      return protocol::error(ErrorKind::invalid_problem, spec.op + " takes dims " + want);
+    }
+    for (const auto& n : names)
+      for (const auto& d : spec.dims)
+        if (d.first == n) p.dims.push_back(d);
+    if (p.layout.empty()) p.layout = first->manifest.default_layout;
+  } else {
+    p.dims = spec.dims;
+  }
+  if (auto ok = validate_problem(p); !ok)
+    return protocol::error(ErrorKind::invalid_problem, ok.error().message);
+  return p;
+}
+
+bool LookupService::complete_entry(protocol::LookupEntry& e, const Problem& problem,
+                                   const DeviceClass& device, const DeviceLimits& limits) const {
+  const KernelTemplate* t = m_templates.find(e.template_name);
+  if (!t)
+    return true;  // not installed here: the config is still the answer, without kernel details
+  Params params(e.params.begin(), e.params.end());
+  auto inst = instantiate(*t, problem, limits, params);
+  if (!inst) return false;
+  e.name_expression = inst->name_expression;
+  e.arch = target_arch(t->manifest, device.cc);
+  e.grid.assign(inst->launch.grid.begin(), inst->launch.grid.end());
+  e.block.assign(inst->launch.block.begin(), inst->launch.block.end());
+  e.smem = inst->launch.smem;
+  return true;
+}
+
+double LookupService::estimate_us(const Problem& problem, const DeviceLimits& limits) const {
+  // Rates of a current data-centre part by generation; only the order of magnitude matters.
+  const double flops_per_us = (limits.cc >= 90 ? 600e12 : 250e12) / 1e6;
+  const double bytes_per_us = (limits.cc >= 90 ? 3.5e12 : 1.5e12) / 1e6;
+  for (const KernelTemplate* t : m_templates.for_problem(problem, limits.cc)) {
+    auto h = heuristic_config(*t, problem, limits);
+    if (!h) continue;
+    auto inst = instantiate(*t, problem, limits, *h);
+    if (!inst) continue;
+    return inst->metric_kind == MetricSpec::Kind::flops ? inst->metric / flops_per_us
+                                                        : inst->metric / bytes_per_us;
+  }
+  return 0;
+}
+
+std::shared_ptr<const LookupService::Answer> LookupService::cached(const std::string& key,
+                                                                   std::uint64_t generation) const {
+  std::lock_guard lock(m_mutex);
+  auto it = m_by_key.find(key);
+  return it != m_by_key.end() && it->second->generation == generation ? it->second : nullptr;
+}
+
+protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::lookup(
+    const Json& body, Cold cold, std::string_view line) {
+  auto req = protocol::lookup_from_json(body);
+  if (!req) return std::unexpected(req.error());
+  auto problem = canonical_problem(req->problem);
+  if (!problem) return std::unexpected(problem.error());
+  auto device = resolve_device(req->device);
+  if (!device) return std::unexpected(device.error());
+  const auto& [dev, limits] = *device;
+  const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit);
+  auto answer = cached(key, m_catalog.index().generation());
+  if (!answer) {
+    if (cold == Cold::refuse) return nullptr;
+    auto built = build(*problem, dev, limits, req->limit);
+    if (!built) return built;
+    answer = *built;
+    std::lock_guard lock(m_mutex);
+    if (m_by_key.size() >= k_max_cached_answers) m_by_key.clear();
+    m_by_key[key] = answer;
+  }
+  if (!line.empty()) remember_line(line, answer);
+  return answer;
+}
+
+protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::build(
+    const Problem& problem, const DeviceClass& dev, const DeviceLimits& limits, int limit) {
+  const WinnerIndex& index = m_catalog.index();
+  const std::string device_id = dev.id();
+  auto fresh = std::make_shared<Answer>();
+  fresh->generation = index.generation();
+  fresh->device = dev;
+  fresh->problem = problem;
+  protocol::LookupReply reply;
+  reply.device = device_id;
+  reply.problem_key = problem.key();
+  std::set<std::string> seen;  // template + params already listed
+  auto add = [&](protocol::LookupEntry e) {
+    if (reply.entries.size() >= size_t(limit)) return false;
+    const std::string k =
+        e.template_name + "/" + params_to_string(Params(e.params.begin(), e.params.end()));
+    if (!seen.insert(k).second) return false;
+    if (!complete_entry(e, problem, dev, limits)) return false;
+    reply.entries.push_back(std::move(e));
+    return true;
+  };
+  const bool own = m_node.owns(device_id);
+  bool exact = false;
+  if (auto record = index.exact(device_id, problem)) {
+    const std::string stale = m_catalog.staleness(*record, own);
+    exact = stale.empty();
+    if (!exact) {
+      fresh->miss_reason = "stale: " + stale;
+      fresh->expected_us = record->ranked.front().median_us;
+      fresh->gain = k_gain_stale;
+    }
+    for (const auto& c : record->ranked) {
+      auto e = measured_entry(c, exact ? "exact" : "stale");
+      e.from = stale;
+      add(std::move(e));
+    }
+  }
+  if (!exact) {
+    if (fresh->miss_reason.empty()) fresh->miss_reason = "no winner";
+    for (const auto& near :
+         index.nearest(device_id, problem, m_config.nearest_radius, size_t(limit))) {
+      if (!m_catalog.staleness(*near.record, own).empty()) continue;
+      auto e = measured_entry(near.record->ranked.front(), "nearest");
+      e.distance = near.distance;
+      e.from = near.record->problem.key();
+      if (add(std::move(e)) && fresh->gain == 0) {
+        // Scale the measured time by the work ratio of the two shapes.
+        fresh->expected_us = near.record->ranked.front().median_us * work(problem) /
+                             std::max(1.0, work(near.record->problem));
+        fresh->gain = gain_nearest(near.distance);
+      }
+    }
+    for (const KernelTemplate* t : m_templates.for_problem(problem, dev.cc)) {
+      auto h = heuristic_config(*t, problem, limits);
+      if (!h) continue;
+      protocol::LookupEntry e;
+      e.provenance = "heuristic";
+      e.template_name = t->name();
+      e.template_hash = t->hash;
+      e.params = params_list(*h);
+      add(std::move(e));
+    }
+    if (fresh->gain == 0) {
+      fresh->expected_us = estimate_us(problem, limits);
+      fresh->gain = k_gain_heuristic;
+    }
+  }
+  fresh->miss = !exact;
+  if (reply.entries.empty())
+    return protocol::error(ErrorKind::invalid_problem,
+                           "no template implements " + problem.describe() + " on sm_" +
+                               std::to_string(dev.cc) + " and nothing was tuned for it");
+  fresh->provenance = reply.entries.front().provenance;
+  fresh->result = protocol::to_json(reply).dump();
+  return std::shared_ptr<const Answer>(std::move(fresh));
+}
+
+}  // namespace ktune

@@ -1,0 +1,120 @@
+// Ops status and templates: what this daemon is and what it can tune.
+#include <unistd.h>
+
+#include <cmath>
+
+#include "daemon/jobs/queue.h"
+#include "daemon/jobs/scheduler.h"
+#include "daemon/ops/ops.h"
+
+namespace ktune {
+
+using protocol::Json;
+
+OpReply op_status(OpContext& ctx, const protocol::Request&) {
+  Json gpus = Json::array();
+  for (const auto& g : ctx.node.gpus)
+    gpus.push_back({{"ordinal", g.ordinal},
+                    {"device_class", g.device_class.id()},
+                    {"name", g.device_class.name},
+                    {"pci_bus_id", g.pci_bus_id}});
+  Json misses = Json::array();
+  for (const auto& m : ctx.misses.top(10))
+    misses.push_back({{"device", m.device.id()},
+                      {"problem", m.problem.key()},
+                      {"count", m.count},
+                      {"worth_us", m.worth_us},
+                      {"reason", m.reason}});
+  Json template_errors = Json::array();
+  for (const auto& e : ctx.templates.errors()) template_errors.push_back(e.message);
+  Json jobs = Json::object();
+  for (const auto& [state, n] : ctx.jobs.counts()) jobs[std::string(to_string(state))] = n;
+  Json lanes = Json::array();
+  if (ctx.scheduler)
+    for (const auto& l : ctx.scheduler->lanes()) lanes.push_back(to_json(l));
+  const double uptime =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
+  return Json{
+      {"version", KTUNE_VERSION},
+      {"protocol", protocol::k_version},
+      {"pid", ::getpid()},
+      {"node_id", ctx.node.node_id},
+      {"uptime_s", std::round(uptime * 10) / 10},
+      {"socket", ctx.config.socket_path},
+      {"tcp", ctx.config.tcp_address},
+      {"data_dir", ctx.config.data_dir},
+      {"store", ctx.store.describe()},
+      {"winners", ctx.catalog.index().size()},
+      {"device_classes", ctx.catalog.index().device_ids()},
+      {"templates", ctx.templates.all().size()},
+      {"template_errors", template_errors},
+      {"gpus", gpus},
+      {"gpu_error", ctx.node.gpu_error},
+      {"gpu_policy", ctx.config.gpu_policy},
+      {"lanes", lanes},
+      {"jobs", jobs},
+      {"validators",
+       {{"driver", ctx.node.driver},
+        {"nvrtc", ctx.node.nvrtc},
+        {"store_format", k_store_format_version}}},
+      {"connections", ctx.metrics.connections()},
+      {"requests", ctx.metrics.requests()},
+      {"misses",
+       {{"total", ctx.misses.total()}, {"distinct", ctx.misses.distinct()}, {"top", misses}}}};
+}
+
+OpReply op_templates(OpContext& ctx, const protocol::Request&) {
+  Json list = Json::array();
+  for (const auto& t : ctx.templates.all()) {
+    const Manifest& m = t->manifest;
+    Json params = Json::array();
+    for (const auto& p : m.params) params.push_back({{"name", p.name}, {"values", p.values}});
+    Json layouts = Json::array();
+    for (const auto& [l, _] : m.layouts) layouts.push_back(l);
+    list.push_back({{"name", m.name},
+                    {"op", m.op},
+                    {"version", m.version},
+                    {"description", m.description},
+                    {"hash", t->hash},
+                    {"dims", m.dims},
+                    {"dtypes", m.dtypes},
+                    {"out_dtypes", m.out_dtypes.empty() ? m.dtypes : m.out_dtypes},
+                    {"layouts", layouts},
+                    {"min_cc", m.min_cc},
+                    {"max_cc", m.max_cc},
+                    {"params", params},
+                    {"space_size", m.space_size()},
+                    {"path", m.path}});
+  }
+  Json errors = Json::array();
+  for (const auto& e : ctx.templates.errors()) errors.push_back(e.message);
+  return Json{{"templates", list}, {"errors", errors}};
+}
+
+}  // namespace ktune
+
+namespace ktune {
+
+std::string op_metrics_gauges(OpContext& ctx) {
+  std::string s;
+  auto gauge = [&](const char* name, const char* help, const char* type, double value) {
+    s += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
+         name + " " + std::to_string(value) + "\n";
+  };
+  gauge("ktune_winners", "Winner records in the index.", "gauge",
+        double(ctx.catalog.index().size()));
+  gauge("ktune_templates", "Templates loaded.", "gauge", double(ctx.templates.all().size()));
+  gauge("ktune_lookup_misses_total", "Lookups with no exact answer.", "counter",
+        double(ctx.misses.total()));
+  gauge("ktune_missed_keys", "Distinct keys missed (bounded).", "gauge",
+        double(ctx.misses.distinct()));
+  gauge("ktune_gpus", "GPUs this node tunes on.", "gauge", double(ctx.node.gpus.size()));
+  s += "# HELP ktune_jobs Tuning jobs, by state.\n# TYPE ktune_jobs gauge\n";
+  for (const auto& [state, n] : ctx.jobs.counts())
+    s += "ktune_jobs{state=\"" + std::string(to_string(state)) + "\"} " + std::to_string(n) + "\n";
+  gauge("ktune_job_queue_length", "Jobs waiting for a lane.", "gauge", double(ctx.jobs.queued()));
+  if (ctx.scheduler) s += ctx.scheduler->metrics_text();
+  return s;
+}
+
+}  // namespace ktune

@@ -1,0 +1,52 @@
+// Ops export and import: tuning tables as text, in and out. The daemon never opens a path a
+// client names: an import carries the table's content.
+#include "daemon/ops/ops.h"
+#include "store/table_io.h"
+
+namespace ktune {
+
+using protocol::ErrorKind;
+using protocol::Json;
+
+OpReply op_export(OpContext& ctx, const protocol::Request& req) {
+  auto format_name = protocol::get_string(req.body, "format", false, "json");
+  if (!format_name) return std::unexpected(format_name.error());
+  auto format = parse_table_format(*format_name);
+  if (!format) return protocol::error(ErrorKind::bad_request, format.error().message);
+  auto device = protocol::get_string(req.body, "device", false);
+  if (!device) return std::unexpected(device.error());
+  auto winners = scan_winners(ctx.store, *device);
+  if (!winners) return protocol::error(ErrorKind::internal, winners.error().message);
+  return Json{{"format", *format_name},
+              {"count", winners->size()},
+              {"content", render_table(*winners, *format)}};
+}
+
+OpReply op_import(OpContext& ctx, const protocol::Request& req) {
+  if (req.body.contains("path"))
+    return protocol::error(ErrorKind::bad_request,
+                           "\"path\" is not accepted: the daemon never opens a file a client "
+                           "names; send the table's content as \"table\" (ktune import does)");
+  // The table comes inline ("table") or, when larger than a frame, as the attachment.
+  auto table = protocol::get_string(req.body, "table", req.attachment.empty());
+  if (!table) return std::unexpected(table.error());
+  if (!req.attachment.empty() && !table->empty())
+    return protocol::error(ErrorKind::bad_request, "give the table inline or attached, not both");
+  const std::string_view text = req.attachment.empty() ? std::string_view(*table) : req.attachment;
+  auto origin = protocol::get_string(req.body, "origin", false, "request");
+  if (!origin) return std::unexpected(origin.error());
+  auto report = ctx.catalog.import(text, *origin);
+  if (!report) return protocol::error(ErrorKind::bad_request, report.error().message);
+  if (!report->applied()) {
+    std::string msg = std::to_string(report->rejected.size()) + " of " +
+                      std::to_string(report->total) + " records rejected; nothing imported:";
+    for (const auto& r : report->rejected) msg += "\n  " + r.reason;
+    return protocol::error(ErrorKind::bad_request, msg);
+  }
+  return Json{{"total", report->total},
+              {"added", report->added},
+              {"replaced", report->replaced},
+              {"kept", report->kept}};
+}
+
+}  // namespace ktune

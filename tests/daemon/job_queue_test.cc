@@ -1,0 +1,148 @@
+// The durable job queue over a MemStore: dedupe, priority order, cancel, restart, watchers.
+#include "daemon/jobs/queue.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "store/mem_store.h"
+#include "tests/fakes/test_records.h"
+
+namespace ktune {
+namespace {
+
+JobSpec spec(std::int64_t m, double priority, std::string origin = "miss") {
+  JobSpec s;
+  s.device = testing::h200();
+  s.problem = testing::gemm_problem(m, 4096, 4096);
+  s.origin = std::move(origin);
+  s.priority = priority;
+  s.strategy = "model";
+  s.budget_trials = 10;
+  s.budget_seconds = 60;
+  return s;
+}
+
+class JobQueueTest : public ::testing::Test {
+ protected:
+  JobQueueTest() { EXPECT_TRUE(check_store_format(m_store, false)); }
+  std::set<std::string> classes() const { return {testing::h200().id()}; }
+  MemStore m_store;
+};
+
+TEST_F(JobQueueTest, SameProblemIsOneJobAndAnExplicitAskRaisesItsPriority) {
+  JobQueue q(m_store, 10);
+  auto a = q.submit(spec(64, 5));
+  ASSERT_TRUE(a);
+  EXPECT_TRUE(a->created);
+  auto b = q.submit(spec(64, 1e12, "request"));
+  ASSERT_TRUE(b);
+  EXPECT_FALSE(b->created);
+  EXPECT_EQ(b->job.id, a->job.id);
+  EXPECT_EQ(q.get(a->job.id)->priority, 1e12);
+  EXPECT_EQ(q.list(10).size(), 1u);
+}
+
+TEST_F(JobQueueTest, ClaimsHighestPriorityThenOldest) {
+  JobQueue q(m_store, 10);
+  const auto low = q.submit(spec(16, 1))->job.id;
+  const auto high_old = q.submit(spec(32, 100))->job.id;
+  const auto high_new = q.submit(spec(64, 100))->job.id;
+  const auto other_device = [&] {
+    JobSpec s = spec(128, 1e9);
+    s.device.name = "NVIDIA A100";
+    return q.submit(s)->job.id;
+  }();
+  EXPECT_EQ(q.claim(classes(), 0)->id, high_old);
+  EXPECT_EQ(q.claim(classes(), 0)->id, high_new);
+  EXPECT_EQ(q.claim(classes(), 0)->id, low);
+  EXPECT_EQ(q.get(other_device)->state, JobState::queued) << "no lane of its class claimed it";
+  EXPECT_EQ(q.get(low)->state, JobState::running);
+  EXPECT_EQ(q.get(low)->lane, 0);
+}
+
+TEST_F(JobQueueTest, QueueIsBounded) {
+  JobQueue q(m_store, 2);
+  ASSERT_TRUE(q.submit(spec(16, 1)));
+  ASSERT_TRUE(q.submit(spec(32, 1)));
+  auto third = q.submit(spec(64, 1));
+  ASSERT_FALSE(third);
+  EXPECT_EQ(third.error().code, ErrorCode::unavailable);
+}
+
+TEST_F(JobQueueTest, CancelQueuedAtOnceRunningAtItsNextTrial) {
+  JobQueue q(m_store, 10);
+  const auto queued = q.submit(spec(16, 1))->job.id;
+  const auto running = q.submit(spec(32, 5))->job.id;
+  ASSERT_EQ(q.claim(classes(), 0)->id, running);
+  EXPECT_EQ(q.cancel(queued)->state, JobState::cancelled);
+  EXPECT_EQ(q.cancel(running)->state, JobState::running);
+  EXPECT_TRUE(q.cancel_requested(running));
+  EXPECT_FALSE(q.cancel_requested(queued));
+  ASSERT_TRUE(q.finish(running, JobState::cancelled, "cancelled by a client"));
+  EXPECT_EQ(q.get(running)->state, JobState::cancelled);
+  EXPECT_FALSE(q.cancel("999999999999"));
+  // A finished key can be queued again.
+  EXPECT_TRUE(q.submit(spec(32, 5))->created);
+}
+
+TEST_F(JobQueueTest, RunningJobsResumeAfterARestartAndIdsKeepGrowing) {
+  std::string running, done;
+  {
+    JobQueue q(m_store, 10);
+    running = q.submit(spec(16, 1))->job.id;
+    done = q.submit(spec(32, 1))->job.id;
+    ASSERT_TRUE(q.claim(classes(), 0));
+    ASSERT_TRUE(q.claim(classes(), 1));
+    ASSERT_TRUE(q.finish(done, JobState::done, "ok"));
+    q.progress(running, 7, 0, 12.5, "gemm {...}");
+  }  // the daemon died here
+  JobQueue q(m_store, 10);
+  auto resumed = q.load();
+  ASSERT_TRUE(resumed);
+  EXPECT_EQ(*resumed, 1);
+  EXPECT_EQ(q.get(running)->state, JobState::queued);
+  EXPECT_EQ(q.get(done)->state, JobState::done);
+  EXPECT_FALSE(q.submit(spec(16, 1))->created) << "still deduplicated after the restart";
+  const auto fresh = q.submit(spec(64, 1))->job.id;
+  EXPECT_GT(fresh, done);
+  EXPECT_EQ(q.claim(classes(), 0)->id, running);
+}
+
+TEST_F(JobQueueTest, WatchersSeeEveryChangeUntilTheEnd) {
+  JobQueue q(m_store, 10);
+  const auto id = q.submit(spec(16, 1))->job.id;
+  std::vector<JobRecord> seen;
+  ASSERT_TRUE(q.watch(id, [&](const JobRecord& j) {
+    seen.push_back(j);
+    return true;
+  }));
+  ASSERT_TRUE(q.claim(classes(), 0));
+  q.progress(id, 1, 0, 20, "a");
+  q.progress(id, 2, 0, 10, "b");
+  ASSERT_TRUE(q.finish(id, JobState::done, "ok"));
+  q.progress(id, 3, 0, 5, "after the end");
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[0].state, JobState::queued);
+  EXPECT_EQ(seen[1].state, JobState::running);
+  EXPECT_EQ(seen[3].best, "b");
+  EXPECT_EQ(seen[4].state, JobState::done);
+  EXPECT_FALSE(q.watch("nope", [](const JobRecord&) { return true; }));
+}
+
+TEST_F(JobQueueTest, ClaimWaitsForWorkAndStopWakesIt) {
+  JobQueue q(m_store, 10);
+  auto waiting = std::async(std::launch::async, [&] { return q.claim(classes(), 0); });
+  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  const auto id = q.submit(spec(16, 1))->job.id;
+  ASSERT_EQ(waiting.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(waiting.get()->id, id);
+  auto idle = std::async(std::launch::async, [&] { return q.claim(classes(), 0); });
+  q.stop();
+  ASSERT_EQ(idle.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_FALSE(idle.get());
+}
+
+}  // namespace
+}  // namespace ktune
