@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "client/cli/output.h"
 #include "client/cli/table.h"
 #include "config/config.h"
 #include "store/table_io.h"
@@ -21,25 +22,6 @@ namespace ktune::cli {
 using protocol::Json;
 
 namespace {
-
-int report_error(const protocol::Error& e) {
-  std::fprintf(stderr, "ktune: %s: %s\n", std::string(protocol::to_string(e.kind)).c_str(),
-               e.message.c_str());
-  return e.kind == protocol::ErrorKind::connection_failed ? 3 : 1;
-}
-
-void print_json(Json j) {
-  Json out = {{"schema_version", protocol::k_cli_schema_version}};
-  for (auto it = j.begin(); it != j.end(); ++it) out[it.key()] = it.value();
-  std::printf("%s\n", out.dump(2).c_str());
-}
-
-std::string join(const Json& arr, const char* sep = ",") {
-  std::string s;
-  for (const auto& v : arr)
-    s += (s.empty() ? "" : sep) + (v.is_string() ? v.get<std::string>() : v.dump());
-  return s;
-}
 
 std::string params_text(const Json& params) {
   std::string s;
@@ -95,6 +77,23 @@ int cmd_status(const Common& c) {
   std::printf("  validators   driver %s, nvrtc %s, store format %d\n",
               v["driver"].get<std::string>().c_str(), v["nvrtc"].get<std::string>().c_str(),
               v["store_format"].get<int>());
+  std::printf("  gpu policy   %s\n", j.value("gpu_policy", "").c_str());
+  for (const auto& l : j.value("lanes", Json::array())) {
+    std::string what = l["state"].get<std::string>();
+    if (!l["job"].get<std::string>().empty())
+      what += " job " + l["job"].get<std::string>() + " " + l["problem"].get<std::string>() + " (" +
+              std::to_string(l["trials"].get<int>()) + "/" +
+              std::to_string(l["budget_trials"].get<int>()) + " trials)";
+    if (l["state"] != "tuning" && !l["reason"].get<std::string>().empty())
+      what += ": " + l["reason"].get<std::string>();
+    std::printf("  lane %d       %s\n", l["ordinal"].get<int>(), what.c_str());
+  }
+  if (j.contains("jobs")) {
+    std::string jobs;
+    for (auto it = j["jobs"].begin(); it != j["jobs"].end(); ++it)
+      jobs += (jobs.empty() ? "" : ", ") + std::to_string(it.value().get<int>()) + " " + it.key();
+    std::printf("  jobs         %s\n", jobs.c_str());
+  }
   std::printf("  traffic      %lu requests, %ld connections open, %lu lookup misses (%zu keys)\n",
               j["requests"].get<unsigned long>(), j["connections"].get<long>(),
               j["misses"]["total"].get<unsigned long>(), j["misses"]["distinct"].get<size_t>());
@@ -307,18 +306,9 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
   return failures ? 1 : 0;
 }
 
-namespace {
+namespace {}  // namespace
 
-std::string clock_text(double s) {
-  const int t = int(std::lround(std::max(0.0, s)));
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%d:%02d", t / 60, t % 60);
-  return buf;
-}
-
-}  // namespace
-
-int cmd_tune(const Common& c, const TuneArgs& a) {
+int cmd_tune_standalone(const Common& c, const TuneArgs& a) {
   auto dims = parse_dims(a.problem.shape);
   if (!dims) return std::fprintf(stderr, "ktune: --shape: %s\n", dims.error().message.c_str()), 1;
   LocalTunerOptions o;

@@ -60,10 +60,22 @@ struct TuneArgs {
   int gpu = 0;
   std::string data_dir;  // the standalone store; default <state>/ktune/standalone
   std::vector<std::string> template_dirs;
-  bool no_import = false;  // do not hand the winner to a running daemon
+  bool no_import = false;   // do not hand the winner to a running daemon
+  bool standalone = false;  // tune here instead of through the daemon
+  bool no_wait = false;     // daemon mode: queue the job and return its id
+  std::string device;       // daemon mode: device class (default: the daemon's first GPU)
 };
 // Tunes on this machine's GPU (standalone: spawns its own ktune-worker), writes the winner to the
 // standalone store and, when a daemon answers, imports it there so lookups see it at once.
+int cmd_tune_standalone(const Common& c, const TuneArgs& a);
+// Queues the problem on the running daemon and follows the job (watch) with a progress bar.
 int cmd_tune(const Common& c, const TuneArgs& a);
+
+// Job control (client/cli/jobs.cc).
+int cmd_jobs(const Common& c, const std::string& state, int limit);
+int cmd_job(const Common& c, const std::string& id);
+int cmd_cancel(const Common& c, const std::string& id);
+int cmd_misses(const Common& c, int limit);
+int cmd_plan_apply(const Common& c, const std::string& file, const std::string& device);
 
 }  // namespace ktune::cli

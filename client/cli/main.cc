@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
 
   TuneArgs tune;
   auto* tu = app.add_subcommand(
-      "tune", "tune a problem on this machine's GPU (standalone) and keep the winner");
+      "tune", "queue a problem for tuning on the daemon's GPU and follow it (or --standalone)");
   tu->add_option("op", tune.problem.op, "operation, e.g. gemm")->required();
   tu->add_option("--dtype", tune.problem.dtype, "input dtype")->capture_default_str();
   tu->add_option("--out-dtype", tune.problem.out_dtype, "output dtype (default: same)");
@@ -72,11 +72,36 @@ int main(int argc, char** argv) {
   tu->add_option("--strategy", tune.strategy, ktune::strategy_choices())->capture_default_str();
   tu->add_option("--budget", tune.budget, "most configs measured")->capture_default_str();
   tu->add_option("--seconds", tune.seconds, "most seconds")->capture_default_str();
-  tu->add_option("--gpu", tune.gpu, "GPU ordinal")->capture_default_str();
+  tu->add_option("--device", tune.device, "device class (default: the daemon's first GPU)");
+  tu->add_flag("--no-wait", tune.no_wait, "queue the job, print its id and return");
+  tu->add_flag("--standalone", tune.standalone,
+               "tune here with a worker of our own instead of through the daemon");
+  tu->add_option("--gpu", tune.gpu, "standalone: GPU ordinal")->capture_default_str();
   tu->add_option("--data-dir", tune.data_dir,
-                 "standalone store (default: <state dir>/ktune/standalone)");
-  tu->add_option("--templates", tune.template_dirs, "template directories (default: built-in)");
-  tu->add_flag("--no-import", tune.no_import, "do not hand the winner to a running ktuned");
+                 "standalone: store (default: <state dir>/ktune/standalone)");
+  tu->add_option("--templates", tune.template_dirs,
+                 "standalone: template directories (default: built-in)");
+  tu->add_flag("--no-import", tune.no_import, "standalone: do not hand the winner to ktuned");
+
+  std::string job_state;
+  int jobs_limit = 50;
+  auto* jb = app.add_subcommand("jobs", "tuning jobs, newest first, with progress");
+  jb->add_option("--state", job_state, "queued | running | done | failed | cancelled");
+  jb->add_option("--limit", jobs_limit, "most jobs")->capture_default_str();
+  std::string job_id;
+  auto* jo = app.add_subcommand("job", "one tuning job");
+  jo->add_option("id", job_id, "job id")->required();
+  auto* ca = app.add_subcommand("cancel", "cancel a queued or running tuning job");
+  ca->add_option("id", job_id, "job id")->required();
+  int misses_limit = 20;
+  auto* mi = app.add_subcommand("misses", "most-missed problems and what tuning them is worth");
+  mi->add_option("--limit", misses_limit, "most keys")->capture_default_str();
+  std::string plan_file, plan_device;
+  auto* pl = app.add_subcommand("plan", "tuning plans: problems an operator wants ready");
+  auto* pa = pl->add_subcommand("apply", "queue a job for every problem of a YAML/JSON plan");
+  pa->add_option("file", plan_file, "plan file (docs/operations.md shows the format)")->required();
+  pa->add_option("--device", plan_device, "device class (default: the plan's, or the first GPU)");
+  pl->require_subcommand(1);
 
   try {
     app.parse(argc, argv);
@@ -90,5 +115,10 @@ int main(int argc, char** argv) {
   if (*im) return cmd_import(common, import_file);
   if (*co) return cmd_compile(common, compile);
   if (*tu) return cmd_tune(common, tune);
+  if (*jb) return cmd_jobs(common, job_state, jobs_limit);
+  if (*jo) return cmd_job(common, job_id);
+  if (*ca) return cmd_cancel(common, job_id);
+  if (*mi) return cmd_misses(common, misses_limit);
+  if (*pa) return cmd_plan_apply(common, plan_file, plan_device);
   return 2;
 }
