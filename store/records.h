@@ -182,7 +182,8 @@ Result<std::optional<WinnerRecord>> get_winner(Store& store, const DeviceClass& 
 // decode is an error naming its key.
 Result<std::vector<WinnerRecord>> scan_winners(Store& store, const std::string& device_id = "");
 
-// Trials go in batches: the tuner buffers and flushes.
+// A tuning job writes each trial with one buffered put as soon as it is known (in flight before
+// launch, then its outcome); add_trial is for writers of many records at once.
 void add_trial(WriteBatch& batch, const TrialRecord& r);
 Result<std::vector<TrialRecord>> scan_trials(Store& store, const std::string& prefix = "");
 

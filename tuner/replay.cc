@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -70,14 +71,19 @@ Result<std::vector<ReplayProblem>> load_replay(const std::string& path,
 }
 
 Result<ReplayCurve> replay(const ReplayProblem& p, std::string_view strategy_name,
-                           size_t max_trials, std::uint64_t seed, size_t batch) {
-  auto strategy = make_strategy(strategy_name, p.candidates, p.seeds, seed);
+                           const ReplayOptions& options) {
+  std::vector<size_t> seeds = p.seeds;
+  for (const auto& params : options.seeds)
+    for (size_t i : p.candidates.find_all(params)) seeds.push_back(i);
+  auto strategy = make_strategy(strategy_name, p.candidates, std::move(seeds), options.rng_seed);
   if (!strategy) return std::unexpected(strategy.error());
+  const size_t max_trials = options.max_trials > 0 ? options.max_trials : p.candidates.size();
   ReplayCurve curve;
   curve.strategy = std::string(strategy_name);
   double best = std::numeric_limits<double>::infinity();
   while (curve.fraction.size() < max_trials) {
-    auto proposal = (*strategy)->propose(std::min(batch, max_trials - curve.fraction.size()));
+    auto proposal =
+        (*strategy)->propose(std::min(options.batch, max_trials - curve.fraction.size()));
     if (proposal.empty()) break;
     std::vector<Observation> obs;
     for (size_t i : proposal) {
@@ -88,6 +94,17 @@ Result<ReplayCurve> replay(const ReplayProblem& p, std::string_view strategy_nam
     (*strategy)->observe(obs);
   }
   return curve;
+}
+
+std::vector<Params> fastest_configs(const ReplayProblem& p, size_t k) {
+  std::vector<size_t> order(p.candidates.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return p.value[a] < p.value[b]; });
+  std::vector<Params> out;
+  for (size_t i = 0; i < std::min(k, order.size()) && std::isfinite(p.value[order[i]]); ++i)
+    out.push_back(p.candidates[order[i]].params);
+  return out;
 }
 
 }  // namespace ktune

@@ -4,9 +4,12 @@
 // `ktune-bench --record` format, committed under bench/data/). replay() runs a strategy against
 // it as a tuning job would (seeds first, proposals in batches, a trial budget) and returns the
 // curve: after each trial, the best time found relative to the sweep's best. This is how the
-// strategies are tested in CI on real H200 data.
+// strategies, and seeding a job with the winners of a neighbouring shape, are tested in CI on
+// real H200 data. Thread-compatible values and free functions.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -35,10 +38,28 @@ struct ReplayCurve {
   double at(size_t trials) const {
     return trials == 0 || fraction.empty() ? 0 : fraction[std::min(trials, fraction.size()) - 1];
   }
+  // Trials needed to reach `target` of the sweep's best; one past the run when it never did.
+  size_t trials_to(double target) const {
+    size_t k = 0;
+    while (k < fraction.size() && fraction[k] < target) ++k;
+    return k + 1;
+  }
 };
 
-// Runs `strategy` for up to `max_trials`, proposing `batch` at a time.
+struct ReplayOptions {
+  size_t max_trials = 0;       // 0: the whole space
+  std::uint64_t rng_seed = 1;  // the strategy's
+  size_t batch = 16;           // proposals per round, as a job's compile window
+  // Proposed after the heuristic seed, as TuneRequest::seeds (e.g. the winners of a neighbouring
+  // shape), matched across templates; params that are not candidates here are skipped.
+  std::vector<Params> seeds = {};
+};
+
+// Runs `strategy` as a tuning job would: seeds first, proposals in batches, up to max_trials.
 Result<ReplayCurve> replay(const ReplayProblem& problem, std::string_view strategy,
-                           size_t max_trials, std::uint64_t seed, size_t batch = 16);
+                           const ReplayOptions& options);
+
+// The params of the k fastest configs the sweep measured, fastest first.
+std::vector<Params> fastest_configs(const ReplayProblem& problem, size_t k);
 
 }  // namespace ktune

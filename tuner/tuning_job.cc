@@ -194,8 +194,7 @@ class JobRun {
         seeds.push_back(m_candidates.find(t->name(), *h));
     }
     for (const auto& p : m_req.seeds)
-      for (const KernelTemplate* t : m_job_templates)
-        if (size_t i = m_candidates.find(t->name(), p); i != CandidateSet::npos) seeds.push_back(i);
+      for (size_t i : m_candidates.find_all(p)) seeds.push_back(i);
     if (m_candidates.size() == 0)
       return fail(ErrorCode::invalid_argument,
                   "no config to try for " + problem.describe() + space_errors);

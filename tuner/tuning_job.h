@@ -16,6 +16,7 @@
 // that runs the job.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -36,7 +37,8 @@ struct TuneControl {
   bool finish_on_cancel = false;
   // Called before the worker is set up, before each measurement (not before compiles) and before
   // the finalists are re-timed; blocks while the GPU is not ours to use. Returns false when the
-  // job must stop (treated like cancelled).
+  // job must stop (treated like cancelled); with finish_on_cancel the finalists are then ranked
+  // by their search timings, not re-timed.
   std::function<bool()> acquire_gpu;
   // A counter that moves whenever foreign work touched the GPU. A trial whose measurement
   // straddled a change (value before != value after) is discarded and measured again after
@@ -95,7 +97,9 @@ struct TuneStats {
 
 struct TuneResult {
   WinnerRecord winner;
-  std::uint64_t winner_trial_id = 0;  // the worker still holds it: retime it against a baseline
+  // The worker still holds it (retime it against a baseline), unless the GPU was refused
+  // before the finalists (TuneControl::finish_on_cancel).
+  std::uint64_t winner_trial_id = 0;
   TuneStats stats;
   std::vector<TrialRecord> trials;  // measured by this run, in order (reused ones are not here)
 };

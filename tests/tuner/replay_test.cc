@@ -37,7 +37,8 @@ std::vector<ReplayProblem>* ReplayTest::s_problems = nullptr;
 double median_fraction(const ReplayProblem& p, const char* strategy, size_t trials, int seeds) {
   std::vector<double> f;
   for (int s = 1; s <= seeds; ++s)
-    f.push_back(replay(p, strategy, trials, std::uint64_t(s))->at(trials));
+    f.push_back(
+        replay(p, strategy, {.max_trials = trials, .rng_seed = std::uint64_t(s)})->at(trials));
   std::sort(f.begin(), f.end());
   return f[f.size() / 2];
 }
@@ -55,7 +56,7 @@ TEST_F(ReplayTest, TheRecordedSweepIsLargeEnough) {
 
 TEST_F(ReplayTest, ExhaustiveFindsTheBestAtTheEnd) {
   for (const auto& p : *s_problems) {
-    auto c = replay(p, "exhaustive", p.candidates.size(), 1);
+    auto c = replay(p, "exhaustive", {});
     ASSERT_TRUE(c);
     EXPECT_DOUBLE_EQ(c->fraction.back(), 1.0) << p.problem.key();
     EXPECT_EQ(c->fraction.size(), p.candidates.size());
@@ -71,6 +72,39 @@ TEST_F(ReplayTest, ModelGuidedReaches98PercentWithin10PercentOfTrials) {
                            << budget << " trials)";
     RecordProperty(p.problem.key() + " model@10%", std::to_string(model));
     RecordProperty(p.problem.key() + " random@10%", std::to_string(random));
+  }
+}
+
+// Seeds given as params reach every strategy right after the heuristic config: seeding a shape
+// with its own fastest config finds the best at the 2nd trial.
+TEST_F(ReplayTest, SeedsAreProposedRightAfterTheHeuristic) {
+  for (const auto& p : *s_problems)
+    for (const std::string& s : strategy_names()) {
+      auto c = replay(p, s, {.max_trials = 4, .seeds = fastest_configs(p, 1)});
+      ASSERT_TRUE(c);
+      EXPECT_LT(c->at(1), 1.0) << p.problem.key() << " " << s << ": the heuristic is not the best";
+      EXPECT_DOUBLE_EQ(c->at(2), 1.0) << p.problem.key() << " " << s;
+    }
+}
+
+// What the daemon does for a new shape: seed its job with the winners of the nearest tuned shape.
+// On the two recorded shapes that does not pay (bench/NOTES.md, "Seeding from a neighbouring
+// shape": their optima use different split-K, and the other shape's top 5 reach only 0.59-0.87 of
+// this shape's best), so what is held here is the bound that does: for the ordered strategies,
+// seeds that do not reach 98 % cost exactly their own trials and nothing more.
+TEST_F(ReplayTest, NeighbourSeedsCostTheOrderedStrategiesAtMostTheirOwnTrials) {
+  ASSERT_EQ(s_problems->size(), 2u);
+  for (size_t a = 0; a < 2; ++a) {
+    const ReplayProblem& p = (*s_problems)[a];
+    const auto seeds = fastest_configs((*s_problems)[1 - a], 5);
+    size_t landed = 0;
+    for (const auto& params : seeds) landed += p.candidates.find_all(params).size();
+    for (const char* s : {"exhaustive", "random"})
+      for (std::uint64_t rng = 1; rng <= 5; ++rng) {
+        const size_t cold = replay(p, s, {.rng_seed = rng})->trials_to(0.98);
+        const size_t seeded = replay(p, s, {.rng_seed = rng, .seeds = seeds})->trials_to(0.98);
+        EXPECT_LE(seeded, cold + landed) << p.problem.key() << " " << s << " seed " << rng;
+      }
   }
 }
 

@@ -27,9 +27,12 @@ TEST(WorkerProcess, AMissingBinaryIsUnavailable) {
 }
 
 // With stdin closed, socketpair() hands out fds 0 and 3: the child's end is fd 3 already, and a
-// dup2(3, 3) would leave it close-on-exec.
+// dup2(3, 3) would leave it close-on-exec. (Whatever holds fd 3 here, e.g. a descriptor ctest
+// passed down, is moved aside for the test and put back.)
 TEST(WorkerProcess, ChildEndAlreadyOnFd3) {
-  if (::fcntl(3, F_GETFD) != -1) GTEST_SKIP() << "fd 3 is in use in this test process";
+  const int fd3_flags = ::fcntl(3, F_GETFD);
+  const int saved_fd3 = fd3_flags == -1 ? -1 : ::fcntl(3, F_DUPFD_CLOEXEC, 100);
+  if (saved_fd3 >= 0) ::close(3);
   const int saved_stdin = ::fcntl(0, F_DUPFD_CLOEXEC, 100);
   ASSERT_GE(saved_stdin, 0);
   ::close(0);
@@ -42,6 +45,11 @@ TEST(WorkerProcess, ChildEndAlreadyOnFd3) {
   }
   ASSERT_EQ(::dup2(saved_stdin, 0), 0);
   ::close(saved_stdin);
+  if (saved_fd3 >= 0) {
+    ASSERT_EQ(::dup2(saved_fd3, 3), 3);
+    ::fcntl(3, F_SETFD, fd3_flags);
+    ::close(saved_fd3);
+  }
 }
 
 }  // namespace

@@ -40,6 +40,13 @@ size_t CandidateSet::find(std::string_view template_name, const Params& params) 
   return it == m_index.end() ? npos : it->second;
 }
 
+std::vector<size_t> CandidateSet::find_all(const Params& params) const {
+  std::vector<size_t> out;
+  for (const auto& t : m_templates)
+    if (size_t i = find(t, params); i != npos) out.push_back(i);
+  return out;
+}
+
 const std::vector<size_t>& CandidateSet::neighbours(size_t i) const {
   if (!m_neighbours_ready) {
     m_neighbours.assign(m_items.size(), {});

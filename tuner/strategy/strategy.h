@@ -42,6 +42,9 @@ class CandidateSet {
   const Candidate& operator[](size_t i) const { return m_items[i]; }
   // Index of (template, params), or npos.
   size_t find(std::string_view template_name, const Params& params) const;
+  // Every candidate with exactly these params, one per template that has them, in template
+  // order: seeds given as params (a neighbouring shape's winners) match across templates.
+  std::vector<size_t> find_all(const Params& params) const;
   // Candidates of the same template differing in one param by one step of its domain.
   const std::vector<size_t>& neighbours(size_t i) const;
   // How many templates the candidates come from (features[0] is below this).
