@@ -1,0 +1,320 @@
+// gemm_tma.cuh — bench prototype of the next Hopper GEMM (issue 13): TMA loads into 128-byte-swizzled
+// stages, mbarrier full/empty rings with phase parity, one producer warp and CONSUMERS consumer
+// warpgroups (setmaxnreg), an optional persistent tile loop with a GROUP_M raster. Harness:
+// gemm_tma_check.cu beside this file. Not a ktune template yet: ktune cannot pass a tensor map
+// (bench/NOTES.md, "GEMM (TMA prototype)", says what the manifest would need).
+//
+//   A: M x K row-major, B: N x K row-major (= K x N column-major, nn.Linear's weight): layout rc,
+//   both operands K-major, as wgmma reads them. C: M x N row-major, C = alpha * A B^T + beta * C.
+//   bf16/fp16 in, fp32 accumulation. REQUIRES K % 8 == 0 (16-byte global strides for TMA), C
+//   16-byte aligned.
+//
+// Knobs (all template parameters, as ktune would search them): BLOCK_M x BLOCK_N x BLOCK_K tile,
+// STAGES, CONSUMERS (1 or 2 warpgroups; each owns BLOCK_M / CONSUMERS rows), GROUP_M (raster:
+// tile rows per band, tiles walked column by column inside a band), EPILOGUE (0: from registers,
+// 4-byte stores; 1: through a dedicated shared area, 8 rows per warp at a time, 16-byte stores).
+// Persistence is a launch choice: the kernel walks tiles blockIdx.x, + gridDim.x, ...; a grid of
+// one block per tile is the plain kernel, a grid of one block per SM the persistent one. The
+// stage ring and its phases carry over from one tile to the next, so the producer fills the next
+// tile's stages while the consumers run the epilogue of the current one.
+//
+// Shared memory (dynamic, base rounded up to 1024 B): [stage 0 | ... | stage S-1 | epilogue area |
+// full[S] | empty[S]]. A stage is A (BLOCK_M rows) then B (BLOCK_N rows), each as BLOCK_K / 64
+// column blocks of rows x 128 B in the 128-byte-swizzle layout that TMA writes
+// (CU_TENSOR_MAP_SWIZZLE_128B, box 64 x rows) and that the wgmma descriptors read (stride byte
+// offset 1024 = one 8-row atom). Every column block starts on a 1024-byte boundary.
+//
+// Synchronisation: full[s] (count 1): the producer thread arrives with expect_tx(stage bytes),
+// the TMA loads complete the transaction. empty[s] (count 4 * CONSUMERS): each consumer warp
+// arrives once the wgmmas that read stage s have retired (wgmma.wait_group 1 after the next
+// stage's wgmmas are issued; the last stage of a tile after wait_group 0). Use u of a stage
+// (u = 0, 1, ...) waits on full with parity u & 1 and, for u > 0, the producer waits on empty
+// with parity (u - 1) & 1.
+#pragma once
+
+#include "../../templates/gemm_sm90/gemm_sm90.cuh"  // Wgmma, mbarrier and setmaxnreg wrappers, raster
+
+#include <cuda.h>  // CUtensorMap (a type only; the driver entry point is looked up at run time)
+
+namespace gemm_tma {
+
+using ktune_gemm_sm90_detail::fence_regs;
+using ktune_gemm_sm90_detail::mbar_arrive;
+using ktune_gemm_sm90_detail::mbar_init;
+using ktune_gemm_sm90_detail::mbar_wait;
+using ktune_gemm_sm90_detail::smem_desc_sw128;
+using ktune_gemm_sm90_detail::smem_u32;
+using ktune_gemm_sm90_detail::Wgmma;
+using ktune_gemm_sm90_detail::wgmma_commit;
+using ktune_gemm_sm90_detail::wgmma_fence;
+using ktune_gemm_sm90_detail::wgmma_wait;
+
+// ---- PTX wrappers ---------------------------------------------------------------------------------
+// Arrives on the barrier and raises its expected transaction count by `bytes`.
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("{ .reg .b64 st; mbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1; }\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+// 2-D TMA load of the box at (x = inner coordinate, y = row) into shared memory at dst; completes
+// `bytes of the box` on the barrier's transaction count (out-of-bounds elements are zero-filled
+// and still counted).
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const CUtensorMap* map, int x, int y, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
+}
+// Makes the barrier initialisation visible to the async proxy (the TMA unit completes on them).
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
+// ---- compile-time configuration -----------------------------------------------------------------
+template <typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS, int EPILOGUE>
+struct TmaConfig {
+  static constexpr int kThreads = (CONSUMERS + 1) * 128;
+  static constexpr int kWgM = BLOCK_M / CONSUMERS;  // rows per consumer warpgroup
+  static constexpr int kMS = kWgM / 64;             // m64 slices per consumer warpgroup
+  static constexpr int kAcc = BLOCK_N / 2;          // fp32 accumulators per slice per thread
+  static constexpr int kKK = BLOCK_K / 16;          // k16 steps per stage
+  static constexpr int kCB = BLOCK_K / 64;          // 64-element column blocks (one TMA box each)
+  static constexpr int kABytes = BLOCK_M * BLOCK_K * 2;
+  static constexpr int kBBytes = BLOCK_N * BLOCK_K * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // Epilogue 1: per consumer warp 8 rows of BLOCK_N outputs; the 16-byte row pad puts the 8 rows x
+  // 4 lanes of a fragment store in 32 distinct banks (2-byte outputs).
+  static constexpr int kEpiPitch = BLOCK_N * int(sizeof(TOut)) + 16;
+  static constexpr int kEpiWarpBytes = 8 * kEpiPitch;
+  static constexpr int kEpiBytes = EPILOGUE ? CONSUMERS * 4 * kEpiWarpBytes : 0;
+  static constexpr int kBarOffset = STAGES * kStageBytes + kEpiBytes;  // from the aligned base
+  static constexpr int kSmemBytes = 1024 + kBarOffset + 16 * STAGES;   // + worst-case base rounding
+
+  static_assert(BLOCK_K % 64 == 0 && BLOCK_K <= 128, "BLOCK_K: one or two 128-byte column blocks");
+  static_assert(BLOCK_N == 128 || BLOCK_N == 256, "wgmma n128 or n256");
+  static_assert(BLOCK_M % (64 * CONSUMERS) == 0 && BLOCK_M <= 256, "whole m64 slices per warpgroup; TMA box <= 256");
+  static_assert(kMS * kAcc <= 128, "at most 128 fp32 accumulators per thread");
+  static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
+  static_assert(STAGES >= 2 && STAGES <= 8, "2..8 stages");
+  static_assert(kSmemBytes <= 232448, "fits the 227 KB opt-in shared memory of sm_90");
+};
+
+// Registers per thread after setmaxnreg with two consumer warpgroups: 128 * 40 + 256 * 232 = 64512.
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+
+// One consumer warpgroup's wgmmas over one stage (k16 steps outer, m64 slices inner).
+template <typename TIn, int BLOCK_M, int BLOCK_N, int KK, int MS, int ACC>
+__device__ __forceinline__ void mma_stage(float (&acc)[MS][ACC], unsigned a_tile, unsigned b_tile, int row0) {
+  const unsigned long long da0 = smem_desc_sw128(a_tile);
+  const unsigned long long db0 = smem_desc_sw128(b_tile);
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms) {
+      const unsigned a_off = (kk >> 2) * BLOCK_M * 128 + (row0 + ms * 64) * 128 + (kk & 3) * 32;
+      const unsigned b_off = (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32;
+      Wgmma<TIn, BLOCK_N>::run(acc[ms], da0 + (a_off >> 4), db0 + (b_off >> 4));
+    }
+  }
+}
+
+// Epilogue 0: straight from the m64nNk16 fragments (d[4i + j]: row 16 warp + lane / 4 + 8 (j / 2),
+// column 8 i + 2 (lane % 4) + j % 2).
+template <typename TOut, int MS, int ACC>
+__device__ __forceinline__ void epilogue_direct(const float (&acc)[MS][ACC], TOut* __restrict__ C, int M, int N,
+                                                int row0, int col0, float alpha, float beta) {
+  const int t = static_cast<int>(threadIdx.x) & 127;
+  const int warp = t >> 5, lane = t & 31;
+  const bool vec_ok = (N & 1) == 0;
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms) {
+    const int r = row0 + ms * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int i = 0; i < ACC / 4; ++i) {
+      const int c = col0 + i * 8 + (lane & 3) * 2;
+      ktune_gemm_store::store_pair<TOut>(C, M, N, r, c, acc[ms][4 * i], acc[ms][4 * i + 1], alpha, beta, vec_ok);
+      ktune_gemm_store::store_pair<TOut>(C, M, N, r + 8, c, acc[ms][4 * i + 2], acc[ms][4 * i + 3], alpha, beta,
+                                         vec_ok);
+    }
+  }
+}
+
+// Epilogue 1: each warp converts 8 rows of its fragment at a time into its private padded area,
+// then writes whole rows with 16-byte stores (consecutive lanes on consecutive chunks).
+template <typename TOut, int BLOCK_N, int PITCH, int MS, int ACC>
+__device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], unsigned char* area,
+                                                TOut* __restrict__ C, int M, int N, int row0, int col0,
+                                                float alpha, float beta) {
+  constexpr int kVec = 16 / int(sizeof(TOut));  // outputs per 16-byte chunk
+  constexpr int kChunks = BLOCK_N / kVec;       // chunks per row
+  static_assert((8 * kChunks) % 32 == 0, "whole warp passes");
+  const int t = static_cast<int>(threadIdx.x) & 127;
+  const int warp = t >> 5, lane = t & 31;
+  const bool vec_ok = (N % kVec) == 0;
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int i = 0; i < ACC / 4; ++i) {
+        unsigned char* p = area + (lane >> 2) * PITCH + (i * 8 + (lane & 3) * 2) * int(sizeof(TOut));
+        const float v0 = alpha * acc[ms][4 * i + 2 * h], v1 = alpha * acc[ms][4 * i + 2 * h + 1];
+        if constexpr (sizeof(TOut) == 4) {
+          *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+        } else {
+          *reinterpret_cast<unsigned*>(p) = ktune_dev::pack2<TOut>(v0, v1);
+        }
+      }
+      __syncwarp();
+      const int rbase = row0 + ms * 64 + warp * 16 + 8 * h;
+#pragma unroll
+      for (int it = 0; it < 8 * kChunks / 32; ++it) {
+        const int item = it * 32 + lane;
+        const int r = item / kChunks, ch = item % kChunks;
+        const int row = rbase + r, col = col0 + ch * kVec;
+        if (row >= M || col >= N) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(area + r * PITCH + ch * 16);
+        TOut* g = C + static_cast<long long>(row) * N + col;
+        if (vec_ok && col + kVec <= N && beta == 0.0f) {
+          *reinterpret_cast<uint4*>(g) = v;
+        } else {
+          const TOut* sv = reinterpret_cast<const TOut*>(area + r * PITCH + ch * 16);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            if (col + e < N) {
+              float y = ktune_dev::to_float(sv[e]);
+              if (beta != 0.0f) y += beta * ktune_dev::to_float(g[e]);
+              g[e] = ktune_dev::from_float<TOut>(y);
+            }
+          }
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+// grid: any number of blocks (tiles = ceil(M / BLOCK_M) * ceil(N / BLOCK_N); one per tile, or one
+// per SM for the persistent schedule); block: (CONSUMERS + 1) * 128 threads; dynamic shared memory
+// TmaConfig::kSmemBytes. tmA: bf16/fp16 2-D map over A (dims {K, M}, box {64, BLOCK_M}, 128-byte
+// swizzle); tmB: over B (dims {K, N}, box {64, BLOCK_N}).
+template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS,
+          int GROUP_M, int EPILOGUE>
+__global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
+    gemm_tma_ws(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                TOut* __restrict__ C, int M, int N, int K, float alpha, float beta) {
+  using Cfg = TmaConfig<TOut, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, CONSUMERS, EPILOGUE>;
+  constexpr int MS = Cfg::kMS, ACC = Cfg::kAcc;
+  extern __shared__ __align__(1024) unsigned char gemm_tma_smem[];
+  const unsigned raw = smem_u32(gemm_tma_smem);
+  const unsigned stages = (raw + 1023u) & ~1023u;
+  const unsigned full = stages + Cfg::kBarOffset;  // full[s] at full + 8 s, empty[s] at full + 8 (STAGES + s)
+  const unsigned empty = full + 8 * STAGES;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    prefetch_tensormap(&tmA);
+    prefetch_tensormap(&tmB);
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, 4 * CONSUMERS);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  const int tiles_m = ktune_dev::ceil_div(M, BLOCK_M);
+  const int tiles_n = ktune_dev::ceil_div(N, BLOCK_N);
+  const int tiles = tiles_m * tiles_n;
+  const int k_tiles = ktune_dev::ceil_div(K, BLOCK_K);
+  const int wg = tid >> 7;
+
+  if (wg == 0) {
+    // ---- producer: one thread issues every TMA load ----
+    if constexpr (CONSUMERS == 2) setmaxnreg_dec<kProducerRegs>();
+    if (tid == 0) {
+      int s = 0, use = 0;  // stage and how often it was filled before
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int tm, tn;
+        ktune_gemm_sm90_detail::raster(tile, tiles_m, tiles_n, GROUP_M, tm, tn);
+        const int m0 = tm * BLOCK_M, n0 = tn * BLOCK_N;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          if (use > 0) mbar_wait(empty + 8 * s, static_cast<unsigned>((use - 1) & 1));
+          const unsigned st = stages + s * Cfg::kStageBytes;
+          mbar_arrive_expect_tx(full + 8 * s, Cfg::kStageBytes);
+#pragma unroll
+          for (int cb = 0; cb < Cfg::kCB; ++cb) {
+            tma_load_2d(st + cb * BLOCK_M * 128, &tmA, kt * BLOCK_K + cb * 64, m0, full + 8 * s);
+            tma_load_2d(st + Cfg::kABytes + cb * BLOCK_N * 128, &tmB, kt * BLOCK_K + cb * 64, n0, full + 8 * s);
+          }
+          if (++s == STAGES) {
+            s = 0;
+            ++use;
+          }
+        }
+      }
+    }
+  } else {
+    // ---- consumers ----
+    if constexpr (CONSUMERS == 2) setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1;
+    const bool leader = (tid & 31) == 0;
+    int s = 0, phase = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      int tm, tn;
+      ktune_gemm_sm90_detail::raster(tile, tiles_m, tiles_n, GROUP_M, tm, tn);
+      float acc[MS][ACC];
+#pragma unroll
+      for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+        for (int i = 0; i < ACC; ++i) acc[ms][i] = 0.0f;
+      int prev = -1;
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        mbar_wait(full + 8 * s, static_cast<unsigned>(phase));
+#pragma unroll
+        for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
+        wgmma_fence();
+        const unsigned st = stages + s * Cfg::kStageBytes;
+        mma_stage<TIn, BLOCK_M, BLOCK_N, Cfg::kKK, MS, ACC>(acc, st, st + Cfg::kABytes, cw * Cfg::kWgM);
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous stage's wgmmas have retired: release it
+#pragma unroll
+        for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
+        if (prev >= 0 && leader) mbar_arrive(empty + 8 * prev);
+        prev = s;
+        if (++s == STAGES) {
+          s = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
+      if (prev >= 0 && leader) mbar_arrive(empty + 8 * prev);
+      const int row0 = tm * BLOCK_M + cw * Cfg::kWgM, col0 = tn * BLOCK_N;
+      if constexpr (EPILOGUE == 1) {
+        unsigned char* area =
+            gemm_tma_smem + (stages - raw) + STAGES * Cfg::kStageBytes + ((tid - 128) >> 5) * Cfg::kEpiWarpBytes;
+        epilogue_staged<TOut, BLOCK_N, Cfg::kEpiPitch, MS, ACC>(acc, area, C, M, N, row0, col0, alpha, beta);
+      } else {
+        epilogue_direct<TOut, MS, ACC>(acc, C, M, N, row0, col0, alpha, beta);
+      }
+    }
+  }
+}
+
+}  // namespace gemm_tma
