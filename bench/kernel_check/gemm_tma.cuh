@@ -73,6 +73,52 @@ __device__ __forceinline__ void prefetch_tensormap(const CUtensorMap* map) {
 __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
+// Multicast variant: the box lands at the same shared offset in every CTA of `mask` (cluster ranks)
+// and completes the transaction on the barrier at the same offset in each of them.
+__device__ __forceinline__ void tma_load_2d_mc(unsigned dst, const CUtensorMap* map, int x, int y, unsigned bar,
+                                               unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(bar), "h"(mask)
+      : "memory");
+}
+__device__ __forceinline__ unsigned cluster_ctarank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Arrives (release, cluster scope) on the barrier at the same shared offset in CTA `rank` of the
+// cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned rank) {
+  asm volatile(
+      "{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1; "
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+// Waits for the phase of parity `parity` with acquire at cluster scope (arrivals come from both
+// CTAs of a cluster).
+__device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
+  unsigned done;
+#ifdef KTUNE_SM90_WATCHDOG
+  const long long t0 = clock64();
+#endif
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; "
+        "selp.u32 %0, 1, 0, p; }\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+#ifdef KTUNE_SM90_WATCHDOG
+    if (!done && clock64() - t0 > (1ll << 32)) __trap();
+#endif
+  } while (!done);
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
 template <int REGS>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
@@ -207,39 +253,55 @@ __device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], uns
   }
 }
 
-// grid: any number of blocks (tiles = ceil(M / BLOCK_M) * ceil(N / BLOCK_N); one per tile, or one
-// per SM for the persistent schedule); block: (CONSUMERS + 1) * 128 threads; dynamic shared memory
+// grid: any number of blocks, a multiple of CLUSTER_M (units = ceil(tiles_m / CLUSTER_M) * tiles_n
+// tile groups; one block per tile, or one per SM for the persistent schedule), launched with
+// cluster dimension (CLUSTER_M, 1, 1); block: (CONSUMERS + 1) * 128 threads; dynamic shared memory
 // TmaConfig::kSmemBytes. tmA: bf16/fp16 2-D map over A (dims {K, M}, box {64, BLOCK_M}, 128-byte
-// swizzle); tmB: over B (dims {K, N}, box {64, BLOCK_N}).
+// swizzle); tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}).
+//
+// CLUSTER_M = 2: the two CTAs of a cluster take vertically adjacent tiles (tile rows 2p and 2p + 1,
+// same tile column), so they need the same B tile: CTA rank r loads rows [r, r + 1) * BLOCK_N / 2 of
+// it and multicasts them into both CTAs (L2 -> SM traffic per stage: 32 KB per CTA instead of 48 KB
+// at 128x256x64). A stage may be refilled only when the consumers of *both* CTAs have released it,
+// so empty[s] counts 2 * 4 * CONSUMERS warp arrivals (one local, one remote per consumer warp). The
+// second CTA of the last cluster row computes a tile past M when tiles_m is odd (zero-filled A,
+// every store masked).
 template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS,
-          int GROUP_M, int EPILOGUE>
+          int GROUP_M, int EPILOGUE, int CLUSTER_M = 1>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemm_tma_ws(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                 TOut* __restrict__ C, int M, int N, int K, float alpha, float beta) {
   using Cfg = TmaConfig<TOut, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, CONSUMERS, EPILOGUE>;
   constexpr int MS = Cfg::kMS, ACC = Cfg::kAcc;
+  static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of 1 or 2 CTAs along M");
+  constexpr int kBHalf = BLOCK_N / CLUSTER_M;  // B rows each CTA of a cluster loads
   extern __shared__ __align__(1024) unsigned char gemm_tma_smem[];
   const unsigned raw = smem_u32(gemm_tma_smem);
-  const unsigned stages = (raw + 1023u) & ~1023u;
+  const unsigned stages = (raw + 1023u) & ~1023u;  // same offset in every CTA (multicast relies on it)
   const unsigned full = stages + Cfg::kBarOffset;  // full[s] at full + 8 s, empty[s] at full + 8 (STAGES + s)
   const unsigned empty = full + 8 * STAGES;
 
   const int tid = static_cast<int>(threadIdx.x);
+  const unsigned rank = CLUSTER_M == 2 ? cluster_ctarank() : 0u;
   if (tid == 0) {
     prefetch_tensormap(&tmA);
     prefetch_tensormap(&tmB);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, 4 * CONSUMERS);
+      mbar_init(empty + 8 * s, 4 * CONSUMERS * CLUSTER_M);
     }
     fence_barrier_init();
   }
-  __syncthreads();
+  if constexpr (CLUSTER_M == 2) cluster_sync();  // the peer's barriers exist before any remote use
+  else __syncthreads();
 
   const int tiles_m = ktune_dev::ceil_div(M, BLOCK_M);
   const int tiles_n = ktune_dev::ceil_div(N, BLOCK_N);
-  const int tiles = tiles_m * tiles_n;
+  const int units_m = ktune_dev::ceil_div(tiles_m, CLUSTER_M);  // tile rows of clusters
+  const int units = units_m * tiles_n;
+  const int group = GROUP_M / CLUSTER_M > 1 ? GROUP_M / CLUSTER_M : 1;
+  const int first = static_cast<int>(blockIdx.x) / CLUSTER_M, step = static_cast<int>(gridDim.x) / CLUSTER_M;
   const int k_tiles = ktune_dev::ceil_div(K, BLOCK_K);
   const int wg = tid >> 7;
 
@@ -248,18 +310,26 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     if constexpr (CONSUMERS == 2) setmaxnreg_dec<kProducerRegs>();
     if (tid == 0) {
       int s = 0, use = 0;  // stage and how often it was filled before
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        int tm, tn;
-        ktune_gemm_sm90_detail::raster(tile, tiles_m, tiles_n, GROUP_M, tm, tn);
-        const int m0 = tm * BLOCK_M, n0 = tn * BLOCK_N;
+      for (int u = first; u < units; u += step) {
+        int um, tn;
+        ktune_gemm_sm90_detail::raster(u, units_m, tiles_n, group, um, tn);
+        const int m0 = (um * CLUSTER_M + static_cast<int>(rank)) * BLOCK_M, n0 = tn * BLOCK_N;
         for (int kt = 0; kt < k_tiles; ++kt) {
-          if (use > 0) mbar_wait(empty + 8 * s, static_cast<unsigned>((use - 1) & 1));
+          if (use > 0) {
+            if constexpr (CLUSTER_M == 2) mbar_wait_cluster(empty + 8 * s, static_cast<unsigned>((use - 1) & 1));
+            else mbar_wait(empty + 8 * s, static_cast<unsigned>((use - 1) & 1));
+          }
           const unsigned st = stages + s * Cfg::kStageBytes;
           mbar_arrive_expect_tx(full + 8 * s, Cfg::kStageBytes);
 #pragma unroll
           for (int cb = 0; cb < Cfg::kCB; ++cb) {
             tma_load_2d(st + cb * BLOCK_M * 128, &tmA, kt * BLOCK_K + cb * 64, m0, full + 8 * s);
-            tma_load_2d(st + Cfg::kABytes + cb * BLOCK_N * 128, &tmB, kt * BLOCK_K + cb * 64, n0, full + 8 * s);
+            if constexpr (CLUSTER_M == 2) {
+              tma_load_2d_mc(st + Cfg::kABytes + cb * BLOCK_N * 128 + rank * kBHalf * 128, &tmB,
+                             kt * BLOCK_K + cb * 64, n0 + static_cast<int>(rank) * kBHalf, full + 8 * s, 0x3);
+            } else {
+              tma_load_2d(st + Cfg::kABytes + cb * BLOCK_N * 128, &tmB, kt * BLOCK_K + cb * 64, n0, full + 8 * s);
+            }
           }
           if (++s == STAGES) {
             s = 0;
@@ -274,9 +344,10 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     const int cw = wg - 1;
     const bool leader = (tid & 31) == 0;
     int s = 0, phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      int tm, tn;
-      ktune_gemm_sm90_detail::raster(tile, tiles_m, tiles_n, GROUP_M, tm, tn);
+    for (int u = first; u < units; u += step) {
+      int um, tn;
+      ktune_gemm_sm90_detail::raster(u, units_m, tiles_n, group, um, tn);
+      const int tm = um * CLUSTER_M + static_cast<int>(rank);
       float acc[MS][ACC];
 #pragma unroll
       for (int ms = 0; ms < MS; ++ms)
@@ -294,7 +365,14 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         wgmma_wait<1>();  // the previous stage's wgmmas have retired: release it
 #pragma unroll
         for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
-        if (prev >= 0 && leader) mbar_arrive(empty + 8 * prev);
+        if (prev >= 0 && leader) {
+          if constexpr (CLUSTER_M == 2) {
+            mbar_arrive_cluster(empty + 8 * prev, 0);
+            mbar_arrive_cluster(empty + 8 * prev, 1);
+          } else {
+            mbar_arrive(empty + 8 * prev);
+          }
+        }
         prev = s;
         if (++s == STAGES) {
           s = 0;
@@ -304,7 +382,14 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
       wgmma_wait<0>();
 #pragma unroll
       for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
-      if (prev >= 0 && leader) mbar_arrive(empty + 8 * prev);
+      if (prev >= 0 && leader) {
+        if constexpr (CLUSTER_M == 2) {
+          mbar_arrive_cluster(empty + 8 * prev, 0);
+          mbar_arrive_cluster(empty + 8 * prev, 1);
+        } else {
+          mbar_arrive(empty + 8 * prev);
+        }
+      }
       const int row0 = tm * BLOCK_M + cw * Cfg::kWgM, col0 = tn * BLOCK_N;
       if constexpr (EPILOGUE == 1) {
         unsigned char* area =
@@ -315,6 +400,9 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
       }
     }
   }
+  // A CTA of a cluster leaves only when its peer no longer multicasts into it or arrives on its
+  // barriers (every thread, the producer warps included, reaches this point).
+  if constexpr (CLUSTER_M == 2) cluster_sync();
 }
 
 }  // namespace gemm_tma

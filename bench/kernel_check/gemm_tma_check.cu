@@ -9,7 +9,7 @@
 //
 // The driver's cuTensorMapEncodeTiled is found through cudaGetDriverEntryPointByVersion (no -lcuda).
 // Options: --no-check, --no-timing, --runs N (timed launches per config and shape, default 60),
-//          --filter S, --shapes 8192,4096 (cube sizes to time), --json PATH,
+//          --filter S, --shapes 8192,4096x14336x4096 (cubes or MxNxK to time), --json PATH,
 //          --profile S M N K (only 3 launches of the configs matching S, for ncu).
 // Exit status: 0 all correct; 1 a correctness failure; 2 a CUDA error.
 #define KTUNE_SM90_WATCHDOG 1
@@ -100,23 +100,34 @@ struct Config {
 
 enum class Grid { tiles, persistent };
 
-template <int BM, int BN, int BK, int ST, int CONS, int GM, int EPI, Grid G>
+template <int BM, int BN, int BK, int ST, int CONS, int GM, int EPI, Grid G, int CL = 1>
 cudaError_t launch_tma(const void* A, const void* B, void* C, int M, int N, int K, float alpha, float beta,
                        cudaStream_t s) {
   using Cfg = gemm_tma::TmaConfig<bf16, BM, BN, BK, ST, CONS, EPI>;
-  auto kernel = gemm_tma::gemm_tma_ws<bf16, bf16, BM, BN, BK, ST, CONS, GM, EPI>;
+  auto kernel = gemm_tma::gemm_tma_ws<bf16, bf16, BM, BN, BK, ST, CONS, GM, EPI, CL>;
   static bool attr_done = false;
   if (!attr_done) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
     if (e != cudaSuccess) return e;
     attr_done = true;
   }
-  const int tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
-  const int grid = G == Grid::persistent ? std::min(tiles, g_sms) : tiles;
+  const int units = ((M + BM * CL - 1) / (BM * CL)) * ((N + BN - 1) / BN);  // tile groups of CL tiles
+  const int grid = G == Grid::persistent ? std::min(units, g_sms / CL) * CL : units * CL;
   const CUtensorMap& ta = tensor_map(A, M, K, BM);
-  const CUtensorMap& tb = tensor_map(B, N, K, BN);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, s>>>(ta, tb, static_cast<bf16*>(C), M, N, K, alpha, beta);
-  return cudaGetLastError();
+  const CUtensorMap& tb = tensor_map(B, N, K, BN / CL);
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(grid);
+  lc.blockDim = dim3(Cfg::kThreads);
+  lc.dynamicSmemBytes = Cfg::kSmemBytes;
+  lc.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = CL;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  lc.attrs = attr;
+  lc.numAttrs = CL > 1 ? 1 : 0;
+  return cudaLaunchKernelEx(&lc, kernel, ta, tb, static_cast<bf16*>(C), M, N, K, alpha, beta);
 }
 
 // The current template (templates/gemm_sm90), as ktune launches it.
@@ -137,31 +148,33 @@ cudaError_t launch_sm90(const void* A, const void* B, void* C, int M, int N, int
   return cudaGetLastError();
 }
 
-#define TMA(BM, BN, BK, ST, CONS, GM, EPI, G)                                                                  \
+#define TMAC(BM, BN, BK, ST, CONS, GM, EPI, G, CL)                                                             \
   Config {                                                                                                     \
     std::string("tma " #BM "x" #BN "x" #BK " s" #ST " c" #CONS " g" #GM " epi" #EPI) +                         \
-        (G == Grid::persistent ? " pers" : " tiles"),                                                          \
-        &launch_tma<BM, BN, BK, ST, CONS, GM, EPI, G>, true                                                    \
+        (G == Grid::persistent ? " pers" : " tiles") + (CL > 1 ? " cl" #CL : ""),                              \
+        &launch_tma<BM, BN, BK, ST, CONS, GM, EPI, G, CL>, true                                                \
   }
+#define TMA(BM, BN, BK, ST, CONS, GM, EPI, G) TMAC(BM, BN, BK, ST, CONS, GM, EPI, G, 1)
 
 std::vector<Config> make_configs() {
   constexpr Grid T = Grid::tiles, P = Grid::persistent;
   return {
       // step 1: TMA + warp specialization, one block per tile
-      TMA(128, 256, 64, 4, 2, 8, 0, T),
       TMA(128, 256, 64, 4, 2, 8, 1, T),
       // step 2: persistent (grid = SMs), the ring carries over tiles
-      TMA(128, 256, 64, 4, 2, 8, 0, P),
       TMA(128, 256, 64, 4, 2, 8, 1, P),
-      TMA(128, 256, 64, 4, 2, 16, 1, P),
-      TMA(128, 256, 64, 3, 2, 8, 1, P),
+      Config{"tma 128x256x64 s4 c2 g8 epi1 pers (same kernel, 2nd entry)", &launch_tma<128, 256, 64, 4, 2, 8, 1, P>,
+             true},
       TMA(256, 128, 64, 4, 2, 8, 1, P),
       TMA(128, 128, 64, 6, 2, 8, 1, P),
-      TMA(128, 256, 128, 2, 2, 8, 0, P),
-      TMA(128, 128, 64, 4, 1, 8, 1, P),
-      // the current template's best configs (bench/NOTES.md, gemm_sm90)
+      // step 3: clusters of 2 CTAs along M, B multicast
+      TMAC(128, 256, 64, 4, 2, 8, 1, T, 2),
+      TMAC(128, 256, 64, 4, 2, 8, 1, P, 2),
+      TMAC(128, 256, 64, 4, 2, 16, 1, P, 2),
+      TMAC(256, 128, 64, 4, 2, 8, 1, P, 2),
+      TMAC(128, 128, 64, 6, 2, 8, 1, P, 2),
+      // the current template's best config (bench/NOTES.md, gemm_sm90)
       Config{"sm90 ms 128x256x64 s4 c2 g8", &launch_sm90<128, 256, 64, 4, 2, 0, 8>, true},
-      Config{"sm90 ws2 128x256x64 s4 c2 g8", &launch_sm90<128, 256, 64, 4, 2, 2, 8>, true},
   };
 }
 
@@ -349,7 +362,8 @@ int main(int argc, char** argv) {
   bool check = true, timing = true;
   int runs = 60;
   std::string filter, json_path;
-  std::vector<int> cubes = {8192, 4096};
+  struct Shape3 { int M, N, K; };
+  std::vector<Shape3> tshapes = {{8192, 8192, 8192}, {4096, 4096, 4096}, {4096, 14336, 4096}, {2048, 2048, 2048}};
   int pm = 0, pn = 0, pk = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-check")) check = false;
@@ -358,8 +372,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
     else if (!std::strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
     else if (!std::strcmp(argv[i], "--shapes") && i + 1 < argc) {
-      cubes.clear();
-      for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) cubes.push_back(std::atoi(t));
+      tshapes.clear();
+      for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) {
+        int m = 0, n = 0, k = 0;
+        if (std::sscanf(t, "%dx%dx%d", &m, &n, &k) == 3) tshapes.push_back({m, n, k});
+        else tshapes.push_back({std::atoi(t), std::atoi(t), std::atoi(t)});
+      }
     } else if (!std::strcmp(argv[i], "--profile") && i + 4 < argc) {
       filter = argv[++i];
       pm = std::atoi(argv[++i]);
@@ -409,8 +427,8 @@ int main(int argc, char** argv) {
   if (timing) {
     std::printf("\n== timing bf16 rc (median of %d launches, 5 rotated rounds with cuBLAS; inputs rotated > 3x L2) ==\n",
                 runs);
-    for (int cube : cubes) {
-      const int M = cube, N = cube, K = cube;
+    for (const Shape3& ts : tshapes) {
+      const int M = ts.M, N = ts.N, K = ts.K;
       const size_t set_bytes = (size_t(M) * K + size_t(N) * K) * 2;
       const int nsets = int(std::max<size_t>(2, (3 * size_t(prop.l2CacheSize) + set_bytes - 1) / set_bytes));
       std::vector<void*> sa(nsets), sb(nsets);
@@ -442,15 +460,15 @@ int main(int argc, char** argv) {
           worst = std::max(worst, err);
           if (nans || !(err <= 2e-2)) {
             ok = false;
-            std::printf("  FAIL (vs cuBLAS) %s %d^3 set %d: rel L2 %.3e, %llu NaN\n", cf->name.c_str(), cube, set, err,
-                        nans);
+            std::printf("  FAIL (vs cuBLAS) %s %dx%dx%d set %d: rel L2 %.3e, %llu NaN\n", cf->name.c_str(), M, N, K,
+                        set, err, nans);
           }
         }
         if (ok) kept.push_back(cf);
         else ++g_failures;
       }
-      std::printf("  [%d^3: %zu of %zu configs agree with cuBLAS on 2 input sets, worst rel L2 %.2e]\n", cube,
-                  kept.size(), todo.size(), worst);
+      std::printf("  [%dx%dx%d: %zu of %zu configs agree with cuBLAS on 2 input sets, worst rel L2 %.2e]\n", M, N,
+                  K, kept.size(), todo.size(), worst);
       const double flops = 2.0 * M * N * K;
       const int entries = int(kept.size()) + 1, rounds = 5, per_round = (runs + rounds - 1) / rounds;
       std::vector<std::vector<float>> samples(entries);
