@@ -129,7 +129,8 @@ struct TmaConfig {
   static constexpr int kEpiWarpBytes = 8 * kEpiPitch;
   static constexpr int kEpiBytes = EPILOGUE ? CONSUMERS * 4 * kEpiWarpBytes : 0;
   static constexpr int kBarOffset = STAGES * kStageBytes + kEpiBytes;  // from the aligned base
-  static constexpr int kSmemBytes = 1024 + kBarOffset + 16 * STAGES;   // + worst-case base rounding
+  static constexpr int kFlagOffset = kBarOffset + 16 * STAGES;        // split-K "last CTA" flag
+  static constexpr int kSmemBytes = 1024 + kFlagOffset + 16;           // + worst-case base rounding
 
   static_assert(BLOCK_K % 64 == 0 && BLOCK_K <= 128, "BLOCK_K: one or two 128-byte column blocks");
   static_assert(BLOCK_N == 128 || BLOCK_N == 256, "wgmma n128 or n256");
@@ -236,6 +237,72 @@ __device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], uns
   }
 }
 
+// Split-K hand-off of one tile among `splits` CTAs (called by all consumer threads of each). Every
+// split stores its fp32 partial to workspace slot (tile, split) in fragment order (element i of
+// consumer thread t at [i / 4][t][i % 4]: coalesced 16-byte stores), then counts itself on
+// tile_counters[tile]; the last to arrive adds every split's partial in split order (its own from
+// registers), so the sum is the same whichever CTA finishes, resets the counter and returns true
+// (it writes C). Workspace: tiles * splits * BLOCK_M * BLOCK_N floats; counters zero at entry and
+// exit.
+template <typename Cfg, int MS, int ACC>
+__device__ __forceinline__ bool splitk_reduce(float (&acc)[MS][ACC], float* __restrict__ workspace,
+                                              int* __restrict__ tile_counters, int tile, int split, int splits,
+                                              unsigned char* flag_smem) {
+  constexpr int kT = Cfg::kThreads - 128;  // consumer threads
+  constexpr int kSlot = MS * ACC * kT;      // floats per (tile, split)
+  const int t = static_cast<int>(threadIdx.x) - 128;
+  float4* mine = reinterpret_cast<float4*>(workspace + (static_cast<long long>(tile) * splits + split) * kSlot);
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+    for (int i = 0; i < ACC / 4; ++i)
+      mine[(ms * ACC / 4 + i) * kT + t] =
+          make_float4(acc[ms][4 * i], acc[ms][4 * i + 1], acc[ms][4 * i + 2], acc[ms][4 * i + 3]);
+  __threadfence();
+  ktune_gemm_sm90_detail::named_barrier(kT);
+  volatile int* flag = reinterpret_cast<volatile int*>(flag_smem);
+  if (t == 0) *flag = atomicAdd(tile_counters + tile, 1) == splits - 1;
+  ktune_gemm_sm90_detail::named_barrier(kT);
+  const bool last = *flag != 0;
+  ktune_gemm_sm90_detail::named_barrier(kT);  // the flag slot is reused by the next tile
+  if (!last) return false;
+  __threadfence();
+  const float4* all = reinterpret_cast<const float4*>(workspace + static_cast<long long>(tile) * splits * kSlot);
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+    for (int i = 0; i < ACC / 4; ++i) {
+      const int idx = (ms * ACC / 4 + i) * kT + t;
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);  // 0 + x == x: the order below is the split order
+#pragma unroll 1
+      for (int sp = 0; sp < split; ++sp) {
+        const float4 v = __ldcg(all + static_cast<long long>(sp) * (kSlot / 4) + idx);
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      sum.x += acc[ms][4 * i];
+      sum.y += acc[ms][4 * i + 1];
+      sum.z += acc[ms][4 * i + 2];
+      sum.w += acc[ms][4 * i + 3];
+#pragma unroll 1
+      for (int sp = split + 1; sp < splits; ++sp) {
+        const float4 v = __ldcg(all + static_cast<long long>(sp) * (kSlot / 4) + idx);
+        sum.x += v.x;
+        sum.y += v.y;
+        sum.z += v.z;
+        sum.w += v.w;
+      }
+      acc[ms][4 * i] = sum.x;
+      acc[ms][4 * i + 1] = sum.y;
+      acc[ms][4 * i + 2] = sum.z;
+      acc[ms][4 * i + 3] = sum.w;
+    }
+  if (t == 0) tile_counters[tile] = 0;
+  return true;
+}
+
 // grid: any number of blocks, a multiple of CLUSTER_M (units = ceil(tiles_m / CLUSTER_M) * tiles_n
 // tile groups; one block per tile, or one per SM for the persistent schedule), launched with
 // cluster dimension (CLUSTER_M, 1, 1); block: (CONSUMERS + 1) * 128 threads; dynamic shared memory
@@ -253,7 +320,8 @@ template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, in
           int GROUP_M, int EPILOGUE, int CLUSTER_M = 1>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemm_tma_ws(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                TOut* __restrict__ C, int M, int N, int K, float alpha, float beta) {
+                TOut* __restrict__ C, int M, int N, int K, float alpha, float beta, int splits,
+                float* __restrict__ workspace, int* __restrict__ tile_counters) {
   using Cfg = TmaConfig<TOut, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, CONSUMERS, EPILOGUE>;
   constexpr int MS = Cfg::kMS, ACC = Cfg::kAcc;
   static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of 1 or 2 CTAs along M");
@@ -282,7 +350,8 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
   const int tiles_m = ktune_dev::ceil_div(M, BLOCK_M);
   const int tiles_n = ktune_dev::ceil_div(N, BLOCK_N);
   const int units_m = ktune_dev::ceil_div(tiles_m, CLUSTER_M);  // tile rows of clusters
-  const int units = units_m * tiles_n;
+  const int tile_units = units_m * tiles_n;
+  const int units = tile_units * splits;  // work unit u: tile group u / splits, k-slice u % splits
   const int group = GROUP_M / CLUSTER_M > 1 ? GROUP_M / CLUSTER_M : 1;
   const int first = static_cast<int>(blockIdx.x) / CLUSTER_M, step = static_cast<int>(gridDim.x) / CLUSTER_M;
   const int k_tiles = ktune_dev::ceil_div(K, BLOCK_K);
@@ -295,9 +364,11 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
       int s = 0, use = 0;  // stage and how often it was filled before
       for (int u = first; u < units; u += step) {
         int um, tn;
-        ktune_gemm_sm90_detail::raster(u, units_m, tiles_n, group, um, tn);
+        ktune_gemm_sm90_detail::raster(u / splits, units_m, tiles_n, group, um, tn);
         const int m0 = (um * CLUSTER_M + static_cast<int>(rank)) * BLOCK_M, n0 = tn * BLOCK_N;
-        for (int kt = 0; kt < k_tiles; ++kt) {
+        const int split = u % splits;
+        const int kt_end = static_cast<int>((static_cast<long long>(k_tiles) * (split + 1)) / splits);
+        for (int kt = static_cast<int>((static_cast<long long>(k_tiles) * split) / splits); kt < kt_end; ++kt) {
           if (use > 0) {
             mbar_wait(empty + 8 * s, static_cast<unsigned>((use - 1) & 1));
           }
@@ -328,15 +399,17 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     int s = 0, phase = 0;
     for (int u = first; u < units; u += step) {
       int um, tn;
-      ktune_gemm_sm90_detail::raster(u, units_m, tiles_n, group, um, tn);
+      ktune_gemm_sm90_detail::raster(u / splits, units_m, tiles_n, group, um, tn);
       const int tm = um * CLUSTER_M + static_cast<int>(rank);
+      const int split = u % splits;
+      const int kt_end = static_cast<int>((static_cast<long long>(k_tiles) * (split + 1)) / splits);
       float acc[MS][ACC];
 #pragma unroll
       for (int ms = 0; ms < MS; ++ms)
 #pragma unroll
         for (int i = 0; i < ACC; ++i) acc[ms][i] = 0.0f;
       int prev = -1;
-      for (int kt = 0; kt < k_tiles; ++kt) {
+      for (int kt = static_cast<int>((static_cast<long long>(k_tiles) * split) / splits); kt < kt_end; ++kt) {
         mbar_wait(full + 8 * s, static_cast<unsigned>(phase));
 #pragma unroll
         for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
@@ -365,6 +438,10 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         if constexpr (CLUSTER_M == 2) mbar_arrive_remote(empty + 8 * prev, rank ^ 1u);
       }
       const int row0 = tm * BLOCK_M + cw * Cfg::kWgM, col0 = tn * BLOCK_N;
+      if (splits > 1 && !splitk_reduce<Cfg, MS, ACC>(acc, workspace, tile_counters,
+                                                    (u / splits) * CLUSTER_M + static_cast<int>(rank), split, splits,
+                                                    gemm_tma_smem + (stages - raw) + Cfg::kFlagOffset))
+        continue;  // another CTA finishes this tile
       if constexpr (EPILOGUE == 1) {
         unsigned char* area =
             gemm_tma_smem + (stages - raw) + STAGES * Cfg::kStageBytes + ((tid - 128) >> 5) * Cfg::kEpiWarpBytes;

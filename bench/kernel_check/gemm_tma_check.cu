@@ -52,6 +52,7 @@ namespace {
 
 using bf16 = ktune_bf16;
 int g_sms = 132;
+cublasHandle_t g_cublas = nullptr;  // for the cuBLAS control entry (timed like a config)
 
 // ---- tensor maps ----------------------------------------------------------------------------------
 PFN_cuTensorMapEncodeTiled_v12000 g_encode = nullptr;
@@ -100,18 +101,31 @@ struct Config {
 
 enum class Grid { tiles, persistent };
 
-template <int BM, int BN, int BK, int ST, int CONS, int GM, int EPI, Grid G, int CL = 1>
+// Split-K workspace and tile counters (zeroed once; the kernel leaves the counters zero).
+float* g_workspace = nullptr;
+int* g_counters = nullptr;
+constexpr size_t kWorkspaceFloats = size_t(64) << 20;  // 256 MB
+constexpr int kCounters = 1 << 20;
+
+template <int BM, int BN, int BK, int ST, int CONS, int GM, int EPI, Grid G, int CL = 1, int SPLITS = 1>
 cudaError_t launch_tma(const void* A, const void* B, void* C, int M, int N, int K, float alpha, float beta,
                        cudaStream_t s) {
   using Cfg = gemm_tma::TmaConfig<bf16, BM, BN, BK, ST, CONS, EPI>;
   auto kernel = gemm_tma::gemm_tma_ws<bf16, bf16, BM, BN, BK, ST, CONS, GM, EPI, CL>;
+  if (SPLITS > 1 && !g_workspace) {
+    if (cudaMalloc(&g_workspace, kWorkspaceFloats * 4) != cudaSuccess) return cudaErrorMemoryAllocation;
+    if (cudaMalloc(&g_counters, kCounters * sizeof(int)) != cudaSuccess) return cudaErrorMemoryAllocation;
+    if (cudaMemset(g_counters, 0, kCounters * sizeof(int)) != cudaSuccess) return cudaErrorMemoryAllocation;
+  }
   static bool attr_done = false;
   if (!attr_done) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
     if (e != cudaSuccess) return e;
     attr_done = true;
   }
-  const int units = ((M + BM * CL - 1) / (BM * CL)) * ((N + BN - 1) / BN);  // tile groups of CL tiles
+  const int units = ((M + BM * CL - 1) / (BM * CL)) * ((N + BN - 1) / BN) * SPLITS;  // tile groups x k-slices
+  if (SPLITS > 1 && (size_t(units) * CL * BM * BN > kWorkspaceFloats || units * CL > kCounters))
+    return cudaErrorInvalidValue;
   const CUtensorMap& ta = tensor_map(A, M, K, BM);
   const CUtensorMap& tb = tensor_map(B, N, K, BN / CL);
   cudaLaunchConfig_t lc = {};
@@ -138,7 +152,8 @@ cudaError_t launch_tma(const void* A, const void* B, void* C, int M, int N, int 
     }
   }
   lc.gridDim = dim3(G == Grid::persistent ? std::min(units, resident) * CL : units * CL);
-  return cudaLaunchKernelEx(&lc, kernel, ta, tb, static_cast<bf16*>(C), M, N, K, alpha, beta);
+  return cudaLaunchKernelEx(&lc, kernel, ta, tb, static_cast<bf16*>(C), M, N, K, alpha, beta, SPLITS, g_workspace,
+                            g_counters);
 }
 
 // The current template (templates/gemm_sm90), as ktune launches it.
@@ -159,13 +174,17 @@ cudaError_t launch_sm90(const void* A, const void* B, void* C, int M, int N, int
   return cudaGetLastError();
 }
 
-#define TMAC(BM, BN, BK, ST, CONS, GM, EPI, G, CL)                                                             \
+#define TMACS(BM, BN, BK, ST, CONS, GM, EPI, G, CL, SK)                                                        \
   Config {                                                                                                     \
     std::string("tma " #BM "x" #BN "x" #BK " s" #ST " c" #CONS " g" #GM " epi" #EPI) +                         \
-        (G == Grid::persistent ? " pers" : " tiles") + (CL > 1 ? " cl" #CL : ""),                              \
-        &launch_tma<BM, BN, BK, ST, CONS, GM, EPI, G, CL>, true                                                \
+        (G == Grid::persistent ? " pers" : " tiles") + (CL > 1 ? " cl" #CL : "") + (SK > 1 ? " sk" #SK : ""),  \
+        &launch_tma<BM, BN, BK, ST, CONS, GM, EPI, G, CL, SK>, true                                            \
   }
+#define TMAC(BM, BN, BK, ST, CONS, GM, EPI, G, CL) TMACS(BM, BN, BK, ST, CONS, GM, EPI, G, CL, 1)
 #define TMA(BM, BN, BK, ST, CONS, GM, EPI, G) TMAC(BM, BN, BK, ST, CONS, GM, EPI, G, 1)
+
+cudaError_t launch_cublas(const void* A, const void* B, void* C, int M, int N, int K, float alpha, float beta,
+                          cudaStream_t s);
 
 std::vector<Config> make_configs() {
   constexpr Grid T = Grid::tiles, P = Grid::persistent;
@@ -174,15 +193,16 @@ std::vector<Config> make_configs() {
       TMA(128, 256, 64, 4, 2, 8, 1, T),
       // step 2: persistent (grid = SMs), the ring carries over tiles
       TMA(128, 256, 64, 4, 2, 8, 1, P),
-      Config{"tma 128x256x64 s4 c2 g8 epi1 pers (same kernel, 2nd entry)", &launch_tma<128, 256, 64, 4, 2, 8, 1, P>,
-             true},
       TMA(256, 128, 64, 4, 2, 8, 1, P),
-      // step 3: clusters of 2 CTAs along M, B multicast (CTA-scope remote arrivals)
-      TMAC(128, 256, 64, 4, 2, 8, 1, T, 2),
+      TMA(128, 128, 64, 6, 2, 8, 1, P),
+      // step 3: clusters of 2 CTAs along M, B multicast
       TMAC(128, 256, 64, 4, 2, 8, 1, P, 2),
-      TMAC(128, 256, 64, 4, 2, 16, 1, P, 2),
-      TMAC(256, 128, 64, 4, 2, 8, 1, P, 2),
-      TMAC(128, 128, 64, 6, 2, 8, 1, P, 2),
+      // step 4: split-K over the persistent schedule (units = tiles x splits)
+      TMACS(128, 256, 64, 4, 2, 8, 1, P, 1, 2),
+      TMACS(128, 256, 64, 4, 2, 8, 1, P, 1, 4),
+      TMACS(128, 128, 64, 6, 2, 8, 1, P, 1, 2),
+      TMACS(128, 128, 64, 6, 2, 8, 1, P, 1, 4),
+      Config{"cuBLAS (control entry, timed like a config)", &launch_cublas, true},
       // the current template's best config (bench/NOTES.md, gemm_sm90)
       Config{"sm90 ms 128x256x64 s4 c2 g8", &launch_sm90<128, 256, 64, 4, 2, 0, 8>, true},
   };
@@ -267,6 +287,15 @@ void cublas_rc(cublasHandle_t h, int M, int N, int K, const void* A, const void*
   CUBLAS_CHECK(cublasSetStream(h, s));
   CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16BF, K, A, CUDA_R_16BF, K, &beta,
                             C, tout, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+cudaError_t launch_cublas(const void* A, const void* B, void* C, int M, int N, int K, float alpha, float beta,
+                          cudaStream_t s) {
+  if (cublasSetStream(g_cublas, s) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+  const cublasStatus_t st = cublasGemmEx(g_cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_16BF, K, A,
+                                         CUDA_R_16BF, K, &beta, C, CUDA_R_16BF, N, CUBLAS_COMPUTE_32F,
+                                         CUBLAS_GEMM_DEFAULT);
+  return st == CUBLAS_STATUS_SUCCESS ? cudaGetLastError() : cudaErrorUnknown;
 }
 
 std::string smi(const char* q) {
@@ -373,7 +402,9 @@ int main(int argc, char** argv) {
   int runs = 60;
   std::string filter, json_path;
   struct Shape3 { int M, N, K; };
-  std::vector<Shape3> tshapes = {{8192, 8192, 8192}, {4096, 4096, 4096}, {4096, 14336, 4096}, {2048, 2048, 2048}};
+  std::vector<Shape3> tshapes = {{8192, 8192, 8192},  {4096, 4096, 4096},   {4096, 14336, 4096}, {4096, 4096, 14336},
+                                 {8192, 8192, 512},   {2048, 2048, 16384}, {1024, 1024, 65536}, {4000, 6000, 3000},
+                                 {2048, 2048, 2048}};
   int pm = 0, pn = 0, pk = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--no-check")) check = false;
@@ -427,11 +458,11 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  std::vector<bool> passed(configs.size(), true);
-  if (check) check_correctness(configs, passed);
-
   cublasHandle_t h;
   CUBLAS_CHECK(cublasCreate(&h));
+  g_cublas = h;
+  std::vector<bool> passed(configs.size(), true);
+  if (check) check_correctness(configs, passed);
   struct Row { std::string shape, name; double us, tf, cublas_tf, min_us, max_us; std::string clocks; };
   std::vector<Row> rows;
   if (timing) {
