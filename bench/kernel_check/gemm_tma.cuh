@@ -240,10 +240,13 @@ __device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], uns
 // Split-K hand-off of one tile among `splits` CTAs (called by all consumer threads of each). Every
 // split stores its fp32 partial to workspace slot (tile, split) in fragment order (element i of
 // consumer thread t at [i / 4][t][i % 4]: coalesced 16-byte stores), then counts itself on
-// tile_counters[tile]; the last to arrive adds every split's partial in split order (its own from
-// registers), so the sum is the same whichever CTA finishes, resets the counter and returns true
+// tile_counters[tile]; the last to arrive adds every split's partial in split order (its own read
+// back too), so the sum is the same whichever CTA finishes, resets the counter and returns true
 // (it writes C). Workspace: tiles * splits * BLOCK_M * BLOCK_N floats; counters zero at entry and
 // exit.
+#ifndef KTUNE_TMA_SPLITK_BATCH
+#define KTUNE_TMA_SPLITK_BATCH 8  // float4 loads in flight per thread in the split-K reduction
+#endif
 template <typename Cfg, int MS, int ACC>
 __device__ __forceinline__ bool splitk_reduce(float (&acc)[MS][ACC], float* __restrict__ workspace,
                                               int* __restrict__ tile_counters, int tile, int split, int splits,
@@ -268,36 +271,31 @@ __device__ __forceinline__ bool splitk_reduce(float (&acc)[MS][ACC], float* __re
   if (!last) return false;
   __threadfence();
   const float4* all = reinterpret_cast<const float4*>(workspace + static_cast<long long>(tile) * splits * kSlot);
+  // Every split (this one too) is read back from the workspace in split order and summed into acc,
+  // kCh float4 loads in flight per batch (run 4 issued one load at a time and the reduction was
+  // latency-bound: 4096^3 with 4 splits ran at 0.18x cuBLAS).
+  constexpr int kCh = KTUNE_TMA_SPLITK_BATCH;
+  static_assert((ACC / 4) % kCh == 0, "whole batches");
 #pragma unroll
   for (int ms = 0; ms < MS; ++ms)
 #pragma unroll
-    for (int i = 0; i < ACC / 4; ++i) {
-      const int idx = (ms * ACC / 4 + i) * kT + t;
-      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);  // 0 + x == x: the order below is the split order
+    for (int i0 = 0; i0 < ACC / 4; i0 += kCh) {
+#pragma unroll
+      for (int j = 0; j < 4 * kCh; ++j) acc[ms][4 * i0 + j] = 0.0f;  // 0 + x == x
 #pragma unroll 1
-      for (int sp = 0; sp < split; ++sp) {
-        const float4 v = __ldcg(all + static_cast<long long>(sp) * (kSlot / 4) + idx);
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
+      for (int sp = 0; sp < splits; ++sp) {
+        float4 v[kCh];
+#pragma unroll
+        for (int j = 0; j < kCh; ++j)
+          v[j] = __ldcg(all + static_cast<long long>(sp) * (kSlot / 4) + (ms * ACC / 4 + i0 + j) * kT + t);
+#pragma unroll
+        for (int j = 0; j < kCh; ++j) {
+          acc[ms][4 * (i0 + j)] += v[j].x;
+          acc[ms][4 * (i0 + j) + 1] += v[j].y;
+          acc[ms][4 * (i0 + j) + 2] += v[j].z;
+          acc[ms][4 * (i0 + j) + 3] += v[j].w;
+        }
       }
-      sum.x += acc[ms][4 * i];
-      sum.y += acc[ms][4 * i + 1];
-      sum.z += acc[ms][4 * i + 2];
-      sum.w += acc[ms][4 * i + 3];
-#pragma unroll 1
-      for (int sp = split + 1; sp < splits; ++sp) {
-        const float4 v = __ldcg(all + static_cast<long long>(sp) * (kSlot / 4) + idx);
-        sum.x += v.x;
-        sum.y += v.y;
-        sum.z += v.z;
-        sum.w += v.w;
-      }
-      acc[ms][4 * i] = sum.x;
-      acc[ms][4 * i + 1] = sum.y;
-      acc[ms][4 * i + 2] = sum.z;
-      acc[ms][4 * i + 3] = sum.w;
     }
   if (t == 0) tile_counters[tile] = 0;
   return true;
