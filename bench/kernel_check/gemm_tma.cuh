@@ -16,7 +16,10 @@
 // Persistence is a launch choice: the kernel walks tiles blockIdx.x, + gridDim.x, ...; a grid of
 // one block per tile is the plain kernel, a grid of one block per SM the persistent one. The
 // stage ring and its phases carry over from one tile to the next, so the producer fills the next
-// tile's stages while the consumers run the epilogue of the current one.
+// tile's stages while the consumers run the epilogue of the current one. CLUSTER_M = 2 pairs
+// vertically adjacent tiles in a 2-CTA cluster that multicasts the shared B tile. `splits` (a
+// run-time argument) cuts each tile's K range into that many work units (split-K, see
+// splitk_reduce); 1 = no split.
 //
 // Shared memory (dynamic, base rounded up to 1024 B): [stage 0 | ... | stage S-1 | epilogue area |
 // full[S] | empty[S]]. A stage is A (BLOCK_M rows) then B (BLOCK_N rows), each as BLOCK_K / 64
