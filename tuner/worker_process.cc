@@ -80,8 +80,9 @@ Result<pid_t> spawn_worker(std::vector<std::string> args, int child_end) {
 
 }  // namespace
 
-Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const std::string& binary, int ordinal,
-                                                            int hello_timeout_ms) {
+Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(
+    const std::string& binary, int ordinal, int hello_timeout_ms,
+    const std::function<void(pid_t)>& on_spawned) {
   int fds[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
     return fail(ErrorCode::unavailable, "socketpair failed");
@@ -94,6 +95,7 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(const std::string& b
   }
   auto w = std::unique_ptr<WorkerProcess>(new WorkerProcess());
   w->m_pid = *pid;
+  if (on_spawned) on_spawned(*pid);
   w->m_fd = fds[0];
   auto hello = w->call({{"op", "hello"}}, {}, hello_timeout_ms);
   if (!hello) {
@@ -166,8 +168,12 @@ Result<WorkerFrame> WorkerProcess::call(const WorkerJson& header, std::string_vi
 
 Result<WorkerJson> TrialRunner::start() {
   if (m_worker && m_worker->alive()) return m_hello;
-  auto w = WorkerProcess::spawn(m_options.worker_binary, m_options.ordinal);
-  if (!w) return std::unexpected(w.error());
+  auto w = WorkerProcess::spawn(m_options.worker_binary, m_options.ordinal, 60'000,
+                                [this](pid_t pid) { m_worker_pid.store(int(pid)); });
+  if (!w) {
+    m_worker_pid.store(0);
+    return std::unexpected(w.error());
+  }
   m_worker = std::move(*w);
   m_hello = m_worker->hello();
   m_worker_pid.store(int(m_worker->pid()));
@@ -175,9 +181,10 @@ Result<WorkerJson> TrialRunner::start() {
 }
 
 Result<void> TrialRunner::respawn() {
-  if (++m_respawns > m_options.max_respawns)
+  ++m_respawns;
+  if (++m_respawn_budget_used > m_options.max_respawns)
     return fail(ErrorCode::unavailable,
-                "worker replaced " + std::to_string(m_respawns - 1) + " times; giving up");
+                "worker replaced " + std::to_string(m_options.max_respawns) + " times; giving up");
   if (m_worker) m_worker->kill();
   m_worker.reset();
   m_worker_pid.store(0);

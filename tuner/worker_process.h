@@ -25,8 +25,11 @@ namespace ktune {
 class WorkerProcess {
  public:
   // Starts `binary --fd N --device ordinal` and checks its hello.
-  static Result<std::unique_ptr<WorkerProcess>> spawn(const std::string& binary, int ordinal,
-                                                      int hello_timeout_ms = 60'000);
+  // `on_spawned` hears the pid before the hello (the worker creates its CUDA context then, and a
+  // GPU monitor must already know it as ours).
+  static Result<std::unique_ptr<WorkerProcess>> spawn(
+      const std::string& binary, int ordinal, int hello_timeout_ms = 60'000,
+      const std::function<void(pid_t)>& on_spawned = {});
   ~WorkerProcess();
 
   // Sends one request and waits up to timeout_ms for the reply. ErrorCode::timeout: the worker
@@ -58,7 +61,7 @@ struct RunnerOptions {
   int ordinal = 0;
   int trial_timeout_ms = 20'000;   // one candidate: load, verify, time
   int setup_timeout_ms = 120'000;  // allocation and input fill, reference
-  int max_respawns = 50;           // per runner; then the job fails
+  int max_respawns = 50;           // between reset_respawn_budget() calls; then the job fails
 };
 
 class TrialRunner {
@@ -86,7 +89,10 @@ class TrialRunner {
   // Device-to-device copy of `bytes`: the memory ceiling, as GB/s (read + write).
   Result<std::pair<Timing, double>> time_copy(std::size_t bytes, const TimingOptions& timing);
 
+  // Workers replaced so far over the runner's life (never reset: it also tells workers apart).
   int respawns() const { return m_respawns; }
+  // Starts a new allowance of max_respawns (a long-lived lane calls it before each job).
+  void reset_respawn_budget() { m_respawn_budget_used = 0; }
   // The current worker's pid, 0 when none runs. Thread-safe (for a GPU monitor's own-pid list).
   int worker_pid() const { return m_worker_pid.load(); }
   GpuTelemetry last_telemetry() const { return m_telemetry; }
@@ -102,6 +108,7 @@ class TrialRunner {
   std::optional<WorkerJson> m_setup;
   std::optional<std::pair<WorkerJson, std::string>> m_reference;
   int m_respawns = 0;
+  int m_respawn_budget_used = 0;
   std::atomic<int> m_worker_pid{0};
   GpuTelemetry m_telemetry;
 };

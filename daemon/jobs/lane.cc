@@ -86,6 +86,7 @@ void Lane::run_job(const JobRecord& job) {
        {"lane", m_gpu.ordinal},
        {"problem", job.problem.key()},
        {"reused_trials", job.trials_done}});
+  m_runner.reset_respawn_budget();  // the allowance is per job, the lane lives for days
   if (auto ok = m_runner.start(); !ok) {
     (void)m_deps.jobs.finish(id, JobState::failed, "worker did not start: " + ok.error().message);
     return;
