@@ -85,8 +85,9 @@ struct DaemonConfig {
   // saved passes miss_threshold_us. Default true.
   bool tune_on_miss = true;
   // Expected GPU microseconds saved (misses x expected runtime x expected gain) at which a missed
-  // key becomes a job. Default 100.
-  double miss_threshold_us = 100;
+  // key becomes a job. Clients cache answers, so one lookup may stand for every launch of a run:
+  // the default lets a single miss of any kernel over ~3 us qualify. Default 1.
+  double miss_threshold_us = 1;
   // Most jobs waiting in the queue; further misses wait (tune requests are refused). Default 256.
   int max_queued_jobs = 256;
   // The GPU worker executable. Default "": ktune-worker beside ktuned (or $KTUNE_WORKER).
