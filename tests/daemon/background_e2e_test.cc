@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <algorithm>
 #include <atomic>
@@ -304,6 +308,69 @@ TEST_F(BackgroundTest, PlanQueuesEveryProblemOnceAndTheCliFollowsIt) {
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("problems[0]"), std::string::npos) << out;
   EXPECT_NE(out.find("problems[1]"), std::string::npos) << out;
+}
+
+// The CLI has a command for every op of the op table (watch is how `ktune tune` follows a job).
+TEST(CliOpTableTest, EveryOpHasACommand) {
+  auto [rc, help] = testing::run_command(testing::ktune_cli_path() + " --help 2>&1");
+  EXPECT_EQ(rc, 0) << help;
+  for (const auto& op : protocol::k_ops) {
+    if (op.name == "watch") continue;
+    EXPECT_NE(help.find("  " + std::string(op.name) + " "), std::string::npos)
+        << "no `ktune " << op.name << "` in:\n"
+        << help;
+  }
+}
+
+// A TCP client without the token is refused whatever the Unix clients made hot in the caches.
+TEST_F(BackgroundTest, TokenlessTcpIsRefusedEvenForCachedAnswers) {
+  const int port = [] {  // a free loopback port
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    const int p = ntohs(a.sin_port);
+    ::close(fd);
+    return p;
+  }();
+  auto d = daemon(1, {"tuning.gpu_policy=never", "server.tcp=127.0.0.1:" + std::to_string(port),
+                      "server.tcp_token=s3cret"});
+  ASSERT_TRUE(d->start());
+  const std::string line =
+      R"({"v":1,"id":1,"op":"lookup","problem":{"op":"fault","dtype":"fp32","dims":{"n":4096}}})";
+  auto send_line = [&](bool tcp) {
+    int fd = -1;
+    if (tcp) {
+      fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(std::uint16_t(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+        return std::string("connect");
+    } else {
+      fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::strncpy(a.sun_path, (m_dir / "ktuned.sock").c_str(), sizeof a.sun_path - 1);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+        return std::string("connect");
+    }
+    const std::string out = line + "\n";
+    (void)!::write(fd, out.data(), out.size());
+    std::string reply;
+    char c;
+    while (::read(fd, &c, 1) == 1 && c != '\n') reply += c;
+    ::close(fd);
+    return reply;
+  };
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Json::parse(send_line(false))["ok"], true);
+  Json refused = Json::parse(send_line(true));
+  EXPECT_EQ(refused["ok"], false) << refused.dump();
+  EXPECT_EQ(refused["error"]["code"], "unauthorized") << refused.dump();
 }
 
 // A 60,000-record import runs on the executor: another client's cached lookups stay fast.

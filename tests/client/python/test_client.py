@@ -133,6 +133,22 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(doc["count"], 2)
         self.assertTrue(self.client.export_table("csv").startswith("device,op,dtype"))
 
+    def test_jobs_misses_and_a_node_without_gpu(self):
+        self.client.lookup("gemm", dtype="bf16", layout="rc", device=H200, M=1000, N=1000, K=1000)
+        misses = self.client.misses(5)
+        self.assertEqual(misses["top"][0]["problem"], "gemm|bf16|bf16|rc|M=1000,N=1000,K=1000")
+        self.assertGreater(misses["top"][0]["worth_us"], 0)
+        self.assertEqual(self.client.jobs(), [])
+        with self.assertRaises(ktune.KtuneError) as e:  # no GPU here: nothing to tune on
+            self.client.tune("gemm", dtype="bf16", layout="rc", M=1000, N=1000, K=1000)
+        self.assertEqual(e.exception.code, "unavailable")
+        with self.assertRaises(ktune.KtuneError) as e:
+            self.client.job("000000000001")
+        self.assertEqual(e.exception.code, "not_found")
+        with self.assertRaises(ktune.KtuneError) as e:
+            list(self.client.watch("000000000001"))
+        self.assertEqual(e.exception.code, "not_found")
+
     def test_daemon_not_running(self):
         c = ktune.Client(socket_path=os.path.join(self.tmp, "nope.sock"))
         with self.assertRaises(ktune.KtuneError) as cm:
@@ -143,3 +159,24 @@ class ClientTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OpTableTest(unittest.TestCase):
+    """The Python client covers every op of the protocol's one op table (client/protocol.h)."""
+
+    # ops whose Python method is spelled differently (Python keywords, clearer names)
+    METHOD = {"export": "export_table", "import": "import_table"}
+
+    def test_every_op_has_a_method(self):
+        import re
+        here = os.path.dirname(os.path.abspath(__file__))
+        header = os.path.join(here, "..", "..", "..", "client", "protocol.h")
+        with open(header) as f:
+            text = f.read()
+        table = text[text.index("k_ops[] = {"):]
+        table = table[:table.index("};")]
+        ops = re.findall(r'\{"([a-z_]+)", op_', table)
+        self.assertGreaterEqual(len(ops), 12)
+        for op in ops:
+            self.assertTrue(callable(getattr(ktune.Client, self.METHOD.get(op, op), None)),
+                            f"ktune.Client has no method for op '{op}'")
