@@ -135,7 +135,7 @@ Response Dispatcher::handle(std::string_view line, const Peer& peer, std::string
   });
   finished.wait();
   std::lock_guard lock(*mutex);
-  return Response{*out, false};
+  return Response{*out};
 }
 
 }  // namespace ktune

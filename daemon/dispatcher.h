@@ -28,8 +28,7 @@ struct Peer {
 };
 
 struct Response {
-  std::string line;    // every reply line of the request, newlines included
-  bool close = false;  // close the connection after sending (fatal request errors)
+  std::string line;  // every reply line of the request, newlines included
 };
 
 class Dispatcher {

@@ -349,8 +349,9 @@ class JobRun {
     // Written as soon as it is known: a kill of the process loses at most the trial in flight.
     if (m_store)
       (void)m_store->put(Table::trials, trial.key(), encode(trial), Durability::buffered);
+    const Outcome outcome = trial.outcome;
     m_result.trials.push_back(std::move(trial));
-    report_progress();
+    report_progress(outcome);
     return true;
   }
 
@@ -545,9 +546,10 @@ class JobRun {
     }
   }
 
-  void report_progress() {
+  void report_progress(std::optional<Outcome> last = {}) {
     if (!m_progress) return;
     TuneProgress pr;
+    pr.last_outcome = last;
     pr.trials = m_stats.trials;
     pr.reused = m_stats.reused;
     pr.budget_trials = m_max_trials;

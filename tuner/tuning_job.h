@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,8 @@ struct TuneProgress {
   std::string best;  // "template {params}"
   double elapsed_s = 0;
   double eta_s = 0;
+  // The trial this report follows (unset for the report after reused trials are read back).
+  std::optional<Outcome> last_outcome;
 };
 
 struct TuneStats {

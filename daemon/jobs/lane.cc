@@ -117,13 +117,13 @@ void Lane::run_job(const JobRecord& job) {
                         m_deps.node.node_id};
   TuningJob tuning(m_deps.templates, m_deps.compiler, &m_deps.store, m_runner, ctx);
   auto result = tuning.run(req, [this, id](const TuneProgress& p) {
+    if (p.last_outcome) m_deps.metrics.count_trial(to_string(*p.last_outcome));
     m_deps.jobs.progress(id, p.trials, p.reused, p.best_us, p.best);
     std::lock_guard lock(m_mutex);
     m_job.trials_done = p.trials;
     m_job.best_us = p.best_us;
   });
   if (result) {
-    for (const auto& t : result->trials) m_deps.metrics.count_trial(to_string(t.outcome));
     auto committed = m_deps.catalog.commit(result->winner, "job " + id);
     const auto& best = result->winner.ranked.front();
     std::string msg = best.template_name + " {" + params_to_string(best.params) + "} " +

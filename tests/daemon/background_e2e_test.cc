@@ -100,6 +100,28 @@ class BackgroundTest : public ::testing::Test {
     std::ofstream(path + ".tmp") << R"({"utilization": 97, "pids": [424242]})";
     std::filesystem::rename(path + ".tmp", path);
   }
+  // GET /metrics from the daemon's metrics port (read from its "ready" log line).
+  std::string http_metrics() const {
+    std::ifstream log(m_dir / "state.log");
+    std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    const auto at = text.rfind("metrics=127.0.0.1:");
+    if (at == std::string::npos) return "no metrics endpoint in the log";
+    const int port = std::atoi(text.c_str() + at + 18);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(std::uint16_t(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      return "connect failed";
+    const std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+    (void)!::write(fd, req.data(), req.size());
+    std::string out;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
+    ::close(fd);
+    return out;
+  }
   std::string fake_log() const { return m_dir / "fake-worker.log"; }
   std::vector<std::string> measured_configs() const {
     std::vector<std::string> out;
@@ -157,6 +179,14 @@ TEST_F(BackgroundTest, MissBecomesAJobThenAnExactAnswer) {
   auto misses = app.misses(5);
   ASSERT_TRUE(misses);
   EXPECT_EQ((*misses)["top"][0]["queued"], true);
+  // The metrics moved with it.
+  const std::string metrics = http_metrics();
+  EXPECT_NE(metrics.find("ktune_jobs{state=\"done\"} 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("ktune_miss_jobs_total 1\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("ktune_trials_total{outcome=\"ok\"} 2\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("ktune_trials_total{outcome=\"crash\"} 4\n"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("ktune_gpu_tuning_allowed{gpu=\"0\"} 1\n"), std::string::npos) << metrics;
 }
 
 // kill -9 mid-job: after the restart the job resumes and finishes, and no config is measured twice
