@@ -8,6 +8,7 @@
 #include "tuner/gpu_worker.h"
 
 int main(int argc, char** argv) {
+  ktune::die_with_parent();
   int fd = -1, device = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--fd") == 0)

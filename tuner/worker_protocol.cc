@@ -1,5 +1,11 @@
 #include "tuner/worker_protocol.h"
 
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
 #include <poll.h>
 #include <unistd.h>
 
@@ -267,6 +273,11 @@ Result<TrialResult> trial_result_from_json(const WorkerJson& j) {
   } catch (const std::exception& e) {
     return fail(ErrorCode::corruption, std::string("trial result: ") + e.what());
   }
+}
+
+void die_with_parent() {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() == 1) std::_Exit(0);  // the parent died before prctl took effect
 }
 
 }  // namespace ktune

@@ -31,6 +31,11 @@ struct WorkerFrame {
 
 // Writes a whole frame (blocking). ErrorCode::unavailable when the peer is gone.
 Result<void> write_worker_frame(int fd, const WorkerJson& header, std::string_view blob = {});
+
+// Called first thing by a worker: it is killed when the process that spawned it dies (a
+// SIGKILLed ktuned must not leave a worker spinning in a hung kernel, holding the GPU), and exits
+// at once if that already happened.
+void die_with_parent();
 // Reads a whole frame. timeout_ms < 0: wait forever. ErrorCode::timeout on deadline,
 // ErrorCode::unavailable on EOF (the peer died), ErrorCode::corruption on a bad frame.
 Result<WorkerFrame> read_worker_frame(int fd, int timeout_ms);

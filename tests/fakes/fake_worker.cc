@@ -39,6 +39,7 @@ void log_trial(const Params& params) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  die_with_parent();
   int fd = -1;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::strcmp(argv[i], "--fd") == 0) fd = std::atoi(argv[i + 1]);
