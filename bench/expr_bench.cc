@@ -66,6 +66,20 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
 }
 
+// What a call answered, as text: the config, the kernel name, the launch and the buffer sizes.
+// Runs before and after a change must give the same digests.
+std::string answer_text(const Result<Params>& h, const Result<Instance>& inst) {
+  if (!h) return "no config: " + h.error().message;
+  if (!inst) return "no instance: " + inst.error().message;
+  std::string s = params_to_string(*h) + " " + inst->name_expression;
+  for (auto v : inst->launch.grid) s += " " + std::to_string(v);
+  for (auto v : inst->launch.block) s += " " + std::to_string(v);
+  s += " " + std::to_string(inst->launch.smem);
+  for (const auto& a : inst->args)
+    s += " " + std::to_string(a.count) + ":" + std::to_string(a.value);
+  return s + " " + std::to_string(inst->metric) + "\n";
+}
+
 nlohmann::json summary(const std::vector<double>& us, long long allocations, int failures) {
   double sum = 0;
   for (double x : us) sum += x;
@@ -112,19 +126,23 @@ int run(int shapes, int rounds, const std::string& label, const std::string& arc
     std::vector<double> us;
     long long allocations = 0;
     int failures = 0;
+    std::string answers;  // of the first pass
     for (int r = 0; r < rounds; ++r) {
       for (const auto& p : problems) {
         const long long a0 = g_allocations.load(std::memory_order_relaxed);
         const auto t0 = std::chrono::steady_clock::now();
         auto h = heuristic_config(*t, p, *limits);
-        const bool ok = h && instantiate(*t, p, *limits, *h).has_value();
+        auto inst = h ? instantiate(*t, p, *limits, *h)
+                      : Result<Instance>(std::unexpected(Error{ErrorCode::internal, ""}));
         const auto t1 = std::chrono::steady_clock::now();
         allocations += g_allocations.load(std::memory_order_relaxed) - a0;
-        failures += ok ? 0 : 1;
+        failures += inst ? 0 : 1;
         us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        if (r == 0) answers += answer_text(h, inst);
       }
     }
     out["templates"][m.name] = summary(us, allocations, failures);
+    out["templates"][m.name]["answers_xxh3"] = xxh3_hex(answers);
     all_us.insert(all_us.end(), us.begin(), us.end());
     all_allocations += allocations;
     all_failures += failures;
