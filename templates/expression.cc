@@ -1,52 +1,74 @@
 #include "templates/expression.h"
 
-#include <muParser.h>
-
-#include <algorithm>
 #include <cmath>
-#include <unordered_map>
+
+#include "templates/expression_ops.h"
+#include "templates/expression_program.h"
 
 namespace ktune {
+
+using expression_detail::Instruction;
+using expression_detail::OpCode;
+
 namespace {
 
-double op_mod(double a, double b) {
-  const auto ib = static_cast<long long>(b);
-  if (ib == 0) return std::nan("");
-  return double(static_cast<long long>(a) % ib);
-}
-double op_not(double a) {
-  return a == 0 ? 1 : 0;
-}
-double fn_floor(double a) {
-  return std::floor(a);
-}
-double fn_ceil(double a) {
-  return std::ceil(a);
-}
-double fn_ceil_div(double a, double b) {
-  if (b == 0) return std::nan("");
-  return std::ceil(a / b);
-}
-double fn_is_pow2(double a) {
-  const auto i = static_cast<long long>(a);
-  return (double(i) == a && i > 0 && (i & (i - 1)) == 0) ? 1 : 0;
+inline double unary(OpCode op, double a) {
+  switch (op) {
+    case OpCode::negate:
+      return -a;
+    case OpCode::logical_not:
+      return expr_ops::logical_not(a);
+    case OpCode::floor:
+      return expr_ops::floor(a);
+    case OpCode::ceil:
+      return expr_ops::ceil(a);
+    case OpCode::abs:
+      return expr_ops::abs(a);
+    case OpCode::log2:
+      return expr_ops::log2(a);
+    case OpCode::is_pow2:
+      return expr_ops::is_pow2(a);
+    default:
+      return std::nan("");
+  }
 }
 
-void add_ktune_functions(mu::Parser& p) {
-  p.DefineOprt("%", op_mod, mu::prMUL_DIV, mu::oaLEFT, true);
-  p.DefineInfixOprt("!", op_not, mu::prINFIX, true);
-  p.DefineFun("floor", fn_floor, true);
-  p.DefineFun("ceil", fn_ceil, true);
-  p.DefineFun("ceil_div", fn_ceil_div, true);
-  p.DefineFun("is_pow2", fn_is_pow2, true);
-}
-
-// Variable factory used during validation: hands out scratch storage for any name so that
-// muparser reports every variable the expression uses instead of failing on the first.
-double* scratch_var(const char*, void* user) {
-  auto* store = static_cast<std::vector<std::unique_ptr<double>>*>(user);
-  store->push_back(std::make_unique<double>(1.0));
-  return store->back().get();
+inline double binary(OpCode op, double a, double b) {
+  switch (op) {
+    case OpCode::add:
+      return a + b;
+    case OpCode::subtract:
+      return a - b;
+    case OpCode::multiply:
+      return a * b;
+    case OpCode::divide:
+      return a / b;
+    case OpCode::remainder:
+      return expr_ops::remainder(a, b);
+    case OpCode::power:
+      return std::pow(a, b);
+    case OpCode::less:
+      return a < b;
+    case OpCode::less_equal:
+      return a <= b;
+    case OpCode::greater:
+      return a > b;
+    case OpCode::greater_equal:
+      return a >= b;
+    case OpCode::equal:
+      return a == b;
+    case OpCode::not_equal:
+      return a != b;
+    // As muparser: both operands are evaluated, and NaN counts as true.
+    case OpCode::logical_and:
+      return a != 0 && b != 0;
+    case OpCode::logical_or:
+      return a != 0 || b != 0;
+    case OpCode::ceil_div:
+      return expr_ops::ceil_div(a, b);
+    default:
+      return std::nan("");
+  }
 }
 
 }  // namespace
@@ -65,59 +87,51 @@ int SymbolTable::find(std::string_view name) const {
 }
 
 Result<Expression> compile_expression(std::string_view text, const SymbolTable& symbols) {
-  Expression expr{std::string(text), {}};
-  if (expr.text.find_first_not_of(" \t") == std::string::npos)
-    return fail(ErrorCode::invalid_argument, "empty expression");
-  std::vector<std::unique_ptr<double>> scratch;
-  try {
-    mu::Parser p;
-    add_ktune_functions(p);
-    p.SetVarFactory(scratch_var, &scratch);
-    p.SetExpr(expr.text);
-    const auto& used = p.GetUsedVar();
-    for (const auto& [name, _] : used) {
-      const int slot = symbols.find(name);
-      if (slot < 0)
-        return fail(ErrorCode::invalid_argument,
-                    "unknown variable '" + name + "' in '" + expr.text + "'");
-      expr.used_slots.push_back(slot);
-    }
-    p.Eval();  // catches errors GetUsedVar's partial parse does not (e.g. a dangling operator)
-  } catch (const mu::Parser::exception_type& e) {
-    return fail(ErrorCode::invalid_argument, "bad expression '" + expr.text + "': " + e.GetMsg() +
-                                                 " at position " + std::to_string(e.GetPos()));
-  }
-  std::sort(expr.used_slots.begin(), expr.used_slots.end());
-  return expr;
+  return expression_detail::parse_expression(text, symbols);
 }
 
-struct Evaluator::Impl {
-  const SymbolTable& symbols;
-  std::unordered_map<std::string, std::unique_ptr<mu::Parser>> parsers;
-};
-
-Evaluator::Evaluator(const SymbolTable& symbols)
-    : m_impl(std::make_unique<Impl>(Impl{symbols, {}})), m_values(symbols.size(), 0.0) {}
-
-Evaluator::~Evaluator() = default;
-
 Result<double> Evaluator::eval(const Expression& expr) {
-  try {
-    auto& parser = m_impl->parsers[expr.text];
-    if (!parser) {
-      // Bind exactly the names this expression uses to their slots; m_values never reallocates.
-      auto p = std::make_unique<mu::Parser>();
-      add_ktune_functions(*p);
-      for (int slot : expr.used_slots)
-        p->DefineVar(m_impl->symbols.name(slot), &m_values[size_t(slot)]);
-      p->SetExpr(expr.text);
-      parser = std::move(p);
+  if (!expr.program)
+    return fail(ErrorCode::invalid_argument, "'" + expr.text + "': not a compiled expression");
+  const ExpressionProgram& program = *expr.program;
+  if (program.max_slot >= int(m_values.size()))
+    return fail(ErrorCode::internal,
+                "'" + expr.text + "': reads a variable outside this evaluator's symbol table");
+  const std::vector<Instruction>& code = program.code;
+  const double* values = m_values.data();
+  double* s = m_stack.data();
+  size_t n = 0;  // operands on the stack; compile_expression() bounds it by k_max_stack
+  for (size_t pc = 0; pc < code.size(); ++pc) {
+    const Instruction& in = code[pc];
+    switch (in.op) {
+      case OpCode::constant:
+        s[n++] = in.value;
+        break;
+      case OpCode::load:
+        s[n++] = values[in.arg];
+        break;
+      case OpCode::jump_if_zero:
+        if (s[--n] == 0) pc = size_t(in.arg) - 1;
+        break;
+      case OpCode::jump:
+        pc = size_t(in.arg) - 1;
+        break;
+      case OpCode::min:
+      case OpCode::max:
+        n -= size_t(in.arg);
+        s[n] = in.op == OpCode::min ? expr_ops::min(s + n, in.arg) : expr_ops::max(s + n, in.arg);
+        ++n;
+        break;
+      default:
+        if (in.op < expression_detail::k_first_binary) {
+          s[n - 1] = unary(in.op, s[n - 1]);
+        } else {
+          --n;
+          s[n - 1] = binary(in.op, s[n - 1], s[n]);
+        }
     }
-    return parser->Eval();
-  } catch (const mu::Parser::exception_type& e) {
-    m_impl->parsers.erase(expr.text);
-    return fail(ErrorCode::invalid_argument, "'" + expr.text + "': " + e.GetMsg());
   }
+  return s[0];
 }
 
 }  // namespace ktune

@@ -1,14 +1,20 @@
 // Expressions in template manifests: constraints, derived values, launch geometry, arg sizes.
 //
-// Built on muparser (double precision) with ktune's additions: `%` (integer remainder), `!`,
-// `floor`, `ceil`, `ceil_div(a, b)`, `is_pow2(x)`. An Expression is compiled once against a
-// SymbolTable (the names in scope); an unknown name fails compilation, so a manifest with a typo
-// is rejected when it loads, not when a tuning job reaches it.
+// muparser's syntax and semantics (double precision; docs/templates.md lists the grammar) with
+// ktune's additions: `%` (integer remainder), `!`, `floor`, `ceil`, `ceil_div(a, b)`,
+// `is_pow2(x)`. An Expression is compiled once, when its template loads, against a SymbolTable
+// (the names in scope) into a small postfix program over the slots of a value array; an unknown
+// name fails compilation, so a manifest with a typo is rejected when it loads, not when a tuning
+// job reaches it. Evaluating walks the program: no parsing and no heap allocation, so a fresh
+// Evaluator per lookup is cheap. tests/templates/expression_diff_test.cc checks every manifest
+// expression against muparser itself.
 //
-// Thread-safety: an Evaluator is single-threaded (muparser parsers keep state); make one per
-// thread. SymbolTable and Expression are immutable after construction and can be shared.
+// Thread-safety: an Evaluator is single-threaded (it holds the values); make one per thread or
+// per call. SymbolTable and Expression are immutable after construction and can be shared; copies
+// of an Expression share one compiled program.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,34 +40,40 @@ class SymbolTable {
   std::map<std::string, int, std::less<>> m_slots;
 };
 
-// A validated expression: its text and the slots of the variables it reads.
+// The compiled form of one expression (defined in expression.cc).
+struct ExpressionProgram;
+
+// A validated expression: its text, the slots of the variables it reads, and its program.
 struct Expression {
   std::string text;
   std::vector<int> used_slots;  // sorted
+  // Null for a default-constructed Expression (evaluating one is an Error).
+  std::shared_ptr<const ExpressionProgram> program;
 };
 
-// Checks `text` against `symbols`. Errors name the unknown variable or the syntax problem and its
-// position, without a file (callers prefix "file:line: where: ").
+// Parses `text` against `symbols` into its program. Errors name the unknown variable, or the
+// syntax problem and its position, without a file (callers prefix "file:line: where: ").
 Result<Expression> compile_expression(std::string_view text, const SymbolTable& symbols);
 
-// Evaluates expressions over one array of variable values, caching one muparser parser per
-// distinct expression text.
+// Evaluates compiled expressions over one array of variable values (one slot per symbol).
 class Evaluator {
  public:
-  explicit Evaluator(const SymbolTable& symbols);
-  ~Evaluator();
+  // The deepest operand stack a program may need; compile_expression() rejects deeper ones.
+  static constexpr int k_max_stack = 64;
+
+  explicit Evaluator(const SymbolTable& symbols) : m_values(symbols.size(), 0.0) {}
   Evaluator(const Evaluator&) = delete;
   Evaluator& operator=(const Evaluator&) = delete;
 
   void set(int slot, double value) { m_values[size_t(slot)] = value; }
   double get(int slot) const { return m_values[size_t(slot)]; }
-  // Evaluates; a runtime failure (e.g. division by zero giving inf/nan is not one) is an Error.
+  // Evaluates; an Error only for an Expression that was never compiled or reads a slot outside
+  // this Evaluator's table (division by zero gives inf/nan, as in muparser, and is not one).
   Result<double> eval(const Expression& expr);
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> m_impl;
   std::vector<double> m_values;
+  std::array<double, k_max_stack> m_stack;
 };
 
 }  // namespace ktune

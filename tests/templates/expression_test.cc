@@ -54,10 +54,71 @@ TEST_F(ExpressionTest, SyntaxErrorHasPosition) {
   EXPECT_FALSE(compile_expression("", m_symbols));
 }
 
+// Syntax errors name what is wrong and where (0-based, as muparser did).
+TEST_F(ExpressionTest, SyntaxErrorsNameTheProblemAndPosition) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"A * (B + ", "unexpected end of expression at position 9"},
+      {"A * (B + 1", "missing ')' at position 10"},
+      {"A B", "unexpected 'B' at position 2"},
+      {"A > 1 ? 2", "'?' without its ':' at position 9"},
+      {"--A", "unexpected '-' at position 1"},
+      {"sin(A)", "unknown function 'sin' at position 0"},
+      {"A + ceil_div(A)", "ceil_div() takes 2 argument(s), got 1 at position 4"},
+      {"max()", "max() takes at least 1 argument(s), got 0 at position 0"},
+      {"1, 2", "unexpected ',' at position 1"},
+      {"2 * 1e", "malformed number at position 4"},
+  };
+  for (const auto& [text, what] : cases) {
+    auto e = compile_expression(text, m_symbols);
+    ASSERT_FALSE(e) << text;
+    EXPECT_EQ(e.error().message, "bad expression '" + std::string(text) + "': " + what);
+  }
+}
+
+TEST_F(ExpressionTest, UnknownVariableInsideACallIsNamed) {
+  auto e = compile_expression("ceil_div(M, BLOCK_M)", m_symbols);
+  ASSERT_FALSE(e);
+  EXPECT_EQ(e.error().message, "unknown variable 'M' in 'ceil_div(M, BLOCK_M)'");
+}
+
+TEST_F(ExpressionTest, DeepNestingIsRejectedNotOverflowed) {
+  EXPECT_TRUE(compile_expression(std::string(60, '(') + "A" + std::string(60, ')'), m_symbols));
+  EXPECT_FALSE(compile_expression(std::string(100, '(') + "A" + std::string(100, ')'), m_symbols));
+  // 65 operands pending at once (right-associative ^) overflow the evaluator's fixed stack.
+  std::string deep = "A";
+  for (int i = 0; i < 64; ++i) deep += " ^ A";
+  auto e = compile_expression(deep, m_symbols);
+  ASSERT_FALSE(e);
+  EXPECT_NE(e.error().message.find("needs more than 64 operands"), std::string::npos);
+}
+
+TEST_F(ExpressionTest, TernaryOnlyEvaluatesItsBranchAndNests) {
+  EXPECT_EQ(eval("A ? B : 1 / 0", 1, 7), 7);
+  EXPECT_EQ(eval("A == 1 ? 10 : A == 2 ? 20 : 30", 2, 0), 20);
+  EXPECT_EQ(eval("A == 1 ? 10 : A == 2 ? 20 : 30", 3, 0), 30);
+  EXPECT_EQ(eval("max(A > B ? A : B, 2) + 1", 1, 5), 6);
+}
+
+TEST_F(ExpressionTest, CopiesShareOneProgramAndAnUncompiledOneFails) {
+  auto e = compile_expression("A + B", m_symbols);
+  ASSERT_TRUE(e);
+  const Expression copy = *e;
+  EXPECT_EQ(copy.program, e->program);
+  Evaluator ev(m_symbols);
+  EXPECT_FALSE(ev.eval(Expression{}));
+  SymbolTable smaller;
+  smaller.add("A");
+  Evaluator too_small(smaller);
+  EXPECT_FALSE(too_small.eval(*e));
+}
+
 TEST_F(ExpressionTest, UsedSlotsAreRecorded) {
   auto e = compile_expression("B * 2", m_symbols);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->used_slots, std::vector<int>{m_b});
+  auto both = compile_expression("B * A + min(B, A)", m_symbols);
+  ASSERT_TRUE(both);
+  EXPECT_EQ(both->used_slots, (std::vector<int>{m_a, m_b}));
 }
 
 TEST_F(ExpressionTest, ModuloByZeroIsNaN) {
