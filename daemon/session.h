@@ -12,6 +12,7 @@
 // executor posts its replies there. No exception leaves a session.
 #pragma once
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <chrono>
 #include <deque>
@@ -72,7 +73,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   std::chrono::steady_clock::time_point m_last_activity;
   bool m_timed_out = false;
   bool m_reading_done = false;
-  bool m_done = false;
+  std::atomic<bool> m_done{false};  // also read by reply callbacks on executor threads
 };
 
 }  // namespace ktune
