@@ -102,7 +102,8 @@ int run_daemon(const DaemonFlags& flags) {
   auto resumed = jobs.load();
   if (!resumed) return fatal("jobs: " + resumed.error().message);
   Compiler compiler({.threads = unsigned(config->compile_threads), .cache = store->get()});
-  Scheduler scheduler(*config, templates, **store, catalog, jobs, misses, node, metrics, compiler);
+  Scheduler scheduler(
+      {*config, templates, **store, catalog, jobs, misses, node, metrics, compiler});
   OpContext ctx{*config, **store, templates, catalog, node,
                 metrics, misses,  lookups,   jobs,    &scheduler};
   Executor executor(config->executor_threads, 10);

@@ -20,11 +20,11 @@ RunnerOptions runner_options(const DaemonConfig& c, int ordinal) {
 
 }  // namespace
 
-Lane::Lane(LaneDeps deps, GpuInfo gpu)
+Lane::Lane(TuningDeps deps, GpuMonitor& monitor, GpuInfo gpu)
     : m_deps(deps),
       m_gpu(std::move(gpu)),
       m_runner(runner_options(deps.config, m_gpu.ordinal)),
-      m_gate(gate_options(deps.config), deps.monitor, m_gpu.ordinal, m_gpu.pci_bus_id, [this] {
+      m_gate(gate_options(deps.config), monitor, m_gpu.ordinal, m_gpu.pci_bus_id, [this] {
         // Our own worker is not foreign work.
         std::vector<std::uint32_t> own;
         if (const int pid = m_runner.worker_pid(); pid > 0) own.push_back(std::uint32_t(pid));

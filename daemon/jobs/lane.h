@@ -20,22 +20,10 @@
 
 namespace ktune {
 
-struct LaneDeps {
-  const DaemonConfig& config;
-  const TemplateRegistry& templates;
-  Store& store;
-  Catalog& catalog;
-  JobQueue& jobs;
-  MissTracker& misses;
-  const NodeIdentity& node;
-  Metrics& metrics;
-  Compiler& compiler;
-  GpuMonitor& monitor;
-};
-
 class Lane {
  public:
-  Lane(LaneDeps deps, GpuInfo gpu);
+  // `monitor` tells the lane's GpuGate what runs on the GPU; it outlives the lane.
+  Lane(TuningDeps deps, GpuMonitor& monitor, GpuInfo gpu);
   ~Lane();
 
   void start();
@@ -54,7 +42,7 @@ class Lane {
   // Adds the time since the last call to the bucket of the current state.
   void account_locked() const;
 
-  LaneDeps m_deps;
+  TuningDeps m_deps;
   GpuInfo m_gpu;
   TrialRunner m_runner;
   GpuGate m_gate;

@@ -22,25 +22,14 @@ protocol::Json to_json(const LaneStatus& l) {
        {{"tuning", l.seconds_tuning}, {"paused", l.seconds_paused}, {"idle", l.seconds_idle}}}};
 }
 
-Scheduler::Scheduler(const DaemonConfig& config, const TemplateRegistry& templates, Store& store,
-                     Catalog& catalog, JobQueue& jobs, MissTracker& misses,
-                     const NodeIdentity& node, Metrics& metrics, Compiler& compiler)
-    : m_config(config),
-      m_templates(templates),
-      m_store(store),
-      m_catalog(catalog),
-      m_jobs(jobs),
-      m_misses(misses),
-      m_node(node),
-      m_metrics(metrics),
-      m_compiler(compiler) {}
+Scheduler::Scheduler(TuningDeps deps) : m_deps(deps) {}
 
 Scheduler::~Scheduler() {
   stop();
 }
 
 Result<void> Scheduler::start() {
-  if (!m_node.gpus.empty()) {
+  if (!m_deps.node.gpus.empty()) {
     auto monitor = make_gpu_monitor();
     if (!monitor) {
       // Without NVML the idle policy cannot see foreign work: it then never tunes (the gate
@@ -51,13 +40,13 @@ Result<void> Scheduler::start() {
       m_monitor = std::move(*monitor);
     }
   }
-  for (const auto& g : m_node.gpus) {
-    LaneDeps deps{m_config, m_templates, m_store,   m_catalog,  m_jobs,
-                  m_misses, m_node,      m_metrics, m_compiler, *m_monitor};
-    m_lanes.push_back(std::make_unique<Lane>(deps, g));
+  for (const auto& g : m_deps.node.gpus) {
+    m_lanes.push_back(std::make_unique<Lane>(m_deps, *m_monitor, g));
     m_lanes.back()->start();
     log(LogLevel::info, "lane_started",
-        {{"ordinal", g.ordinal}, {"device", g.device_class.id()}, {"policy", m_config.gpu_policy}});
+        {{"ordinal", g.ordinal},
+         {"device", g.device_class.id()},
+         {"policy", m_deps.config.gpu_policy}});
   }
   m_promoter = std::thread([this] { promoter_loop(); });
   return {};
@@ -71,12 +60,12 @@ void Scheduler::stop() {
   }
   m_cv.notify_all();
   if (m_promoter.joinable()) m_promoter.join();
-  m_jobs.stop();  // wakes lanes waiting for a job
+  m_deps.jobs.stop();  // wakes lanes waiting for a job
   for (auto& l : m_lanes) l->stop();
 }
 
 bool Scheduler::can_tune(const std::string& device_id) const {
-  return m_node.owns(device_id) && !m_lanes.empty();
+  return m_deps.node.owns(device_id) && !m_lanes.empty();
 }
 
 std::vector<LaneStatus> Scheduler::lanes() const {
@@ -130,20 +119,20 @@ std::string Scheduler::metrics_text() const {
 }
 
 void Scheduler::promote_misses() {
-  if (!m_config.tune_on_miss) return;
-  for (const auto& m : m_misses.due(m_config.miss_threshold_us)) {
+  if (!m_deps.config.tune_on_miss) return;
+  for (const auto& m : m_deps.misses.due(m_deps.config.miss_threshold_us)) {
     if (!can_tune(m.device.id())) continue;  // stays promoted: this node cannot tune it
     JobSpec spec;
     spec.device = m.device;
     spec.problem = m.problem;
     spec.origin = "miss";
     spec.priority = m.worth_us;
-    spec.strategy = m_config.strategy;
-    spec.budget_trials = m_config.budget_trials;
-    spec.budget_seconds = m_config.budget_seconds;
-    auto submitted = m_jobs.submit(spec);
+    spec.strategy = m_deps.config.strategy;
+    spec.budget_trials = m_deps.config.budget_trials;
+    spec.budget_seconds = m_deps.config.budget_seconds;
+    auto submitted = m_deps.jobs.submit(spec);
     if (!submitted) {
-      m_misses.release(m.device.id(), m.problem);  // the queue is full: try again later
+      m_deps.misses.release(m.device.id(), m.problem);  // the queue is full: try again later
       continue;
     }
     if (submitted->created) ++m_promoted;

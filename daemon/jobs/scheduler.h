@@ -31,6 +31,19 @@ namespace ktune {
 class GpuMonitor;
 class Lane;
 
+// What background tuning works with; owned by the daemon, outliving the scheduler and its lanes.
+struct TuningDeps {
+  const DaemonConfig& config;
+  const TemplateRegistry& templates;
+  Store& store;
+  Catalog& catalog;
+  JobQueue& jobs;
+  MissTracker& misses;
+  const NodeIdentity& node;
+  Metrics& metrics;
+  Compiler& compiler;
+};
+
 struct LaneStatus {
   int ordinal = 0;
   std::string device;  // device class id
@@ -52,9 +65,7 @@ protocol::Json to_json(const LaneStatus& lane);
 
 class Scheduler {
  public:
-  Scheduler(const DaemonConfig& config, const TemplateRegistry& templates, Store& store,
-            Catalog& catalog, JobQueue& jobs, MissTracker& misses, const NodeIdentity& node,
-            Metrics& metrics, Compiler& compiler);
+  explicit Scheduler(TuningDeps deps);
   ~Scheduler();
 
   // Starts one lane per GPU of the node (none without GPUs) and the miss promoter.
@@ -72,15 +83,7 @@ class Scheduler {
  private:
   void promoter_loop();
 
-  const DaemonConfig& m_config;
-  const TemplateRegistry& m_templates;
-  Store& m_store;
-  Catalog& m_catalog;
-  JobQueue& m_jobs;
-  MissTracker& m_misses;
-  const NodeIdentity& m_node;
-  Metrics& m_metrics;
-  Compiler& m_compiler;
+  TuningDeps m_deps;
   std::unique_ptr<GpuMonitor> m_monitor;
   std::vector<std::unique_ptr<Lane>> m_lanes;
   std::thread m_promoter;
