@@ -17,7 +17,7 @@ std::string as_line(OpContext& ctx, const protocol::Request& req) {
 
 // In protocol::k_ops order.
 constexpr OpHandler k_handlers[] = {
-    {"lookup", &op_lookup},
+    {"lookup", &op_lookup, nullptr, &op_lookup_cached},
     {"status", &as_line<&op_status>},
     {"templates", &as_line<&op_templates>},
     {"export", &as_line<&op_export>},
@@ -95,14 +95,10 @@ void Dispatcher::handle(std::string_view line, std::string attachment, const Pee
         true));
   }
   m_ctx.metrics.count_request(req->op);
-  if (!peer.tcp && req->op == "lookup") req->raw = std::string(line);  // for the text cache
   // --- fast ops from memory on this thread ---
-  if (info->flags & protocol::op_fast) {
-    const auto t0 = std::chrono::steady_clock::now();
-    auto answer = m_ctx.lookups.lookup(req->body, LookupService::Cold::refuse, req->raw);
-    if (!answer)
-      return void(emit(reply_line(m_ctx, req->id, std::unexpected(answer.error())), true));
-    if (*answer) return void(emit(m_ctx.lookups.reply(req->id, **answer, t0), true));
+  if (handler->fast) {
+    if (!peer.tcp) req->raw = std::string(line);  // text caches serve trusted peers only
+    if (auto reply = handler->fast(m_ctx, *req)) return void(emit(std::move(*reply), true));
   }
   // --- everything else on the executor ---
   auto run = [this, req, handler, emit = std::move(emit)] {

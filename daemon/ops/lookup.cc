@@ -10,4 +10,12 @@ std::string op_lookup(OpContext& ctx, const protocol::Request& req) {
   return ctx.lookups.reply(req.id, **answer, t0);
 }
 
+std::optional<std::string> op_lookup_cached(OpContext& ctx, const protocol::Request& req) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto answer = ctx.lookups.lookup(req.body, LookupService::Cold::refuse, req.raw);
+  if (!answer) return reply_line(ctx, req.id, std::unexpected(answer.error()));
+  if (!*answer) return std::nullopt;  // cold: the executor builds it
+  return ctx.lookups.reply(req.id, **answer, t0);
+}
+
 }  // namespace ktune

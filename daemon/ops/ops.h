@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +49,9 @@ struct OpHandler {
   std::string (*call)(OpContext&, const protocol::Request&) = nullptr;
   // op_stream ops: every line goes through Emit.
   void (*stream)(OpContext&, const protocol::Request&, Emit) = nullptr;
+  // op_fast ops: the reply line when it can be given from memory on the calling I/O thread,
+  // nullopt to run `call` on the executor instead.
+  std::optional<std::string> (*fast)(OpContext&, const protocol::Request&) = nullptr;
 };
 
 // The reply line for an OpReply: {"v","id","ok":true,"result"} or the error; counts errors.
@@ -58,6 +62,7 @@ std::span<const OpHandler> op_handlers();
 
 // Per family (ops/*.cc). Lookup answers with a preformatted line (its result is cached as text).
 std::string op_lookup(OpContext&, const protocol::Request&);
+std::optional<std::string> op_lookup_cached(OpContext&, const protocol::Request&);
 OpReply op_status(OpContext&, const protocol::Request&);
 OpReply op_templates(OpContext&, const protocol::Request&);
 OpReply op_export(OpContext&, const protocol::Request&);

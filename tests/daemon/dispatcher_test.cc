@@ -307,6 +307,7 @@ TEST_F(DispatcherTest, EveryOpHasOneHandlerAndAMetric) {
     ASSERT_NE(info, nullptr) << h.name;
     EXPECT_EQ(bool(info->flags & protocol::op_stream), h.stream != nullptr) << h.name;
     EXPECT_EQ(h.stream == nullptr, h.call != nullptr) << h.name;
+    EXPECT_EQ(bool(info->flags & protocol::op_fast), h.fast != nullptr) << h.name;
   }
   EXPECT_EQ(ops, handlers);
   const std::string text = m_parts->metrics.prometheus();
