@@ -75,43 +75,42 @@ std::vector<LaneStatus> Scheduler::lanes() const {
 }
 
 std::string Scheduler::metrics_text() const {
-  std::string s =
-      "# HELP ktune_lane_seconds_total Seconds each tuning lane spent per state.\n"
-      "# TYPE ktune_lane_seconds_total counter\n";
-  std::string busy =
-      "# HELP ktune_lane_paused Whether a lane is paused for foreign work (1) or not (0).\n"
-      "# TYPE ktune_lane_paused gauge\n";
-  for (const auto& l : lanes()) {
-    const std::string lane = "lane=\"" + std::to_string(l.ordinal) + "\"";
-    s += "ktune_lane_seconds_total{" + lane + ",state=\"tuning\"} " +
-         std::to_string(l.seconds_tuning) + "\n";
-    s += "ktune_lane_seconds_total{" + lane + ",state=\"paused\"} " +
-         std::to_string(l.seconds_paused) + "\n";
-    s += "ktune_lane_seconds_total{" + lane + ",state=\"idle\"} " + std::to_string(l.seconds_idle) +
-         "\n";
-    busy += "ktune_lane_paused{" + lane + "} " + (l.state == "paused" ? "1" : "0") + "\n";
-  }
-  s += busy;
-  std::string allowed =
-      "# HELP ktune_gpu_tuning_allowed Whether the GPU policy lets the lane use its GPU.\n"
-      "# TYPE ktune_gpu_tuning_allowed gauge\n";
-  std::string paused_s =
-      "# HELP ktune_gpu_paused_seconds_total Seconds the GPU policy kept the lane off its GPU.\n"
-      "# TYPE ktune_gpu_paused_seconds_total counter\n";
-  std::string allowed_s =
-      "# HELP ktune_gpu_allowed_seconds_total Seconds the GPU policy allowed tuning.\n"
-      "# TYPE ktune_gpu_allowed_seconds_total counter\n";
-  std::string disturbed =
-      "# HELP ktune_gpu_disturbances_total Times foreign work interrupted tuning.\n"
-      "# TYPE ktune_gpu_disturbances_total counter\n";
-  for (const auto& l : lanes()) {
-    const std::string gpu = "{gpu=\"" + std::to_string(l.ordinal) + "\"} ";
-    allowed += "ktune_gpu_tuning_allowed" + gpu + (l.gpu_allowed ? "1" : "0") + "\n";
-    paused_s += "ktune_gpu_paused_seconds_total" + gpu + std::to_string(l.gpu_paused_s) + "\n";
-    allowed_s += "ktune_gpu_allowed_seconds_total" + gpu + std::to_string(l.gpu_allowed_s) + "\n";
-    disturbed += "ktune_gpu_disturbances_total" + gpu + std::to_string(l.disturbances) + "\n";
-  }
-  s += allowed + paused_s + allowed_s + disturbed;
+  const std::vector<LaneStatus> all = lanes();  // one snapshot for every family
+  std::string s;
+  // One metric family: its header, then one sample per lane from `sample` ("{labels} value").
+  auto family = [&](std::string_view name, std::string_view help, std::string_view type,
+                    const auto& sample) {
+    s += "# HELP " + std::string(name) + " " + std::string(help) + "\n# TYPE " + std::string(name) +
+         " " + std::string(type) + "\n";
+    for (const auto& l : all) sample(std::string(name), l);
+  };
+  auto number = [](double v) { return std::to_string(v); };
+  family("ktune_lane_seconds_total", "Seconds each tuning lane spent per state.", "counter",
+         [&](const std::string& name, const LaneStatus& l) {
+           const std::string lane = "{lane=\"" + std::to_string(l.ordinal) + "\",state=";
+           s += name + lane + "\"tuning\"} " + number(l.seconds_tuning) + "\n";
+           s += name + lane + "\"paused\"} " + number(l.seconds_paused) + "\n";
+           s += name + lane + "\"idle\"} " + number(l.seconds_idle) + "\n";
+         });
+  family("ktune_lane_paused", "Whether a lane is paused for foreign work (1) or not (0).", "gauge",
+         [&](const std::string& name, const LaneStatus& l) {
+           s += name + "{lane=\"" + std::to_string(l.ordinal) + "\"} " +
+                (l.state == "paused" ? "1" : "0") + "\n";
+         });
+  auto per_gpu = [&](std::string_view name, std::string_view help, std::string_view type,
+                     auto value) {
+    family(name, help, type, [&](const std::string& n, const LaneStatus& l) {
+      s += n + "{gpu=\"" + std::to_string(l.ordinal) + "\"} " + value(l) + "\n";
+    });
+  };
+  per_gpu("ktune_gpu_tuning_allowed", "Whether the GPU policy lets the lane use its GPU.", "gauge",
+          [](const LaneStatus& l) { return std::string(l.gpu_allowed ? "1" : "0"); });
+  per_gpu("ktune_gpu_paused_seconds_total", "Seconds the GPU policy kept the lane off its GPU.",
+          "counter", [&](const LaneStatus& l) { return number(l.gpu_paused_s); });
+  per_gpu("ktune_gpu_allowed_seconds_total", "Seconds the GPU policy allowed tuning.", "counter",
+          [&](const LaneStatus& l) { return number(l.gpu_allowed_s); });
+  per_gpu("ktune_gpu_disturbances_total", "Times foreign work interrupted tuning.", "counter",
+          [](const LaneStatus& l) { return std::to_string(l.disturbances); });
   s += "# HELP ktune_miss_jobs_total Missed keys turned into tuning jobs.\n"
        "# TYPE ktune_miss_jobs_total counter\nktune_miss_jobs_total " +
        std::to_string(m_promoted.load()) + "\n";
