@@ -15,7 +15,9 @@ std::string WinnerIndex::family_key(const std::string& device_id, const Problem&
 
 void WinnerIndex::insert_locked(WinnerRecord record) {
   const std::string key = record.key();
-  const std::string family = family_key(record.device.id(), record.problem);
+  const std::string device_id = record.device.id();
+  const std::string family = family_key(device_id, record.problem);
+  m_device_ids.insert(device_id);
   auto ptr = std::make_shared<const WinnerRecord>(std::move(record));
   Entry entry{ptr, {}};
   for (const auto& [_, v] : ptr->problem.dims) entry.log2_dims.push_back(std::log2(double(v)));
@@ -33,6 +35,7 @@ void WinnerIndex::load(std::vector<WinnerRecord> records) {
   std::unique_lock lock(m_mutex);
   m_by_key.clear();
   m_families.clear();
+  m_device_ids.clear();
   for (auto& r : records) insert_locked(std::move(r));
   m_generation.fetch_add(1, std::memory_order_release);
 }
@@ -87,10 +90,8 @@ size_t WinnerIndex::size() const {
 }
 
 std::vector<std::string> WinnerIndex::device_ids() const {
-  std::set<std::string> ids;
   std::shared_lock lock(m_mutex);
-  for (const auto& [_, r] : m_by_key) ids.insert(r->device.id());
-  return {ids.begin(), ids.end()};
+  return {m_device_ids.begin(), m_device_ids.end()};
 }
 
 }  // namespace ktune

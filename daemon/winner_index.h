@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -58,6 +59,7 @@ class WinnerIndex {
   mutable std::shared_mutex m_mutex;
   std::unordered_map<std::string, std::shared_ptr<const WinnerRecord>> m_by_key;
   std::unordered_map<std::string, std::vector<Entry>> m_families;
+  std::set<std::string> m_device_ids;  // kept at insert: lookups resolve device names against it
   std::atomic<std::uint64_t> m_generation{0};
 };
 
