@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Lookups under application traffic (issue 10) and the mixed-load run of issue 9, side by side in
+# one run on one machine, against ktuned holding a table of COUNT (100,000) winners:
+#   cold        one client, a never-seen gemm shape per request (pipeline 1): what a new shape costs
+#   cached      63 clients repeating an exact lookup, alone ...
+#   cached+cold ... and with one more client flooding never-seen shapes (16 in flight)
+#   zipf        64 clients over 10,000 shapes (Zipf s=1), next to redis-server GET over the same law
+#   mixed       64 clients x REQUESTS (100,000) requests: lookups (zipf), status, templates,
+#               misses, jobs — errors and the daemon's RSS
+#   distinct    (DISTINCT=10000000 to run) that many never-seen keys from 64 clients, then RSS
+#
+#   bench/lookup_traffic/run.sh [seconds-per-point]      (needs redis-server, redis-tools)
+# Writes bench/results/lookup-traffic-<host>-<date>.json and prints each point.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SECS=${1:-5}
+COUNT=${COUNT:-100000}
+REQUESTS=${REQUESTS:-100000}
+DISTINCT=${DISTINCT:-0}
+BUILD=${BUILD_DIR:-build}
+LOAD="$BUILD/bench/ktune-lookup-load"
+cmake --build "$BUILD" --target ktuned ktune-lookup-load >/dev/null
+TMP=$(mktemp -d /tmp/ktune-traffic-XXXXXX)
+cleanup() { kill "${KPID:-}" "${RPID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+"$BUILD/daemon/ktuned" --socket "$TMP/k.sock" --data-dir "$TMP/data" --set server.metrics= \
+  --set log.level=warn --set store.seed_tables= ${KTUNED_ARGS:-} 2>"$TMP/ktuned.log" & KPID=$!
+for _ in $(seq 100); do [ -S "$TMP/k.sock" ] && break; sleep 0.1; done
+t0=$(date +%s.%N)
+python3 bench/lookup_traffic/make_table.py "$TMP/k.sock" "$TMP/table.json" --count "$COUNT"
+PYTHONPATH=client/python python3 -c "
+import ktune, sys
+c = ktune.Client(socket_path='$TMP/k.sock', cache_ttl=0, timeout=600)
+print('import:', {k: v for k, v in c.import_file('$TMP/table.json').items() if k != 'rejected'})
+print('winners:', c.status()['winners'])
+"
+echo "table of $COUNT winners built and imported in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
+
+points=()
+point() {  # name, then ktune-lookup-load arguments
+  local name=$1; shift
+  local out
+  out=$("$LOAD" --socket "$TMP/k.sock" --json "$@") || { echo "$name: errors (see above)"; }
+  echo "$name: $out"
+  points+=("{\"name\":\"$name\",\"args\":\"$*\",\"result\":$out}")
+}
+point cold --mix novel:1 --seconds "$SECS" --novel-offset 0
+point cached --mix repeat:63 --seconds "$SECS"
+point cached+cold --mix repeat:63,novel:1x16 --seconds "$SECS" --novel-offset 100000000
+point zipf --mix zipf:64 --seconds "$SECS"
+point mixed --mix ops:64 --requests "$REQUESTS" --novel-offset 200000000
+if [ "$DISTINCT" -gt 0 ]; then
+  point distinct --mix novel:64x4 --requests $(( DISTINCT / 64 )) --novel-offset 300000000
+fi
+
+# Redis: the same load generator, GET over the same Zipf law, values the size of ktune's reply.
+if command -v redis-server >/dev/null; then
+  redis-server --port 0 --unixsocket "$TMP/r.sock" --save '' --appendonly no --loglevel warning \
+    >"$TMP/redis.log" 2>&1 & RPID=$!
+  for _ in $(seq 50); do [ -S "$TMP/r.sock" ] && break; sleep 0.1; done
+  value=$(python3 -c "print('x' * 600)")
+  python3 -c "
+import sys
+v = '$value'
+for z in range(10000):
+    k = f'zipf:{z}'
+    sys.stdout.write(f'*3\r\n\$3\r\nSET\r\n\${len(k)}\r\n{k}\r\n\${len(v)}\r\n{v}\r\n')
+" | redis-cli -s "$TMP/r.sock" --pipe >/dev/null
+  rz=$("$LOAD" --socket "$TMP/r.sock" --redis --json --mix zipf:64 --seconds "$SECS")
+  echo "redis zipf: $rz"
+  points+=("{\"name\":\"redis-zipf\",\"args\":\"--redis --mix zipf:64\",\"result\":$rz}")
+fi
+
+mkdir -p bench/results
+OUT=bench/results/lookup-traffic-$(hostname)-$(date -u +%Y%m%d).json
+python3 - "$OUT" "$SECS" "$COUNT" "$(git rev-parse --short HEAD)" "$(redis-server --version 2>/dev/null || echo none)" "${points[@]}" <<'PY'
+import datetime, json, os, platform, sys
+out, secs, count, commit, redis = sys.argv[1:6]
+points = [json.loads(p) for p in sys.argv[6:]]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
+by = {p["name"]: p["result"] for p in points}
+summary = {}
+if "cold" in by:
+    summary["cold_p50_us"] = by["cold"]["classes"]["novel"]["p50_us"]
+    summary["cold_p99_us"] = by["cold"]["classes"]["novel"]["p99_us"]
+if "cached" in by and "cached+cold" in by:
+    a, b = by["cached"]["classes"]["repeat"]["p99_us"], by["cached+cold"]["classes"]["repeat"]["p99_us"]
+    summary["cached_p99_us_alone"], summary["cached_p99_us_with_cold_flood"] = a, b
+    summary["cached_p99_ratio"] = round(b / a, 3) if a else None
+if "zipf" in by and "redis-zipf" in by:
+    summary["zipf_over_redis_rps"] = round(by["zipf"]["rps"] / by["redis-zipf"]["rps"], 3)
+for name in ("mixed", "distinct"):
+    if name in by:
+        summary[f"{name}_requests"] = by[name]["requests"]
+        summary[f"{name}_errors"] = by[name]["errors"]
+        summary[f"{name}_rss_kib"] = by[name]["server_rss_kib"]
+doc = {"benchmark": "lookup_traffic", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+       "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
+       "commit": commit, "redis": redis, "seconds_per_point": float(secs), "winners_in_index": int(count),
+       "summary": summary, "points": points}
+json.dump(doc, open(out, "w"), indent=2)
+print(json.dumps(summary, indent=2))
+print("wrote", out)
+PY
