@@ -85,30 +85,58 @@ class Parser {
     }
   }
 
-  Expression expr(const YAML::Node& n, const std::string& where, const SymbolTable& symbols) const {
-    auto e = compile_expression(scalar(n, where), symbols);
+  // The slot of max_active_clusters: only launch.grid may read it (set once it is in scope).
+  void set_grid_only_slot(int slot) { m_grid_only_slot = slot; }
+
+  Expression compiled(std::string_view text, const YAML::Node& n, const std::string& where,
+                      const SymbolTable& symbols, bool grid = false) const {
+    auto e = compile_expression(text, symbols);
     if (!e) fail_at(n, where, e.error().message);
+    if (!grid && m_grid_only_slot >= 0 &&
+        std::binary_search(e->used_slots.begin(), e->used_slots.end(), m_grid_only_slot))
+      fail_at(n, where,
+              std::string(k_max_active_clusters) + " may only be used in launch.grid");
     return *e;
   }
 
-  LaunchSpec launch(const YAML::Node& n, const std::string& where,
-                    const SymbolTable& symbols) const {
+  Expression expr(const YAML::Node& n, const std::string& where, const SymbolTable& symbols) const {
+    return compiled(scalar(n, where), n, where, symbols);
+  }
+
+  // A list of expressions ([K, M], ["K * in_bytes"], [ceil_div(M, BM), 1]).
+  std::vector<Expression> exprs(const YAML::Node& n, const std::string& where,
+                                const SymbolTable& symbols) const {
+    if (!n.IsSequence()) fail_at(n, where, "expected a list of expressions");
+    std::vector<Expression> out;
+    const auto items = rejoin_split_calls(n, where);
+    for (size_t i = 0; i < items.size(); ++i)
+      out.push_back(compiled(items[i], n, where + "[" + std::to_string(i) + "]", symbols));
+    return out;
+  }
+
+  // `grid_occupancy`: whether launch.grid may read max_active_clusters (the template's own
+  // launch, not a reference kernel's).
+  LaunchSpec launch(const YAML::Node& n, const std::string& where, const SymbolTable& symbols,
+                    bool grid_occupancy) const {
     if (!n.IsDefined()) fail_at(n, where, "missing");
-    only_keys(n, where, {"grid", "block", "smem"});
+    only_keys(n, where, {"grid", "block", "smem", "cluster"});
     LaunchSpec l;
     l.line = line(n);
-    for (const char* key : {"grid", "block"}) {
+    for (const char* key : {"grid", "block", "cluster"}) {
       const YAML::Node v = n[key];
       const std::string w = where + "." + key;
+      auto& dims = std::string(key) == "grid" ? l.grid : std::string(key) == "block" ? l.block : l.cluster;
+      if (!v.IsDefined() && std::string(key) == "cluster") {
+        for (auto& d : dims) d = *compile_expression("1", symbols);
+        continue;
+      }
       if (!v.IsSequence()) fail_at(v.IsDefined() ? v : n, w, "expected [x, y, z]");
       const auto items = rejoin_split_calls(v, w);
       if (items.size() != 3)
         fail_at(v, w, "expected [x, y, z], got " + std::to_string(items.size()) + " items");
-      for (size_t i = 0; i < 3; ++i) {
-        auto e = compile_expression(items[i], symbols);
-        if (!e) fail_at(v, w + "[" + std::to_string(i) + "]", e.error().message);
-        (std::string(key) == "grid" ? l.grid : l.block)[i] = *e;
-      }
+      for (size_t i = 0; i < 3; ++i)
+        dims[i] = compiled(items[i], v, w + "[" + std::to_string(i) + "]", symbols,
+                           grid_occupancy && std::string(key) == "grid");
     }
     l.smem = n["smem"].IsDefined() ? expr(n["smem"], where + ".smem", symbols)
                                    : *compile_expression("0", symbols);
@@ -137,6 +165,7 @@ class Parser {
 
  private:
   std::string m_path;
+  int m_grid_only_slot = -1;
 };
 
 // Parses "name(a, b)" into its two numbers.
@@ -201,43 +230,96 @@ void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
   }
 }
 
+void parse_buffer(const Parser& P, const YAML::Node& n, const std::string& where,
+                  const SymbolTable& symbols, ArgSpec& a) {
+  P.only_keys(n, where, {"name", "buffer", "dtype", "count", "init", "pass"});
+  const std::string role = P.scalar(n["buffer"], where + ".buffer");
+  if (role == "in")
+    a.role = BufferRole::in;
+  else if (role == "out")
+    a.role = BufferRole::out;
+  else if (role == "inout")
+    a.role = BufferRole::inout;
+  else if (role == "workspace")
+    a.role = BufferRole::workspace;
+  else
+    P.fail_at(n["buffer"], where + ".buffer", "expected in, out, inout or workspace");
+  a.dtype = P.scalar(n["dtype"], where + ".dtype");
+  if (a.dtype != "in" && a.dtype != "out" && !is_dtype_or_index(a.dtype))
+    P.fail_at(n["dtype"], where + ".dtype", "expected in, out, bf16, fp16, fp32 or i32");
+  a.count = P.expr(n["count"], where + ".count", symbols);
+  if (n["init"].IsDefined()) {
+    const std::string init = P.scalar(n["init"], where + ".init");
+    const auto uni = two_arg_call(init, "uniform");
+    const auto nor = two_arg_call(init, "normal");
+    if (uni && uni->first < uni->second)
+      a.init = {InitSpec::Kind::uniform, uni->first, uni->second};
+    else if (nor && nor->second > 0)
+      a.init = {InitSpec::Kind::normal, nor->first, nor->second};
+    else
+      P.fail_at(n["init"], where + ".init",
+                "expected uniform(lo, hi) with lo < hi or normal(mean, std)");
+  }
+  if (n["pass"].IsDefined()) {
+    const std::string pass = P.scalar(n["pass"], where + ".pass");
+    if (pass != "true" && pass != "false")
+      P.fail_at(n["pass"], where + ".pass", "expected true or false");
+    a.pass = pass == "true";
+  }
+}
+
+void parse_tensor_map(const Parser& P, const YAML::Node& n, const std::string& where,
+                      const SymbolTable& symbols, ArgSpec& a) {
+  P.only_keys(n, where,
+              {"name", "tensor_map", "dims", "strides", "box", "element_strides", "swizzle",
+               "l2_promotion", "oob_fill"});
+  a.kind = ArgKind::tensor_map;
+  TensorMapSpec& t = a.map;
+  t.buffer = P.scalar(n["tensor_map"], where + ".tensor_map");
+  if (!n["dims"].IsDefined()) P.fail_at(n, where + ".dims", "missing");
+  t.dims = P.exprs(n["dims"], where + ".dims", symbols);
+  const size_t rank = t.dims.size();
+  if (rank < 1 || rank > 5)
+    P.fail_at(n["dims"], where + ".dims", "expected 1 to 5 dimensions, innermost first");
+  t.strides = n["strides"].IsDefined() ? P.exprs(n["strides"], where + ".strides", symbols)
+                                       : std::vector<Expression>{};
+  if (t.strides.size() != rank - 1)
+    P.fail_at(n["strides"].IsDefined() ? n["strides"] : n, where + ".strides",
+              "expected " + std::to_string(rank - 1) +
+                  " byte strides (one per dimension after the first)");
+  if (!n["box"].IsDefined()) P.fail_at(n, where + ".box", "missing");
+  t.box = P.exprs(n["box"], where + ".box", symbols);
+  if (t.box.size() != rank)
+    P.fail_at(n["box"], where + ".box", "expected " + std::to_string(rank) + " box sizes");
+  if (n["element_strides"].IsDefined()) {
+    t.element_strides = P.exprs(n["element_strides"], where + ".element_strides", symbols);
+    if (t.element_strides.size() != rank)
+      P.fail_at(n["element_strides"], where + ".element_strides",
+                "expected " + std::to_string(rank) + " element strides");
+  } else {
+    t.element_strides.assign(rank, *compile_expression("1", symbols));
+  }
+  auto choice = [&](const char* key, auto parse, auto& out, const char* known) {
+    if (!n[key].IsDefined()) return;
+    const auto v = parse(P.scalar(n[key], where + "." + key));
+    if (!v) P.fail_at(n[key], where + "." + key, std::string("expected ") + known);
+    out = *v;
+  };
+  choice("swizzle", parse_swizzle, t.swizzle, "none, 32B, 64B or 128B");
+  choice("l2_promotion", parse_l2_promotion, t.l2_promotion, "none, 64B, 128B or 256B");
+  choice("oob_fill", parse_oob_fill, t.oob_fill, "zeros or nan");
+}
+
 ArgSpec parse_arg(const Parser& P, const YAML::Node& n, const std::string& where,
                   const SymbolTable& symbols) {
   ArgSpec a;
   a.line = P.line(n);
   a.name = P.scalar(n["name"], where + ".name");
   if (n["buffer"].IsDefined()) {
-    P.only_keys(n, where, {"name", "buffer", "dtype", "count", "init"});
-    const std::string role = P.scalar(n["buffer"], where + ".buffer");
-    if (role == "in")
-      a.role = BufferRole::in;
-    else if (role == "out")
-      a.role = BufferRole::out;
-    else if (role == "inout")
-      a.role = BufferRole::inout;
-    else if (role == "workspace")
-      a.role = BufferRole::workspace;
-    else
-      P.fail_at(n["buffer"], where + ".buffer", "expected in, out, inout or workspace");
-    a.dtype = P.scalar(n["dtype"], where + ".dtype");
-    if (a.dtype != "in" && a.dtype != "out" && !is_dtype_or_index(a.dtype))
-      P.fail_at(n["dtype"], where + ".dtype", "expected in, out, bf16, fp16, fp32 or i32");
-    a.count = P.expr(n["count"], where + ".count", symbols);
-    if (n["init"].IsDefined()) {
-      const std::string init = P.scalar(n["init"], where + ".init");
-      const auto uni = two_arg_call(init, "uniform");
-      const auto nor = two_arg_call(init, "normal");
-      if (uni && uni->first < uni->second)
-        a.init = {InitSpec::Kind::uniform, uni->first, uni->second};
-      else if (nor && nor->second > 0)
-        a.init = {InitSpec::Kind::normal, nor->first, nor->second};
-      else
-        P.fail_at(n["init"], where + ".init",
-                  "expected uniform(lo, hi) with lo < hi or normal(mean, std)");
-    }
+    parse_buffer(P, n, where, symbols, a);
   } else if (n["scalar"].IsDefined()) {
     P.only_keys(n, where, {"name", "scalar", "value"});
-    a.is_buffer = false;
+    a.kind = ArgKind::scalar;
     const std::string t = P.scalar(n["scalar"], where + ".scalar");
     if (t == "i32")
       a.scalar = ScalarType::i32;
@@ -248,12 +330,79 @@ ArgSpec parse_arg(const Parser& P, const YAML::Node& n, const std::string& where
     else
       P.fail_at(n["scalar"], where + ".scalar", "expected i32, i64 or f32");
     a.value = P.expr(n["value"], where + ".value", symbols);
+  } else if (n["tensor_map"].IsDefined()) {
+    parse_tensor_map(P, n, where, symbols, a);
   } else {
-    P.fail_at(
-        n, where,
-        "expected a buffer (buffer: in|out|inout|workspace) or a scalar (scalar: i32|i64|f32)");
+    P.fail_at(n, where,
+              "expected a buffer (buffer: in|out|inout|workspace), a scalar (scalar: "
+              "i32|i64|f32) or a tensor map (tensor_map: <buffer arg>)");
   }
   return a;
+}
+
+// The expression text of one element's size in bytes for a buffer dtype ("in", "out", concrete).
+std::string element_bytes_text(const std::string& dtype) {
+  if (dtype == "in") return "in_bytes";
+  if (dtype == "out") return "out_bytes";
+  return std::to_string(dtype_bytes(dtype));
+}
+
+// Checks each tensor_map against its buffer and adds the constraints cuTensorMapEncodeTiled
+// imposes, so configs it would refuse are pruned before anything compiles.
+void check_tensor_maps(const Parser& P, const YAML::Node& an, Manifest& m) {
+  for (size_t i = 0; i < m.args.size(); ++i) {
+    const ArgSpec& a = m.args[i];
+    const std::string where = "args[" + std::to_string(i) + "]";
+    if (a.is_buffer() && !a.pass &&
+        std::none_of(m.args.begin(), m.args.end(), [&](const ArgSpec& t) {
+          return t.kind == ArgKind::tensor_map && t.map.buffer == a.name;
+        }))
+      P.fail_at(an[i], where + ".pass",
+                "buffer '" + a.name + "' is not passed and no tensor_map maps it");
+    if (a.kind != ArgKind::tensor_map) continue;
+    const auto buf = std::find_if(m.args.begin(), m.args.end(), [&](const ArgSpec& b) {
+      return b.is_buffer() && b.name == a.map.buffer;
+    });
+    if (buf == m.args.end())
+      P.fail_at(an[i]["tensor_map"], where + ".tensor_map",
+                "'" + a.map.buffer + "' is not a buffer argument");
+    const std::string elem = element_bytes_text(buf->dtype);
+    auto add = [&](const std::string& text, const std::string& why) {
+      auto e = compile_expression(text, m.symbols);
+      if (!e) P.fail_at(an[i], where, "generated constraint: " + e.error().message);
+      m.constraints.push_back({*e, a.name + ": " + why, a.line});
+    };
+    const TensorMapSpec& t = a.map;
+    for (size_t d = 0; d < t.dims.size(); ++d)
+      add("(" + t.dims[d].text + ") >= 1 && (" + t.dims[d].text + ") <= 4294967296",
+          "tensor map dims[" + std::to_string(d) + "] (" + t.dims[d].text +
+              ") must be 1..2^32 elements");
+    for (size_t d = 0; d < t.strides.size(); ++d) {
+      const std::string& s = t.strides[d].text;
+      add("(" + s + ") % 16 == 0 && (" + s + ") > 0 && (" + s + ") < 1099511627776",
+          "tensor map strides[" + std::to_string(d) + "] (" + s +
+              " bytes) must be a multiple of 16 under 2^40 (TMA)");
+    }
+    if (!t.strides.empty())
+      add("(" + t.strides[0].text + ") >= (" + t.dims[0].text + ") * " + elem,
+          "tensor map strides[0] (" + t.strides[0].text + ") must span dims[0] (" +
+              t.dims[0].text + ") elements");
+    for (size_t d = 0; d < t.box.size(); ++d)
+      add("(" + t.box[d].text + ") >= 1 && (" + t.box[d].text + ") <= 256",
+          "tensor map box[" + std::to_string(d) + "] (" + t.box[d].text +
+              ") must be 1..256 elements (TMA)");
+    add("((" + t.box[0].text + ") * " + elem + ") % 16 == 0",
+        "tensor map inner box (" + t.box[0].text + " elements) must be a multiple of 16 bytes");
+    if (t.swizzle != TensorMapSwizzle::none)
+      add("(" + t.box[0].text + ") * " + elem + " <= " + std::to_string(swizzle_bytes(t.swizzle)),
+          "tensor map inner box (" + t.box[0].text + " elements) must fit the " +
+              std::string(to_string(t.swizzle)) + " swizzle span");
+    for (size_t d = 0; d < t.element_strides.size(); ++d)
+      if (t.element_strides[d].text != "1")
+        add("(" + t.element_strides[d].text + ") >= 1 && (" + t.element_strides[d].text +
+                ") <= 8",
+            "tensor map element_strides[" + std::to_string(d) + "] must be 1..8");
+  }
 }
 
 void check_template_args(const Parser& P, const YAML::Node& n, const std::string& where,
@@ -278,7 +427,7 @@ void check_template_args(const Parser& P, const YAML::Node& n, const std::string
 }
 
 Manifest parse(const YAML::Node& root, const std::string& path) {
-  Parser P(path);
+  Parser P(path);  // not const: max_active_clusters is restricted once it is in scope
   Manifest m;
   m.path = path;
   m.dir = fs::path(path).parent_path().string();
@@ -355,6 +504,7 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   for (const auto& [_, consts] : m.layouts)
     for (const auto& [c, __] : consts) m.symbols.add(c);
   for (const char* s : k_device_symbols) m.symbols.add(s);
+  P.set_grid_only_slot(m.symbols.add(k_max_active_clusters));
 
   if (root["derived"].IsDefined()) {
     const YAML::Node dn = root["derived"];
@@ -387,7 +537,7 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
 
   m.template_args = P.strings(root["template_args"], "template_args");
   check_template_args(P, root["template_args"], "template_args", m.template_args, m, false);
-  m.launch = P.launch(root["launch"], "launch", m.symbols);
+  m.launch = P.launch(root["launch"], "launch", m.symbols, true);
 
   const YAML::Node an = root["args"];
   if (!an.IsSequence() || an.size() == 0) P.fail_at(an, "args", "expected a non-empty list");
@@ -399,9 +549,10 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
     m.args.push_back(std::move(a));
   }
   if (std::none_of(m.args.begin(), m.args.end(), [](const ArgSpec& a) {
-        return a.is_buffer && (a.role == BufferRole::out || a.role == BufferRole::inout);
+        return a.is_buffer() && (a.role == BufferRole::out || a.role == BufferRole::inout);
       }))
     P.fail_at(an, "args", "no output buffer: nothing to verify");
+  check_tensor_maps(P, an, m);
 
   const YAML::Node rn = root["reference"];
   if (!rn.IsDefined()) P.fail_at(root, "reference", "missing (how is correctness judged?)");
@@ -416,7 +567,7 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
     m.reference.template_args = P.strings(rn["template_args"], "reference.template_args");
     check_template_args(P, rn["template_args"], "reference.template_args",
                         m.reference.template_args, m, true);
-    m.reference.launch = P.launch(rn["launch"], "reference.launch", m.symbols);
+    m.reference.launch = P.launch(rn["launch"], "reference.launch", m.symbols, false);
     const std::set<int> forbidden = [&] {
       std::set<int> s;
       for (const auto& p : m.params) s.insert(m.symbols.find(p.name));
@@ -433,6 +584,7 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
     for (int i = 0; i < 3; ++i) {
       check_free(m.reference.launch.grid[size_t(i)], "grid");
       check_free(m.reference.launch.block[size_t(i)], "block");
+      check_free(m.reference.launch.cluster[size_t(i)], "cluster");
     }
     check_free(m.reference.launch.smem, "smem");
   }
@@ -492,6 +644,84 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
 
 }  // namespace
 
+std::string_view to_string(ArgKind kind) {
+  switch (kind) {
+    case ArgKind::buffer:
+      return "buffer";
+    case ArgKind::scalar:
+      return "scalar";
+    case ArgKind::tensor_map:
+      return "tensor_map";
+  }
+  return "?";
+}
+
+std::string_view to_string(TensorMapSwizzle swizzle) {
+  switch (swizzle) {
+    case TensorMapSwizzle::none:
+      return "none";
+    case TensorMapSwizzle::b32:
+      return "32B";
+    case TensorMapSwizzle::b64:
+      return "64B";
+    case TensorMapSwizzle::b128:
+      return "128B";
+  }
+  return "?";
+}
+
+std::string_view to_string(TensorMapL2Promotion promotion) {
+  switch (promotion) {
+    case TensorMapL2Promotion::none:
+      return "none";
+    case TensorMapL2Promotion::b64:
+      return "64B";
+    case TensorMapL2Promotion::b128:
+      return "128B";
+    case TensorMapL2Promotion::b256:
+      return "256B";
+  }
+  return "?";
+}
+
+std::string_view to_string(TensorMapOobFill fill) {
+  return fill == TensorMapOobFill::zeros ? "zeros" : "nan";
+}
+
+std::optional<TensorMapSwizzle> parse_swizzle(std::string_view text) {
+  for (auto v : {TensorMapSwizzle::none, TensorMapSwizzle::b32, TensorMapSwizzle::b64,
+                 TensorMapSwizzle::b128})
+    if (text == to_string(v)) return v;
+  return std::nullopt;
+}
+
+std::optional<TensorMapL2Promotion> parse_l2_promotion(std::string_view text) {
+  for (auto v : {TensorMapL2Promotion::none, TensorMapL2Promotion::b64,
+                 TensorMapL2Promotion::b128, TensorMapL2Promotion::b256})
+    if (text == to_string(v)) return v;
+  return std::nullopt;
+}
+
+std::optional<TensorMapOobFill> parse_oob_fill(std::string_view text) {
+  for (auto v : {TensorMapOobFill::zeros, TensorMapOobFill::nan})
+    if (text == to_string(v)) return v;
+  return std::nullopt;
+}
+
+int swizzle_bytes(TensorMapSwizzle swizzle) {
+  switch (swizzle) {
+    case TensorMapSwizzle::none:
+      return 0;
+    case TensorMapSwizzle::b32:
+      return 32;
+    case TensorMapSwizzle::b64:
+      return 64;
+    case TensorMapSwizzle::b128:
+      return 128;
+  }
+  return 0;
+}
+
 std::string_view to_string(BufferRole role) {
   switch (role) {
     case BufferRole::in:
@@ -537,6 +767,13 @@ bool Manifest::supports(const Problem& p, int cc) const {
     if (p.dims[i].first != dims[i]) return false;
   if (cc < min_cc || (max_cc && cc > max_cc)) return false;
   return true;
+}
+
+bool Manifest::grid_reads_max_active_clusters() const {
+  const int slot = symbols.find(k_max_active_clusters);
+  for (const auto& g : launch.grid)
+    if (std::binary_search(g.used_slots.begin(), g.used_slots.end(), slot)) return true;
+  return false;
 }
 
 double Manifest::space_size() const {

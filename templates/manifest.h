@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,13 +40,29 @@ struct LaunchSpec {
   std::array<Expression, 3> grid;
   std::array<Expression, 3> block;
   Expression smem;
+  std::array<Expression, 3> cluster;  // thread-block cluster dims ("1" each when not given)
   int line = 0;
 };
 
+enum class ArgKind { buffer, scalar, tensor_map };
 enum class BufferRole { in, out, inout, workspace };
 enum class ScalarType { i32, i64, f32 };
+// The CUtensorMap encoding options a manifest can choose (cuTensorMapEncodeTiled's enums).
+enum class TensorMapSwizzle { none, b32, b64, b128 };
+enum class TensorMapL2Promotion { none, b64, b128, b256 };
+enum class TensorMapOobFill { zeros, nan };
+std::string_view to_string(ArgKind kind);
 std::string_view to_string(BufferRole role);
 std::string_view to_string(ScalarType type);
+std::string_view to_string(TensorMapSwizzle swizzle);
+std::string_view to_string(TensorMapL2Promotion promotion);
+std::string_view to_string(TensorMapOobFill fill);
+// Parsers of the manifest spellings above ("128B", "256B", "zeros", ...); nullopt when unknown.
+std::optional<TensorMapSwizzle> parse_swizzle(std::string_view text);
+std::optional<TensorMapL2Promotion> parse_l2_promotion(std::string_view text);
+std::optional<TensorMapOobFill> parse_oob_fill(std::string_view text);
+// Bytes of one swizzle span (the most bytes a box row may have); 0 for none.
+int swizzle_bytes(TensorMapSwizzle swizzle);
 
 struct InitSpec {
   enum class Kind { uniform, normal } kind = Kind::uniform;
@@ -53,18 +70,36 @@ struct InitSpec {
   double b = 1;   // uniform: high; normal: standard deviation
 };
 
+// A TMA tensor map over a buffer argument (docs/templates.md, "Tensor maps"): what
+// cuTensorMapEncodeTiled takes, as expressions. The element type is the buffer's dtype.
+struct TensorMapSpec {
+  std::string buffer;                       // the buffer argument it maps
+  std::vector<Expression> dims;             // elements per dimension, innermost first (rank 1..5)
+  std::vector<Expression> strides;          // bytes between steps of dims[1..]: rank - 1 of them
+  std::vector<Expression> box;              // elements one copy moves, per dimension (1..256)
+  std::vector<Expression> element_strides;  // per dimension (1..8), "1" each when not given
+  TensorMapSwizzle swizzle = TensorMapSwizzle::none;
+  TensorMapL2Promotion l2_promotion = TensorMapL2Promotion::b256;
+  TensorMapOobFill oob_fill = TensorMapOobFill::zeros;
+};
+
 struct ArgSpec {
   std::string name;
-  bool is_buffer = true;
+  ArgKind kind = ArgKind::buffer;
   // buffer
   BufferRole role = BufferRole::in;
   std::string dtype;  // "in", "out", or a concrete type: bf16 fp16 fp32 i32
   Expression count;
   InitSpec init;
+  bool pass = true;  // false: allocated, filled and verified, but not a kernel parameter
   // scalar
   ScalarType scalar = ScalarType::i32;
   Expression value;
+  // tensor_map
+  TensorMapSpec map;
   int line = 0;
+
+  bool is_buffer() const { return kind == ArgKind::buffer; }
 };
 
 struct ReferenceSpec {
@@ -122,6 +157,8 @@ struct Manifest {
   SymbolTable symbols;
 
   const ParamDomain* param(std::string_view name) const;
+  // Whether launch.grid reads max_active_clusters (so a tuner asks the worker for it).
+  bool grid_reads_max_active_clusters() const;
   // Whether this template serves the problem's dtypes and layout on a device of compute
   // capability `cc` (dims are checked by the constraints).
   bool supports(const Problem& problem, int cc) const;
@@ -137,6 +174,11 @@ inline constexpr const char* k_device_symbols[] = {"cc",
                                                    "max_regs_per_block",
                                                    "max_regs_per_thread",
                                                    "l2_bytes"};
+// The one name only launch.grid may read: how many clusters of the config's launch.cluster (one
+// block each when no cluster is given) can be resident at once. The worker asks the driver
+// (cuOccupancyMaxActiveClusters on the compiled kernel); without a GPU it is
+// max(1, floor(sm_count / cluster size)), i.e. one block per SM.
+inline constexpr const char* k_max_active_clusters = "max_active_clusters";
 
 Result<Manifest> load_manifest(const std::string& path);
 // For tests: parse manifest text as if it were the file `path` (source and headers are not read).

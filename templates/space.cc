@@ -60,18 +60,47 @@ Result<std::int64_t> as_integer(const Result<double>& v, const std::string& what
   return static_cast<std::int64_t>(*v);
 }
 
-Result<LaunchGeometry> eval_launch(Evaluator& ev, const LaunchSpec& spec,
-                                   const std::string& where) {
+Result<std::uint32_t> eval_dim(Evaluator& ev, const Expression& e, const std::string& where,
+                               std::int64_t hi) {
+  auto v = as_integer(ev.eval(e), where);
+  if (!v) return std::unexpected(v.error());
+  if (*v < 1 || *v > hi)
+    return fail(ErrorCode::invalid_argument,
+                where + ": " + std::to_string(*v) + " is out of range 1.." + std::to_string(hi));
+  return std::uint32_t(*v);
+}
+
+// The cluster dims, then max_active_clusters (given, or the no-GPU fallback), then the grid,
+// which must be whole clusters.
+Result<LaunchGeometry> eval_launch(Evaluator& ev, const Manifest& m, const LaunchSpec& spec,
+                                   const std::string& where,
+                                   std::optional<std::int64_t> max_active_clusters,
+                                   std::int64_t* used_max_active_clusters = nullptr) {
   LaunchGeometry g;
   for (size_t i = 0; i < 3; ++i) {
-    auto gx = as_integer(ev.eval(spec.grid[i]), where + ".grid[" + std::to_string(i) + "]");
-    auto bx = as_integer(ev.eval(spec.block[i]), where + ".block[" + std::to_string(i) + "]");
+    const std::string n = "[" + std::to_string(i) + "]";
+    auto c = eval_dim(ev, spec.cluster[i], where + ".cluster" + n, 16);
+    if (!c) return std::unexpected(c.error());
+    g.cluster[i] = *c;
+    auto b = eval_dim(ev, spec.block[i], where + ".block" + n, 1024);
+    if (!b) return std::unexpected(b.error());
+    g.block[i] = *b;
+  }
+  const int sm_count = int(ev.get(m.symbols.find("sm_count")));
+  const std::int64_t mac =
+      max_active_clusters ? *max_active_clusters
+                          : std::max<std::int64_t>(1, sm_count / std::int64_t(g.cluster_size()));
+  ev.set(m.symbols.find(k_max_active_clusters), double(mac));
+  if (used_max_active_clusters) *used_max_active_clusters = mac;
+  for (size_t i = 0; i < 3; ++i) {
+    const std::string n = "[" + std::to_string(i) + "]";
+    auto gx = eval_dim(ev, spec.grid[i], where + ".grid" + n, 0x7fffffff);
     if (!gx) return std::unexpected(gx.error());
-    if (!bx) return std::unexpected(bx.error());
-    if (*gx < 1 || *gx > 0x7fffffff || *bx < 1 || *bx > 1024)
-      return fail(ErrorCode::invalid_argument, where + ": grid/block out of range");
-    g.grid[i] = std::uint32_t(*gx);
-    g.block[i] = std::uint32_t(*bx);
+    if (*gx % g.cluster[i] != 0)
+      return fail(ErrorCode::invalid_argument, where + ".grid" + n + " (" + std::to_string(*gx) +
+                                                   ") is not a multiple of the cluster's (" +
+                                                   std::to_string(g.cluster[i]) + ")");
+    g.grid[i] = *gx;
   }
   auto smem = as_integer(ev.eval(spec.smem), where + ".smem");
   if (!smem) return std::unexpected(smem.error());
@@ -110,13 +139,53 @@ Result<std::string> name_expression(Evaluator& ev, const Manifest& m, const Prob
   return s + ">";
 }
 
+template <typename T>
+Result<std::vector<T>> eval_list(Evaluator& ev, const std::vector<Expression>& exprs,
+                                 const std::string& where, std::int64_t lo, std::int64_t hi) {
+  std::vector<T> out;
+  for (size_t i = 0; i < exprs.size(); ++i) {
+    const std::string w = where + "[" + std::to_string(i) + "]";
+    auto v = as_integer(ev.eval(exprs[i]), w);
+    if (!v) return std::unexpected(v.error());
+    if (*v < lo || *v > hi)
+      return fail(ErrorCode::invalid_argument, w + ": " + std::to_string(*v) +
+                                                   " is out of range " + std::to_string(lo) +
+                                                   ".." + std::to_string(hi));
+    out.push_back(T(*v));
+  }
+  return out;
+}
+
+// A tensor map's fields; the ranges are cuTensorMapEncodeTiled's (finer rules, such as 16-byte
+// strides, are the constraints the loader added).
+Result<TensorMapValue> eval_map(Evaluator& ev, const TensorMapSpec& t, const std::string& where) {
+  TensorMapValue v;
+  v.buffer = t.buffer;
+  v.swizzle = t.swizzle;
+  v.l2_promotion = t.l2_promotion;
+  v.oob_fill = t.oob_fill;
+  auto dims = eval_list<std::uint64_t>(ev, t.dims, where + ".dims", 1, 1ll << 32);
+  if (!dims) return std::unexpected(dims.error());
+  auto strides = eval_list<std::uint64_t>(ev, t.strides, where + ".strides", 16, (1ll << 40) - 1);
+  if (!strides) return std::unexpected(strides.error());
+  auto box = eval_list<std::uint32_t>(ev, t.box, where + ".box", 1, 256);
+  if (!box) return std::unexpected(box.error());
+  auto es = eval_list<std::uint32_t>(ev, t.element_strides, where + ".element_strides", 1, 8);
+  if (!es) return std::unexpected(es.error());
+  v.dims = std::move(*dims);
+  v.strides = std::move(*strides);
+  v.box = std::move(*box);
+  v.element_strides = std::move(*es);
+  return v;
+}
+
 Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const Problem& p) {
   std::vector<ArgValue> out;
   for (const auto& a : m.args) {
     ArgValue v;
     v.name = a.name;
-    v.is_buffer = a.is_buffer;
-    if (a.is_buffer) {
+    v.kind = a.kind;
+    if (a.kind == ArgKind::buffer) {
       v.role = a.role;
       v.dtype = concrete_dtype(a.dtype, p);
       auto count = as_integer(ev.eval(a.count), "args." + a.name + ".count");
@@ -124,11 +193,18 @@ Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const 
       if (*count < 1) return fail(ErrorCode::invalid_argument, "args." + a.name + ".count < 1");
       v.count = *count;
       v.init = a.init;
-    } else {
+      v.pass = a.pass;
+    } else if (a.kind == ArgKind::scalar) {
       v.scalar = a.scalar;
       auto value = ev.eval(a.value);
       if (!value) return std::unexpected(value.error());
       v.value = *value;
+    } else {
+      auto map = eval_map(ev, a.map, "args." + a.name);
+      if (!map) return std::unexpected(map.error());
+      v.map = std::move(*map);
+      for (const auto& b : m.args)
+        if (b.is_buffer() && b.name == a.map.buffer) v.dtype = concrete_dtype(b.dtype, p);
     }
     out.push_back(std::move(v));
   }
@@ -273,7 +349,8 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
 }
 
 Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
-                             const DeviceLimits& limits, const Params& params) {
+                             const DeviceLimits& limits, const Params& params,
+                             std::optional<std::int64_t> max_active_clusters) {
   if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());
   const Manifest& m = tmpl.manifest;
   Evaluator ev(m.symbols);
@@ -286,9 +363,11 @@ Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
   auto name = name_expression(ev, m, problem, m.entry, m.template_args);
   if (!name) return std::unexpected(name.error());
   inst.name_expression = std::move(*name);
-  auto launch = eval_launch(ev, m.launch, m.path + ": launch");
+  auto launch = eval_launch(ev, m, m.launch, m.path + ": launch", max_active_clusters,
+                            &inst.max_active_clusters);
   if (!launch) return std::unexpected(launch.error());
   inst.launch = *launch;
+  inst.grid_reads_max_active_clusters = m.grid_reads_max_active_clusters();
   auto args = eval_args(ev, m, problem);
   if (!args) return std::unexpected(args.error());
   inst.args = std::move(*args);
@@ -317,7 +396,7 @@ Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& p
   if (!name) return std::unexpected(name.error());
   inst->name_expression = std::move(*name);
   inst->params.clear();
-  auto launch = eval_launch(ev, m.reference.launch, m.path + ": reference.launch");
+  auto launch = eval_launch(ev, m, m.reference.launch, m.path + ": reference.launch", {});
   if (!launch) return std::unexpected(launch.error());
   inst->launch = *launch;
   return inst;

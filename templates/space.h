@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,19 +36,39 @@ struct LaunchGeometry {
   std::array<std::uint32_t, 3> grid{1, 1, 1};
   std::array<std::uint32_t, 3> block{1, 1, 1};
   std::uint32_t smem = 0;
+  std::array<std::uint32_t, 3> cluster{1, 1, 1};  // blocks per thread-block cluster
+  std::uint32_t cluster_size() const { return cluster[0] * cluster[1] * cluster[2]; }
   friend bool operator==(const LaunchGeometry&, const LaunchGeometry&) = default;
+};
+
+// A tensor map's fields evaluated for one problem and config (cuTensorMapEncodeTiled's inputs
+// but the base address, which is the mapped buffer's, per input set).
+struct TensorMapValue {
+  std::string buffer;                           // the buffer argument it maps
+  std::vector<std::uint64_t> dims;              // elements, innermost first
+  std::vector<std::uint64_t> strides;           // bytes, one per dimension after the first
+  std::vector<std::uint32_t> box;               // elements
+  std::vector<std::uint32_t> element_strides;
+  TensorMapSwizzle swizzle = TensorMapSwizzle::none;
+  TensorMapL2Promotion l2_promotion = TensorMapL2Promotion::b256;
+  TensorMapOobFill oob_fill = TensorMapOobFill::zeros;
+  friend bool operator==(const TensorMapValue&, const TensorMapValue&) = default;
 };
 
 // One kernel argument with its values for a given problem and config.
 struct ArgValue {
   std::string name;
-  bool is_buffer = true;
+  ArgKind kind = ArgKind::buffer;
   BufferRole role = BufferRole::in;
-  std::string dtype;       // concrete: bf16 fp16 fp32 i32
+  std::string dtype;       // concrete: bf16 fp16 fp32 i32 (tensor_map: its buffer's)
   std::int64_t count = 0;  // elements
   InitSpec init;
+  bool pass = true;  // buffers: false = not a kernel parameter (reached through a tensor map)
   ScalarType scalar = ScalarType::i32;
   double value = 0;
+  TensorMapValue map;  // tensor_map only
+
+  bool is_buffer() const { return kind == ArgKind::buffer; }
 };
 
 // A template config made concrete for a problem on a device: all the compiler and the worker
@@ -59,6 +80,11 @@ struct Instance {
   std::vector<ArgValue> args;
   double metric = 0;  // FLOPs or bytes per launch
   MetricSpec::Kind metric_kind = MetricSpec::Kind::bytes;
+  // The value launch.grid was evaluated with: the worker's answer when instantiate() was given
+  // one, else the no-GPU fallback max(1, floor(sm_count / cluster size)).
+  std::int64_t max_active_clusters = 0;
+  // Whether launch.grid reads it (a tuner then asks the worker and instantiates again).
+  bool grid_reads_max_active_clusters = false;
 };
 
 // The arch string a template compiles for on a device: "sm_90", or "sm_90a" for arch_suffix "a".
@@ -86,9 +112,12 @@ class SearchSpace {
 };
 
 // Checks `params` against every constraint and makes the Instance. Fails naming the first
-// constraint it breaks, or an unknown/missing param.
+// constraint it breaks, or an unknown/missing param. `max_active_clusters`: what the worker
+// measured for this config's compiled kernel (TrialRunner::occupancy); without it launch.grid
+// sees the fallback (see Instance).
 Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
-                             const DeviceLimits& limits, const Params& params);
+                             const DeviceLimits& limits, const Params& params,
+                             std::optional<std::int64_t> max_active_clusters = std::nullopt);
 
 // The reference kernel's Instance (kernel references only; params empty).
 Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& problem,

@@ -288,7 +288,7 @@ WorkerJson GpuWorker::setup(const WorkerJson& req) {
   // far as half the free memory allows.
   std::size_t in_bytes = 0, other_bytes = 0;
   for (const auto& a : args) {
-    if (!a.is_buffer) continue;
+    if (!a.is_buffer()) continue;
     const std::size_t bytes = std::size_t(a.count) * element_bytes(a.dtype);
     (a.role == BufferRole::in || a.role == BufferRole::inout ? in_bytes : other_bytes) += bytes;
   }
@@ -307,7 +307,7 @@ WorkerJson GpuWorker::setup(const WorkerJson& req) {
                        std::to_string(free_mem >> 20) + " MiB)");
 
   for (const auto& a : args) {
-    if (!a.is_buffer) continue;
+    if (!a.is_buffer()) continue;
     Buffer b;
     b.spec = a;
     b.bytes = std::size_t(a.count) * element_bytes(a.dtype);
@@ -341,7 +341,7 @@ WorkerJson GpuWorker::setup(const WorkerJson& req) {
 
 Result<void> GpuWorker::ensure_capacity(const std::vector<ArgValue>& args) {
   for (const auto& a : args) {
-    if (!a.is_buffer) continue;
+    if (!a.is_buffer()) continue;
     Buffer* b = buffer(a.name);
     if (!b) return fail(ErrorCode::invalid_argument, "argument '" + a.name + "' was not set up");
     const std::size_t need = std::size_t(a.count) * element_bytes(a.dtype);
@@ -362,7 +362,7 @@ Result<void> GpuWorker::ensure_capacity(const std::vector<ArgValue>& args) {
 
 Result<void> GpuWorker::prepare_verification(const std::vector<ArgValue>& args, int set) {
   for (const auto& a : args) {
-    if (!a.is_buffer) continue;
+    if (!a.is_buffer()) continue;
     Buffer* b = buffer(a.name);
     if (a.role == BufferRole::out) {
       ArgValue whole = b->spec;
@@ -384,7 +384,7 @@ CUresult GpuWorker::launch_kernel(CUfunction f, const LaunchGeometry& g,
   std::vector<void*> params(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const ArgValue& a = args[i];
-    if (a.is_buffer) {
+    if (a.is_buffer()) {
       Buffer* b = buffer(a.name);
       const bool input = a.role == BufferRole::in || a.role == BufferRole::inout;
       storage[i] = b->sets[input ? size_t(set) % b->sets.size() : 0];
@@ -413,7 +413,7 @@ Result<double> GpuWorker::compare_outputs(const std::vector<ArgValue>& args, int
                                           std::string& why) {
   double worst = 0;
   for (const auto& a : args) {
-    if (!a.is_buffer || (a.role != BufferRole::out && a.role != BufferRole::inout)) continue;
+    if (!a.is_buffer() || (a.role != BufferRole::out && a.role != BufferRole::inout)) continue;
     Buffer* b = buffer(a.name);
     auto ref = m_refs[set].find(a.name);
     if (ref == m_refs[set].end())
@@ -551,7 +551,7 @@ WorkerJson GpuWorker::reference(const WorkerFrame& req) {
       return error_reply(failure(r, "reference run"));
     }
     for (const auto& a : args) {
-      if (!a.is_buffer || (a.role != BufferRole::out && a.role != BufferRole::inout)) continue;
+      if (!a.is_buffer() || (a.role != BufferRole::out && a.role != BufferRole::inout)) continue;
       Buffer* b = buffer(a.name);
       const std::size_t bytes = std::size_t(a.count) * element_bytes(a.dtype);
       auto copy = alloc(bytes);

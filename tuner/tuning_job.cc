@@ -71,7 +71,7 @@ Result<std::vector<ArgValue>> setup_args(const std::vector<const KernelTemplate*
     auto inst = instantiate(*t, problem, limits, *h);
     if (!inst) continue;
     for (const auto& a : inst->args) {
-      if (!a.is_buffer) continue;
+      if (!a.is_buffer()) continue;
       auto it =
           std::find_if(out.begin(), out.end(), [&](const ArgValue& o) { return o.name == a.name; });
       if (it == out.end())

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <stdexcept>
 
 namespace ktune {
 namespace {
@@ -98,27 +99,54 @@ Result<WorkerFrame> read_worker_frame(int fd, int timeout_ms) {
 }
 
 WorkerJson to_json(const ArgValue& a) {
-  WorkerJson j = {{"name", a.name}, {"is_buffer", a.is_buffer}};
-  if (a.is_buffer) {
-    j["role"] = std::string(to_string(a.role));
-    j["dtype"] = a.dtype;
-    j["count"] = a.count;
-    j["init"] = {{"kind", a.init.kind == InitSpec::Kind::uniform ? "uniform" : "normal"},
-                 {"a", a.init.a},
-                 {"b", a.init.b}};
-  } else {
-    j["scalar"] = std::string(to_string(a.scalar));
-    j["value"] = a.value;
+  WorkerJson j = {{"name", a.name}, {"kind", std::string(to_string(a.kind))}};
+  switch (a.kind) {
+    case ArgKind::buffer:
+      j["role"] = std::string(to_string(a.role));
+      j["dtype"] = a.dtype;
+      j["count"] = a.count;
+      j["init"] = {{"kind", a.init.kind == InitSpec::Kind::uniform ? "uniform" : "normal"},
+                   {"a", a.init.a},
+                   {"b", a.init.b}};
+      j["pass"] = a.pass;
+      break;
+    case ArgKind::scalar:
+      j["scalar"] = std::string(to_string(a.scalar));
+      j["value"] = a.value;
+      break;
+    case ArgKind::tensor_map:
+      j["buffer"] = a.map.buffer;
+      j["dtype"] = a.dtype;
+      j["dims"] = a.map.dims;
+      j["strides"] = a.map.strides;
+      j["box"] = a.map.box;
+      j["element_strides"] = a.map.element_strides;
+      j["swizzle"] = std::string(to_string(a.map.swizzle));
+      j["l2_promotion"] = std::string(to_string(a.map.l2_promotion));
+      j["oob_fill"] = std::string(to_string(a.map.oob_fill));
+      break;
   }
   return j;
 }
+
+namespace {
+
+// Throws on an unknown spelling (arg_from_json turns it into an Error).
+template <typename T>
+T parsed(std::optional<T> v, const std::string& what) {
+  if (!v) throw std::invalid_argument("unknown " + what);
+  return *v;
+}
+
+}  // namespace
 
 Result<ArgValue> arg_from_json(const WorkerJson& j) {
   try {
     ArgValue a;
     a.name = j.at("name").get<std::string>();
-    a.is_buffer = j.at("is_buffer").get<bool>();
-    if (a.is_buffer) {
+    const std::string kind = j.at("kind").get<std::string>();
+    if (kind == "buffer") {
+      a.kind = ArgKind::buffer;
       const std::string role = j.at("role").get<std::string>();
       a.role = role == "in"      ? BufferRole::in
                : role == "out"   ? BufferRole::out
@@ -131,10 +159,30 @@ Result<ArgValue> arg_from_json(const WorkerJson& j) {
                                                                     : InitSpec::Kind::normal;
       a.init.a = init.at("a").get<double>();
       a.init.b = init.at("b").get<double>();
-    } else {
+      a.pass = j.value("pass", true);
+    } else if (kind == "scalar") {
+      a.kind = ArgKind::scalar;
       const std::string s = j.at("scalar").get<std::string>();
       a.scalar = s == "i32" ? ScalarType::i32 : s == "i64" ? ScalarType::i64 : ScalarType::f32;
       a.value = j.at("value").get<double>();
+    } else if (kind == "tensor_map") {
+      a.kind = ArgKind::tensor_map;
+      a.map.buffer = j.at("buffer").get<std::string>();
+      a.dtype = j.at("dtype").get<std::string>();
+      a.map.dims = j.at("dims").get<std::vector<std::uint64_t>>();
+      a.map.strides = j.at("strides").get<std::vector<std::uint64_t>>();
+      a.map.box = j.at("box").get<std::vector<std::uint32_t>>();
+      a.map.element_strides = j.at("element_strides").get<std::vector<std::uint32_t>>();
+      a.map.swizzle = parsed(parse_swizzle(j.at("swizzle").get<std::string>()), "swizzle");
+      a.map.l2_promotion =
+          parsed(parse_l2_promotion(j.at("l2_promotion").get<std::string>()), "l2_promotion");
+      a.map.oob_fill = parsed(parse_oob_fill(j.at("oob_fill").get<std::string>()), "oob_fill");
+      const size_t rank = a.map.dims.size();
+      if (rank < 1 || rank > 5 || a.map.strides.size() != rank - 1 || a.map.box.size() != rank ||
+          a.map.element_strides.size() != rank)
+        throw std::invalid_argument("tensor map '" + a.name + "': inconsistent ranks");
+    } else {
+      throw std::invalid_argument("unknown kind '" + kind + "'");
     }
     return a;
   } catch (const std::exception& e) {
@@ -143,7 +191,7 @@ Result<ArgValue> arg_from_json(const WorkerJson& j) {
 }
 
 WorkerJson to_json(const LaunchGeometry& g) {
-  return {{"grid", g.grid}, {"block", g.block}, {"smem", g.smem}};
+  return {{"grid", g.grid}, {"block", g.block}, {"smem", g.smem}, {"cluster", g.cluster}};
 }
 
 LaunchGeometry launch_from_json(const WorkerJson& j) {
@@ -151,6 +199,7 @@ LaunchGeometry launch_from_json(const WorkerJson& j) {
   g.grid = j.at("grid").get<std::array<std::uint32_t, 3>>();
   g.block = j.at("block").get<std::array<std::uint32_t, 3>>();
   g.smem = j.at("smem").get<std::uint32_t>();
+  if (j.contains("cluster")) g.cluster = j.at("cluster").get<std::array<std::uint32_t, 3>>();
   return g;
 }
 

@@ -20,7 +20,9 @@ namespace ktune {
 
 using WorkerJson = nlohmann::json;
 
-inline constexpr int k_worker_protocol_version = 1;
+// 2: args carry a kind (buffer, scalar, tensor_map), buffers `pass`; launches a cluster; the
+// `occupancy` op.
+inline constexpr int k_worker_protocol_version = 2;
 inline constexpr std::uint32_t k_max_worker_header = 16u << 20;
 inline constexpr std::uint32_t k_max_worker_blob = 256u << 20;
 

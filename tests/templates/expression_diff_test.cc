@@ -27,13 +27,19 @@ std::vector<const Expression*> expressions_of(const Manifest& m) {
   auto add_launch = [&](const LaunchSpec& l) {
     for (const auto& e : l.grid) add(e);
     for (const auto& e : l.block) add(e);
+    for (const auto& e : l.cluster) add(e);
     add(l.smem);
   };
   for (const auto& d : m.derived) add(d.expr);
   for (const auto& c : m.constraints) add(c.expr);
   add_launch(m.launch);
   if (m.reference.builtin.empty()) add_launch(m.reference.launch);
-  for (const auto& a : m.args) add(a.is_buffer ? a.count : a.value);
+  for (const auto& a : m.args) {
+    if (a.kind == ArgKind::buffer) add(a.count);
+    if (a.kind == ArgKind::scalar) add(a.value);
+    for (const auto* list : {&a.map.dims, &a.map.strides, &a.map.box, &a.map.element_strides})
+      for (const auto& e : *list) add(e);
+  }
   add(m.metric.amount);
   for (const auto& h : m.heuristic) add(h.when);
   return out;

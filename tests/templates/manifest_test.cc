@@ -164,7 +164,7 @@ TEST(SpaceTest, InstantiateMakesNameLaunchAndArgs) {
   EXPECT_EQ(inst->args[0].dtype, "bf16");
   EXPECT_EQ(inst->args[0].count, 1 << 20);
   EXPECT_EQ(inst->args[0].init.a, -2);
-  EXPECT_FALSE(inst->args[2].is_buffer);
+  EXPECT_FALSE(inst->args[2].is_buffer());
   EXPECT_EQ(inst->args[3].value, 1.5);
   EXPECT_EQ(inst->metric, double(1 << 20) * 4);
 
@@ -192,14 +192,14 @@ TEST(SpaceTest, HeuristicPicksFirstMatchingValidRule) {
 
 TEST(RegistryTest, LoadsDirectoriesAndReportsBadOnes) {
   auto reg = TemplateRegistry::load({k_scale_dir, "/nonexistent/ktune"});
-  ASSERT_EQ(reg.all().size(), 2u);  // fault and scale
+  ASSERT_EQ(reg.all().size(), 3u);  // fault, scale and tma_copy
   EXPECT_EQ(reg.all()[1]->name(), "scale");
   EXPECT_EQ(reg.all()[1]->hash.size(), 16u);
   ASSERT_EQ(reg.errors().size(), 1u);
   EXPECT_NE(reg.errors()[0].message.find("/nonexistent/ktune"), std::string::npos);
   EXPECT_EQ(reg.for_problem(scale_problem(64), 90).size(), 1u);
   EXPECT_TRUE(reg.for_problem(scale_problem(64), 70).empty());
-  EXPECT_EQ(reg.ops(), (std::vector<std::string>{"fault", "scale"}));
+  EXPECT_EQ(reg.ops(), (std::vector<std::string>{"fault", "scale", "tma_copy"}));
 }
 
 }  // namespace
