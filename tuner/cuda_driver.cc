@@ -26,6 +26,10 @@ Result<const CudaDriver*> CudaDriver::get() {
   }
     KTUNE_CUDA_DRIVER_FUNCTIONS(KTUNE_LOAD)
 #undef KTUNE_LOAD
+#define KTUNE_LOAD_OPTIONAL(name, symbol) \
+  driver.name = reinterpret_cast<decltype(driver.name)>(::dlsym(lib, symbol));
+    KTUNE_CUDA_DRIVER_OPTIONAL_FUNCTIONS(KTUNE_LOAD_OPTIONAL)
+#undef KTUNE_LOAD_OPTIONAL
     const CUresult r = driver.cuInit(0);
     if (r != CUDA_SUCCESS)
       failure = Error{ErrorCode::unavailable, "cuInit failed: " + driver.describe(r)};

@@ -40,6 +40,8 @@ namespace ktune {
   X(cuFuncSetAttribute, "cuFuncSetAttribute")                  \
   X(cuFuncGetAttribute, "cuFuncGetAttribute")                  \
   X(cuLaunchKernel, "cuLaunchKernel")                          \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                 \
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor")               \
   X(cuMemAlloc, "cuMemAlloc_v2")                               \
   X(cuMemFree, "cuMemFree_v2")                                 \
   X(cuMemGetInfo, "cuMemGetInfo_v2")                           \
@@ -66,9 +68,17 @@ namespace ktune {
   X(cuEventSynchronize, "cuEventSynchronize")                  \
   X(cuEventElapsedTime, "cuEventElapsedTime_v2")
 
+// Entry points a driver may lack (all came with CUDA 12.0): null when absent, and only the
+// features that need them fail (tensor maps, cluster launches, cluster occupancy).
+#define KTUNE_CUDA_DRIVER_OPTIONAL_FUNCTIONS(X)           \
+  X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")     \
+  X(cuLaunchKernelEx, "cuLaunchKernelEx")                 \
+  X(cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters")
+
 struct CudaDriver {
 #define KTUNE_DECLARE(name, symbol) decltype(&::name) name = nullptr;
   KTUNE_CUDA_DRIVER_FUNCTIONS(KTUNE_DECLARE)
+  KTUNE_CUDA_DRIVER_OPTIONAL_FUNCTIONS(KTUNE_DECLARE)
 #undef KTUNE_DECLARE
 
   // The process-wide driver, loaded and cuInit'ed on first call. ErrorCode::unavailable with

@@ -54,7 +54,76 @@ Timing summarize(std::vector<double> us, bool graph) {
 bool is_resource_error(CUresult r) {
   return r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES ||
          r == CUDA_ERROR_OUT_OF_MEMORY || r == CUDA_ERROR_INVALID_HANDLE ||
-         r == CUDA_ERROR_NOT_SUPPORTED;
+         r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_CLUSTER_SIZE;
+}
+
+CUtensorMapDataType tensor_map_type(const std::string& dtype) {
+  if (dtype == "bf16") return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  if (dtype == "fp16") return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (dtype == "fp32") return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  return CU_TENSOR_MAP_DATA_TYPE_INT32;
+}
+
+CUtensorMapSwizzle tensor_map_swizzle(TensorMapSwizzle s) {
+  switch (s) {
+    case TensorMapSwizzle::none:
+      return CU_TENSOR_MAP_SWIZZLE_NONE;
+    case TensorMapSwizzle::b32:
+      return CU_TENSOR_MAP_SWIZZLE_32B;
+    case TensorMapSwizzle::b64:
+      return CU_TENSOR_MAP_SWIZZLE_64B;
+    case TensorMapSwizzle::b128:
+      return CU_TENSOR_MAP_SWIZZLE_128B;
+  }
+  return CU_TENSOR_MAP_SWIZZLE_NONE;
+}
+
+CUtensorMapL2promotion tensor_map_l2(TensorMapL2Promotion p) {
+  switch (p) {
+    case TensorMapL2Promotion::none:
+      return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+    case TensorMapL2Promotion::b64:
+      return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+    case TensorMapL2Promotion::b128:
+      return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    case TensorMapL2Promotion::b256:
+      return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  }
+  return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+}
+
+// "dims [4096, 1000] strides [8192] box [64, 128] swizzle 128B" for error messages.
+std::string describe_map(const TensorMapValue& m) {
+  auto list = [](const auto& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+  };
+  return "dims " + list(m.dims) + " strides " + list(m.strides) + " box " + list(m.box) +
+         " element_strides " + list(m.element_strides) + " swizzle " +
+         std::string(to_string(m.swizzle));
+}
+
+// The launch configuration of cuLaunchKernelEx / cuOccupancyMaxActiveClusters for `g`, with its
+// cluster dimension in `attr` (which must outlive the config).
+CUlaunchConfig launch_config(const LaunchGeometry& g, CUstream stream, CUlaunchAttribute& attr) {
+  attr = {};
+  attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr.value.clusterDim.x = g.cluster[0];
+  attr.value.clusterDim.y = g.cluster[1];
+  attr.value.clusterDim.z = g.cluster[2];
+  CUlaunchConfig c = {};
+  c.gridDimX = g.grid[0];
+  c.gridDimY = g.grid[1];
+  c.gridDimZ = g.grid[2];
+  c.blockDimX = g.block[0];
+  c.blockDimY = g.block[1];
+  c.blockDimZ = g.block[2];
+  c.sharedMemBytes = g.smem;
+  c.hStream = stream;
+  c.attrs = &attr;
+  c.numAttrs = 1;
+  return c;
 }
 
 }  // namespace
@@ -195,6 +264,8 @@ WorkerJson GpuWorker::handle(const WorkerFrame& request, bool& exit_after) {
       reply = time_cublas(request.header);
     else if (op == "time_copy")
       reply = time_copy(request.header);
+    else if (op == "occupancy")
+      reply = occupancy(request);
     else
       reply = error_reply("unknown worker op '" + op + "'");
   } catch (const std::exception& e) {
@@ -275,6 +346,7 @@ GpuWorker::Buffer* GpuWorker::buffer(const std::string& name) {
 
 WorkerJson GpuWorker::setup(const WorkerJson& req) {
   (void)free_buffers();
+  m_tensor_maps.clear();
   for (auto& [_, l] : m_loaded) m_d.cuModuleUnload(l.module);
   m_loaded.clear();
   m_seed = req.value("seed", 1u);
@@ -377,14 +449,76 @@ Result<void> GpuWorker::prepare_verification(const std::vector<ArgValue>& args, 
   return {};
 }
 
+Result<const CUtensorMap*> GpuWorker::tensor_map(const ArgValue& a, int set) {
+  Buffer* b = buffer(a.map.buffer);
+  if (!b)
+    return fail(ErrorCode::invalid_argument,
+                "tensor map '" + a.name + "': buffer '" + a.map.buffer + "' was not set up");
+  const bool input = b->spec.role == BufferRole::in || b->spec.role == BufferRole::inout;
+  const CUdeviceptr base = b->sets[input ? size_t(set) % b->sets.size() : 0];
+  TensorMapKey key{base,
+                   a.dtype,
+                   a.map.dims,
+                   a.map.strides,
+                   a.map.box,
+                   a.map.element_strides,
+                   int(a.map.swizzle),
+                   int(a.map.l2_promotion),
+                   int(a.map.oob_fill)};
+  if (auto it = m_tensor_maps.find(key); it != m_tensor_maps.end()) return &it->second;
+  if (!m_d.cuTensorMapEncodeTiled)
+    return fail(ErrorCode::unavailable, "the CUDA driver has no cuTensorMapEncodeTiled");
+  // The map must not reach past the buffer (TMA would read or write outside the allocation).
+  const std::size_t rank = a.map.dims.size();
+  const std::size_t span =
+      rank == 1 ? a.map.dims[0] * element_bytes(a.dtype) : a.map.strides[rank - 2] * a.map.dims[rank - 1];
+  if (span > b->bytes)
+    return fail(ErrorCode::invalid_argument,
+                "tensor map '" + a.name + "' spans " + std::to_string(span) + " bytes but '" +
+                    b->spec.name + "' holds " + std::to_string(b->bytes));
+  CUtensorMap map;
+  const CUresult r = m_d.cuTensorMapEncodeTiled(
+      &map, tensor_map_type(a.dtype), cuuint32_t(rank), reinterpret_cast<void*>(base),
+      a.map.dims.data(), a.map.strides.data(), a.map.box.data(), a.map.element_strides.data(),
+      CU_TENSOR_MAP_INTERLEAVE_NONE, tensor_map_swizzle(a.map.swizzle),
+      tensor_map_l2(a.map.l2_promotion),
+      a.map.oob_fill == TensorMapOobFill::nan ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+                                              : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return fail(ErrorCode::invalid_argument, "cuTensorMapEncodeTiled refused '" + a.name + "' (" +
+                                                 a.dtype + ", " + describe_map(a.map) +
+                                                 "): " + failure(r, "encode"));
+  return &m_tensor_maps.emplace(std::move(key), map).first->second;
+}
+
+Result<void> GpuWorker::encode_tensor_maps(const std::vector<ArgValue>& args) {
+  if (m_tensor_maps.size() > 4096) m_tensor_maps.clear();  // no launch holds a pointer now
+  for (const auto& a : args) {
+    if (a.kind != ArgKind::tensor_map) continue;
+    for (int set = 0; set < m_sets; ++set)
+      if (auto m = tensor_map(a, set); !m) return std::unexpected(m.error());
+  }
+  return {};
+}
+
 CUresult GpuWorker::launch_kernel(CUfunction f, const LaunchGeometry& g,
                                   const std::vector<ArgValue>& args, int set) {
-  // Argument storage for this launch: pointers and scalars, one slot each.
+  // Argument storage for this launch: pointers and scalars, one slot each; a tensor map's
+  // parameter is its encoded map in the cache (128 bytes, passed by value). Buffers that are
+  // not passed (reached through a map) take no parameter.
   std::vector<std::uint64_t> storage(args.size());
-  std::vector<void*> params(args.size());
+  std::vector<void*> params;
+  params.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const ArgValue& a = args[i];
+    if (a.kind == ArgKind::tensor_map) {
+      auto map = tensor_map(a, set);
+      if (!map) return CUDA_ERROR_INVALID_VALUE;  // a trial encodes every map before launching
+      params.push_back(const_cast<CUtensorMap*>(*map));
+      continue;
+    }
     if (a.is_buffer()) {
+      if (!a.pass) continue;
       Buffer* b = buffer(a.name);
       const bool input = a.role == BufferRole::in || a.role == BufferRole::inout;
       storage[i] = b->sets[input ? size_t(set) % b->sets.size() : 0];
@@ -398,10 +532,15 @@ CUresult GpuWorker::launch_kernel(CUfunction f, const LaunchGeometry& g,
       const float v = float(a.value);
       std::memcpy(&storage[i], &v, sizeof v);
     }
-    params[i] = &storage[i];
+    params.push_back(&storage[i]);
   }
-  return m_d.cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1], g.block[2],
-                            g.smem, m_stream, params.data(), nullptr);
+  if (g.cluster_size() == 1)
+    return m_d.cuLaunchKernel(f, g.grid[0], g.grid[1], g.grid[2], g.block[0], g.block[1],
+                              g.block[2], g.smem, m_stream, params.data(), nullptr);
+  if (!m_d.cuLaunchKernelEx) return CUDA_ERROR_NOT_SUPPORTED;
+  CUlaunchAttribute attr;
+  const CUlaunchConfig config = launch_config(g, m_stream, attr);
+  return m_d.cuLaunchKernelEx(&config, f, params.data(), nullptr);
 }
 
 std::vector<int> GpuWorker::verify_sets() const {
@@ -529,6 +668,10 @@ WorkerJson GpuWorker::reference(const WorkerFrame& req) {
     if (geometry.smem > 48 * 1024)
       m_d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                              int(geometry.smem));
+    if (auto ok = encode_tensor_maps(args); !ok) {
+      m_d.cuModuleUnload(module);
+      return error_reply("reference: " + ok.error().message);
+    }
   } else if (kind == "cublas_gemm") {
     if (!m_cublas) {
       auto c = Cublas::load(m_stream);
@@ -630,6 +773,17 @@ WorkerJson GpuWorker::trial(const WorkerFrame& req) {
       unload();
       return outcome(Outcome::resource_error, failure(r, "shared memory request refused"));
     }
+  if (t.launch.cluster_size() > 1 && !m_d.cuLaunchKernelEx) {
+    unload();
+    return outcome(Outcome::resource_error, "the CUDA driver has no cuLaunchKernelEx (clusters)");
+  }
+  // A tensor map the driver refuses to encode is the config's fault: invalid, not an error.
+  if (auto ok = encode_tensor_maps(t.args); !ok) {
+    unload();
+    return outcome(ok.error().code == ErrorCode::invalid_argument ? Outcome::invalid
+                                                                  : Outcome::resource_error,
+                   ok.error().message);
+  }
 
   // Verify on fresh random inputs against the reference, with poisoned outputs.
   if (t.verify) {
@@ -775,6 +929,46 @@ WorkerJson GpuWorker::time_copy(const WorkerJson& req) {
           {"timing", to_json(timing)},
           {"gbps", 2.0 * double(bytes) / (timing.median_us * 1e3)},
           {"telemetry", to_json(telemetry())}};
+}
+
+WorkerJson GpuWorker::occupancy(const WorkerFrame& req) {
+  const WorkerJson& h = req.header;
+  const LaunchGeometry g = launch_from_json(h.at("launch"));
+  auto answer = [](int n, const std::string& why) {
+    return WorkerJson{{"ok", true}, {"max_active_clusters", n}, {"message", why}};
+  };
+  CUmodule module = nullptr;
+  if (CUresult r = m_d.cuModuleLoadData(&module, req.blob.data()); r != CUDA_SUCCESS)
+    return answer(0, failure(r, "cuModuleLoadData"));
+  CUfunction fn = nullptr;
+  CUresult r =
+      m_d.cuModuleGetFunction(&fn, module, h.at("lowered_name").get<std::string>().c_str());
+  if (r == CUDA_SUCCESS && g.smem > 48 * 1024)
+    r = m_d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(g.smem));
+  int n = 0;
+  std::string why;
+  if (r != CUDA_SUCCESS) {
+    why = failure(r, "kernel");
+  } else if (g.cluster_size() == 1) {
+    // One block per cluster: blocks resident per SM times the SMs.
+    const int threads = int(g.block[0] * g.block[1] * g.block[2]);
+    if ((r = m_d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, threads, g.smem)) ==
+        CUDA_SUCCESS)
+      n *= m_info.device_class.sm_count;
+    else
+      why = failure(r, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  } else if (!m_d.cuOccupancyMaxActiveClusters) {
+    why = "the CUDA driver has no cuOccupancyMaxActiveClusters";
+  } else {
+    CUlaunchAttribute attr;
+    const CUlaunchConfig config = launch_config(g, m_stream, attr);
+    if ((r = m_d.cuOccupancyMaxActiveClusters(&n, fn, &config)) != CUDA_SUCCESS)
+      why = failure(r, "cuOccupancyMaxActiveClusters");
+  }
+  if (!m_poisoned) m_d.cuModuleUnload(module);
+  if (r != CUDA_SUCCESS) n = 0;
+  if (n == 0 && why.empty()) why = "no block (cluster) of this launch fits on the GPU";
+  return answer(n, why);
 }
 
 int run_worker(int fd, int ordinal) {

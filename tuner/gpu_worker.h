@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tuner/cuda_driver.h"
@@ -54,6 +55,7 @@ class GpuWorker {
   WorkerJson retime(const WorkerJson& req);
   WorkerJson time_cublas(const WorkerJson& req);
   WorkerJson time_copy(const WorkerJson& req);
+  WorkerJson occupancy(const WorkerFrame& req);
 
   Result<void> free_buffers();
   Result<CUdeviceptr> alloc(std::size_t bytes);
@@ -68,6 +70,12 @@ class GpuWorker {
   Result<void> prepare_verification(const std::vector<ArgValue>& args, int set);
   CUresult launch_kernel(CUfunction f, const LaunchGeometry& g, const std::vector<ArgValue>& args,
                          int set);
+  // The encoded map of a tensor_map argument over its buffer's copy for `set` (cached: the map
+  // embeds the address). ErrorCode::invalid_argument when the driver refuses the encoding,
+  // ErrorCode::unavailable when it has no cuTensorMapEncodeTiled.
+  Result<const CUtensorMap*> tensor_map(const ArgValue& a, int set);
+  // Encodes every tensor map of `args` for every input set (a trial's first check).
+  Result<void> encode_tensor_maps(const std::vector<ArgValue>& args);
   CUresult launch_cublas(const WorkerJson& problem, int set, CUdeviceptr out_override);
   // Max relative error of the outputs of `args` against the stored references for `set`.
   Result<double> compare_outputs(const std::vector<ArgValue>& args, int set, std::string& why);
@@ -98,6 +106,12 @@ class GpuWorker {
   std::map<int, std::map<std::string, CUdeviceptr>> m_refs;
   std::map<std::uint64_t, Loaded> m_loaded;
   std::uint64_t m_use_clock = 0;
+  // Encoded tensor maps by (base address, dtype, fields): what a map holds is a function of the
+  // key, so an entry never goes stale; the cache is dropped at setup and when it grows large.
+  using TensorMapKey = std::tuple<CUdeviceptr, std::string, std::vector<std::uint64_t>,
+                                  std::vector<std::uint64_t>, std::vector<std::uint32_t>,
+                                  std::vector<std::uint32_t>, int, int, int>;
+  std::map<TensorMapKey, CUtensorMap> m_tensor_maps;  // node storage keeps CUtensorMap's alignment
 
   struct Cublas;
   std::unique_ptr<Cublas> m_cublas;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <deque>
+#include <expected>
 #include <future>
 #include <map>
 #include <optional>
@@ -313,13 +314,14 @@ class JobRun {
       trial.message = compiled.log.substr(0, 2000);
     } else {
       if (!acquire_gpu()) return false;
+      auto request = request_for(p.index, p.instance, compiled);
       // In flight before launch: if the parent dies mid-trial, the record names the config.
-      if (m_store) {
+      if (m_store && request) {
         trial.outcome = Outcome::in_flight;
         (void)m_store->put(Table::trials, trial.key(), encode(trial), Durability::buffered);
       }
-      auto r = measure(trial_request(p.index, c, p.instance, compiled, m_req.problem, m_req.timing),
-                       compiled.kernel.cubin);
+      std::optional<TrialResult> r =
+          request ? measure(*request, compiled.kernel.cubin) : std::optional(request.error());
       if (!r) {
         if (m_store) (void)m_store->remove(Table::trials, trial.key(), Durability::buffered);
         return false;
@@ -450,9 +452,33 @@ class JobRun {
     }
     auto compiled = m_compiler.compile(
         {c.tmpl, inst->name_expression, target_arch(c.tmpl->manifest, m_ctx.limits.cc)});
-    TrialRequest tr = trial_request(index, c, *inst, compiled, m_req.problem, m_req.timing);
-    tr.reload = true;
-    return m_runner.run(tr, compiled.kernel.cubin);
+    auto tr = request_for(index, *inst, compiled);
+    if (!tr) return tr.error();
+    tr->reload = true;
+    return m_runner.run(*tr, compiled.kernel.cubin);
+  }
+
+  // The worker's request for one compiled candidate. A grid that reads max_active_clusters (a
+  // persistent kernel) is evaluated again with what the worker measures for this very kernel;
+  // a config of which no cluster fits on the GPU comes back as a resource_error result.
+  std::expected<TrialRequest, TrialResult> request_for(size_t index, const Instance& inst,
+                                                       const CompileResult& compiled) {
+    const Candidate& c = m_candidates[index];
+    auto failed = [&](Outcome o, std::string message) {
+      TrialResult r;
+      r.id = index;
+      r.outcome = o;
+      r.message = std::move(message);
+      return std::unexpected(std::move(r));
+    };
+    if (!inst.grid_reads_max_active_clusters)
+      return trial_request(index, c, inst, compiled, m_req.problem, m_req.timing);
+    auto n = m_runner.occupancy(compiled.kernel.lowered_name, inst.launch, compiled.kernel.cubin);
+    if (!n) return failed(Outcome::crash, "occupancy query: " + n.error().message);
+    if (n->first < 1) return failed(Outcome::resource_error, "occupancy: " + n->second);
+    auto again = instantiate(*c.tmpl, m_req.problem, m_ctx.limits, c.params, n->first);
+    if (!again) return failed(Outcome::invalid, again.error().message);
+    return trial_request(index, c, *again, compiled, m_req.problem, m_req.timing);
   }
 
   // Interleaved re-timing of the finalists, taken again when foreign work disturbed it.

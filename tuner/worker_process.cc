@@ -106,6 +106,11 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::spawn(
   if (!hello->header.value("ok", false))
     return fail(ErrorCode::unavailable,
                 "ktune-worker: " + hello->header.value("error", std::string("hello failed")));
+  // A worker binary of another build would misread the requests (argument kinds, clusters).
+  if (const int v = hello->header.value("protocol", 0); v != k_worker_protocol_version)
+    return fail(ErrorCode::unavailable, "ktune-worker (" + binary + ") speaks protocol " +
+                                            std::to_string(v) + "; this build needs " +
+                                            std::to_string(k_worker_protocol_version));
   w->m_hello = hello->header;
   return w;
 }
@@ -280,6 +285,20 @@ Result<std::vector<std::pair<std::uint64_t, Timing>>> TrialRunner::retime(
   }
   m_telemetry = telemetry_from_json(r->header.value("telemetry", WorkerJson::object()));
   return out;
+}
+
+Result<std::pair<int, std::string>> TrialRunner::occupancy(const std::string& lowered_name,
+                                                           const LaunchGeometry& launch,
+                                                           const std::string& cubin) {
+  auto r = call({{"op", "occupancy"}, {"lowered_name", lowered_name}, {"launch", to_json(launch)}},
+                cubin, m_options.trial_timeout_ms);
+  if (!r) {
+    if (!m_worker || !m_worker->alive())
+      if (auto ok = respawn(); !ok) return std::unexpected(ok.error());
+    return std::unexpected(r.error());
+  }
+  return std::make_pair(r->header.value("max_active_clusters", 0),
+                        r->header.value("message", std::string()));
 }
 
 Result<Timing> TrialRunner::time_cublas(const WorkerJson& problem, const TimingOptions& timing) {

@@ -86,6 +86,12 @@ class TrialRunner {
       const std::vector<std::uint64_t>& ids, int rounds, const TimingOptions& timing,
       const WorkerJson& cublas_problem = {});
   Result<Timing> time_cublas(const WorkerJson& problem, const TimingOptions& timing);
+  // How many clusters (blocks, for a cluster of one) of `launch` the compiled kernel can keep
+  // resident at once: the value of a manifest's max_active_clusters. 0 with the reason when
+  // none fits or the driver cannot say. A worker that dies on the way is replaced.
+  Result<std::pair<int, std::string>> occupancy(const std::string& lowered_name,
+                                                const LaunchGeometry& launch,
+                                                const std::string& cubin);
   // Device-to-device copy of `bytes`: the memory ceiling, as GB/s (read + write).
   Result<std::pair<Timing, double>> time_copy(std::size_t bytes, const TimingOptions& timing);
 

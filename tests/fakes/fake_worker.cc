@@ -8,10 +8,14 @@
 //   FAKE_WORKER_LOG=path     appends one line per measured trial (modes 0 and 3; not finalists
 //                            loaded again for re-timing): its params, "MODE=0,THREADS=128"
 //   FAKE_WORKER_DELAY_MS=n   sleeps n ms at the start of every trial (slow jobs to kill mid-way)
+//   FAKE_WORKER_PROTOCOL=n   says protocol n in its hello (default: this build's)
+//   FAKE_WORKER_CLUSTERS=n   answers every `occupancy` request with n (default 132 / cluster size)
+// A logged line ends with " grid=X,Y,Z cluster=X,Y,Z" when FAKE_WORKER_LOG_LAUNCH is set.
 // An ok trial's message is "fake measurement <n>", n counting the ok trials this process ran.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -26,12 +30,12 @@ using namespace ktune;
 namespace {
 
 // One line, appended with a single write so lines of successive workers never interleave.
-void log_trial(const Params& params) {
+void log_trial(const Params& params, const std::string& suffix) {
   const char* path = std::getenv("FAKE_WORKER_LOG");
   if (!path || !*path) return;
   const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
-  const std::string line = params_to_string(params) + "\n";
+  const std::string line = params_to_string(params) + suffix + "\n";
   (void)!::write(fd, line.data(), line.size());
   ::close(fd);
 }
@@ -57,6 +61,14 @@ int main(int argc, char** argv) {
     if (op == "hello") {
       reply["device"] = {{"name", "Fake GPU"}, {"cc", 90}, {"sm_count", 132}, {"memory_gib", 80}};
       reply["pid"] = ::getpid();
+      const char* protocol = std::getenv("FAKE_WORKER_PROTOCOL");
+      reply["protocol"] = protocol ? std::atoi(protocol) : k_worker_protocol_version;
+    } else if (op == "occupancy") {
+      const LaunchGeometry g = launch_from_json(h.at("launch"));
+      const char* clusters = std::getenv("FAKE_WORKER_CLUSTERS");
+      reply["max_active_clusters"] =
+          clusters ? std::atoi(clusters) : int(132 / std::max(1u, g.cluster_size()));
+      reply["message"] = reply["max_active_clusters"] == 0 ? "no cluster fits" : "";
     } else if (op == "shutdown") {
       return 0;
     } else if (op == "trial") {
@@ -89,7 +101,14 @@ int main(int argc, char** argv) {
         Params params;
         for (auto it = h["params"].begin(); it != h["params"].end(); ++it)
           params[it.key()] = it.value().get<std::int64_t>();
-        log_trial(params);
+        std::string launch;
+        if (std::getenv("FAKE_WORKER_LOG_LAUNCH")) {
+          const LaunchGeometry g = launch_from_json(h.at("launch"));
+          launch = " grid=" + std::to_string(g.grid[0]) + "," + std::to_string(g.grid[1]) + "," +
+                   std::to_string(g.grid[2]) + " cluster=" + std::to_string(g.cluster[0]) + "," +
+                   std::to_string(g.cluster[1]) + "," + std::to_string(g.cluster[2]);
+        }
+        log_trial(params, launch);
       }
       reply = to_json(r);
       reply["ok"] = true;

@@ -313,6 +313,48 @@ TEST_F(TuningJobTest, RetakesStopAfterThree) {
   EXPECT_EQ(r->winner.ranked.front().params, (Params{{"MODE", 0}, {"THREADS", 128}}));
 }
 
+// A persistent grid (launch.grid reads max_active_clusters) is sized by what the worker says fits
+// for the compiled kernel, and the cluster dims travel with the launch; a config of which no
+// cluster fits is a resource_error, not a launch.
+TEST_F(TuningJobTest, PersistentGridsUseTheWorkersOccupancyAndClustersTravel) {
+  WorkerLog worker_log("occupancy");
+  ::setenv("FAKE_WORKER_LOG_LAUNCH", "1", 1);
+  ::setenv("FAKE_WORKER_CLUSTERS", "7", 1);
+  TuneRequest req = request();
+  req.problem = Problem{"tma_copy", "fp32", "fp32", "", {{"rows", 1000}, {"cols", 776}}};
+  TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);
+  auto r = job.run(req);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stats.trials, 8);
+  std::set<std::string> lines;
+  for (const auto& l : worker_log.lines()) lines.insert(l);
+  // 32-row boxes: 800 tiles; 8-row: 3125 (in 1563 pairs).
+  for (const char* want : {"BOX_R=32,CLUSTER=1,PERSISTENT=1 grid=7,1,1 cluster=1,1,1",
+                           "BOX_R=32,CLUSTER=2,PERSISTENT=1 grid=14,1,1 cluster=2,1,1",
+                           "BOX_R=8,CLUSTER=2,PERSISTENT=1 grid=14,1,1 cluster=2,1,1",
+                           "BOX_R=32,CLUSTER=1,PERSISTENT=0 grid=800,1,1 cluster=1,1,1",
+                           "BOX_R=8,CLUSTER=2,PERSISTENT=0 grid=3126,1,1 cluster=2,1,1"})
+    EXPECT_TRUE(lines.count(want)) << want;
+
+  // Nothing fits (a cluster the GPU cannot place): every config is refused before its launch.
+  ::setenv("FAKE_WORKER_CLUSTERS", "0", 1);
+  m_runner = std::make_unique<TrialRunner>(RunnerOptions{.worker_binary = k_fake_worker});
+  MemStore store;
+  TuningJob none_fit(m_templates, m_compiler, &store, *m_runner, m_context);
+  auto n = none_fit.run(req);
+  ::unsetenv("FAKE_WORKER_CLUSTERS");
+  ::unsetenv("FAKE_WORKER_LOG_LAUNCH");
+  ASSERT_FALSE(n);
+  EXPECT_NE(n.error().message.find("8 resource errors"), std::string::npos) << n.error().message;
+  auto trials = scan_trials(store);
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 8u);
+  for (const auto& t : *trials) {
+    EXPECT_EQ(t.outcome, Outcome::resource_error);
+    EXPECT_EQ(t.message, "occupancy: no cluster fits");
+  }
+}
+
 TEST_F(TuningJobTest, UnknownStrategyAndProblemAreErrors) {
   TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);
   auto req = request("genetic");

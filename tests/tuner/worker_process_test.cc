@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <gtest/gtest.h>
 
 namespace ktune {
@@ -18,6 +20,58 @@ TEST(WorkerProcess, SpawnsAndGreets) {
   ASSERT_TRUE(w) << w.error().message;
   EXPECT_TRUE((*w)->alive());
   EXPECT_EQ((*w)->hello().value("pid", -1), (*w)->pid());
+}
+
+// A worker binary of another build speaks another protocol (argument kinds, clusters): refused
+// at its hello instead of misreading requests.
+TEST(WorkerProcess, AWorkerOfAnotherProtocolIsRefused) {
+  ::setenv("FAKE_WORKER_PROTOCOL", "1", 1);
+  auto w = WorkerProcess::spawn(k_fake_worker, 0, 5000);
+  ::unsetenv("FAKE_WORKER_PROTOCOL");
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.error().code, ErrorCode::unavailable);
+  EXPECT_NE(w.error().message.find("speaks protocol 1; this build needs " +
+                                   std::to_string(k_worker_protocol_version)),
+            std::string::npos)
+      << w.error().message;
+}
+
+// Tensor maps, unpassed buffers and clusters survive the trip to the worker and back.
+TEST(WorkerProtocol, TensorMapArgsAndClustersRoundTrip) {
+  ArgValue map;
+  map.name = "tmA";
+  map.kind = ArgKind::tensor_map;
+  map.dtype = "bf16";
+  map.map = TensorMapValue{"A",
+                           {4096, 1000},
+                           {8192},
+                           {64, 128},
+                           {1, 1},
+                           TensorMapSwizzle::b128,
+                           TensorMapL2Promotion::b128,
+                           TensorMapOobFill::nan};
+  auto back = arg_from_json(to_json(map));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->kind, ArgKind::tensor_map);
+  EXPECT_EQ(back->dtype, "bf16");
+  EXPECT_EQ(back->map, map.map);
+  ArgValue buffer;
+  buffer.name = "A";
+  buffer.dtype = "bf16";
+  buffer.count = 4096000;
+  buffer.pass = false;
+  auto b = arg_from_json(to_json(buffer));
+  ASSERT_TRUE(b);
+  EXPECT_TRUE(b->is_buffer());
+  EXPECT_FALSE(b->pass);
+  // A map whose ranks disagree is a corrupt frame, not a trial.
+  WorkerJson bad = to_json(map);
+  bad["box"] = {64};
+  EXPECT_FALSE(arg_from_json(bad));
+  LaunchGeometry g;
+  g.grid = {132, 1, 1};
+  g.cluster = {2, 1, 1};
+  EXPECT_EQ(launch_from_json(to_json(g)), g);
 }
 
 TEST(WorkerProcess, AMissingBinaryIsUnavailable) {
