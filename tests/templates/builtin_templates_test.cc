@@ -9,7 +9,7 @@
 namespace ktune {
 namespace {
 
-const std::vector<std::string> k_builtin = {"gemm",    "softmax",    "layernorm",
+const std::vector<std::string> k_builtin = {"gemm",    "gemm_sm90",  "gemm_tma", "softmax", "layernorm",
                                             "rmsnorm", "reduce_sum", "transpose"};
 
 // A representative problem per op (the shapes the benchmarks use).

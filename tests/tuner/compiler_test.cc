@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <set>
+
 #include "config/config.h"
 #include "store/mem_store.h"
 #include "templates/registry.h"
@@ -124,6 +127,47 @@ TEST(CompilerTest, BuiltinTemplatesCompileASampleForSm80AndSm90) {
     }
   }
   EXPECT_GE(compiled, 6u * 2 * 20);  // the six built-ins on both arches, at least
+}
+
+// Every config gemm_tma's heuristic serves, for the issue-13 shapes and awkward small ones, in
+// each dtype pairing it offers, compiles for sm_90a with NVRTC (on this GPU-less machine): HGMMA
+// wgmma and TMA code, no register spills, and setmaxnreg honoured (ptxas warns otherwise).
+TEST(CompilerTest, GemmTmaHeuristicConfigsCompileForSm90aWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  const std::vector<std::array<std::int64_t, 3>> shapes = {
+      {8192, 8192, 8192},  {4096, 4096, 4096},    {2048, 2048, 2048},  {4096, 14336, 4096},
+      {8192, 8192, 512},   {1024, 1024, 65536},   {512, 1024, 32768},  {4000, 6000, 3000},
+      {1000, 1000, 1032},  {77, 137, 200},        {1, 8, 8}};
+  std::set<std::string> names;
+  std::vector<CompileRequest> reqs;
+  auto add = [&](const std::string& in, const std::string& out, const std::array<std::int64_t, 3>& s) {
+    const Problem p{"gemm", in, out, "rc", {{"M", s[0]}, {"N", s[1]}, {"K", s[2]}}};
+    auto h = heuristic_config(*t, p, limits);
+    ASSERT_TRUE(h) << p.describe() << ": " << h.error().message;
+    auto inst = instantiate(*t, p, limits, *h);
+    ASSERT_TRUE(inst) << inst.error().message;
+    if (names.insert(inst->name_expression).second)
+      reqs.push_back({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
+  };
+  for (const auto& s : shapes) add("bf16", "bf16", s);
+  // The other dtype pairings (their heuristic configs differ only where fp32 staging needs room).
+  for (const auto& s : {shapes[0], shapes[5], shapes[9]}) {
+    add("bf16", "fp32", s);
+    add("fp16", "fp16", s);
+  }
+  EXPECT_GE(reqs.size(), 10u);
+  Compiler compiler({.threads = 2});
+  auto results = compiler.compile_all(reqs);
+  for (size_t i = 0; i < results.size(); ++i) {
+    EXPECT_TRUE(results[i].ok()) << reqs[i].name_expression << "\n" << results[i].log.substr(0, 2000);
+    EXPECT_EQ(results[i].kernel.spill_stores, 0) << reqs[i].name_expression;
+    EXPECT_EQ(results[i].kernel.spill_loads, 0) << reqs[i].name_expression;
+    EXPECT_EQ(results[i].log.find("setmaxnreg"), std::string::npos)
+        << reqs[i].name_expression << "\n" << results[i].log.substr(0, 2000);
+  }
 }
 
 }  // namespace

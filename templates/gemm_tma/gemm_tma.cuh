@@ -1,0 +1,416 @@
+// gemm_tma.cuh — ktune's TMA Hopper GEMM (sm_90a): C = alpha * A B^T + beta * C, fp32 accumulation.
+// The template form of the bench prototype bench/kernel_check/gemm_tma.cuh (issue 13; measured
+// 0.97-1.02x cuBLAS on large bf16 shapes on the H200, bench/NOTES.md "GEMM (TMA prototype)").
+//
+//   A: M x K row-major, B: N x K row-major (= K x N column-major, nn.Linear's weight): layout rc,
+//   both operands K-major, as wgmma reads them. C: M x N row-major, never read when beta == 0.
+//   bf16/fp16 in, bf16/fp16/fp32 out. A and B reach the kernel only through their tensor maps
+//   (tmA: dims {K, M}, box {64, BLOCK_M}; tmB: dims {K, N}, box {64, BLOCK_N / CLUSTER_M}; both
+//   128-byte swizzle, zero fill), which the worker encodes (docs/templates.md, "Tensor maps"):
+//   K % 8 == 0 for 16-byte row strides.
+//
+// Knobs (the manifest's params): BLOCK_M x BLOCK_N x BLOCK_K tile, STAGES, CONSUMERS (1 or 2
+// warpgroups; each owns BLOCK_M / CONSUMERS rows), GROUP_M (raster: tile rows per band, tiles
+// walked column by column inside a band), EPILOGUE (0: from registers, 4-byte stores; 1: through a
+// dedicated shared area, 8 rows per warp at a time, 16-byte stores), CLUSTER_M (2: vertically
+// adjacent tiles in a 2-CTA cluster that multicasts the shared B tile), SPLITS (split-K: each
+// tile's K range in SPLITS work units). Persistence is a launch choice: the kernel walks work
+// units blockIdx.x, + gridDim.x, ... (in clusters); a grid of one block per unit is the plain
+// kernel, a grid of max_active_clusters clusters the persistent one. The stage ring and its
+// phases carry over from one unit to the next, so the producer fills the next tile's stages while
+// the consumers run the epilogue of the current one.
+//
+// Shared memory (dynamic, base rounded up to 1024 B): [stage 0 | ... | stage S-1 | epilogue area |
+// full[S] | empty[S] | split-K flag]. A stage is A (BLOCK_M rows) then B (BLOCK_N rows), each as
+// BLOCK_K / 64 column blocks of rows x 128 B in the 128-byte-swizzle layout that TMA writes and
+// that the wgmma descriptors read (stride byte offset 1024 = one 8-row atom). Every column block
+// starts on a 1024-byte boundary. The manifest's `smem` must equal TmaConfig::kSmemBytes.
+//
+// Synchronisation: full[s] (count 1): the producer thread arrives with expect_tx(stage bytes),
+// the TMA loads complete the transaction. empty[s] (count 4 * CONSUMERS * CLUSTER_M): each consumer
+// warp (of each CTA of the cluster) arrives once the wgmmas that read stage s have retired
+// (wgmma.wait_group 1 after the next stage's wgmmas are issued; the last stage of a unit after
+// wait_group 0). Use u of a stage (u = 0, 1, ...) waits on full with parity u & 1 and, for u > 0,
+// the producer waits on empty with parity (u - 1) & 1.
+#ifndef KTUNE_GEMM_TMA_CUH_
+#define KTUNE_GEMM_TMA_CUH_
+
+#include "ktune_common.cuh"
+#include "ktune_gemm_store.cuh"
+#include "ktune_tma.cuh"
+#include "gemm_sm90.cuh"  // wgmma and mbarrier wrappers, raster, named barrier
+
+namespace ktune_gemm_tma_detail {
+
+using ktune_gemm_sm90_detail::fence_regs;
+using ktune_gemm_sm90_detail::mbar_arrive;
+using ktune_gemm_sm90_detail::mbar_init;
+using ktune_gemm_sm90_detail::mbar_wait;
+using ktune_gemm_sm90_detail::setmaxnreg_dec;
+using ktune_gemm_sm90_detail::setmaxnreg_inc;
+using ktune_gemm_sm90_detail::smem_desc_sw128;
+using ktune_gemm_sm90_detail::smem_u32;
+using ktune_gemm_sm90_detail::Wgmma;
+using ktune_gemm_sm90_detail::wgmma_commit;
+using ktune_gemm_sm90_detail::wgmma_fence;
+using ktune_gemm_sm90_detail::wgmma_wait;
+using ktune_tma::cluster_ctarank;
+using ktune_tma::cluster_sync;
+using ktune_tma::fence_barrier_init;
+using ktune_tma::mbar_arrive_expect_tx;
+using ktune_tma::mbar_arrive_remote;
+using ktune_tma::prefetch_tensormap;
+using ktune_tma::tma_load_2d;
+using ktune_tma::tma_load_2d_multicast;
+
+// ---- compile-time configuration -----------------------------------------------------------------
+template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS, int EPILOGUE>
+struct TmaConfig {
+  static constexpr int kThreads = (CONSUMERS + 1) * 128;
+  static constexpr int kWgM = BLOCK_M / CONSUMERS;  // rows per consumer warpgroup
+  static constexpr int kMS = kWgM / 64;             // m64 slices per consumer warpgroup
+  static constexpr int kAcc = BLOCK_N / 2;          // fp32 accumulators per slice per thread
+  static constexpr int kKK = BLOCK_K / 16;          // k16 steps per stage
+  static constexpr int kCB = BLOCK_K / 64;          // 64-element column blocks (one TMA box each)
+  static constexpr int kABytes = BLOCK_M * BLOCK_K * int(sizeof(TIn));
+  static constexpr int kBBytes = BLOCK_N * BLOCK_K * int(sizeof(TIn));
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  // Epilogue 1: per consumer warp 8 rows of BLOCK_N outputs; the 16-byte row pad puts the 8 rows x
+  // 4 lanes of a fragment store in 32 distinct banks (2-byte outputs).
+  static constexpr int kEpiPitch = BLOCK_N * int(sizeof(TOut)) + 16;
+  static constexpr int kEpiWarpBytes = 8 * kEpiPitch;
+  static constexpr int kEpiBytes = EPILOGUE ? CONSUMERS * 4 * kEpiWarpBytes : 0;
+  static constexpr int kBarOffset = STAGES * kStageBytes + kEpiBytes;  // from the aligned base
+  static constexpr int kFlagOffset = kBarOffset + 16 * STAGES;        // split-K "last CTA" flag
+  static constexpr int kSmemBytes = 1024 + kFlagOffset + 16;           // + worst-case base rounding
+
+  static_assert(sizeof(TIn) == 2, "bf16 or fp16 inputs: a 64-element box row is one 128-byte swizzle span");
+  static_assert(BLOCK_K % 64 == 0 && BLOCK_K <= 128, "BLOCK_K: one or two 128-byte column blocks");
+  static_assert(BLOCK_N == 128 || BLOCK_N == 256, "wgmma n128 or n256");
+  static_assert(BLOCK_M % (64 * CONSUMERS) == 0 && BLOCK_M <= 256, "whole m64 slices per warpgroup; TMA box <= 256");
+  static_assert(kMS * kAcc <= 128, "at most 128 fp32 accumulators per thread");
+  static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
+  static_assert(STAGES >= 2 && STAGES <= 8, "2..8 stages");
+  static_assert(kSmemBytes <= 232448, "fits the 227 KB opt-in shared memory of sm_90");
+};
+
+// Registers per thread after setmaxnreg with two consumer warpgroups: 128 * 40 + 256 * 232 = 64512.
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+
+// One consumer warpgroup's wgmmas over one stage (k16 steps outer, m64 slices inner).
+template <typename TIn, int BLOCK_M, int BLOCK_N, int KK, int MS, int ACC>
+__device__ __forceinline__ void mma_stage(float (&acc)[MS][ACC], unsigned a_tile, unsigned b_tile, int row0) {
+  const unsigned long long da0 = smem_desc_sw128(a_tile);
+  const unsigned long long db0 = smem_desc_sw128(b_tile);
+#pragma unroll
+  for (int kk = 0; kk < KK; ++kk) {
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms) {
+      const unsigned a_off = (kk >> 2) * BLOCK_M * 128 + (row0 + ms * 64) * 128 + (kk & 3) * 32;
+      const unsigned b_off = (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32;
+      Wgmma<TIn, BLOCK_N>::run(acc[ms], da0 + (a_off >> 4), db0 + (b_off >> 4));
+    }
+  }
+}
+
+// Epilogue 0: straight from the m64nNk16 fragments (d[4i + j]: row 16 warp + lane / 4 + 8 (j / 2),
+// column 8 i + 2 (lane % 4) + j % 2).
+template <typename TOut, int MS, int ACC>
+__device__ __forceinline__ void epilogue_direct(const float (&acc)[MS][ACC], TOut* __restrict__ C, int M, int N,
+                                                int row0, int col0, float alpha, float beta) {
+  const int t = static_cast<int>(threadIdx.x) & 127;
+  const int warp = t >> 5, lane = t & 31;
+  const bool vec_ok = (N & 1) == 0;
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms) {
+    const int r = row0 + ms * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int i = 0; i < ACC / 4; ++i) {
+      const int c = col0 + i * 8 + (lane & 3) * 2;
+      ktune_gemm_store::store_pair<TOut>(C, M, N, r, c, acc[ms][4 * i], acc[ms][4 * i + 1], alpha, beta, vec_ok);
+      ktune_gemm_store::store_pair<TOut>(C, M, N, r + 8, c, acc[ms][4 * i + 2], acc[ms][4 * i + 3], alpha, beta,
+                                         vec_ok);
+    }
+  }
+}
+
+// Epilogue 1: each warp converts 8 rows of its fragment at a time into its private padded area,
+// then writes whole rows with 16-byte stores (consecutive lanes on consecutive chunks).
+template <typename TOut, int BLOCK_N, int PITCH, int MS, int ACC>
+__device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], unsigned char* area,
+                                                TOut* __restrict__ C, int M, int N, int row0, int col0,
+                                                float alpha, float beta) {
+  constexpr int kVec = 16 / int(sizeof(TOut));  // outputs per 16-byte chunk
+  constexpr int kChunks = BLOCK_N / kVec;       // chunks per row
+  static_assert((8 * kChunks) % 32 == 0, "whole warp passes");
+  const int t = static_cast<int>(threadIdx.x) & 127;
+  const int warp = t >> 5, lane = t & 31;
+  const bool vec_ok = (N % kVec) == 0;
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int i = 0; i < ACC / 4; ++i) {
+        unsigned char* p = area + (lane >> 2) * PITCH + (i * 8 + (lane & 3) * 2) * int(sizeof(TOut));
+        const float v0 = alpha * acc[ms][4 * i + 2 * h], v1 = alpha * acc[ms][4 * i + 2 * h + 1];
+        if constexpr (sizeof(TOut) == 4) {
+          *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+        } else {
+          *reinterpret_cast<unsigned*>(p) = ktune_dev::pack2<TOut>(v0, v1);
+        }
+      }
+      __syncwarp();
+      const int rbase = row0 + ms * 64 + warp * 16 + 8 * h;
+#pragma unroll
+      for (int it = 0; it < 8 * kChunks / 32; ++it) {
+        const int item = it * 32 + lane;
+        const int r = item / kChunks, ch = item % kChunks;
+        const int row = rbase + r, col = col0 + ch * kVec;
+        if (row >= M || col >= N) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(area + r * PITCH + ch * 16);
+        TOut* g = C + static_cast<long long>(row) * N + col;
+        if (vec_ok && col + kVec <= N && beta == 0.0f) {
+          *reinterpret_cast<uint4*>(g) = v;
+        } else {
+          const TOut* sv = reinterpret_cast<const TOut*>(area + r * PITCH + ch * 16);
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) {
+            if (col + e < N) {
+              float y = ktune_dev::to_float(sv[e]);
+              if (beta != 0.0f) y += beta * ktune_dev::to_float(g[e]);
+              g[e] = ktune_dev::from_float<TOut>(y);
+            }
+          }
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+// Split-K hand-off of one tile among `splits` CTAs (called by all consumer threads of each). Every
+// split stores its fp32 partial to workspace slot (tile, split) in fragment order (element i of
+// consumer thread t at [i / 4][t][i % 4]: coalesced 16-byte stores), then counts itself on
+// tile_counters[tile]; the last to arrive adds every split's partial in split order (its own read
+// back too), so the sum is the same whichever CTA finishes, resets the counter and returns true
+// (it writes C). Workspace: tiles * splits * BLOCK_M * BLOCK_N floats; counters zero at entry and
+// exit.
+constexpr int kSplitkBatch = 8;  // float4 loads in flight per thread in the split-K reduction
+template <typename Cfg, int MS, int ACC>
+__device__ __forceinline__ bool splitk_reduce(float (&acc)[MS][ACC], float* __restrict__ workspace,
+                                              int* __restrict__ tile_counters, int tile, int split, int splits,
+                                              unsigned char* flag_smem) {
+  constexpr int kT = Cfg::kThreads - 128;  // consumer threads
+  constexpr int kSlot = MS * ACC * kT;      // floats per (tile, split)
+  const int t = static_cast<int>(threadIdx.x) - 128;
+  float4* mine = reinterpret_cast<float4*>(workspace + (static_cast<long long>(tile) * splits + split) * kSlot);
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+    for (int i = 0; i < ACC / 4; ++i)
+      mine[(ms * ACC / 4 + i) * kT + t] =
+          make_float4(acc[ms][4 * i], acc[ms][4 * i + 1], acc[ms][4 * i + 2], acc[ms][4 * i + 3]);
+  __threadfence();
+  ktune_gemm_sm90_detail::named_barrier(kT);
+  volatile int* flag = reinterpret_cast<volatile int*>(flag_smem);
+  if (t == 0) *flag = atomicAdd(tile_counters + tile, 1) == splits - 1;
+  ktune_gemm_sm90_detail::named_barrier(kT);
+  const bool last = *flag != 0;
+  ktune_gemm_sm90_detail::named_barrier(kT);  // the flag slot is reused by the next tile
+  if (!last) return false;
+  __threadfence();
+  const float4* all = reinterpret_cast<const float4*>(workspace + static_cast<long long>(tile) * splits * kSlot);
+  // Every split (this one too) is read back from the workspace in split order and summed into acc,
+  // kCh float4 loads in flight per batch (run 4 issued one load at a time and the reduction was
+  // latency-bound: 4096^3 with 4 splits ran at 0.18x cuBLAS).
+  constexpr int kCh = kSplitkBatch;
+  static_assert((ACC / 4) % kCh == 0, "whole batches");
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+    for (int i0 = 0; i0 < ACC / 4; i0 += kCh) {
+#pragma unroll
+      for (int j = 0; j < 4 * kCh; ++j) acc[ms][4 * i0 + j] = 0.0f;  // 0 + x == x
+#pragma unroll 1
+      for (int sp = 0; sp < splits; ++sp) {
+        float4 v[kCh];
+#pragma unroll
+        for (int j = 0; j < kCh; ++j)
+          v[j] = __ldcg(all + static_cast<long long>(sp) * (kSlot / 4) + (ms * ACC / 4 + i0 + j) * kT + t);
+#pragma unroll
+        for (int j = 0; j < kCh; ++j) {
+          acc[ms][4 * (i0 + j)] += v[j].x;
+          acc[ms][4 * (i0 + j) + 1] += v[j].y;
+          acc[ms][4 * (i0 + j) + 2] += v[j].z;
+          acc[ms][4 * (i0 + j) + 3] += v[j].w;
+        }
+      }
+    }
+  if (t == 0) tile_counters[tile] = 0;
+  return true;
+}
+
+}  // namespace ktune_gemm_tma_detail
+
+// grid: any number of blocks, a multiple of CLUSTER_M (units = ceil(tiles_m / CLUSTER_M) * tiles_n
+// tile groups; one block per tile, or one per SM for the persistent schedule), launched with
+// cluster dimension (CLUSTER_M, 1, 1); block: (CONSUMERS + 1) * 128 threads; dynamic shared memory
+// TmaConfig::kSmemBytes. workspace: split-K partials, tiles * SPLITS * BLOCK_M * BLOCK_N floats
+// (every slot written before it is read); tile_counters: one per tile, zero at entry and exit.
+// tmA: bf16/fp16 2-D map over A (dims {K, M}, box {64, BLOCK_M}, 128-byte
+// swizzle); tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}).
+//
+// CLUSTER_M = 2: the two CTAs of a cluster take vertically adjacent tiles (tile rows 2p and 2p + 1,
+// same tile column), so they need the same B tile: CTA rank r loads rows [r, r + 1) * BLOCK_N / 2 of
+// it and multicasts them into both CTAs (L2 -> SM traffic per stage: 32 KB per CTA instead of 48 KB
+// at 128x256x64). A stage may be refilled only when the consumers of *both* CTAs have released it,
+// so empty[s] counts 2 * 4 * CONSUMERS warp arrivals (one local, one remote per consumer warp). The
+// second CTA of the last cluster row computes a tile past M when tiles_m is odd (zero-filled A,
+// every store masked).
+
+template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS,
+          int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS>
+__global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
+    ktune_gemm_tma(const __grid_constant__ ktune_tensor_map tmA, const __grid_constant__ ktune_tensor_map tmB,
+                   TOut* __restrict__ C, float* __restrict__ workspace, int* __restrict__ tile_counters, int M,
+                   int N, int K, float alpha, float beta) {
+  using namespace ktune_gemm_tma_detail;
+  using Cfg = TmaConfig<TIn, TOut, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, CONSUMERS, EPILOGUE>;
+  constexpr int splits = SPLITS;
+  static_assert(SPLITS >= 1, "at least one k-slice per tile");
+  constexpr int MS = Cfg::kMS, ACC = Cfg::kAcc;
+  static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of 1 or 2 CTAs along M");
+  constexpr int kBHalf = BLOCK_N / CLUSTER_M;  // B rows each CTA of a cluster loads
+  extern __shared__ __align__(1024) unsigned char gemm_tma_smem[];
+  const unsigned raw = smem_u32(gemm_tma_smem);
+  const unsigned stages = (raw + 1023u) & ~1023u;  // same offset in every CTA (multicast relies on it)
+  const unsigned full = stages + Cfg::kBarOffset;  // full[s] at full + 8 s, empty[s] at full + 8 (STAGES + s)
+  const unsigned empty = full + 8 * STAGES;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const unsigned rank = CLUSTER_M == 2 ? cluster_ctarank() : 0u;
+  if (tid == 0) {
+    prefetch_tensormap(&tmA);
+    prefetch_tensormap(&tmB);
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(full + 8 * s, 1);
+      mbar_init(empty + 8 * s, 4 * CONSUMERS * CLUSTER_M);
+    }
+    fence_barrier_init();
+  }
+  if constexpr (CLUSTER_M == 2) cluster_sync();  // the peer's barriers exist before any remote use
+  else __syncthreads();
+
+  const int tiles_m = ktune_dev::ceil_div(M, BLOCK_M);
+  const int tiles_n = ktune_dev::ceil_div(N, BLOCK_N);
+  const int units_m = ktune_dev::ceil_div(tiles_m, CLUSTER_M);  // tile rows of clusters
+  const int tile_units = units_m * tiles_n;
+  const int units = tile_units * splits;  // work unit u: tile group u / splits, k-slice u % splits
+  const int group = GROUP_M / CLUSTER_M > 1 ? GROUP_M / CLUSTER_M : 1;
+  const int first = static_cast<int>(blockIdx.x) / CLUSTER_M, step = static_cast<int>(gridDim.x) / CLUSTER_M;
+  const int k_tiles = ktune_dev::ceil_div(K, BLOCK_K);
+  const int wg = tid >> 7;
+
+  if (wg == 0) {
+    // ---- producer: one thread issues every TMA load ----
+    if constexpr (CONSUMERS == 2) setmaxnreg_dec<kProducerRegs>();
+    if (tid == 0) {
+      int s = 0, use = 0;  // stage and how often it was filled before
+      for (int u = first; u < units; u += step) {
+        int um, tn;
+        ktune_gemm_sm90_detail::raster(u / splits, units_m, tiles_n, group, um, tn);
+        const int m0 = (um * CLUSTER_M + static_cast<int>(rank)) * BLOCK_M, n0 = tn * BLOCK_N;
+        const int split = u % splits;
+        const int kt_end = static_cast<int>((static_cast<long long>(k_tiles) * (split + 1)) / splits);
+        for (int kt = static_cast<int>((static_cast<long long>(k_tiles) * split) / splits); kt < kt_end; ++kt) {
+          if (use > 0) {
+            mbar_wait(empty + 8 * s, static_cast<unsigned>((use - 1) & 1));
+          }
+          const unsigned st = stages + s * Cfg::kStageBytes;
+          mbar_arrive_expect_tx(full + 8 * s, Cfg::kStageBytes);
+#pragma unroll
+          for (int cb = 0; cb < Cfg::kCB; ++cb) {
+            tma_load_2d(st + cb * BLOCK_M * 128, &tmA, kt * BLOCK_K + cb * 64, m0, full + 8 * s);
+            if constexpr (CLUSTER_M == 2) {
+              tma_load_2d_multicast(st + Cfg::kABytes + cb * BLOCK_N * 128 + rank * kBHalf * 128, &tmB,
+                             kt * BLOCK_K + cb * 64, n0 + static_cast<int>(rank) * kBHalf, full + 8 * s, 0x3);
+            } else {
+              tma_load_2d(st + Cfg::kABytes + cb * BLOCK_N * 128, &tmB, kt * BLOCK_K + cb * 64, n0, full + 8 * s);
+            }
+          }
+          if (++s == STAGES) {
+            s = 0;
+            ++use;
+          }
+        }
+      }
+    }
+  } else {
+    // ---- consumers ----
+    if constexpr (CONSUMERS == 2) setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1;
+    const bool leader = (tid & 31) == 0;
+    int s = 0, phase = 0;
+    for (int u = first; u < units; u += step) {
+      int um, tn;
+      ktune_gemm_sm90_detail::raster(u / splits, units_m, tiles_n, group, um, tn);
+      const int tm = um * CLUSTER_M + static_cast<int>(rank);
+      const int split = u % splits;
+      const int kt_end = static_cast<int>((static_cast<long long>(k_tiles) * (split + 1)) / splits);
+      float acc[MS][ACC];
+#pragma unroll
+      for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+        for (int i = 0; i < ACC; ++i) acc[ms][i] = 0.0f;
+      int prev = -1;
+      for (int kt = static_cast<int>((static_cast<long long>(k_tiles) * split) / splits); kt < kt_end; ++kt) {
+        mbar_wait(full + 8 * s, static_cast<unsigned>(phase));
+#pragma unroll
+        for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
+        wgmma_fence();
+        const unsigned st = stages + s * Cfg::kStageBytes;
+        mma_stage<TIn, BLOCK_M, BLOCK_N, Cfg::kKK, MS, ACC>(acc, st, st + Cfg::kABytes, cw * Cfg::kWgM);
+        wgmma_commit();
+        wgmma_wait<1>();  // the previous stage's wgmmas have retired: release it
+#pragma unroll
+        for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
+        if (prev >= 0 && leader) {
+          mbar_arrive(empty + 8 * prev);
+          if constexpr (CLUSTER_M == 2) mbar_arrive_remote(empty + 8 * prev, rank ^ 1u);
+        }
+        prev = s;
+        if (++s == STAGES) {
+          s = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
+      if (prev >= 0 && leader) {
+        mbar_arrive(empty + 8 * prev);
+        if constexpr (CLUSTER_M == 2) mbar_arrive_remote(empty + 8 * prev, rank ^ 1u);
+      }
+      const int row0 = tm * BLOCK_M + cw * Cfg::kWgM, col0 = tn * BLOCK_N;
+      if (splits > 1 && !splitk_reduce<Cfg, MS, ACC>(acc, workspace, tile_counters,
+                                                    (u / splits) * CLUSTER_M + static_cast<int>(rank), split, splits,
+                                                    gemm_tma_smem + (stages - raw) + Cfg::kFlagOffset))
+        continue;  // another CTA finishes this tile
+      if constexpr (EPILOGUE == 1) {
+        unsigned char* area =
+            gemm_tma_smem + (stages - raw) + STAGES * Cfg::kStageBytes + ((tid - 128) >> 5) * Cfg::kEpiWarpBytes;
+        epilogue_staged<TOut, BLOCK_N, Cfg::kEpiPitch, MS, ACC>(acc, area, C, M, N, row0, col0, alpha, beta);
+      } else {
+        epilogue_direct<TOut, MS, ACC>(acc, C, M, N, row0, col0, alpha, beta);
+      }
+    }
+  }
+  // A CTA of a cluster leaves only when its peer no longer multicasts into it or arrives on its
+  // barriers (every thread, the producer warps included, reaches this point).
+  if constexpr (CLUSTER_M == 2) cluster_sync();
+}
+
+#endif  // KTUNE_GEMM_TMA_CUH_
