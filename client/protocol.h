@@ -325,6 +325,7 @@ struct LookupEntry {
   std::string arch;             // what to compile for
   std::vector<std::uint32_t> grid, block;
   std::uint32_t smem = 0;
+  std::vector<std::uint32_t> cluster;  // thread-block cluster dims; empty = no cluster (1, 1, 1)
 };
 
 inline Json to_json(const LookupEntry& e) {
@@ -344,6 +345,7 @@ inline Json to_json(const LookupEntry& e) {
                  {"grid", e.grid},
                  {"block", e.block},
                  {"smem", e.smem}};
+  if (!e.cluster.empty()) j["kernel"]["cluster"] = e.cluster;
   return j;
 }
 
@@ -366,6 +368,7 @@ inline Expected<LookupEntry> lookup_entry_from_json(const Json& j) {
       e.grid = k->value("grid", std::vector<std::uint32_t>{});
       e.block = k->value("block", std::vector<std::uint32_t>{});
       e.smem = k->value("smem", 0u);
+      e.cluster = k->value("cluster", std::vector<std::uint32_t>{});
     }
   } catch (const std::exception& ex) {
     return error(ErrorKind::bad_request, std::string("malformed lookup entry: ") + ex.what());

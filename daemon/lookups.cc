@@ -225,6 +225,8 @@ bool LookupService::complete_entry(protocol::LookupEntry& e, const Problem& prob
   e.grid.assign(inst->launch.grid.begin(), inst->launch.grid.end());
   e.block.assign(inst->launch.block.begin(), inst->launch.block.end());
   e.smem = inst->launch.smem;
+  if (inst->launch.cluster_size() > 1)
+    e.cluster.assign(inst->launch.cluster.begin(), inst->launch.cluster.end());
   return true;
 }
 

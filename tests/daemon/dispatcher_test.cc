@@ -136,6 +136,30 @@ TEST_F(DispatcherTest, FarShapeGetsEachTemplatesHeuristicAndIsCountedAsAMiss) {
   EXPECT_EQ(top[0].reason, "no winner");
 }
 
+// A config that launches clusters says so in its kernel section (and a client reads it back);
+// a persistent grid is given for one block per SM: 66 clusters of 2 on 132 SMs.
+TEST_F(DispatcherTest, ClusterConfigsCarryTheirClusterDims) {
+  Json r = ok(lookup_line(R"({"M":4000,"N":6000,"K":3000})"));
+  bool tma = false;
+  for (const Json& e : r["entries"]) {
+    const Json& k = e["kernel"];
+    if (e["template"] != "gemm_tma") {
+      EXPECT_FALSE(k.contains("cluster")) << e.dump();
+      continue;
+    }
+    tma = true;
+    ASSERT_TRUE(k.contains("cluster")) << e.dump();
+    EXPECT_EQ(k["cluster"], Json::parse("[2, 1, 1]"));
+    EXPECT_EQ(e["params"]["CLUSTER_M"], 2);
+    EXPECT_EQ(k["grid"][0], 132);
+    auto parsed = protocol::lookup_entry_from_json(e);
+    ASSERT_TRUE(parsed);
+    EXPECT_EQ(parsed->cluster, (std::vector<std::uint32_t>{2, 1, 1}));
+    EXPECT_EQ(protocol::to_json(*parsed)["kernel"]["cluster"], k["cluster"]);
+  }
+  EXPECT_TRUE(tma) << r.dump();
+}
+
 TEST_F(DispatcherTest, ChangedTemplateMakesTheEntryStaleNeverExact) {
   auto w = testing::winner(
       Problem{"gemm", "bf16", "bf16", "rc", {{"M", 8192}, {"N", 8192}, {"K", 8192}}}, 1500);

@@ -38,7 +38,7 @@ class Entry:
     gbps: float = 0.0
     distance: float = 0.0
     source: str = ""  # nearest: the tuned shape answering; stale: why
-    kernel: Dict[str, Any] = field(default_factory=dict)  # name_expression, arch, grid, block, smem
+    kernel: Dict[str, Any] = field(default_factory=dict)  # name_expression, arch, grid, block, smem[, cluster]
 
     @staticmethod
     def from_json(j: Dict[str, Any]) -> "Entry":
