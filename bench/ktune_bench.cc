@@ -5,6 +5,7 @@
 //
 //   ktune-bench --suite gemm|membound|smoke [--strategy model] [--budget 200] [--out FILE]
 //   ktune-bench --problem gemm:bf16:rc:M=4096,N=4096,K=4096 --strategy exhaustive --record FILE
+//   ktune-bench --suite tma --template gemm_tma      (issue 13's shapes, one template)
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -32,6 +33,11 @@ std::vector<Problem> suite(const std::string& name) {
     return {gemm(8192, 8192, 8192),  gemm(4096, 4096, 4096),  gemm(1024, 1024, 1024),
             gemm(4096, 14336, 4096), gemm(4096, 4096, 14336), gemm(64, 14336, 4096),
             gemm(16, 4096, 4096),    gemm(8192, 8192, 512)};
+  if (name == "tma")  // issue 13's shapes
+    return {gemm(8192, 8192, 8192),    gemm(4096, 4096, 4096),   gemm(2048, 2048, 2048),
+            gemm(4096, 14336, 4096),   gemm(4096, 4096, 14336),  gemm(8192, 8192, 512),
+            gemm(1024, 1024, 65536),   gemm(2048, 2048, 16384),  gemm(512, 1024, 32768),
+            gemm(4000, 6000, 3000)};
   if (name == "membound")
     return {Problem{"softmax", "bf16", "bf16", "", {{"rows", 32768}, {"cols", 4096}}},
             Problem{"layernorm", "bf16", "bf16", "", {{"rows", 32768}, {"cols", 4096}}},
@@ -86,13 +92,15 @@ Json trial_json(const TrialRecord& t) {
 
 int main(int argc, char** argv) {
   std::string suite_name, strategy = "model", out, record, data_dir, export_table;
-  std::vector<std::string> problems;
+  std::vector<std::string> problems, templates;
   int budget = 200, device = 0, finalists = 5;
   double seconds = 0, target_ms = 100;
   bool warm_repeat = false, verbose = false;
   CLI::App app{"ktune-bench: tune a suite and time each winner against its ceiling"};
-  app.add_option("--suite", suite_name, "gemm | membound | smoke");
+  app.add_option("--suite", suite_name, "gemm | tma | membound | smoke");
   app.add_option("--problem", problems, "op:dtype:layout:dims (repeatable)");
+  app.add_option("--template", templates,
+                 "tune only these templates (repeatable; default: every template for the op)");
   app.add_option("--strategy", strategy, strategy_choices())->capture_default_str();
   app.add_option("--budget", budget, "trials per problem (0 = the whole space)")
       ->capture_default_str();
@@ -138,6 +146,7 @@ int main(int argc, char** argv) {
               {"node", t.context().node_id},
               {"telemetry_at_start", hello.value("telemetry", Json::object())},
               {"strategy", strategy},
+              {"templates", templates.empty() ? Json("all") : Json(templates)},
               {"budget_trials", budget},
               {"compile_threads", t.compiler().threads()},
               {"results", Json::array()}};
@@ -155,6 +164,7 @@ int main(int argc, char** argv) {
     TuneRequest req;
     req.problem = p;
     req.strategy = strategy;
+    req.templates = templates;
     req.budget = Budget{budget, seconds, 0};
     req.finalists = finalists;
     req.timing.target_ms = target_ms;

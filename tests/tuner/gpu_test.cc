@@ -3,6 +3,7 @@
 // bench/NOTES.md): KTUNE_WORKER=<path to ktune-worker> ./gpu_tests
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 
 #include "store/records.h"
@@ -122,6 +123,109 @@ TEST(GpuTuneTest, MemoryBoundTemplatesVerify) {
     EXPECT_EQ(r->stats.wrong_results, 0) << p.describe();
     EXPECT_EQ(r->stats.crashes, 0) << p.describe();
   }
+}
+
+// The tensor-map path end to end: every tma_copy config (TMA loads through an encoded map, clusters
+// of 1 and 2 — a kernel launched without its cluster traps —, one block per tile or a persistent
+// grid sized by the worker's occupancy answer) verifies exactly.
+TEST(GpuTmaTest, TensorMapCopyVerifiesInClustersAndPersistentGrids) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({k_test_templates});
+  ASSERT_TRUE(tuner);
+  TuneRequest req;
+  req.problem = Problem{"tma_copy", "fp32", "fp32", "", {{"rows", 1000}, {"cols", 776}}};
+  req.strategy = "exhaustive";
+  req.budget = Budget{0, 120, 0};
+  req.timing.target_ms = 2;
+  auto r = tuner->tune(req);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stats.trials, 8);
+  for (const auto& t : r->trials)
+    EXPECT_EQ(t.outcome, Outcome::ok) << params_to_string(t.params) << ": " << t.message;
+  EXPECT_EQ(r->winner.ref_error, 0.0);
+}
+
+// A map the driver refuses (a 776-byte row stride is not a multiple of 16; the loader's
+// constraints never let one through, so the request is made by hand) is an invalid trial, and
+// the worker goes on measuring the next one.
+TEST(GpuTmaTest, RefusedEncodingIsAnInvalidTrial) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({k_test_templates});
+  ASSERT_TRUE(tuner);
+  const Problem p{"tma_copy", "fp32", "fp32", "", {{"rows", 256}, {"cols", 256}}};
+  const KernelTemplate* t = tuner->templates().find("tma_copy");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = tuner->context().limits;
+  ASSERT_TRUE(prepare_runner(tuner->runner(), tuner->compiler(), *t, *setup_args({t}, p, limits),
+                             p, limits, 1));
+  auto inst = instantiate(*t, p, limits, {{"BOX_R", 8}, {"CLUSTER", 1}, {"PERSISTENT", 0}});
+  ASSERT_TRUE(inst) << inst.error().message;
+  auto compiled = tuner->compiler().compile({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
+  ASSERT_TRUE(compiled.ok()) << compiled.log;
+  TrialRequest tr;
+  tr.id = 1;
+  tr.lowered_name = compiled.kernel.lowered_name;
+  tr.launch = inst->launch;
+  tr.args = inst->args;
+  tr.timing.target_ms = 1;
+  ASSERT_EQ(tr.args[1].kind, ArgKind::tensor_map);
+  tr.args[1].map.strides = {776};
+  TrialResult bad = tuner->runner().run(tr, compiled.kernel.cubin);
+  EXPECT_EQ(bad.outcome, Outcome::invalid) << bad.message;
+  EXPECT_NE(bad.message.find("cuTensorMapEncodeTiled refused 'tmx'"), std::string::npos)
+      << bad.message;
+  EXPECT_EQ(tuner->runner().respawns(), 0);
+  tr.id = 2;
+  tr.args = inst->args;
+  TrialResult good = tuner->runner().run(tr, compiled.kernel.cubin);
+  EXPECT_EQ(good.outcome, Outcome::ok) << good.message;
+}
+
+// gemm_tma on awkward shapes and every dtype pairing, split-K and cluster configs included:
+// nothing wrong, nothing crashes; the occupancy the worker reports for a 2-CTA cluster config is
+// at most one cluster per SM pair.
+TEST(GpuTmaTest, GemmTmaVerifiesAcrossShapesDtypesSplitsAndClusters) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  const std::vector<Problem> problems = {
+      {"gemm", "bf16", "bf16", "rc", {{"M", 264}, {"N", 136}, {"K", 200}}},
+      {"gemm", "bf16", "fp32", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1032}}},
+      {"gemm", "fp16", "fp16", "rc", {{"M", 777}, {"N", 520}, {"K", 4104}}},
+      {"gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 512}, {"K", 16384}}},  // split-K
+      {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 1000}, {"K", 520}}},   // clusters
+  };
+  for (const auto& p : problems) {
+    TuneRequest req;
+    req.problem = p;
+    req.templates = {"gemm_tma"};
+    req.strategy = "random";
+    req.budget = Budget{14, 90, 0};
+    req.timing.target_ms = 2;
+    auto r = tuner->tune(req);
+    ASSERT_TRUE(r) << p.describe() << ": " << r.error().message;
+    EXPECT_EQ(r->stats.wrong_results, 0) << p.describe();
+    EXPECT_EQ(r->stats.crashes + r->stats.timeouts, 0) << p.describe();
+    for (const auto& t : r->trials)
+      EXPECT_EQ(t.outcome, Outcome::ok)
+          << p.describe() << " " << params_to_string(t.params) << ": " << t.message;
+  }
+  const Problem big{"gemm", "bf16", "bf16", "rc", {{"M", 4000}, {"N", 6000}, {"K", 3000}}};
+  const KernelTemplate* t = tuner->templates().find("gemm_tma");
+  const DeviceLimits limits = tuner->context().limits;
+  auto h = heuristic_config(*t, big, limits);
+  ASSERT_TRUE(h);
+  ASSERT_EQ(h->at("CLUSTER_M"), 2);
+  auto inst = instantiate(*t, big, limits, *h);
+  ASSERT_TRUE(inst) << inst.error().message;
+  auto compiled = tuner->compiler().compile({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
+  ASSERT_TRUE(compiled.ok()) << compiled.log;
+  auto n = tuner->runner().occupancy(compiled.kernel.lowered_name, inst->launch, compiled.kernel.cubin);
+  ASSERT_TRUE(n) << n.error().message;
+  std::printf("gemm_tma %s: max_active_clusters %d (fallback %lld)\n", params_to_string(*h).c_str(),
+              n->first, static_cast<long long>(inst->max_active_clusters));
+  EXPECT_GE(n->first, 1) << n->second;
+  EXPECT_LE(n->first, limits.sm_count / 2);
 }
 
 TEST(GpuWorkerTest, CopyCeilingIsPlausible) {
