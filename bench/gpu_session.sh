@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine: runs the named steps with binaries built on the dev machine
 # and carried in .gpu/ (see bench/NOTES.md § Workflow). Logs and results go to $OUT.
-#   bench/gpu_session.sh info membound gemmcheck gputests smoke ...
+#   bench/gpu_session.sh info membound gemmcheck gputests smoke tma-suite ...
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH=$PWD/.gpu/devlibs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -33,6 +33,8 @@ for s in "$@"; do
         --budget "${BUDGET_MB:-60}" --target-ms 30 --data-dir "$STATE" --out "$OUT/membound-h200.json" ;;
     gemm-suite) TAIL=14 step gemm-suite 420 .gpu/ktune-bench --suite gemm --strategy model \
         --budget "${BUDGET_GEMM:-100}" --target-ms 30 --data-dir "$STATE" --out "$OUT/gemm-h200.json" ;;
+    tma-suite) TAIL=14 step tma-suite 420 .gpu/ktune-bench --suite tma --template gemm_tma --strategy model \
+        --budget "${BUDGET_TMA:-120}" --target-ms 30 --out "$OUT/gemm-tma-h200.json" --record "$OUT/gemm-tma-h200-trials.json" ;;
     sweep) TAIL=8 step sweep 420 .gpu/ktune-bench --strategy exhaustive --budget 0 --target-ms 10 --finalists 1 \
         ${SWEEP_PROBLEMS:---problem gemm:bf16:rc:M=16,N=4096,K=4096 --problem gemm:bf16:rc:M=16,N=14336,K=4096} \
         --record "$OUT/h200_gemm_sweep.json" --out "$OUT/sweep-h200.json" ;;

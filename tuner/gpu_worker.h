@@ -1,7 +1,8 @@
 // GpuWorker: the measurement engine inside ktune-worker. Owns one GPU's CUDA context: allocates
-// and fills the arguments, runs references (a reference kernel or cuBLAS), verifies candidates
-// against them, and times them (events, warm-up, rotating input sets, CUDA graphs for short
-// kernels, median and spread). docs/worker-protocol.md lists its ops.
+// and fills the arguments, encodes tensor maps over them (one per input set), runs references (a
+// reference kernel or cuBLAS), verifies candidates against them, and times them (events, warm-up,
+// rotating input sets, CUDA graphs for short kernels, median and spread); launches clusters with
+// cuLaunchKernelEx and answers occupancy queries. docs/worker-protocol.md lists its ops.
 //
 // A sticky CUDA error (illegal address, ...) poisons the context for good: handle() then answers
 // "crash" and sets `exit_after`; the process must exit and its parent respawns it.
