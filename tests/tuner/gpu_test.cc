@@ -195,20 +195,34 @@ TEST(GpuTmaTest, GemmTmaVerifiesAcrossShapesDtypesSplitsAndClusters) {
       {"gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 512}, {"K", 16384}}},  // split-K
       {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 1000}, {"K", 520}}},   // clusters
   };
-  for (const auto& p : problems) {
+  // Seeded so that the split-K and the cluster shapes surely try one of each.
+  const Params split{{"BLOCK_M", 128}, {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
+                     {"CONSUMERS", 2}, {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
+                     {"PERSISTENT", 0}, {"SPLITS", 4}};
+  Params cluster = split;
+  cluster["CLUSTER_M"] = 2;
+  cluster["SPLITS"] = 1;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const Problem& p = problems[i];
     TuneRequest req;
     req.problem = p;
     req.templates = {"gemm_tma"};
     req.strategy = "random";
     req.budget = Budget{14, 90, 0};
     req.timing.target_ms = 2;
+    if (i == 3) req.seeds = {split};
+    if (i == 4) req.seeds = {cluster};
     auto r = tuner->tune(req);
     ASSERT_TRUE(r) << p.describe() << ": " << r.error().message;
     EXPECT_EQ(r->stats.wrong_results, 0) << p.describe();
     EXPECT_EQ(r->stats.crashes + r->stats.timeouts, 0) << p.describe();
-    for (const auto& t : r->trials)
+    bool seeded = i < 3;
+    for (const auto& t : r->trials) {
       EXPECT_EQ(t.outcome, Outcome::ok)
           << p.describe() << " " << params_to_string(t.params) << ": " << t.message;
+      if (!req.seeds.empty()) seeded |= t.params == req.seeds.front();
+    }
+    EXPECT_TRUE(seeded) << p.describe() << ": the seed was not measured";
   }
   const Problem big{"gemm", "bf16", "bf16", "rc", {{"M", 4000}, {"N", 6000}, {"K", 3000}}};
   const KernelTemplate* t = tuner->templates().find("gemm_tma");
