@@ -28,7 +28,7 @@ timed() {
   /usr/bin/time -v -o "$TMP/time" "$@" >"$TMP/out" 2>&1 || { cat "$TMP/out"; exit 1; }
   awk -F': ' '/Elapsed \(wall clock\)/ {n = split($2, t, ":"); s = t[n] + 60 * t[n-1] + (n > 2 ? 3600 * t[1] : 0)}
               /Maximum resident set size/ {r = $2 / 1024}
-              END {printf "%.2f %.0f", s, r}' "$TMP/time"
+              END {printf "%.2f %.0f\n", s, r}' "$TMP/time"
 }
 
 "$BUILD/bench/ktune-table-bench" --winners "$N" --write "$TMP/table.json" >/dev/null
