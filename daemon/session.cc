@@ -1,6 +1,7 @@
 #include "daemon/session.h"
 
 #include "config/log.h"
+#include "daemon/access.h"
 
 namespace ktune {
 
@@ -103,6 +104,12 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         pos = nl + 1;
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // keep-alive
+        if (looks_like_http(line)) {  // a browser or curl: never run what follows
+          m_metrics.http_refused();
+          push_ready(http_refusal(), true);
+          fatal = true;
+          break;
+        }
         auto attach = protocol::attachment_size(line, max_attachment);
         if (!attach) {
           m_metrics.count_error(attach.error().kind);

@@ -8,7 +8,8 @@
 // k_max_in_flight requests per connection are outstanding: past that the reader stops reading
 // (a client that pipelines without reading is paused by TCP backpressure). An oversized frame or
 // the read deadline (counted only while no request is outstanding) ends the connection after the
-// replies before it and an error line. Everything runs on the session's io_context thread; the
+// replies before it and an error line. A line that looks like HTTP (a browser or curl on the
+// protocol port) is answered with a 400 and the connection closed. Everything runs on the session's io_context thread; the
 // executor posts its replies there. No exception leaves a session.
 #pragma once
 
