@@ -77,12 +77,12 @@ void Dispatcher::handle(std::string_view line, std::string attachment, const Pee
   const Rights rights = peer.tcp ? tcp_rights(m_ctx.config, req->body) : peer.rights;
   if (rights == Rights::none) {
     m_ctx.metrics.count_request(req->op);
-    return void(
-        emit(reply_line(m_ctx, req->id,
-                        protocol::error(ErrorKind::unauthorized,
-                                        peer.tcp ? "TCP requests must carry the configured \"token\""
-                                                 : "this peer may not use the daemon")),
-             true));
+    return void(emit(
+        reply_line(m_ctx, req->id,
+                   protocol::error(ErrorKind::unauthorized,
+                                   peer.tcp ? "TCP requests must carry the configured \"token\""
+                                            : "this peer may not use the daemon")),
+        true));
   }
   // --- policy: the op table ---
   const protocol::OpInfo* info = protocol::find_op(req->op);
