@@ -55,6 +55,12 @@ struct DaemonConfig {
   // Threads for work that must never run on an I/O thread: imports, exports, cold lookups, job
   // control. Cached lookups never queue behind them. Default 2.
   int executor_threads = 2;
+  // Unsent reply bytes per connection past which the daemon stops reading that connection's
+  // requests until the client reads. Default 4194304 (4 MiB).
+  int max_output_bytes = 4 << 20;
+  // A connection whose client accepts no reply byte for this long while replies wait is closed
+  // (a client that pipelines requests and never reads). Default 30000.
+  int write_stall_timeout_ms = 30000;
 
   // ---- store ----
   // RocksDB database and other state. Default: $XDG_STATE_HOME/ktune, else ~/.local/state/ktune.

@@ -177,7 +177,9 @@ std::string Server::admit(tcp::socket& socket, Peer& /*peer*/) {
 template <typename Acceptor>
 asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
   using Socket = typename Acceptor::protocol_type::socket;
-  const auto timeout = std::chrono::milliseconds(m_config.read_timeout_ms);
+  const SessionLimits limits{std::chrono::milliseconds(m_config.read_timeout_ms),
+                             std::chrono::milliseconds(m_config.write_stall_timeout_ms),
+                             size_t(m_config.max_output_bytes)};
   while (acceptor.is_open()) {
     boost::system::error_code ec;
     Socket socket(next_session_context());
@@ -202,7 +204,7 @@ asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
       continue;
     }
     auto session = std::make_shared<Session<Socket>>(std::move(socket), m_dispatcher, m_metrics,
-                                                     session_peer, timeout);
+                                                     session_peer, limits);
     track(session);
     session->start();
   }
