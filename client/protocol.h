@@ -423,7 +423,8 @@ inline Expected<Reply> parse_reply(std::string_view line) {
   r.id = j.value("id", Json());
   r.ok = j["ok"].get<bool>();
   if (r.ok) {
-    r.result = j.value("result", Json::object());
+    auto result = j.find("result");  // moved out: an export's result is the whole table
+    r.result = result == j.end() ? Json::object() : std::move(*result);
   } else {
     const Json err = j.value("error", Json::object());
     r.error.kind = error_kind_from(err.value("code", "internal"));
