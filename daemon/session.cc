@@ -273,8 +273,9 @@ asio::awaitable<void> Session<Socket>::watchdog() {
       }
       wake = stalled_since + m_limits.write_stall_timeout;
     }
-    if (!m_slots.empty() || m_reading_done) {
-      // Requests outstanding (a watch, a slow import): the client waits on us, not we on it.
+    if (!m_slots.empty() || m_reading_done || m_writing) {
+      // Requests outstanding (a watch, a slow import) or a reply on its way (a big export to a
+      // slow reader: the stall deadline above guards that): no read deadline.
       m_last_activity = now;
     } else {
       const auto deadline = m_last_activity + m_limits.read_timeout;

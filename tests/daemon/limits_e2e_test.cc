@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "client/client.h"
 #include "store/table_io.h"
@@ -142,6 +143,46 @@ TEST(LimitsEndToEndTest, ClientsThatDoNotReadArePausedThenDropped) {
   // Status waits at most for the exports the greedy clients may have running (4 each, on two
   // executor threads: half this bound), not for the thousands they queued.
   EXPECT_LT(status_ms, k_greedy * 4 * export_ms + 50);
+}
+
+// A client that reads a big reply slowly but steadily keeps its connection: neither the read
+// deadline (which used to fire while the reply was being written, cutting it off) nor the
+// write-stall deadline applies while bytes move.
+TEST(LimitsEndToEndTest, SlowSteadyReaderGetsTheWholeReply) {
+  TempDir dir;
+  const std::string socket = dir / "ktuned.sock";
+  DaemonProcess d(
+      socket, dir / "data",
+      {"--set", "server.read_timeout_ms=200", "--set", "server.write_stall_timeout_ms=400"});
+  ASSERT_TRUE(d.start());
+  ClientOptions o;
+  o.socket_path = socket;
+  o.timeout = std::chrono::seconds(60);
+  std::vector<WinnerRecord> records;
+  for (int i = 0; i < 400; ++i)
+    records.push_back(testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10));
+  ASSERT_TRUE(Client(o).import_table(render_table(records, TableFormat::json)));
+  const int fd = unix_connect(socket);
+  ASSERT_GE(fd, 0);
+  int size = 4096;  // a small receive buffer, so the daemon's write waits on this reader
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+  const std::string request = R"({"v":1,"id":1,"op":"export","format":"json"})"
+                              "\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), ssize_t(request.size()));
+  std::string reply;
+  char buf[32768];
+  const auto t0 = Clock::now();
+  for (ssize_t n;
+       reply.find('\n') == std::string::npos && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+    reply.append(buf, size_t(n));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a slow reader, on purpose
+  }
+  ::close(fd);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_NE(reply.find('\n'), std::string::npos) << "cut off after " << reply.size() << " bytes";
+  EXPECT_GT(seconds, 0.2) << "the read took longer than the read deadline";
+  const Json j = Json::parse(reply);
+  EXPECT_EQ(j["result"]["count"], 400);
 }
 
 }  // namespace
