@@ -70,13 +70,24 @@ int pipeline_exports(int fd, int count) {
   return sent;
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// Instrumented, an export costs ~10x: a smaller table keeps the test in seconds, and a smaller
+// output bound keeps its reply over the bound.
+constexpr int k_winners = 150;
+const std::string k_output_bound = "server.max_output_bytes=65536";
+#else
+constexpr int k_winners = 400;
+const std::string k_output_bound = "server.max_output_bytes=262144";
+#endif
+
 // Waits until the daemon closes `fd` (POLLHUP/POLLRDHUP), at most `timeout`.
 bool closed_by_peer(int fd, std::chrono::milliseconds timeout) {
   pollfd p{fd, POLLRDHUP, 0};
   return ::poll(&p, 1, int(timeout.count())) == 1 && (p.revents & (POLLRDHUP | POLLHUP));
 }
 
-// Four clients pipeline thousands of exports of a 400-winner table and never read. The daemon
+// Four clients pipeline thousands of exports of a 400-winner table (150 under ASan) and never
+// read. The daemon
 // stops reading them once a few replies wait (its RSS stays bounded), still answers another
 // client's status at once (the greedy ones hold at most 4 executor slots each), serves a big
 // export to a client that reads, and drops the greedy ones after the write-stall deadline.
@@ -84,8 +95,8 @@ TEST(LimitsEndToEndTest, ClientsThatDoNotReadArePausedThenDropped) {
   TempDir dir;
   const std::string socket = dir / "ktuned.sock";
   DaemonProcess d(socket, dir / "data",
-                  {"--set", "server.write_stall_timeout_ms=1500", "--set",
-                   "server.max_output_bytes=262144", "--set", "lookup.nearest_radius=0"});
+                  {"--set", "server.write_stall_timeout_ms=1500", "--set", k_output_bound, "--set",
+                   "lookup.nearest_radius=0"});
 #if defined(__SANITIZE_ADDRESS__)
   // Freed replies would sit in ASan's quarantine (256 MB by default) and count as RSS: keep it
   // small so RSS follows what the daemon holds (redzones and shadow memory still add to it).
@@ -99,14 +110,14 @@ TEST(LimitsEndToEndTest, ClientsThatDoNotReadArePausedThenDropped) {
   o.cache_capacity = 0;
   Client client(o);
   std::vector<WinnerRecord> records;
-  for (int i = 0; i < 400; ++i)
+  for (int i = 0; i < k_winners; ++i)
     records.push_back(testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10));
   ASSERT_TRUE(client.import_table(render_table(records, TableFormat::json)));
   const auto e0 = Clock::now();
-  auto big = client.export_table("json");  // ~0.6 MB: over the output bound, read as it comes
+  auto big = client.export_table("json");  // over the output bound: read as it comes
   const double export_ms = std::chrono::duration<double, std::milli>(Clock::now() - e0).count();
   ASSERT_TRUE(big) << big.error().message;
-  ASSERT_EQ((*big)["count"], 400);
+  ASSERT_EQ((*big)["count"], k_winners);
   const size_t reply_bytes = (*big)["content"].get_ref<const std::string&>().size();
   const double rss_before = proc_mib(d.pid(), "VmRSS");
 
@@ -166,7 +177,7 @@ TEST(LimitsEndToEndTest, SlowSteadyReaderGetsTheWholeReply) {
   o.socket_path = socket;
   o.timeout = std::chrono::seconds(60);
   std::vector<WinnerRecord> records;
-  for (int i = 0; i < 400; ++i)
+  for (int i = 0; i < k_winners; ++i)
     records.push_back(testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10));
   ASSERT_TRUE(Client(o).import_table(render_table(records, TableFormat::json)));
   const int fd = unix_connect(socket);
@@ -189,7 +200,7 @@ TEST(LimitsEndToEndTest, SlowSteadyReaderGetsTheWholeReply) {
   ASSERT_NE(reply.find('\n'), std::string::npos) << "cut off after " << reply.size() << " bytes";
   EXPECT_GT(seconds, 0.2) << "the read took longer than the read deadline";
   const Json j = Json::parse(reply);
-  EXPECT_EQ(j["result"]["count"], 400);
+  EXPECT_EQ(j["result"]["count"], k_winners);
 }
 
 }  // namespace
