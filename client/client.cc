@@ -24,7 +24,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The deadline `timeout` from now; none (time_point::max) for a zero timeout.
+Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return timeout.count() == 0 ? Clock::time_point::max() : Clock::now() + timeout;
+}
+
 int remaining_ms(Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) return -1;  // poll: no timeout
   const auto left =
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return left > 0 ? int(left) : 0;
@@ -67,7 +73,7 @@ void Client::disconnect_locked() {
 
 protocol::Expected<void> Client::connect_locked() {
   if (m_fd >= 0) return {};
-  const auto deadline = Clock::now() + m_options.timeout;
+  const auto deadline = deadline_after(m_options.timeout);
   std::string where;
   int fd = -1;
   if (m_options.tcp_address.empty()) {
@@ -144,13 +150,21 @@ protocol::Expected<void> Client::send_locked(const std::string& line, Clock::tim
 
 protocol::Expected<std::string> Client::read_line_locked(Clock::time_point deadline,
                                                          std::chrono::milliseconds timeout) {
-  char buf[16384];
-  while (true) {
-    if (const auto nl = m_pending.find('\n'); nl != std::string::npos) {
+  char buf[65536];
+  for (size_t scanned = 0;;) {
+    // Only the bytes not searched yet: a 70 MB export arrives in thousands of pieces.
+    if (const auto nl = m_pending.find('\n', scanned); nl != std::string::npos) {
+      if (nl + 1 == m_pending.size()) {  // the usual case: nothing after the reply, no copy
+        std::string reply = std::move(m_pending);
+        m_pending.clear();
+        reply.pop_back();
+        return reply;
+      }
       std::string reply = m_pending.substr(0, nl);
       m_pending.erase(0, nl + 1);
       return reply;
     }
+    scanned = m_pending.size();
     const ssize_t n = ::recv(m_fd, buf, sizeof buf, MSG_DONTWAIT);
     if (n > 0) {
       m_pending.append(buf, size_t(n));
@@ -168,7 +182,7 @@ protocol::Expected<std::string> Client::read_line_locked(Clock::time_point deadl
 }
 
 protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line) {
-  const auto deadline = Clock::now() + m_options.timeout;
+  const auto deadline = deadline_after(m_options.timeout);
   if (auto ok = send_locked(line, deadline); !ok) return std::unexpected(ok.error());
   return read_line_locked(deadline, m_options.timeout);
 }
@@ -322,12 +336,12 @@ protocol::Expected<Json> Client::watch(const std::string& id,
   std::lock_guard lock(m_mutex);
   if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
   const std::string line = request_line_locked("watch", {{"job", id}});
-  if (auto ok = send_locked(line, Clock::now() + m_options.timeout); !ok) {
+  if (auto ok = send_locked(line, deadline_after(m_options.timeout)); !ok) {
     disconnect_locked();
     return std::unexpected(ok.error());
   }
   while (true) {
-    auto text = read_line_locked(Clock::now() + quiet_timeout, quiet_timeout);
+    auto text = read_line_locked(deadline_after(quiet_timeout), quiet_timeout);
     if (!text) {
       disconnect_locked();  // the rest of the stream would confuse the next call
       return std::unexpected(text.error());

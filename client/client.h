@@ -30,7 +30,8 @@ struct ClientOptions {
   std::string tcp_address;
   // Token sent with every TCP request. Default "".
   std::string token;
-  // Deadline for one request (connect + send + reply). Default 2 s.
+  // Deadline for one request (connect + send + reply). 0: none (wait while the connection is
+  // open; for exports and imports of big tables). Default 2 s.
   std::chrono::milliseconds timeout{2000};
   // Lookup answers kept in process, and for how long. Defaults 1024 and 60 s; 0 disables.
   size_t cache_capacity = 1024;

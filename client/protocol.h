@@ -35,6 +35,7 @@ enum class ErrorKind {
   frame_too_large,       // request line over k_max_frame; the connection is closed after
   too_many_connections,  // the daemon is at its connection cap; closed after
   unauthorized,          // TCP token missing or wrong, or peer uid not allowed
+  forbidden,             // the peer may connect but not run this op (an admin op, read rights)
   timeout,               // no complete request within the read deadline; closed after
   unavailable,           // the daemon cannot serve this now (e.g. no GPU for a tune)
   internal,              // a bug or a store failure; the daemon keeps serving
@@ -52,6 +53,7 @@ inline constexpr std::pair<ErrorKind, std::string_view> k_error_names[] = {
     {ErrorKind::frame_too_large, "frame_too_large"},
     {ErrorKind::too_many_connections, "too_many_connections"},
     {ErrorKind::unauthorized, "unauthorized"},
+    {ErrorKind::forbidden, "forbidden"},
     {ErrorKind::timeout, "timeout"},
     {ErrorKind::unavailable, "unavailable"},
     {ErrorKind::internal, "internal"},
@@ -90,7 +92,8 @@ enum OpFlag : unsigned {
   op_write = 1u << 1,     // changes the store or the job queue
   op_fast = 1u << 2,      // answered on the I/O thread when it can be answered from memory
   op_blocking = 1u << 3,  // runs on the executor, never on an I/O thread
-  op_admin = 1u << 4,     // changes what other clients are served (imports, job control)
+  op_admin = 1u << 4,     // changes what other clients are served (imports, job control);
+                          // op_write and op_admin ops need admin rights (daemon/access.h)
   op_stream = 1u << 5,    // replies with a stream of event lines, then a final reply
 };
 
@@ -108,7 +111,7 @@ inline constexpr OpInfo k_ops[] = {
     {"templates", op_read | op_blocking, "kernel templates and their search spaces"},
     {"export", op_read | op_blocking, "the tuning table as JSON, YAML or CSV text"},
     {"import", op_write | op_blocking | op_admin, "merge a JSON tuning table sent inline"},
-    {"tune", op_write | op_blocking, "queue a tuning job for a problem (deduplicated)"},
+    {"tune", op_write | op_blocking | op_admin, "queue a tuning job for a problem (deduplicated)"},
     {"plan", op_write | op_blocking | op_admin, "queue tuning jobs for a list of problems"},
     {"jobs", op_read | op_blocking, "tuning jobs, newest first, with progress"},
     {"job", op_read | op_blocking, "one tuning job"},
@@ -423,7 +426,8 @@ inline Expected<Reply> parse_reply(std::string_view line) {
   r.id = j.value("id", Json());
   r.ok = j["ok"].get<bool>();
   if (r.ok) {
-    r.result = j.value("result", Json::object());
+    auto result = j.find("result");  // moved out: an export's result is the whole table
+    r.result = result == j.end() ? Json::object() : std::move(*result);
   } else {
     const Json err = j.value("error", Json::object());
     r.error.kind = error_kind_from(err.value("code", "internal"));

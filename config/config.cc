@@ -46,8 +46,14 @@ const std::vector<KeySpec>& key_specs() {
        0,
        0,
        Check::host_port_or_empty},
-      {{"server.tcp_token", "KTUNE_TCP_TOKEN", "token TCP clients must send"},
+      {{"server.tcp_token", "KTUNE_TCP_TOKEN", "token TCP clients send (grants read ops)"},
        &DaemonConfig::tcp_token},
+      {{"server.tcp_admin_token", "KTUNE_TCP_ADMIN_TOKEN",
+        "token granting admin ops over TCP (\"\" = none)"},
+       &DaemonConfig::tcp_admin_token},
+      {{"server.admin_group", "KTUNE_ADMIN_GROUP",
+        "group whose members may run admin ops over the Unix socket"},
+       &DaemonConfig::admin_group},
       {{"server.max_connections", "KTUNE_MAX_CONNECTIONS", "most simultaneous connections"},
        &DaemonConfig::max_connections,
        1,
@@ -75,6 +81,16 @@ const std::vector<KeySpec>& key_specs() {
        &DaemonConfig::executor_threads,
        1,
        256},
+      {{"server.max_output_bytes", "KTUNE_MAX_OUTPUT_BYTES",
+        "unsent reply bytes per connection past which its requests are not read"},
+       &DaemonConfig::max_output_bytes,
+       65536,
+       1 << 30},
+      {{"server.write_stall_timeout_ms", "KTUNE_WRITE_STALL_TIMEOUT_MS",
+        "a client that reads no reply byte for this long is disconnected"},
+       &DaemonConfig::write_stall_timeout_ms,
+       100,
+       3'600'000},
       {{"store.data_dir", "KTUNE_DATA_DIR", "RocksDB database and state directory"},
        &DaemonConfig::data_dir},
       {{"store.seed_tables", "KTUNE_SEED_TABLES", "tables merged into the store at start"},
@@ -541,16 +557,17 @@ Result<void> validate_config(const DaemonConfig& c) {
     return fail(ErrorCode::invalid_argument,
                 "server.socket and server.tcp are both empty: no listener");
   if (c.data_dir.empty()) return fail(ErrorCode::invalid_argument, "store.data_dir is empty");
-  if (!c.tcp_address.empty()) {
-    const std::string host = c.tcp_address.substr(0, c.tcp_address.rfind(':'));
-    const bool loopback =
-        host == "127.0.0.1" || host == "localhost" || host == "[::1]" || host == "::1";
-    if (!loopback && c.tcp_token.empty())
-      return fail(
-          ErrorCode::invalid_argument,
-          "server.tcp: " + c.tcp_address +
-              " is not a loopback address; set server.tcp_token so strangers cannot use it");
-  }
+  if (!c.tcp_address.empty() && c.tcp_token.empty())
+    return fail(ErrorCode::invalid_argument,
+                "server.tcp is " + c.tcp_address +
+                    " but server.tcp_token is empty: TCP peers have no credentials, so every TCP "
+                    "request must carry a token (loopback too: any local user or browser page "
+                    "can reach it). Generate one with `openssl rand -hex 32` and set "
+                    "server.tcp_token (or KTUNE_TCP_TOKEN), or leave server.tcp empty");
+  if (!c.tcp_admin_token.empty() && c.tcp_admin_token == c.tcp_token)
+    return fail(ErrorCode::invalid_argument,
+                "server.tcp_admin_token equals server.tcp_token: the read token would grant "
+                "admin ops; generate another with `openssl rand -hex 32`");
   return {};
 }
 

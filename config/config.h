@@ -25,10 +25,19 @@ struct DaemonConfig {
   // Unix socket clients connect to. Default: $XDG_RUNTIME_DIR/ktune/ktuned.sock, or
   // /tmp/ktune-<uid>/ktuned.sock when XDG_RUNTIME_DIR is unset. Created with mode 0660.
   std::string socket_path;
-  // Optional TCP listener "host:port". Default "" (off). A non-loopback host needs tcp_token.
+  // Optional TCP listener "host:port". Default "" (off). Needs tcp_token (TCP peers have no
+  // credentials to check), on loopback too: any local user and any browser page can reach it.
   std::string tcp_address;
-  // Shared secret a TCP client must send as "token" in each request. Default "" (none).
+  // Shared secret a TCP client must send as "token" in each request; grants read ops (lookup,
+  // status, export, ...). Required when tcp_address is set. Default "" (none).
   std::string tcp_token;
+  // A second token that grants admin ops too (import, tune, plan, cancel) over TCP; must differ
+  // from tcp_token. Default "": admin ops only over the Unix socket.
+  std::string tcp_admin_token;
+  // Group (name or numeric gid) whose members may run admin ops over the Unix socket. The
+  // daemon's own user and root always may; other members of the daemon's group run read ops
+  // only. Default "" (no group).
+  std::string admin_group;
   // Most simultaneous client connections; further ones are refused with an error. Default 1024.
   int max_connections = 1024;
   // A request line must arrive within this many ms of the previous reply. Default 30000.
@@ -46,6 +55,12 @@ struct DaemonConfig {
   // Threads for work that must never run on an I/O thread: imports, exports, cold lookups, job
   // control. Cached lookups never queue behind them. Default 2.
   int executor_threads = 2;
+  // Unsent reply bytes per connection past which the daemon stops reading that connection's
+  // requests until the client reads. Default 4194304 (4 MiB).
+  int max_output_bytes = 4 << 20;
+  // A connection whose client accepts no reply byte for this long while replies wait is closed
+  // (a client that pipelines requests and never reads). Default 30000.
+  int write_stall_timeout_ms = 30000;
 
   // ---- store ----
   // RocksDB database and other state. Default: $XDG_STATE_HOME/ktune, else ~/.local/state/ktune.
@@ -141,7 +156,7 @@ std::map<std::string, std::string> ktune_environment();
 // Applies one "key=value" assignment as a command-line flag would.
 Result<void> apply_config_assignment(DaemonConfig& config, std::string_view assignment);
 
-// Checks cross-field rules (e.g. a non-loopback TCP address needs a token).
+// Checks cross-field rules (e.g. a TCP listener needs a token).
 Result<void> validate_config(const DaemonConfig& config);
 
 // The configuration as YAML, every key present; what `ktuned --print-config` shows.

@@ -53,7 +53,9 @@ std::string reply_line(OpContext& ctx, const Json& id, OpReply reply) {
 Dispatcher::Dispatcher(OpContext& ctx, Executor* executor) : m_ctx(ctx), m_executor(executor) {}
 
 std::optional<std::string> Dispatcher::try_fast(std::string_view line, const Peer& peer) {
-  if (peer.tcp) return std::nullopt;  // TCP requests carry a token to check: no text cache
+  // TCP requests carry a token to check: no text cache. Every Unix peer that got a session may
+  // run read ops, and the text cache holds lookups only.
+  if (peer.tcp) return std::nullopt;
   return m_ctx.lookups.fast_reply(line);
 }
 
@@ -71,17 +73,16 @@ void Dispatcher::handle(std::string_view line, std::string attachment, const Pee
   }
   auto req = std::make_shared<protocol::Request>(std::move(*parsed));
   req->attachment = std::move(attachment);
-  // --- policy: authorization, before any handler or cache ---
-  if (peer.tcp && !m_ctx.config.tcp_token.empty()) {
-    auto token = req->body.find("token");
-    if (token == req->body.end() || !token->is_string() || *token != m_ctx.config.tcp_token) {
-      m_ctx.metrics.count_request(req->op);
-      return void(
-          emit(reply_line(m_ctx, req->id,
-                          protocol::error(ErrorKind::unauthorized,
-                                          "TCP requests must carry the configured \"token\"")),
-               true));
-    }
+  // --- policy: authentication, before any handler or cache ---
+  const Rights rights = peer.tcp ? tcp_rights(m_ctx.config, req->body) : peer.rights;
+  if (rights == Rights::none) {
+    m_ctx.metrics.count_request(req->op);
+    return void(emit(
+        reply_line(m_ctx, req->id,
+                   protocol::error(ErrorKind::unauthorized,
+                                   peer.tcp ? "TCP requests must carry the configured \"token\""
+                                            : "this peer may not use the daemon")),
+        true));
   }
   // --- policy: the op table ---
   const protocol::OpInfo* info = protocol::find_op(req->op);
@@ -95,6 +96,9 @@ void Dispatcher::handle(std::string_view line, std::string attachment, const Pee
         true));
   }
   m_ctx.metrics.count_request(req->op);
+  // --- policy: rights (admin ops), before any handler or cache ---
+  if (auto allowed = authorize(*info, rights, peer, m_ctx.config); !allowed)
+    return void(emit(reply_line(m_ctx, req->id, std::unexpected(allowed.error())), true));
   // --- fast ops from memory on this thread ---
   if (handler->fast) {
     if (!peer.tcp) req->raw = std::string(line);  // text caches serve trusted peers only

@@ -1,9 +1,10 @@
 // Dispatcher: the policy stage and the op table — every request line passes here, with no socket
 // in sight.
 //
-// For each line, in order: parse (JSON object, "v", "op"), version, authorization (a TCP peer
-// must carry the configured token; nothing, a cache included, answers before this), the op table
-// (protocol::k_ops: unknown ops are refused with the list), metrics, then the handler of
+// For each line, in order: parse (JSON object, "v", "op"), version, authentication (a TCP peer
+// must carry a configured token; nothing, a cache included, answers before this), the op table
+// (protocol::k_ops: unknown ops are refused with the list), rights (an admin op from a read-only
+// peer is refused: daemon/access.h), metrics, then the handler of
 // daemon/ops/. The thread is chosen by the op's flags: a fast op answered from memory (a cached
 // lookup) runs on the calling I/O thread; everything else (cold lookups, imports, exports, job
 // control, status) is posted to the executor, so a cached answer never queues behind disk or
@@ -17,15 +18,11 @@
 #include <string>
 #include <string_view>
 
+#include "daemon/access.h"
 #include "daemon/executor.h"
 #include "daemon/ops/ops.h"
 
 namespace ktune {
-
-// Who is asking: transport facts the policy stage needs without seeing the socket.
-struct Peer {
-  bool tcp = false;  // TCP peers must present the token when one is configured
-};
 
 struct Response {
   std::string line;  // every reply line of the request, newlines included

@@ -80,6 +80,13 @@ std::string Metrics::prometheus(const std::string& extra) const {
   os << "# HELP ktune_connections_refused_total Connections refused at the cap.\n"
         "# TYPE ktune_connections_refused_total counter\n"
      << "ktune_connections_refused_total " << m_connections_refused.load() << "\n";
+  os << "# HELP ktune_http_refused_total Connections closed for sending HTTP to the protocol "
+        "port.\n# TYPE ktune_http_refused_total counter\n"
+     << "ktune_http_refused_total " << m_http_refused.load() << "\n";
+  os << "# HELP ktune_slow_readers_dropped_total Connections closed because the client read no "
+        "reply for server.write_stall_timeout_ms.\n"
+        "# TYPE ktune_slow_readers_dropped_total counter\n"
+     << "ktune_slow_readers_dropped_total " << m_slow_readers_dropped.load() << "\n";
   os << extra;
   return os.str();
 }

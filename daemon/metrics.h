@@ -32,6 +32,10 @@ class Metrics {
   }
   void connection_closed() { m_connections.fetch_sub(1); }
   void connection_refused() { m_connections_refused.fetch_add(1); }
+  // A connection closed because it sent HTTP to the protocol port (a browser page, curl).
+  void http_refused() { m_http_refused.fetch_add(1, std::memory_order_relaxed); }
+  // A connection closed because its client took no reply byte for server.write_stall_timeout_ms.
+  void slow_reader_dropped() { m_slow_readers_dropped.fetch_add(1, std::memory_order_relaxed); }
 
   std::int64_t connections() const { return m_connections.load(); }
   std::uint64_t requests() const;
@@ -53,6 +57,8 @@ class Metrics {
   std::atomic<std::int64_t> m_connections{0};
   std::atomic<std::uint64_t> m_connections_total{0};
   std::atomic<std::uint64_t> m_connections_refused{0};
+  std::atomic<std::uint64_t> m_http_refused{0};
+  std::atomic<std::uint64_t> m_slow_readers_dropped{0};
 };
 
 }  // namespace ktune

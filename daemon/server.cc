@@ -4,11 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <boost/asio/experimental/awaitable_operators.hpp>
-#include <cerrno>
 #include <filesystem>
-#include <vector>
 
 #include "config/log.h"
 #include "daemon/session.h"
@@ -69,6 +66,9 @@ Server::~Server() {
 }  // the io_context is no longer running here
 
 Result<void> Server::start() {
+  auto access = AccessPolicy::create(m_config);
+  if (!access) return std::unexpected(access.error());
+  m_access.emplace(std::move(*access));
   if (!m_config.socket_path.empty())
     if (auto ok = listen_unix(); !ok) return ok;
   if (!m_config.tcp_address.empty())
@@ -107,7 +107,7 @@ Result<void> Server::listen_unix() {
   if (ec) return fail(ErrorCode::io_error, path + ": cannot listen: " + ec.message());
   m_owns_socket_file = true;
   ::chmod(path.c_str(), 0660);
-  asio::co_spawn(m_strand, accept_clients(*m_unix, Peer{false}), asio::detached);
+  asio::co_spawn(m_strand, accept_clients(*m_unix, Peer{false, Rights::none}), asio::detached);
   return {};
 }
 
@@ -159,46 +159,27 @@ void Server::track(const std::shared_ptr<SessionBase>& session) {
   m_sessions.push_back(session);
 }
 
-namespace {
-
-// Why a Unix-socket peer may not connect ("" when it may): only this user, root, or members of
-// this group, primary or supplementary (the socket is mode 0660, so others cannot even open it;
-// this is the second lock).
-std::string refusal(unix_proto::socket& socket) {
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
-    return "cannot read the peer's credentials";
-  if (cred.uid == ::getuid() || cred.uid == 0 || cred.gid == ::getgid()) return "";
-  std::vector<gid_t> groups(64);
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    socklen_t glen = socklen_t(groups.size() * sizeof(gid_t));
-    if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERGROUPS, groups.data(), &glen) ==
-        0) {
-      groups.resize(glen / sizeof(gid_t));
-      if (std::find(groups.begin(), groups.end(), ::getgid()) != groups.end()) return "";
-      break;
-    }
-    if (errno != ERANGE) break;
-    groups.resize(glen / sizeof(gid_t) + 1);
-  }
-  return "peer uid " + std::to_string(cred.uid) +
-         " may not use this daemon (not its user, root, or a member of its group " +
-         std::to_string(::getgid()) + ")";
+std::string Server::admit(unix_proto::socket& socket, Peer& peer) {
+  // The socket is mode 0660, so others cannot even open it; this is the second lock, and where
+  // the peer's rights (read or admin) come from.
+  auto credentials = peer_credentials(socket.native_handle());
+  if (!credentials) return credentials.error().message;
+  peer.rights = m_access->unix_rights(*credentials);
+  return peer.rights == Rights::none ? m_access->refusal(*credentials) : "";
 }
 
-std::string refusal(tcp::socket& socket) {
+std::string Server::admit(tcp::socket& socket, Peer& /*peer*/) {
   boost::system::error_code ec;
   socket.set_option(tcp::no_delay(true), ec);
   return "";  // TCP peers are checked per request (token), see Dispatcher
 }
 
-}  // namespace
-
 template <typename Acceptor>
 asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
   using Socket = typename Acceptor::protocol_type::socket;
-  const auto timeout = std::chrono::milliseconds(m_config.read_timeout_ms);
+  const SessionLimits limits{std::chrono::milliseconds(m_config.read_timeout_ms),
+                             std::chrono::milliseconds(m_config.write_stall_timeout_ms),
+                             size_t(m_config.max_output_bytes)};
   while (acceptor.is_open()) {
     boost::system::error_code ec;
     Socket socket(next_session_context());
@@ -207,7 +188,8 @@ asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
       if (ec == asio::error::operation_aborted) co_return;
       continue;
     }
-    std::string why = refusal(socket);
+    Peer session_peer = peer;
+    std::string why = admit(socket, session_peer);
     ErrorKind kind = ErrorKind::unauthorized;
     if (why.empty() && at_capacity()) {
       m_metrics.connection_refused();
@@ -222,7 +204,7 @@ asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
       continue;
     }
     auto session = std::make_shared<Session<Socket>>(std::move(socket), m_dispatcher, m_metrics,
-                                                     peer, timeout);
+                                                     session_peer, limits);
     track(session);
     session->start();
   }

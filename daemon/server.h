@@ -4,7 +4,8 @@
 // Each client connection is a Session (daemon/session.h) that lives on one of the session
 // io_contexts, each run by one thread (one context per thread: no cross-thread handoff per
 // request), assigned round-robin. The server only accepts, enforces the connection cap and the
-// Unix peer check, and closes everything on stop().
+// Unix peer check (daemon/access.h: who may connect, with read or admin rights), and closes
+// everything on stop().
 // A socket file left by a crashed daemon is detected (nothing answers on it) and replaced; a live
 // daemon on the same path is an error. stop() may be called from any thread.
 #pragma once
@@ -14,10 +15,12 @@
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "daemon/access.h"
 #include "daemon/dispatcher.h"
 #include "daemon/metrics.h"
 
@@ -32,7 +35,8 @@ class Server {
          Metrics& metrics, std::vector<boost::asio::io_context*> session_contexts = {});
   ~Server();
 
-  // Binds every configured listener and starts accepting.
+  // Binds every configured listener and starts accepting. Fails for an unknown
+  // server.admin_group.
   Result<void> start();
   // Stops accepting, closes every connection, removes the socket file. Safe from any thread
   // (the work is posted to the server's strand); the io_context then runs out of work.
@@ -57,6 +61,9 @@ class Server {
   boost::asio::awaitable<void> accept_metrics();
   boost::asio::awaitable<void> serve_http(boost::asio::ip::tcp::socket socket);
   bool at_capacity();
+  // Why a new peer may not connect ("" when it may); sets a Unix peer's rights.
+  std::string admit(boost::asio::local::stream_protocol::socket& socket, Peer& peer);
+  std::string admit(boost::asio::ip::tcp::socket& socket, Peer& peer);
 
   void close_all();
 
@@ -70,6 +77,7 @@ class Server {
   const DaemonConfig& m_config;
   Dispatcher& m_dispatcher;
   Metrics& m_metrics;
+  std::optional<AccessPolicy> m_access;  // set by start()
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> m_unix;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> m_tcp;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> m_http;

@@ -1,6 +1,7 @@
 #include "daemon/session.h"
 
 #include "config/log.h"
+#include "daemon/access.h"
 
 namespace ktune {
 
@@ -9,12 +10,12 @@ using protocol::ErrorKind;
 
 template <typename Socket>
 Session<Socket>::Session(Socket socket, Dispatcher& dispatcher, Metrics& metrics, Peer peer,
-                         std::chrono::milliseconds read_timeout)
+                         SessionLimits limits)
     : m_socket(std::move(socket)),
       m_dispatcher(dispatcher),
       m_metrics(metrics),
       m_peer(peer),
-      m_read_timeout(read_timeout),
+      m_limits(limits),
       m_timer(m_socket.get_executor()),
       m_write_signal(m_socket.get_executor(), asio::steady_timer::time_point::max()),
       m_read_signal(m_socket.get_executor(), asio::steady_timer::time_point::max()),
@@ -55,12 +56,34 @@ void Session<Socket>::finish() {
 }
 
 template <typename Socket>
+bool Session<Socket>::must_pause() const {
+  return m_slots.size() >= k_max_in_flight || m_running >= k_max_running ||
+         m_unsent > m_limits.max_output_bytes;
+}
+
+template <typename Socket>
 void Session<Socket>::push_ready(std::string line, bool close) {
   auto slot = std::make_shared<Slot>();
+  m_unsent += line.size();
   slot->out = std::move(line);
   slot->done = true;
   slot->close = close;
   m_slots.push_back(std::move(slot));
+  wake_writer();
+}
+
+template <typename Socket>
+void Session<Socket>::append(Slot& slot, std::string text, bool last) {
+  m_unsent += text.size();
+  if (slot.out.empty())
+    slot.out = std::move(text);  // an export's reply is not copied
+  else
+    slot.out += text;
+  if (last && !slot.done) {
+    slot.done = true;
+    --m_running;
+    m_read_signal.cancel();
+  }
   wake_writer();
 }
 
@@ -70,6 +93,7 @@ void Session<Socket>::dispatch(std::string_view line, std::string attachment) {
     if (auto fast = m_dispatcher.try_fast(line, m_peer)) return push_ready(std::move(*fast), false);
   auto slot = std::make_shared<Slot>();
   m_slots.push_back(slot);
+  ++m_running;
   std::weak_ptr<Session> weak = this->shared_from_this();
   auto executor = m_socket.get_executor();
   m_dispatcher.handle(line, std::move(attachment), m_peer,
@@ -79,9 +103,7 @@ void Session<Socket>::dispatch(std::string_view line, std::string attachment) {
                         asio::post(executor, [weak, slot, text = std::move(text), last]() mutable {
                           auto s = weak.lock();
                           if (!s || s->m_done) return;
-                          slot->out += text;
-                          slot->done = slot->done || last;
-                          s->wake_writer();
+                          s->append(*slot, std::move(text), last);
                         });
                         return true;
                       });
@@ -103,6 +125,18 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         pos = nl + 1;
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // keep-alive
+        if (looks_like_http(line)) {  // a browser or curl: never run what follows
+          m_metrics.http_refused();
+          push_ready(http_refusal(), true);
+          fatal = true;
+          break;
+        }
+        while (!m_done && must_pause())  // bounds: wait until replies drain
+          co_await m_read_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (m_done) {
+          fatal = true;
+          break;
+        }
         auto attach = protocol::attachment_size(line, max_attachment);
         if (!attach) {
           m_metrics.count_error(attach.error().kind);
@@ -134,7 +168,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
       }
       in.erase(0, std::min(pos, in.size()));
       if (fatal) break;
-      while (!m_done && m_slots.size() >= k_max_in_flight)  // backpressure: stop reading
+      while (!m_done && must_pause())  // backpressure: stop reading
         co_await m_read_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       if (m_done) break;
       co_await asio::async_read_until(m_socket, asio::dynamic_buffer(in, protocol::k_max_frame),
@@ -153,7 +187,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         m_metrics.count_error(ErrorKind::timeout);
         push_ready(protocol::reply_error(nullptr, ErrorKind::timeout,
                                          "no complete request within " +
-                                             std::to_string(m_read_timeout.count()) +
+                                             std::to_string(m_limits.read_timeout.count()) +
                                              " ms; closing the connection"),
                    true);
         break;
@@ -174,11 +208,13 @@ asio::awaitable<void> Session<Socket>::write_loop() {
   std::string buf;
   try {
     while (!m_done) {
-      buf.clear();
       bool close_after = false;
       while (!m_slots.empty() && !close_after) {
         Slot& head = *m_slots.front();
-        buf += head.out;
+        if (buf.empty())
+          buf.swap(head.out);  // a big reply is moved, not copied
+        else
+          buf += head.out;
         head.out.clear();
         if (!head.done) break;
         close_after = head.close;
@@ -189,10 +225,25 @@ asio::awaitable<void> Session<Socket>::write_loop() {
         co_await m_write_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         continue;
       }
-      co_await asio::async_write(m_socket, asio::buffer(buf),
-                                 asio::redirect_error(asio::use_awaitable, ec));
-      m_last_activity = std::chrono::steady_clock::now();
-      m_read_signal.cancel();
+      // Piece by piece, so the watchdog sees whether the client takes any bytes at all.
+      m_writing = true;
+      m_write_progress = std::chrono::steady_clock::now();
+      ec.clear();  // the wake-up above left operation_aborted here
+      for (size_t off = 0; off < buf.size() && !ec;) {
+        const size_t n =
+            co_await m_socket.async_write_some(asio::buffer(buf.data() + off, buf.size() - off),
+                                               asio::redirect_error(asio::use_awaitable, ec));
+        off += n;
+        m_unsent -= n;
+        m_write_progress = std::chrono::steady_clock::now();
+        m_read_signal.cancel();
+      }
+      m_writing = false;
+      m_last_activity = m_write_progress;
+      if (buf.capacity() > 64 * 1024)
+        std::string().swap(buf);  // an idle connection keeps no export-sized buffer
+      else
+        buf.clear();
       if (ec || close_after) break;
     }
   } catch (const std::exception& e) {
@@ -205,25 +256,42 @@ template <typename Socket>
 asio::awaitable<void> Session<Socket>::watchdog() {
   boost::system::error_code ec;
   while (!m_done) {
-    const auto deadline = m_last_activity + m_read_timeout;
-    if (!m_slots.empty() || m_reading_done) {
-      // Requests outstanding (a watch, a slow import): the client waits on us, not we on it.
-      m_last_activity = std::chrono::steady_clock::now();
-      m_timer.expires_after(m_read_timeout);
-      co_await m_timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-      continue;
-    }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      if (m_timed_out) {  // the timeout reply itself did not go out in time
+    const auto now = std::chrono::steady_clock::now();
+    // Wakes at least once per stall timeout: a write that starts after this wake-up cannot
+    // pass its deadline before the next one.
+    auto wake = now + m_limits.write_stall_timeout;
+    if (m_writing) {
+      const auto stalled_since = m_write_progress;
+      if (now - stalled_since >= m_limits.write_stall_timeout) {
+        m_metrics.slow_reader_dropped();
+        log(LogLevel::info, "slow_reader_dropped",
+            {{"unsent_bytes", m_unsent},
+             {"stalled_ms",
+              std::chrono::duration_cast<std::chrono::milliseconds>(now - stalled_since).count()}});
         finish();
         co_return;
       }
-      m_timed_out = true;
-      m_last_activity = std::chrono::steady_clock::now();  // grace period for the error reply
-      m_socket.cancel(ec);
-      continue;
+      wake = stalled_since + m_limits.write_stall_timeout;
     }
-    m_timer.expires_at(deadline);
+    if (!m_slots.empty() || m_reading_done || m_writing) {
+      // Requests outstanding (a watch, a slow import) or a reply on its way (a big export to a
+      // slow reader: the stall deadline above guards that): no read deadline.
+      m_last_activity = now;
+    } else {
+      const auto deadline = m_last_activity + m_limits.read_timeout;
+      if (now >= deadline) {
+        if (m_timed_out) {  // the timeout reply itself did not go out in time
+          finish();
+          co_return;
+        }
+        m_timed_out = true;
+        m_last_activity = now;  // grace period for the error reply
+        m_socket.cancel(ec);
+        continue;
+      }
+      wake = std::min(wake, deadline);
+    }
+    m_timer.expires_at(wake);
     co_await m_timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
   }
 }

@@ -2,14 +2,21 @@
 //
 // The reader coroutine takes newline-delimited requests from a buffer capped at the 64 KiB frame
 // limit (plus the raw attachment a line may announce with "attach") and hands each to the
-// Dispatcher. Replies keep request order: each request gets a slot,
-// answered at once (a cached lookup) or later from the executor (everything else; a watch gets
-// several lines), and the writer coroutine sends slots front to back as they complete. At most
-// k_max_in_flight requests per connection are outstanding: past that the reader stops reading
-// (a client that pipelines without reading is paused by TCP backpressure). An oversized frame or
-// the read deadline (counted only while no request is outstanding) ends the connection after the
-// replies before it and an error line. Everything runs on the session's io_context thread; the
-// executor posts its replies there. No exception leaves a session.
+// Dispatcher. Replies keep request order: each request gets a slot, answered at once (a cached
+// lookup) or later from the executor (everything else; a watch gets several lines), and the
+// writer coroutine sends slots front to back as they complete.
+// Bounds per connection, so that one client can neither grow the daemon nor starve the others:
+// the reader takes no further request while k_max_in_flight requests are outstanding, while
+// k_max_running of them are still being answered (on the executor: a client pipelining
+// thousands of exports holds at most that many executor slots, so another client's status is
+// not queued behind them), or while more than max_output_bytes of replies wait to be sent
+// (a client that does not read is paused: TCP backpressure stops it). If the client then
+// accepts no byte for write_stall_timeout, the connection is dropped (counted in metrics).
+// A line that looks like HTTP (a browser or curl on the protocol port) is answered with a 400
+// and the connection closed. An oversized frame or the read deadline (counted only while no
+// request is outstanding) ends the connection after the replies before it and an error line.
+// Everything runs on the session's io_context thread; the executor posts its replies there.
+// No exception leaves a session.
 #pragma once
 
 #include <atomic>
@@ -31,13 +38,20 @@ class SessionBase {
   virtual void close() = 0;
 };
 
+// What one connection may hold up; from server.* keys (config/config.h).
+struct SessionLimits {
+  std::chrono::milliseconds read_timeout{30000};         // server.read_timeout_ms
+  std::chrono::milliseconds write_stall_timeout{30000};  // server.write_stall_timeout_ms
+  size_t max_output_bytes = 4 << 20;                     // server.max_output_bytes
+};
+
 template <typename Socket>
 class Session final : public SessionBase, public std::enable_shared_from_this<Session<Socket>> {
  public:
-  static constexpr size_t k_max_in_flight = 256;
+  static constexpr size_t k_max_in_flight = 256;  // requests outstanding
+  static constexpr size_t k_max_running = 4;      // requests not yet fully answered
 
-  Session(Socket socket, Dispatcher& dispatcher, Metrics& metrics, Peer peer,
-          std::chrono::milliseconds read_timeout);
+  Session(Socket socket, Dispatcher& dispatcher, Metrics& metrics, Peer peer, SessionLimits limits);
   ~Session() override;
 
   // Spawns the reader, the writer and the watchdog on the socket's executor.
@@ -59,17 +73,25 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // Runs one request line (and its attachment, if it announced one) through the dispatcher.
   void dispatch(std::string_view line, std::string attachment);
   void wake_writer() { m_write_signal.cancel(); }
+  // Whether the reader must wait before taking another request (the bounds above).
+  bool must_pause() const;
+  // Adds reply text to a slot the executor answers; `last` completes it.
+  void append(Slot& slot, std::string text, bool last);
   void finish();
 
   Socket m_socket;
   Dispatcher& m_dispatcher;
   Metrics& m_metrics;
   Peer m_peer;
-  std::chrono::milliseconds m_read_timeout;
+  SessionLimits m_limits;
   boost::asio::steady_timer m_timer;         // watchdog
   boost::asio::steady_timer m_write_signal;  // wakes the writer
-  boost::asio::steady_timer m_read_signal;   // wakes the reader when slots drain
+  boost::asio::steady_timer m_read_signal;   // wakes the reader when a bound is no longer hit
   std::deque<std::shared_ptr<Slot>> m_slots;
+  size_t m_running = 0;    // slots not done: requests still being answered
+  size_t m_unsent = 0;     // reply bytes in slots and in the writer, not yet taken by the socket
+  bool m_writing = false;  // a socket write is pending
+  std::chrono::steady_clock::time_point m_write_progress;  // when it last moved bytes
   std::chrono::steady_clock::time_point m_last_activity;
   bool m_timed_out = false;
   bool m_reading_done = false;

@@ -1,7 +1,6 @@
 #include "store/table_io.h"
 
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "store/record_json.h"
+#include "store/yaml_writer.h"
 
 namespace ktune {
 namespace {
@@ -25,26 +25,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-YAML::Node to_yaml(const Json& j) {
-  YAML::Node n;
-  if (j.is_object()) {
-    n = YAML::Node(YAML::NodeType::Map);
-    for (auto it = j.begin(); it != j.end(); ++it) n[it.key()] = to_yaml(it.value());
-  } else if (j.is_array()) {
-    n = YAML::Node(YAML::NodeType::Sequence);
-    for (const auto& v : j) n.push_back(to_yaml(v));
-  } else if (j.is_string()) {
-    n = j.get<std::string>();
-  } else if (j.is_boolean()) {
-    n = j.get<bool>();
-  } else if (j.is_number_integer()) {
-    n = j.get<std::int64_t>();
-  } else if (j.is_number()) {
-    n = j.get<double>();
-  }
-  return n;
 }
 
 std::string csv_field(const std::string& s) {
@@ -98,13 +78,48 @@ std::string render_csv(const std::vector<WinnerRecord>& winners) {
   return out;
 }
 
-Json table_document(const std::vector<WinnerRecord>& winners) {
-  Json list = Json::array();
-  for (const auto& w : winners) list.push_back(detail::to_json(w));
-  return Json{{"ktune_table", k_table_format_version},
-              {"exported_at", utc_now()},
-              {"count", winners.size()},
-              {"winners", std::move(list)}};
+// Appends every record, as `write` renders one, reserving the document's size up front (from the
+// first record) so the text is never copied while it grows.
+template <typename Write>
+void append_records(std::string& out, const std::vector<WinnerRecord>& winners, Write write) {
+  for (size_t i = 0; i < winners.size(); ++i) {
+    const size_t before = out.size();
+    write(out, detail::to_json(winners[i]), i + 1 == winners.size());
+    if (i == 0) out.reserve(out.size() + (out.size() - before) * (winners.size() - 1) * 11 / 10);
+  }
+}
+
+// The JSON document exactly as nlohmann's dump(2) prints it, written record by record: the
+// table is never one tree in memory, only each record in turn.
+std::string render_json(const std::vector<WinnerRecord>& winners) {
+  std::string out = "{\n  \"ktune_table\": " + std::to_string(k_table_format_version) +
+                    ",\n  \"exported_at\": \"" + utc_now() +
+                    "\",\n  \"count\": " + std::to_string(winners.size()) + ",\n  \"winners\": ";
+  if (winners.empty()) return out += "[]\n}\n";
+  out += "[\n";
+  append_records(out, winners, [](std::string& o, const Json& record, bool last) {
+    o += "    ";
+    for (char c : record.dump(2)) {  // strings in JSON hold no raw newline
+      o += c;
+      if (c == '\n') o += "    ";
+    }
+    o += last ? "\n" : ",\n";
+  });
+  out += "  ]\n}\n";
+  return out;
+}
+
+// The same document in YAML, block style (store/yaml_writer.h), record by record.
+std::string render_yaml(const std::vector<WinnerRecord>& winners) {
+  std::string out = "ktune_table: " + std::to_string(k_table_format_version) + "\nexported_at: ";
+  detail::append_yaml_string(out, utc_now());
+  out += "\ncount: " + std::to_string(winners.size()) + "\nwinners:";
+  if (winners.empty()) return out += " []\n";
+  out += "\n";
+  append_records(out, winners, [](std::string& o, const Json& record, bool) {
+    detail::append_yaml_item(o, record, 2);
+  });
+  return out;
 }
 
 Result<std::string> read_file(const std::string& path) {
@@ -128,12 +143,9 @@ Result<TableFormat> parse_table_format(std::string_view name) {
 std::string render_table(const std::vector<WinnerRecord>& winners, TableFormat format) {
   switch (format) {
     case TableFormat::json:
-      return table_document(winners).dump(2) + "\n";
-    case TableFormat::yaml: {
-      YAML::Emitter out;
-      out << to_yaml(table_document(winners));
-      return std::string(out.c_str()) + "\n";
-    }
+      return render_json(winners);
+    case TableFormat::yaml:
+      return render_yaml(winners);
     case TableFormat::csv:
       return render_csv(winners);
   }

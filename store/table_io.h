@@ -1,7 +1,9 @@
 // Export and import of tuning tables: how winners travel between nodes.
 //
 // JSON is canonical (it imports); YAML and CSV are export-only views for people and spreadsheets.
-// docs/store-format.md specifies the JSON document. Exports are written to a temporary file in
+// docs/store-format.md specifies the JSON document. Rendering writes the text record by record
+// (no tree of the whole table: 50,000 winners are ~70 MB of JSON, not gigabytes of nodes).
+// Exports are written to a temporary file in
 // the target directory and renamed, so a reader never sees half a table. Imports validate every
 // record first and write nothing unless all pass; merging is deterministic (the same inputs give
 // the same store in any order), so every rank of a job that imports one table answers alike.
@@ -20,7 +22,7 @@ inline constexpr int k_table_format_version = 1;
 enum class TableFormat { json, yaml, csv };
 Result<TableFormat> parse_table_format(std::string_view name);
 
-// Renders winners as a table document.
+// Renders winners as a table document; the text is the only copy of the table it builds.
 std::string render_table(const std::vector<WinnerRecord>& winners, TableFormat format);
 
 // Writes `content` to `path` through a temporary file in the same directory and a rename.

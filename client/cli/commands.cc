@@ -43,6 +43,12 @@ ClientOptions Common::client_options() const {
   return o;
 }
 
+ClientOptions Common::long_op_options() const {
+  ClientOptions o = client_options();
+  if (!timeout_given) o.timeout = std::chrono::milliseconds(0);
+  return o;
+}
+
 int cmd_status(const Common& c) {
   Client client(c.client_options());
   auto s = client.status();
@@ -161,10 +167,10 @@ int cmd_lookup(const Common& c, const LookupArgs& a) {
 
 int cmd_export(const Common& c, const std::string& format, const std::string& output,
                const std::string& device) {
-  Client client(c.client_options());
+  Client client(c.long_op_options());
   auto r = client.export_table(format, device);
   if (!r) return report_error(r.error());
-  const std::string content = (*r)["content"].get<std::string>();
+  const std::string& content = (*r)["content"].get_ref<const std::string&>();
   if (output.empty() || output == "-") {
     std::fputs(content.c_str(), stdout);
     return 0;
@@ -187,7 +193,7 @@ int cmd_import(const Common& c, const std::string& file) {
     std::fprintf(stderr, "ktune: %s: no such file\n", file.c_str());
     return 1;
   }
-  Client client(c.client_options());
+  Client client(c.long_op_options());
   auto r = client.import_file(abs.string());
   if (!r) return report_error(r.error());
   if (c.json) return print_json(*r), 0;

@@ -14,9 +14,12 @@ struct Common {
   std::string tcp;
   std::string token;
   int timeout_ms = 5000;
+  bool timeout_given = false;  // --timeout-ms on the command line (else export/import wait)
   bool json = false;
 
   ClientOptions client_options() const;
+  // For ops whose time grows with the table (export, import): no deadline unless --timeout-ms.
+  ClientOptions long_op_options() const;
 };
 
 int cmd_status(const Common& c);

@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
                  "ktuned's Unix socket (default: $KTUNE_SOCKET or the daemon's default)");
   app.add_option("--tcp", common.tcp, "connect over TCP to host:port instead");
   app.add_option("--token", common.token, "token for TCP requests");
-  app.add_option("--timeout-ms", common.timeout_ms, "per-request deadline");
+  auto* timeout = app.add_option("--timeout-ms", common.timeout_ms,
+                                 "per-request deadline (default 5000; export and import: none)");
   app.add_flag("--json", common.json, "machine-readable output (with schema_version)");
 
   auto* status = app.add_subcommand("status", "show the daemon's state");
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  common.timeout_given = timeout->count() > 0;
   if (*status) return cmd_status(common);
   if (*templates) return cmd_templates(common);
   if (*lk) return cmd_lookup(common, lookup);

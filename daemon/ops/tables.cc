@@ -17,9 +17,9 @@ OpReply op_export(OpContext& ctx, const protocol::Request& req) {
   if (!device) return std::unexpected(device.error());
   auto winners = scan_winners(ctx.store, *device);
   if (!winners) return protocol::error(ErrorKind::internal, winners.error().message);
-  return Json{{"format", *format_name},
-              {"count", winners->size()},
-              {"content", render_table(*winners, *format)}};
+  Json result = {{"format", *format_name}, {"count", winners->size()}};
+  result["content"] = render_table(*winners, *format);  // moved in: the table's one copy
+  return result;
 }
 
 OpReply op_import(OpContext& ctx, const protocol::Request& req) {

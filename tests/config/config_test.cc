@@ -147,15 +147,36 @@ TEST(ConfigTest, BadAssignment) {
   EXPECT_NE(r.error().message.find("unknown level 'loud'"), std::string::npos);
 }
 
-TEST(ConfigTest, NonLoopbackTcpNeedsToken) {
+// Any TCP listener needs a token, loopback too (a local user or a browser page can reach it); the
+// error names the key and how to generate one.
+TEST(ConfigTest, EveryTcpListenerNeedsAToken) {
+  for (const char* address : {"0.0.0.0:7878", "127.0.0.1:7878", "[::1]:7878", "localhost:7878"}) {
+    DaemonConfig c = default_config();
+    ASSERT_TRUE(apply_config_assignment(c, std::string("server.tcp=") + address));
+    auto r = validate_config(c);
+    ASSERT_FALSE(r) << address;
+    EXPECT_NE(r.error().message.find("server.tcp_token"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("openssl rand -hex 32"), std::string::npos)
+        << r.error().message;
+    ASSERT_TRUE(apply_config_assignment(c, "server.tcp_token=s3cret"));
+    EXPECT_TRUE(validate_config(c)) << address;
+  }
   DaemonConfig c = default_config();
-  ASSERT_TRUE(apply_config_assignment(c, "server.tcp=0.0.0.0:7878"));
+  EXPECT_FALSE(apply_config_assignment(c, "server.tcp=localhost"));  // no port
+}
+
+TEST(ConfigTest, TcpAdminTokenMustDifferFromTheReadToken) {
+  DaemonConfig c = default_config();
+  ASSERT_TRUE(apply_config_assignment(c, "server.tcp=127.0.0.1:7878"));
+  ASSERT_TRUE(apply_config_assignment(c, "server.tcp_token=s3cret"));
+  ASSERT_TRUE(apply_config_assignment(c, "server.tcp_admin_token=s3cret"));
   auto r = validate_config(c);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("tcp_token"), std::string::npos);
-  ASSERT_TRUE(apply_config_assignment(c, "server.tcp_token=s3cret"));
+  EXPECT_NE(r.error().message.find("server.tcp_admin_token equals server.tcp_token"),
+            std::string::npos)
+      << r.error().message;
+  ASSERT_TRUE(apply_config_assignment(c, "server.tcp_admin_token=other"));
   EXPECT_TRUE(validate_config(c));
-  EXPECT_FALSE(apply_config_assignment(c, "server.tcp=localhost"));  // no port
 }
 
 TEST(ConfigTest, PrintedConfigLoadsBackIdentically) {

@@ -2,7 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
 
 #include "store/mem_store.h"
 #include "store/rocksdb_store.h"
@@ -164,6 +171,151 @@ TEST(TableIoTest, ExportIsAtomic) {
   }
   EXPECT_EQ(files, 1);
   EXPECT_FALSE(export_table(s, dir / "no/such/dir/t.json", TableFormat::json));
+}
+
+// YAML scalars typed as a YAML 1.2 reader (core schema) types them: quoted ones are strings,
+// plain ones are numbers, booleans or null when they look it.
+nlohmann::ordered_json typed(const YAML::Node& n) {
+  using Json = nlohmann::ordered_json;
+  if (n.IsMap()) {
+    Json j = Json::object();
+    for (const auto& kv : n) {
+      EXPECT_EQ(kv.first.Tag() == "!" || typed(kv.first).is_string(), true)
+          << "key " << kv.first.Scalar() << " is not a string";
+      j[kv.first.Scalar()] = typed(kv.second);
+    }
+    return j;
+  }
+  if (n.IsSequence()) {
+    Json j = Json::array();
+    for (const auto& item : n) j.push_back(typed(item));
+    return j;
+  }
+  if (n.IsNull()) return nullptr;
+  const std::string& s = n.Scalar();
+  if (n.Tag() == "!") return s;  // quoted
+  static const std::regex integer(R"([-+]?[0-9]+)"),
+      real(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
+  if (std::regex_match(s, integer)) return std::stoll(s);
+  if (std::regex_match(s, real)) return std::stod(s);
+  if (s == "true" || s == "false") return s == "true";
+  if (s == "null" || s == "~") return nullptr;
+  // A YAML 1.1 reader would take these for booleans: the export must quote them.
+  for (const char* word : {"yes", "no", "on", "off", "y", "n", "Yes", "NO", "True", "FALSE"})
+    EXPECT_NE(s, word) << "plain '" << s << "' is a boolean to YAML 1.1 readers";
+  return s;
+}
+
+// The JSON export is exactly what nlohmann's dump(2) prints (the format before it was written
+// record by record), with no winners too.
+TEST(TableIoTest, JsonExportIsThePrettyPrintedDocument) {
+  for (const auto& winners : {sample(), std::vector<WinnerRecord>{}}) {
+    const std::string text = render_table(winners, TableFormat::json);
+    const auto doc = nlohmann::ordered_json::parse(text);
+    EXPECT_EQ(text, doc.dump(2) + "\n");
+    EXPECT_EQ(doc["count"], winners.size());
+    EXPECT_EQ(doc["winners"].size(), winners.size());
+  }
+}
+
+// The YAML export is the JSON document, every value of the same type: strings that look like
+// numbers, booleans or YAML syntax stay strings; floats stay floats.
+TEST(TableIoTest, YamlExportLoadsAsTheJsonDocument) {
+  auto records = sample();
+  records[0].node_id = "a: b # c";
+  records[1].node_id = "quote\" back\\slash\nnewline\ttab \x01 \x7f end ";
+  records[2].node_id = "n";
+  records[0].strategy = "-dash";
+  records[1].strategy = "true";
+  records[2].strategy = "H200 \xc3\xa9t\xc3\xa9";
+  records[0].validators.nvrtc = "13.0";
+  records[1].validators.driver = "580.159.03";
+  records[2].validators.driver = "";
+  records[0].ranked[0].gbps = 0;
+  records[1].problem.dims = {{"n", 1 << 20}};
+  records[1].problem.op = "reduce_sum";
+  for (const auto& winners : {records, std::vector<WinnerRecord>{}}) {
+    const std::string yaml = render_table(winners, TableFormat::yaml);
+    auto json = nlohmann::ordered_json::parse(render_table(winners, TableFormat::json));
+    auto loaded = typed(YAML::Load(yaml));
+    loaded.erase("exported_at");
+    json.erase("exported_at");
+    EXPECT_EQ(loaded, json) << yaml;
+  }
+  const std::string yaml = render_table(records, TableFormat::yaml);
+  EXPECT_NE(yaml.find("\n  - device:\n      name: NVIDIA H200\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("nvrtc: \"13.0\"\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("gbps: 0.0\n"), std::string::npos) << yaml;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+// Under ASan freed memory sits in quarantine and every block has redzones, so RSS says little
+// about what the code holds: track the peak of live heap bytes instead, through ASan's hooks.
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
+extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*)(const volatile void*, size_t),
+                                                         void (*)(const volatile void*));
+size_t g_live_peak = 0;
+void on_malloc(const volatile void*, size_t) {
+  g_live_peak = std::max(g_live_peak, __sanitizer_get_current_allocated_bytes());
+}
+void on_free(const volatile void*) {}
+
+// How much rendering raises the peak of live heap bytes; run in a child (see below).
+double render_growth_mib(const std::vector<WinnerRecord>& winners, TableFormat format) {
+  const size_t before = __sanitizer_get_current_allocated_bytes();
+  g_live_peak = before;
+  __sanitizer_install_malloc_and_free_hooks(on_malloc, on_free);
+  const std::string text = render_table(winners, format);
+  return text.empty() ? -1 : double(g_live_peak - before) / (1 << 20);
+}
+#else
+double status_mib(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with(field + ":")) return std::stod(line.substr(field.size() + 1)) / 1024.0;
+  return -1;
+}
+
+// How much rendering raises the process's peak RSS; run in a child, whose peak starts at what it
+// inherited.
+double render_growth_mib(const std::vector<WinnerRecord>& winners, TableFormat format) {
+  const double before = status_mib("VmRSS");
+  const std::string text = render_table(winners, format);
+  return text.empty() ? -1 : status_mib("VmHWM") - before;
+}
+#endif
+
+// render_growth_mib in a child process, so each format starts from the same state.
+double render_peak_mib(const std::vector<WinnerRecord>& winners, TableFormat format) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const double grew = render_growth_mib(winners, format);
+    (void)!::write(fds[1], &grew, sizeof grew);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  double grew = -1;
+  if (::read(fds[0], &grew, sizeof grew) != ssize_t(sizeof grew)) grew = -1;
+  ::close(fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  return grew;
+}
+
+// Exports are written record by record: rendering 5,000 winners needs about the document's size
+// (~5 MB of YAML, ~7 MB of JSON), not a tree of the table (before: YAML +398 MiB through a
+// yaml-cpp node tree, JSON +28 MiB through a JSON tree).
+TEST(TableIoTest, BigExportsAreWrittenRecordByRecord) {
+  std::vector<WinnerRecord> winners;
+  for (int i = 0; i < 5000; ++i)
+    winners.push_back(testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10));
+  for (auto format : {TableFormat::yaml, TableFormat::json, TableFormat::csv}) {
+    const double peak = render_peak_mib(winners, format);
+    std::printf("format %d: peak memory +%.1f MiB\n", int(format), peak);
+    EXPECT_GE(peak, 0.0) << "format " << int(format);
+    EXPECT_LT(peak, 20.0) << "format " << int(format);
+  }
 }
 
 }  // namespace

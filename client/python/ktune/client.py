@@ -306,12 +306,15 @@ class Client:
 
     def _read_reply(self) -> Dict[str, Any]:
         assert self._sock is not None
-        while b"\n" not in self._pending:
-            chunk = self._sock.recv(65536)
+        # Pieces are searched as they come and joined once: a 70 MB export is thousands of them.
+        chunks = [self._pending]
+        while b"\n" not in chunks[-1]:
+            chunk = self._sock.recv(1 << 18)
             if not chunk:
+                self._pending = b"".join(chunks)
                 raise ConnectionError("ktuned closed the connection")
-            self._pending += chunk
-        raw, _, self._pending = self._pending.partition(b"\n")
+            chunks.append(chunk)
+        raw, _, self._pending = b"".join(chunks).partition(b"\n")
         try:
             return json.loads(raw)
         except ValueError as e:

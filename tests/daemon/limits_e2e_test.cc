@@ -1,0 +1,207 @@
+// Per-connection bounds end to end (docs/reliability.md § Limits and resources): clients that
+// pipeline exports and never read, against a real ktuned. Label "e2e", run serially (it measures
+// the daemon's RSS and another client's latency).
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "client/client.h"
+#include "store/table_io.h"
+#include "tests/fakes/daemon_probe.h"
+#include "tests/fakes/daemon_process.h"
+#include "tests/fakes/test_records.h"
+
+namespace ktune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using protocol::Json;
+using testing::DaemonProcess;
+using testing::TempDir;
+
+// VmRSS or VmHWM of a process, in MiB.
+double proc_mib(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with(field + ":")) return std::stod(line.substr(field.size() + 1)) / 1024.0;
+  return -1;
+}
+
+int unix_connect(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `count` export requests without reading, 64 lines per send, as far as the daemon takes
+// them (it stops reading a connection past its bounds: then the socket buffer fills and a send
+// would block). Returns the requests sent.
+int pipeline_exports(int fd, int count) {
+  int sent = 0;
+  while (sent < count) {
+    std::string batch;
+    for (int i = 0; i < 64 && sent + i < count; ++i)
+      batch += R"({"v":1,"id":)" + std::to_string(sent + i) +
+               R"(,"op":"export","format":"json"})"
+               "\n";
+    const ssize_t n = ::send(fd, batch.data(), batch.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n != ssize_t(batch.size())) {  // full: count the whole lines that went in
+      sent += n > 0 ? int(std::count(batch.begin(), batch.begin() + n, '\n')) : 0;
+      break;
+    }
+    sent += int(std::count(batch.begin(), batch.end(), '\n'));
+  }
+  return sent;
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+// Instrumented, an export costs ~10x: a smaller table keeps the test in seconds, and a smaller
+// output bound keeps its reply over the bound.
+constexpr int k_winners = 150;
+const std::string k_output_bound = "server.max_output_bytes=65536";
+#else
+constexpr int k_winners = 400;
+const std::string k_output_bound = "server.max_output_bytes=262144";
+#endif
+
+// Waits until the daemon closes `fd` (POLLHUP/POLLRDHUP), at most `timeout`.
+bool closed_by_peer(int fd, std::chrono::milliseconds timeout) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, int(timeout.count())) == 1 && (p.revents & (POLLRDHUP | POLLHUP));
+}
+
+// Four clients pipeline thousands of exports of a 400-winner table (150 under ASan) and never
+// read. The daemon
+// stops reading them once a few replies wait (its RSS stays bounded), still answers another
+// client's status at once (the greedy ones hold at most 4 executor slots each), serves a big
+// export to a client that reads, and drops the greedy ones after the write-stall deadline.
+TEST(LimitsEndToEndTest, ClientsThatDoNotReadArePausedThenDropped) {
+  TempDir dir;
+  const std::string socket = dir / "ktuned.sock";
+  DaemonProcess d(socket, dir / "data",
+                  {"--set", "server.write_stall_timeout_ms=1500", "--set", k_output_bound, "--set",
+                   "lookup.nearest_radius=0"});
+#if defined(__SANITIZE_ADDRESS__)
+  // Freed replies would sit in ASan's quarantine (256 MB by default) and count as RSS: keep it
+  // small so RSS follows what the daemon holds (redzones and shadow memory still add to it).
+  const char* asan = std::getenv("ASAN_OPTIONS");
+  d.set_env({std::string("ASAN_OPTIONS=") + (asan ? asan : "") + ":quarantine_size_mb=8"});
+#endif
+  ASSERT_TRUE(d.start());
+  ClientOptions o;
+  o.socket_path = socket;
+  o.timeout = std::chrono::seconds(60);
+  o.cache_capacity = 0;
+  Client client(o);
+  std::vector<WinnerRecord> records;
+  for (int i = 0; i < k_winners; ++i)
+    records.push_back(testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10));
+  ASSERT_TRUE(client.import_table(render_table(records, TableFormat::json)));
+  const auto e0 = Clock::now();
+  auto big = client.export_table("json");  // over the output bound: read as it comes
+  const double export_ms = std::chrono::duration<double, std::milli>(Clock::now() - e0).count();
+  ASSERT_TRUE(big) << big.error().message;
+  ASSERT_EQ((*big)["count"], k_winners);
+  const size_t reply_bytes = (*big)["content"].get_ref<const std::string&>().size();
+  const double rss_before = proc_mib(d.pid(), "VmRSS");
+
+  constexpr int k_greedy = 4, k_requests = 5000;
+  std::vector<int> greedy;
+  int sent = 0;
+  for (int i = 0; i < k_greedy; ++i) {
+    greedy.push_back(unix_connect(socket));
+    ASSERT_GE(greedy.back(), 0);
+    sent += pipeline_exports(greedy.back(), k_requests);
+  }
+  // Once a reply reaches each greedy client, the daemon has taken its requests in.
+  for (int fd : greedy) {
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 30'000), 1) << "no reply to a greedy client";
+  }
+  const auto t0 = Clock::now();
+  auto s = client.status();
+  const double status_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  ASSERT_TRUE(s) << s.error().message;
+
+  for (int fd : greedy)
+    EXPECT_TRUE(closed_by_peer(fd, std::chrono::seconds(30))) << "greedy connection not dropped";
+  const double rss_peak = proc_mib(d.pid(), "VmHWM");
+  for (int fd : greedy) ::close(fd);
+  const std::string metrics =
+      testing::http_get(testing::ready_field(d.log_path(), "metrics"), "/metrics");
+  EXPECT_EQ(testing::prometheus_counter(metrics, "ktune_slow_readers_dropped_total"), k_greedy)
+      << metrics;
+  EXPECT_TRUE(client.status()) << "the daemon still serves";
+  std::printf(
+      "%d greedy clients sent %d export requests (%zu-byte replies, %.1f ms each): status in "
+      "%.1f ms, RSS %.0f MiB before, peak %.0f MiB\n",
+      k_greedy, sent, reply_bytes, export_ms, status_ms, rss_before, rss_peak);
+  RecordProperty("status_ms", std::to_string(status_ms));
+  RecordProperty("rss_growth_mib", std::to_string(rss_peak - rss_before));
+  EXPECT_GT(sent, k_greedy * 1000) << "the clients pipelined thousands of requests";
+  // Each paused connection holds at most its output bound plus the replies of the requests it
+  // had running (4) and the socket buffer: a few MiB, not the thousands of replies it asked for.
+  EXPECT_LT(rss_peak - rss_before, 100.0);
+  // Status waits at most for the exports the greedy clients may have running (4 each, on two
+  // executor threads: half this bound), not for the thousands they queued.
+  EXPECT_LT(status_ms, k_greedy * 4 * export_ms + 50);
+}
+
+// A client that reads a big reply slowly but steadily keeps its connection: neither the read
+// deadline (which used to fire while the reply was being written, cutting it off) nor the
+// write-stall deadline applies while bytes move.
+TEST(LimitsEndToEndTest, SlowSteadyReaderGetsTheWholeReply) {
+  TempDir dir;
+  const std::string socket = dir / "ktuned.sock";
+  DaemonProcess d(
+      socket, dir / "data",
+      {"--set", "server.read_timeout_ms=200", "--set", "server.write_stall_timeout_ms=400"});
+  ASSERT_TRUE(d.start());
+  ClientOptions o;
+  o.socket_path = socket;
+  o.timeout = std::chrono::seconds(60);
+  std::vector<WinnerRecord> records;
+  for (int i = 0; i < k_winners; ++i)
+    records.push_back(testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10));
+  ASSERT_TRUE(Client(o).import_table(render_table(records, TableFormat::json)));
+  const int fd = unix_connect(socket);
+  ASSERT_GE(fd, 0);
+  int size = 4096;  // a small receive buffer, so the daemon's write waits on this reader
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+  const std::string request = R"({"v":1,"id":1,"op":"export","format":"json"})"
+                              "\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), ssize_t(request.size()));
+  std::string reply;
+  char buf[32768];
+  const auto t0 = Clock::now();
+  for (ssize_t n;
+       reply.find('\n') == std::string::npos && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) {
+    reply.append(buf, size_t(n));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a slow reader, on purpose
+  }
+  ::close(fd);
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  ASSERT_NE(reply.find('\n'), std::string::npos) << "cut off after " << reply.size() << " bytes";
+  EXPECT_GT(seconds, 0.2) << "the read took longer than the read deadline";
+  const Json j = Json::parse(reply);
+  EXPECT_EQ(j["result"]["count"], k_winners);
+}
+
+}  // namespace
+}  // namespace ktune
