@@ -133,7 +133,8 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
   m_metrics.count_lookup(
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return R"({"v":1,"id":)" + id.dump() + R"(,"ok":true,"result":)" + answer.result + "}\n";
+  return R"({"v":1,"id":)" + id.dump(-1, ' ', false, Json::error_handler_t::replace) +
+         R"(,"ok":true,"result":)" + answer.result + "}\n";
 }
 
 protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_device(
@@ -347,7 +348,7 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
                            "no template implements " + problem.describe() + " on sm_" +
                                std::to_string(dev.cc) + " and nothing was tuned for it");
   fresh->provenance = reply.entries.front().provenance;
-  fresh->result = protocol::to_json(reply).dump();
+  fresh->result = protocol::to_json(reply).dump(-1, ' ', false, Json::error_handler_t::replace);
   return std::shared_ptr<const Answer>(std::move(fresh));
 }
 

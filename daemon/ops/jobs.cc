@@ -256,7 +256,7 @@ void op_watch(OpContext& ctx, const protocol::Request& req, Emit emit) {
         j.state == JobState::done || j.state == JobState::failed || j.state == JobState::cancelled;
     Json line = {{"v", protocol::k_version}, {"id", rid}, {"ok", true}};
     line[end ? "result" : "event"] = job_json(j);
-    return emit(line.dump() + "\n", end);
+    return emit(protocol::dump_line(line), end);
   });
   if (!known)
     emit(reply_line(ctx, req.id, protocol::error(ErrorKind::not_found, "no job " + *id)), true);

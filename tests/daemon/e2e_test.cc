@@ -315,5 +315,41 @@ TEST_F(EndToEndTest, MetricsAndHealthOverHttp) {
   EXPECT_NE(http_get(std::stoi(port), "/nope").find("404"), std::string::npos);
 }
 
+// A number beyond a double or bytes that are not UTF-8 get one error line; the replies pipelined
+// before and after it are answered in order, and the connection stays open.
+TEST_F(EndToEndTest, BadNumbersAndBytesGetAnErrorAndTheConnectionStaysOpen) {
+  DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
+  ASSERT_TRUE(daemon.start());
+  int fd = raw_connect(daemon.socket());
+  ASSERT_GE(fd, 0);
+  const std::string pipelined = std::string(R"({"v":1,"id":"a","op":"status"})") + "\n" +
+                                R"({"v":1,"id":"b","op":"status","x":1e400})" + "\n" +
+                                "{\"v\":1,\"id\":\"c\",\"op\":\"st\xff\xfe\"}\n" +
+                                R"({"v":1,"id":"d","op":"templates"})" + "\n" +
+                                "{\"v\":1,\"id\":\"e\",\"attach\":1e400}\n" +
+                                R"({"v":1,"id":"f","op":"status"})" + "\n";
+  ASSERT_EQ(::send(fd, pipelined.data(), pipelined.size(), 0), ssize_t(pipelined.size()));
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"a", ""}, {"b", "bad_request"}, {"c", "parse_error"}, {"d", ""}};
+  for (const auto& [id, code] : expected) {
+    Json reply = Json::parse(raw_read_line(fd));
+    EXPECT_EQ(reply["id"], id) << reply.dump();
+    EXPECT_EQ(reply["ok"].get<bool>(), code.empty()) << reply.dump();
+    if (!code.empty()) {
+      EXPECT_EQ(reply["error"]["code"], code) << reply.dump();
+    }
+  }
+  // A line that announces an attachment but cannot be read: the stream cannot be resynchronized,
+  // so it is answered and the connection closed (docs/protocol.md, Attachments).
+  Json attach = Json::parse(raw_read_line(fd));
+  EXPECT_EQ(attach["error"]["code"], "bad_request") << attach.dump();
+  char c;
+  EXPECT_LE(::recv(fd, &c, 1, 0), 0) << "closed after an unreadable attachment header";
+  ::close(fd);
+  // A fresh connection is served.
+  Client client(options());
+  ASSERT_TRUE(client.status());
+}
+
 }  // namespace
 }  // namespace ktune
