@@ -53,19 +53,23 @@ double work(const Problem& p) {
 
 // The request text after the id, when the line has the shape our clients send.
 struct SplitLine {
-  std::string_view id;    // the id token as written
+  std::string_view id;    // the id token as written: echoed verbatim, so always valid JSON
   std::string_view rest;  // from the comma after the id to the end
 };
+// Only ids that are JSON as written qualify (the rest of the line was validated when its answer
+// was remembered): a string of printable ASCII without escapes, or digits without a leading
+// zero. Anything else (escapes, control bytes, non-ASCII, "007", 1-2-3) takes the parsing path.
 std::optional<SplitLine> split_lookup_line(std::string_view line) {
   constexpr std::string_view head = R"({"v":1,"id":)";
   if (!line.starts_with(head)) return std::nullopt;
   size_t i = head.size();
   if (i < line.size() && line[i] == '"') {
-    const size_t end = line.find('"', i + 1);
-    if (end == std::string_view::npos ||
-        line.substr(i, end - i).find('\\') != std::string_view::npos)
-      return std::nullopt;
-    i = end + 1;
+    for (++i; i < line.size() && line[i] != '"'; ++i) {
+      const auto c = static_cast<unsigned char>(line[i]);
+      if (c < 0x20 || c > 0x7e || c == '\\') return std::nullopt;
+    }
+    if (i == line.size()) return std::nullopt;
+    ++i;
   } else {
     while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
     if (i > head.size() + 1 && line[head.size()] == '0') return std::nullopt;  // "007" is no JSON

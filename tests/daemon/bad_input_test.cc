@@ -53,6 +53,9 @@ class BadInputTest : public ::testing::Test {
   std::unique_ptr<testing::DaemonParts> m_parts;
 };
 
+const std::string k_lookup_rest =
+    R"(,"op":"lookup","device":"nvidia-h200.sm90.132sm.140gib","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":512,"N":512,"K":512}}})";
+
 TEST_F(BadInputTest, NumberBeyondADoubleIsABadRequestWithTheId) {
   const std::vector<std::pair<std::string, Json>> cases = {
       {R"({"v":1,"id":5,"op":"status","x":1e400})", 5},
@@ -117,6 +120,40 @@ TEST_F(BadInputTest, VersionIsNotTruncated) {
   Json j = reply(R"({"v":4294967297,"id":1,"op":"status"})");
   EXPECT_EQ(j["error"]["code"], "unsupported_version");
   EXPECT_NE(j["error"]["message"].get<std::string>().find("4294967297"), std::string::npos);
+}
+
+// The fast path echoes the id text as written: every reply line must still be JSON whatever the
+// id looks like, and equal to the id sent when the line is JSON at all.
+TEST_F(BadInputTest, EveryReplyIsValidJsonWhateverTheId) {
+  const std::string warm = R"({"v":1,"id":7)" + k_lookup_rest;
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(reply(warm).value("ok", false));
+  ASSERT_TRUE(m_parts->dispatcher.try_fast(warm, Peer{})) << "the line is in the text cache";
+  const std::vector<std::string> ids = {
+      "1-2-3",   "007",          "-0",       "-7",          "1.5",         "1e3",
+      "1e400",   "\"\xff\"",     "\"\t\"",   "\"\x01\"",    "\"\xc3\xa9\"", "\"a\\\"b\"",
+      "\"\\u0000\"", "\"\\ud800\"", "{\"a\":1}", "[1,[2]]",  "true",        "null",
+      "\"\"",    "0",            "00",       "\"7\"",       "18446744073709551616",
+      "\"unterminated", "",      "\"a\"\"b\"",
+  };
+  for (const auto& id : ids) {
+    const std::string line = R"({"v":1,"id":)" + id + k_lookup_rest;
+    Json sent;
+    const bool valid = Json::accept(line);
+    if (valid) sent = Json::parse(line)["id"];
+    for (int i = 0; i < 2; ++i) {  // the second time the text cache may answer
+      Json j = reply(line);
+      if (valid) {
+        EXPECT_TRUE(j.value("ok", false)) << line << " -> " << j.dump();
+        EXPECT_EQ(j["id"], sent) << line;
+      } else {
+        EXPECT_FALSE(j.value("ok", true)) << line << " -> " << j.dump();
+      }
+    }
+    if (auto fast = m_parts->dispatcher.try_fast(line, Peer{})) {
+      EXPECT_TRUE(Json::accept(*fast)) << "fast reply is not JSON for id " << id << ": " << *fast;
+      EXPECT_TRUE(valid) << "the fast path answered a line that is not JSON: " << line;
+    }
+  }
 }
 
 }  // namespace
