@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -107,6 +108,88 @@ Json table_document(const std::vector<WinnerRecord>& winners) {
               {"winners", std::move(list)}};
 }
 
+// Whether arrays and objects nest deeper than `limit` (strings skipped). The same rule as
+// protocol::detail::nests_deeper_than; the store cannot depend on the client's protocol header.
+bool nests_deeper_than(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// Finds the byte offset where a JSON text stops parsing: nlohmann's number-overflow error (406)
+// carries no position, so one SAX pass that keeps nothing reports it.
+class ErrorLocator final : public nlohmann::json_sax<Json> {
+ public:
+  size_t offset = 0;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception&) override {
+    offset = position;
+    return false;
+  }
+};
+
+// "origin:LINE:COLUMN" for the byte where `text` stops parsing (1-based, as editors count).
+std::string error_position(std::string_view text, const std::string& origin) {
+  ErrorLocator locator;
+  (void)Json::sax_parse(text, &locator);
+  const size_t at = std::min(locator.offset, text.size());
+  const size_t line = 1 + size_t(std::count(text.begin(), text.begin() + long(at), '\n'));
+  const size_t line_start = at == 0 ? 0 : text.rfind('\n', at - 1);
+  const size_t column = line_start == std::string_view::npos ? at : at - line_start - 1;
+  return origin + ":" + std::to_string(line) + ":" + std::to_string(std::max<size_t>(column, 1));
+}
+
+// Parses a table document; every way the text can fail is an Error naming file:line:column.
+Result<Json> parse_document(std::string_view text, const std::string& origin) {
+  if (nests_deeper_than(text, k_max_table_depth))
+    return fail(ErrorCode::invalid_argument,
+                origin + ": not a ktune table: arrays and objects nest deeper than " +
+                    std::to_string(k_max_table_depth));
+  try {
+    return Json::parse(text);
+  } catch (const Json::out_of_range& e) {  // 406: a number beyond a double (1e400)
+    return fail(ErrorCode::invalid_argument,
+                error_position(text, origin) + ": number out of range: " + e.what());
+  } catch (const Json::exception& e) {  // syntax, invalid UTF-8, a truncated file
+    return fail(ErrorCode::invalid_argument, error_position(text, origin) +
+                                                 ": not a JSON table (truncated or damaged?): " +
+                                                 e.what());
+  }
+}
+
+// A header field's value for an error message: numbers as written, anything else by type (a
+// damaged header could hold a huge string or array).
+std::string shown(const Json& j) {
+  return j.is_number() ? j.dump() : std::string("a ") + j.type_name();
+}
+
 Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail(ErrorCode::io_error, path + ": cannot open: " + std::strerror(errno));
@@ -178,19 +261,15 @@ Result<size_t> export_table(Store& store, const std::string& path, TableFormat f
 Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string_view origin,
                                               std::vector<ImportRejection>& rejected) {
   const std::string where(origin);
-  Json doc;
-  try {
-    doc = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    return fail(ErrorCode::invalid_argument,
-                where + ": not a JSON table (truncated or damaged?): " + e.what());
-  }
+  auto parsed = parse_document(text, where);
+  if (!parsed) return std::unexpected(parsed.error());
+  const Json& doc = *parsed;
   if (!doc.is_object() || !doc.contains("ktune_table"))
     return fail(ErrorCode::invalid_argument,
                 where + ": not a ktune table: the top-level object has no \"ktune_table\"");
   if (!doc["ktune_table"].is_number_integer() ||
-      doc["ktune_table"].get<int>() != k_table_format_version)
-    return fail(ErrorCode::format_mismatch, where + ": table format " + doc["ktune_table"].dump() +
+      doc["ktune_table"].get<std::int64_t>() != k_table_format_version)
+    return fail(ErrorCode::format_mismatch, where + ": table format " + shown(doc["ktune_table"]) +
                                                 ", this ktune reads " +
                                                 std::to_string(k_table_format_version));
   if (!doc.contains("winners") || !doc["winners"].is_array())
@@ -198,7 +277,7 @@ Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string
   const Json& list = doc["winners"];
   if (doc.contains("count") &&
       (!doc["count"].is_number_unsigned() || doc["count"].get<size_t>() != list.size()))
-    return fail(ErrorCode::invalid_argument, where + ": header says " + doc["count"].dump() +
+    return fail(ErrorCode::invalid_argument, where + ": header says " + shown(doc["count"]) +
                                                  " records, the file holds " +
                                                  std::to_string(list.size()) + " (truncated?)");
   std::vector<WinnerRecord> out;

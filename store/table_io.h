@@ -16,6 +16,8 @@
 namespace ktune {
 
 inline constexpr int k_table_format_version = 1;
+// Deepest nesting of arrays and objects a table may have (a record needs four levels).
+inline constexpr int k_max_table_depth = 64;
 
 enum class TableFormat { json, yaml, csv };
 Result<TableFormat> parse_table_format(std::string_view name);

@@ -351,5 +351,35 @@ TEST_F(EndToEndTest, BadNumbersAndBytesGetAnErrorAndTheConnectionStaysOpen) {
   ASSERT_TRUE(client.status());
 }
 
+// A seed table with a number out of range or invalid UTF-8 stops the start with the file and
+// line, instead of aborting.
+TEST_F(EndToEndTest, BadSeedTableIsRefusedWithFileAndLine) {
+  const std::string good = write_table(m_dir / "good.json");
+  std::ifstream in(good);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const size_t at = text.find("\"median_us\": ");
+  ASSERT_NE(at, std::string::npos);
+  const int line = 1 + int(std::count(text.begin(), text.begin() + long(at), '\n'));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"1e400", "out of range"}, {"\"\xff\"", "UTF-8"}};
+  for (const auto& [value, what] : bad) {
+    std::string broken = text;
+    const size_t end = broken.find_first_of(",\n", at);
+    broken.replace(at, end - at, "\"median_us\": " + value);
+    const std::string path = m_dir / "bad.json";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << broken;
+    DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data",
+                         {"--set", "store.seed_tables=" + path});
+    EXPECT_FALSE(daemon.start());
+    EXPECT_EQ(daemon.wait_exit(), 1) << "a clean refusal, not an abort";
+    std::ifstream log(daemon.log_path());
+    std::string logged((std::istreambuf_iterator<char>(log)), {});
+    EXPECT_NE(logged.find(path + ":" + std::to_string(line) + ":"), std::string::npos)
+        << value << ": " << logged;
+    EXPECT_NE(logged.find(what), std::string::npos) << logged;
+    std::filesystem::remove(daemon.log_path());
+  }
+}
+
 }  // namespace
 }  // namespace ktune
