@@ -37,14 +37,6 @@ protocol::LookupEntry measured_entry(const RankedConfig& c, std::string provenan
   return e;
 }
 
-DeviceLimits limits_for_class(const DeviceClass& d) {
-  auto l = DeviceLimits::for_arch("sm_" + std::to_string(d.cc));
-  DeviceLimits out = l ? *l : DeviceLimits{};
-  out.cc = d.cc;
-  out.sm_count = d.sm_count;
-  return out;
-}
-
 double work(const Problem& p) {
   double w = 1;
   for (const auto& [_, v] : p.dims) w *= double(v);
@@ -163,7 +155,7 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
     auto d = parse_device_class_id(id);
     if (d &&
         std::none_of(known.begin(), known.end(), [&](const auto& k) { return k.first.id() == id; }))
-      known.emplace_back(*d, limits_for_class(*d));
+      known.emplace_back(*d, m_node.limits_for(*d));
   }
   std::vector<std::pair<DeviceClass, DeviceLimits>> matches;
   for (const auto& k : known) {
@@ -171,7 +163,7 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
     if (k.first.id().starts_with(name)) matches.push_back(k);
   }
   if (matches.size() == 1) return matches.front();
-  if (auto d = parse_device_class_id(name)) return std::make_pair(*d, limits_for_class(*d));
+  if (auto d = parse_device_class_id(name)) return std::make_pair(*d, m_node.limits_for(*d));
   std::string list;
   for (const auto& k : (matches.empty() ? known : matches))
     list += (list.empty() ? "" : ", ") + k.first.id();

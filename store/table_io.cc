@@ -190,6 +190,25 @@ std::string shown(const Json& j) {
   return j.is_number() ? j.dump() : std::string("a ") + j.type_name();
 }
 
+constexpr std::string_view k_device_name_chars =
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ._-";
+constexpr std::string_view k_template_name_chars =
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+constexpr std::int64_t k_max_timestamp = 4'102'444'800;  // 2100-01-01T00:00:00Z
+
+bool is_short_printable(const std::string& s) {
+  return s.size() <= 128 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+}
+
+// A client's text for an error message: at most 64 bytes, non-printable bytes as '?'.
+std::string printable(const std::string& s) {
+  std::string out = s.substr(0, 64);
+  for (char& c : out)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  return s.size() > 64 ? out + "..." : out;
+}
+
 Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail(ErrorCode::io_error, path + ": cannot open: " + std::strerror(errno));
@@ -259,7 +278,8 @@ Result<size_t> export_table(Store& store, const std::string& path, TableFormat f
 }
 
 Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string_view origin,
-                                              std::vector<ImportRejection>& rejected) {
+                                              std::vector<ImportRejection>& rejected,
+                                              const RecordCheck& check) {
   const std::string where(origin);
   auto parsed = parse_document(text, where);
   if (!parsed) return std::unexpected(parsed.error());
@@ -287,6 +307,12 @@ Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string
     try {
       WinnerRecord r = detail::winner_from_json(list[i], path);
       const std::string key = r.key();
+      auto valid = validate_imported_winner(r);
+      if (valid && check) valid = check(r);
+      if (!valid) {
+        rejected.push_back({i, key, path + ": " + valid.error().message});
+        continue;
+      }
       if (auto it = seen.find(key); it != seen.end()) {
         rejected.push_back(
             {i, key, path + ": same key as winners[" + std::to_string(it->second) + "]"});
@@ -301,6 +327,54 @@ Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string
   return out;
 }
 
+Result<void> validate_imported_winner(const WinnerRecord& r) {
+  auto bad = [](const std::string& what) { return fail(ErrorCode::invalid_argument, what); };
+  const DeviceClass& d = r.device;
+  if (d.name.empty() || d.name.size() > 64 ||
+      d.name.find_first_not_of(k_device_name_chars) != std::string::npos)
+    return bad("device.name: '" + printable(d.name) +
+               "' must be 1..64 characters of letters, digits, space, '.', '_', '-'");
+  if (auto id = parse_device_class_id(d.id()); !id || id->id() != d.id())
+    return bad("device: its class id '" + d.id() + "' does not read back");
+  if (d.sm_count < 1 || d.sm_count > 10'000) return bad("device.sm_count: must be 1..10000");
+  if (d.memory_gib < 0 || d.memory_gib > 65'536) return bad("device.memory_gib: must be 0..65536");
+  for (const auto& [field, text] : {std::pair{"validators.driver", &r.validators.driver},
+                                    {"validators.nvrtc", &r.validators.nvrtc},
+                                    {"node_id", &r.node_id},
+                                    {"strategy", &r.strategy}})
+    if (!is_short_printable(*text))
+      return bad(std::string(field) + ": must be printable ASCII, at most 128 bytes");
+  if (r.ranked.size() > k_max_ranked)
+    return bad("ranked: at most " + std::to_string(k_max_ranked) + " configs");
+  for (size_t i = 0; i < r.ranked.size(); ++i) {
+    const RankedConfig& c = r.ranked[i];
+    const std::string at = "ranked[" + std::to_string(i) + "]";
+    if (c.template_name.size() > 64 ||
+        c.template_name.find_first_not_of(k_template_name_chars) != std::string::npos)
+      return bad(at + ".template: '" + printable(c.template_name) + "' is not a template name");
+    if (c.params.size() > 64) return bad(at + ".params: at most 64");
+    if (!(c.median_us >= k_min_median_us && c.median_us <= k_max_median_us))
+      return bad(at + ".median_us: " + number(c.median_us) + " is outside [" +
+                 number(k_min_median_us) + ", " + number(k_max_median_us) + "] us");
+  }
+  if (r.ref_error < 0 || r.power_w < 0 || r.sm_clock_mhz < 0 || r.mem_clock_mhz < 0 ||
+      r.trials < 0)
+    return bad("ref_error, power_w, clocks and trials must be >= 0");
+  if (r.timestamp < 0 || r.timestamp > k_max_timestamp)
+    return bad("timestamp: " + std::to_string(r.timestamp) + " is not a time before 2100");
+  return {};
+}
+
+std::string ImportReport::rejection_summary(size_t max_reasons) const {
+  std::string msg = std::to_string(rejected.size()) + " of " + std::to_string(total) +
+                    " records rejected; nothing imported:";
+  for (size_t i = 0; i < rejected.size() && i < max_reasons; ++i)
+    msg += "\n  " + rejected[i].reason;
+  if (rejected.size() > max_reasons)
+    msg += "\n  ... and " + std::to_string(rejected.size() - max_reasons) + " more";
+  return msg;
+}
+
 bool prefer_incoming(const WinnerRecord& stored, const WinnerRecord& incoming) {
   const double a = stored.ranked.front().median_us, b = incoming.ranked.front().median_us;
   if (a != b) return b < a;
@@ -309,9 +383,10 @@ bool prefer_incoming(const WinnerRecord& stored, const WinnerRecord& incoming) {
   return encode(incoming) > encode(stored);
 }
 
-Result<ImportReport> import_table(Store& store, std::string_view text, std::string_view origin) {
+Result<ImportReport> import_table(Store& store, std::string_view text, std::string_view origin,
+                                  const RecordCheck& check) {
   ImportReport report;
-  auto records = parse_table(text, origin, report.rejected);
+  auto records = parse_table(text, origin, report.rejected, check);
   if (!records) return std::unexpected(records.error());
   report.total = records->size() + report.rejected.size();
   if (!report.rejected.empty()) return report;  // all or nothing

@@ -85,8 +85,9 @@ class SearchSpace {
   SpaceReport m_report;
 };
 
-// Checks `params` against every constraint and makes the Instance. Fails naming the first
-// constraint it breaks, or an unknown/missing param.
+// Checks `params` against the declared domains and every constraint and makes the Instance.
+// Fails naming the first constraint it breaks, a value outside its domain, or an unknown/missing
+// param.
 Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
                              const DeviceLimits& limits, const Params& params);
 

@@ -86,6 +86,68 @@ class ImportCheckTest : public ::testing::Test {
   std::unique_ptr<testing::DaemonParts> m_parts;
 };
 
+// The case: a faster record whose params are outside the template's space replaced the
+// real winner, and the lookup then failed with no fallback.
+TEST_F(ImportCheckTest, ParamsOutsideTheDomainAreRefused) {
+  std::string why = rejection([](Json& w) { w["ranked"][0]["params"]["BLOCK_M"] = 7; });
+  EXPECT_NE(why.find("winners[0]: ranked[0].params: "), std::string::npos) << why;
+  EXPECT_NE(why.find("param BLOCK_M=7 is not in its domain"), std::string::npos) << why;
+  why = rejection([](Json& w) { w["ranked"][0]["params"]["UNROLL"] = 4; });
+  EXPECT_NE(why.find("has no param UNROLL"), std::string::npos) << why;
+  why = rejection([](Json& w) { w["ranked"][0]["params"].erase("STAGES"); });
+  EXPECT_NE(why.find("missing param STAGES"), std::string::npos) << why;
+  expect_real_winner_served();
+}
+
+TEST_F(ImportCheckTest, ParamsBreakingAConstraintAreRefused) {
+  // A config of the declared values that a constraint prunes for this problem.
+  const auto problem = valid(4096, 1.0).problem;
+  std::optional<Params> pruned;
+  Params p = *heuristic_config(gemm(), problem, DeviceLimits{});
+  for (std::int64_t warps : {1, 2, 4})
+    for (std::int64_t bm : {16, 32, 64, 128, 256}) {
+      p["WARPS_M"] = warps;
+      p["WARPS_N"] = 4;
+      p["BLOCK_M"] = bm;
+      p["BLOCK_N"] = 32;
+      if (!pruned && !instantiate(gemm(), problem, DeviceLimits{}, p)) pruned = p;
+    }
+  ASSERT_TRUE(pruned) << "no pruned config found to test with";
+  const std::string why = rejection([&](Json& w) {
+    for (const auto& [n, v] : *pruned) w["ranked"][0]["params"][n] = v;
+  });
+  EXPECT_NE(why.find("constraint at"), std::string::npos) << why;
+  expect_real_winner_served();
+}
+
+TEST_F(ImportCheckTest, TimesOutsideTheSaneRangeAreRefused) {
+  for (double us : {5e-324, 0.05, 2e9}) {
+    const std::string why = rejection([&](Json& w) { w["ranked"][0]["median_us"] = us; });
+    EXPECT_NE(why.find("ranked[0].median_us"), std::string::npos) << us << ": " << why;
+  }
+  EXPECT_EQ(rejection([](Json& w) { w["ranked"][0]["median_us"] = 0.1; }), "");
+}
+
+TEST_F(ImportCheckTest, DimsMustBeTheOpsInItsOrder) {
+  std::string why = rejection([](Json& w) {
+    w["problem"]["dims"] = {{"X", 4096}, {"N", 4096}, {"K", 4096}};
+  });
+  EXPECT_NE(why.find("problem.dims: gemm takes dims M, N, K"), std::string::npos) << why;
+  why = rejection([](Json& w) { w["problem"]["dims"] = {{"N", 4096}, {"M", 4096}, {"K", 4096}}; });
+  EXPECT_NE(why.find("in that order"), std::string::npos) << why;
+  why = rejection([](Json& w) { w["problem"]["op"] = "fft"; });
+  EXPECT_NE(why.find("no installed template implements 'fft'"), std::string::npos) << why;
+  why = rejection([](Json& w) { w["problem"]["layout"] = ""; });
+  EXPECT_NE(why.find("no installed template implements"), std::string::npos) << why;
+}
+
+TEST_F(ImportCheckTest, TemplatesMustBeInstalledAndImplementTheOp) {
+  std::string why = rejection([](Json& w) { w["ranked"][0]["template"] = "gemm_v9"; });
+  EXPECT_NE(why.find("'gemm_v9' is not installed here"), std::string::npos) << why;
+  why = rejection([](Json& w) { w["ranked"][0]["template"] = "softmax"; });
+  EXPECT_NE(why.find("softmax implements softmax, not gemm"), std::string::npos) << why;
+}
+
 // 64-bit values are range-checked, never cut to an int: cc 2^32+90 is not 90.
 TEST_F(ImportCheckTest, IntegersAreNotTruncated) {
   std::string why = rejection([](Json& w) { w["device"]["cc"] = (std::int64_t(1) << 32) + 90; });
@@ -95,6 +157,47 @@ TEST_F(ImportCheckTest, IntegersAreNotTruncated) {
   why = rejection([](Json& w) { w["ranked"][0]["params"]["STAGES"] = std::uint64_t(1) << 63; });
   EXPECT_NE(why.find("is out of range"), std::string::npos) << why;
   EXPECT_EQ(m_parts->index.device_ids(), std::vector<std::string>{k_h200});
+}
+
+TEST_F(ImportCheckTest, DeviceNamesAndTextFieldsAreSafe) {
+  for (const char* name : {"NVIDIA H200/../x", "NVIDIA|H200", "", "NVIDIA\tH200"}) {
+    const std::string why = rejection([&](Json& w) { w["device"]["name"] = name; });
+    EXPECT_NE(why.find("device.name"), std::string::npos) << name << ": " << why;
+  }
+  std::string why = rejection([](Json& w) { w["node_id"] = "node\r\n,evil"; });
+  EXPECT_NE(why.find("node_id: must be printable ASCII"), std::string::npos) << why;
+  EXPECT_EQ(m_parts->index.device_ids(), std::vector<std::string>{k_h200});
+}
+
+// All or nothing, as before; the report counts and lists the first 20 reasons.
+TEST_F(ImportCheckTest, ReportCountsAndListsTheFirstReasons) {
+  std::vector<WinnerRecord> records = {valid(16, 20.0)};
+  for (int i = 0; i < 30; ++i) {
+    auto w = valid(32 + i, 1.0);
+    w.ranked[0].params["BLOCK_M"] = 7;
+    records.push_back(w);
+  }
+  Json r = import(records);
+  ASSERT_FALSE(r["ok"].get<bool>());
+  const std::string msg = r["error"]["message"];
+  EXPECT_TRUE(msg.starts_with("30 of 31 records rejected; nothing imported:")) << msg;
+  EXPECT_NE(msg.find("winners[20]"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("winners[21]"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("... and 10 more"), std::string::npos) << msg;
+  EXPECT_EQ(m_parts->index.size(), 1u) << "nothing imported";
+}
+
+// A config measured with another version of its template is never served as exact, so its
+// params are not checked against the installed space; the lookup falls back past it.
+TEST_F(ImportCheckTest, OtherTemplateVersionIsAcceptedAndServedAtMostStale) {
+  auto w = valid(2048, 1.0);
+  w.ranked[0].template_hash = "00000000deadbeef";
+  w.ranked[0].params["BLOCK_M"] = 7;
+  Json r = import({w});
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  r = lookup(k_h200, 2048);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  for (const auto& e : r["result"]["entries"]) EXPECT_NE(e["provenance"], "exact") << r.dump();
 }
 
 }  // namespace
