@@ -296,16 +296,22 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   bool exact = false;
   if (auto record = index.exact(device_id, problem)) {
     const std::string stale = m_catalog.staleness(*record, own);
-    exact = stale.empty();
-    if (!exact) {
+    size_t served = 0;
+    for (const auto& c : record->ranked) {
+      auto e = measured_entry(c, stale.empty() ? "exact" : "stale");
+      e.from = stale;
+      served += add(std::move(e)) ? 1 : 0;
+    }
+    // A winner none of whose configs the installed templates can instantiate (written by an
+    // older ktune, or imported before imports were checked) answers nothing: the lookup falls
+    // back to nearest shapes and heuristics, and counts as a miss so the key is tuned again.
+    exact = stale.empty() && served > 0;
+    if (!stale.empty()) {
       fresh->miss_reason = "stale: " + stale;
       fresh->expected_us = record->ranked.front().median_us;
       fresh->gain = k_gain_stale;
-    }
-    for (const auto& c : record->ranked) {
-      auto e = measured_entry(c, exact ? "exact" : "stale");
-      e.from = stale;
-      add(std::move(e));
+    } else if (!exact) {
+      fresh->miss_reason = "no tuned config of this key is valid for the installed templates";
     }
   }
   if (!exact) {

@@ -200,5 +200,21 @@ TEST_F(ImportCheckTest, OtherTemplateVersionIsAcceptedAndServedAtMostStale) {
   for (const auto& e : r["result"]["entries"]) EXPECT_NE(e["provenance"], "exact") << r.dump();
 }
 
+// A winner that reached the index before imports were checked (an old store): the lookup
+// answers from heuristics instead of failing, and counts a miss so the key is tuned again.
+TEST_F(ImportCheckTest, WinnerThatCannotBeInstantiatedFallsBackToHeuristics) {
+  auto w = valid(4096, 1.0);
+  w.ranked[0].params["BLOCK_M"] = 7;
+  m_parts->index.upsert(w);
+  Json r = lookup(k_h200);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  ASSERT_FALSE(r["result"]["entries"].empty());
+  for (const auto& e : r["result"]["entries"]) EXPECT_NE(e["provenance"], "exact") << r.dump();
+  EXPECT_EQ(r["result"]["entries"].back()["provenance"], "heuristic");
+  ASSERT_EQ(m_parts->misses.total(), 1u);
+  EXPECT_NE(m_parts->misses.top(1)[0].reason.find("valid"), std::string::npos)
+      << m_parts->misses.top(1)[0].reason;
+}
+
 }  // namespace
 }  // namespace ktune
