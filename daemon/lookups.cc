@@ -157,11 +157,18 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
         std::none_of(known.begin(), known.end(), [&](const auto& k) { return k.first.id() == id; }))
       known.emplace_back(*d, m_node.limits_for(*d));
   }
-  std::vector<std::pair<DeviceClass, DeviceLimits>> matches;
+  // An exact id wins; then a prefix that ends where a part of the id ends ("nvidia-h200" is the
+  // whole name of nvidia-h200.sm90...), so a known "nvidia-h200-nvl.sm90..." does not make it
+  // ambiguous; then a unique prefix of any kind.
+  std::vector<std::pair<DeviceClass, DeviceLimits>> matches, whole;
   for (const auto& k : known) {
-    if (k.first.id() == name) return k;
-    if (k.first.id().starts_with(name)) matches.push_back(k);
+    const std::string id = k.first.id();
+    if (id == name) return k;
+    if (!id.starts_with(name)) continue;
+    matches.push_back(k);
+    if (id[name.size()] == '.') whole.push_back(k);
   }
+  if (whole.size() == 1) return whole.front();
   if (matches.size() == 1) return matches.front();
   if (auto d = parse_device_class_id(name)) return std::make_pair(*d, m_node.limits_for(*d));
   std::string list;

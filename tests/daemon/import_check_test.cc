@@ -216,5 +216,24 @@ TEST_F(ImportCheckTest, WinnerThatCannotBeInstantiatedFallsBackToHeuristics) {
       << m_parts->misses.top(1)[0].reason;
 }
 
+// One imported "NVIDIA H200 NVL" record made the prefix nvidia-h200 ambiguous for every client.
+TEST_F(ImportCheckTest, PrefixThatIsAWholeNameWinsOverLongerNames) {
+  auto nvl = valid(1024, 50.0);
+  nvl.device.name = "NVIDIA H200 NVL";
+  Json r = import({nvl});
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  r = lookup("nvidia-h200");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["result"]["device"], k_h200);
+  r = lookup("nvidia-h200-nvl");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_EQ(r["result"]["device"], "nvidia-h200-nvl.sm90.132sm.140gib");
+  r = lookup("nvidia-h200.sm90");
+  EXPECT_EQ(r["result"]["device"], k_h200) << r.dump();
+  r = lookup("nvidia");  // a prefix of both names: still ambiguous
+  EXPECT_EQ(r["error"]["code"], "not_found") << r.dump();
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("ambiguous"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ktune
