@@ -179,8 +179,11 @@ OpReply op_plan(OpContext& ctx, const protocol::Request& req) {
     return protocol::error(ErrorKind::bad_request,
                            "a plan is a list of problems, or a mapping with \"problems:\"");
   std::string device_name = *device;
-  if (doc.IsMap() && doc["device"] && device_name.empty())
-    device_name = doc["device"].as<std::string>();
+  if (doc.IsMap() && doc["device"] && device_name.empty()) {
+    if (!doc["device"].IsScalar())
+      return protocol::error(ErrorKind::bad_request, "plan: \"device\" must be a string");
+    device_name = doc["device"].Scalar();
+  }
   // Validate everything first: a plan is queued whole or not at all.
   std::vector<JobSpec> specs;
   std::string errors;

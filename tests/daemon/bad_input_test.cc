@@ -122,6 +122,21 @@ TEST_F(BadInputTest, VersionIsNotTruncated) {
   EXPECT_NE(j["error"]["message"].get<std::string>().find("4294967297"), std::string::npos);
 }
 
+// A plan whose "device" is not a string was answered "internal" (yaml-cpp's bad conversion
+// escaped the handler). Found by fuzz_request's check that bad input is never "internal".
+TEST_F(BadInputTest, PlanDeviceThatIsNotAStringIsABadRequest) {
+  for (const char* device : {"{a: 1}", "[x, y]"}) {
+    Json req = {{"v", 1},
+                {"id", 1},
+                {"op", "plan"},
+                {"plan", std::string("device: ") + device +
+                             "\nproblems: [{op: gemm, dtype: bf16, dims: {M: 8, N: 8, K: 8}}]"}};
+    Json j = reply(req.dump());
+    EXPECT_EQ(j["error"]["code"], "bad_request") << j.dump();
+  }
+  expect_still_serving();
+}
+
 // The fast path echoes the id text as written: every reply line must still be JSON whatever the
 // id looks like, and equal to the id sent when the line is JSON at all.
 TEST_F(BadInputTest, EveryReplyIsValidJsonWhateverTheId) {
