@@ -349,7 +349,7 @@ protocol::Expected<Json> Client::watch(const std::string& id,
     Json j;
     try {
       j = Json::parse(*text);
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // syntax, invalid UTF-8, a number out of range
       disconnect_locked();
       return protocol::error(ErrorKind::parse_error,
                              std::string("daemon reply is not JSON: ") + e.what());

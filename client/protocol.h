@@ -132,6 +132,93 @@ inline std::string op_names() {
   return s;
 }
 
+// ---- JSON text (never throws) -----------------------------------------------------------------
+
+// Deepest nesting of arrays and objects a request may have. Deeper values would cost recursion
+// (copy, dump, compare) on the daemon's threads; no request needs more than a few levels.
+inline constexpr int k_max_depth = 64;
+
+namespace detail {
+
+// Whether arrays and objects nest deeper than `limit` in `text` (strings skipped). Exact for
+// valid JSON; on invalid text the parser reports the real error.
+inline bool nests_deeper_than(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// The top-level "id" of a text that failed to parse, when it came before the error: a second,
+// callback-driven pass that keeps what it read up to the error. Null when there is none.
+inline Json recover_id(std::string_view text) {
+  Json id;
+  bool in_id = false;  // the last top-level key was "id": the next top-level value is it
+  auto cb = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth > k_max_depth) return false;
+    if (depth != 1) return true;
+    switch (event) {
+      case Json::parse_event_t::key:
+        in_id = parsed.is_string() && parsed.template get_ref<const std::string&>() == "id";
+        break;
+      case Json::parse_event_t::value:
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (in_id) id = parsed;
+        in_id = false;
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
+  const Json ignored = Json::parse(text, cb, /*allow_exceptions=*/false);
+  (void)ignored;
+  return id;
+}
+
+}  // namespace detail
+
+// Parses one JSON text. Errors: parse_error (bad syntax, invalid UTF-8), bad_request (a number
+// beyond a double's range, such as 1e400, or nesting deeper than k_max_depth). On an error the
+// top-level "id" is recovered into `id_out` when it was read before the error. Never throws.
+inline Expected<Json> parse_json(std::string_view text, Json* id_out = nullptr) {
+  auto failed = [&](ErrorKind kind, std::string message) {
+    if (id_out) *id_out = detail::recover_id(text);
+    return error(kind, std::move(message));
+  };
+  if (detail::nests_deeper_than(text, k_max_depth))
+    return failed(ErrorKind::bad_request,
+                  "arrays and objects nest deeper than " + std::to_string(k_max_depth));
+  try {
+    return Json::parse(text);
+  } catch (const Json::out_of_range& e) {  // 406: a number overflows a double
+    return failed(ErrorKind::bad_request, std::string("number out of range: ") + e.what());
+  } catch (const Json::exception& e) {  // syntax, invalid UTF-8, bad \u escapes
+    return failed(ErrorKind::parse_error, std::string("not JSON: ") + e.what());
+  }
+}
+
+// Serializes a reply object as one line. Invalid UTF-8 in a string (a message quoting what a
+// client sent) is replaced by U+FFFD instead of throwing: every reply line is valid JSON.
+inline std::string dump_line(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
 // ---- framing --------------------------------------------------------------------------------
 
 // A parsed request line: the common fields, and the whole object for op-specific fields.
@@ -144,19 +231,32 @@ struct Request {
   std::string attachment;  // the bytes announced by "attach" (see attachment_size)
 };
 
+// Whether a line that is not valid JSON names "attach" as a key: then the bytes after it may be
+// an attachment and the stream cannot be resynchronized.
+inline bool mentions_attach_key(std::string_view line) {
+  for (size_t at = line.find("\"attach\""); at != std::string_view::npos;
+       at = line.find("\"attach\"", at + 1)) {
+    size_t i = at + 8;
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    if (i < line.size() && line[i] == ':') return true;
+  }
+  return false;
+}
+
 // Requests may carry an attachment: "attach": N (bytes) in the line, and exactly N raw bytes right
 // after its newline (an imported table, larger than a frame). Returns N, 0 when the line has no
-// attachment, or an error (the stream cannot be resynchronized after it: close).
+// attachment, or an error (the stream cannot be resynchronized after it: close). A line that is
+// not JSON has no attachment unless it names "attach" as a key (then it is an error).
 inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes) {
   if (line.find("\"attach\"") == std::string_view::npos) return size_t(0);
-  Json j;
-  try {
-    j = Json::parse(line);
-  } catch (const Json::parse_error& e) {
-    return error(ErrorKind::parse_error, std::string("not JSON: ") + e.what());
+  auto j = parse_json(line);
+  if (!j) {
+    if (!mentions_attach_key(line)) return size_t(0);  // answered as a bad line; nothing follows
+    return error(j.error().kind, j.error().message + "; a line announcing an attachment must be "
+                                                     "valid JSON; closing the connection");
   }
-  if (!j.is_object() || !j.contains("attach")) return size_t(0);
-  const Json& a = j["attach"];
+  if (!j->is_object() || !j->contains("attach")) return size_t(0);
+  const Json& a = (*j)["attach"];
   if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 || a.get<std::uint64_t>() > max_bytes)
     return error(ErrorKind::bad_request, "\"attach\" must be a byte count 1.." +
                                              std::to_string(max_bytes) +
@@ -166,14 +266,12 @@ inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes)
 
 // Parses one request line (without its newline). On failure the Error says what is wrong; the
 // `id` out-parameter still receives the request's id when it could be read, so the error reply
-// can echo it.
+// can echo it. Never throws.
 inline Expected<Request> parse_request(std::string_view line, Json* id_out = nullptr) {
   Request r;
-  try {
-    r.body = Json::parse(line);
-  } catch (const Json::parse_error& e) {
-    return error(ErrorKind::parse_error, std::string("not JSON: ") + e.what());
-  }
+  auto body = parse_json(line, id_out);
+  if (!body) return std::unexpected(body.error());
+  r.body = std::move(*body);
   if (!r.body.is_object()) return error(ErrorKind::bad_request, "a request is a JSON object");
   if (auto it = r.body.find("id"); it != r.body.end()) {
     r.id = *it;
@@ -182,11 +280,14 @@ inline Expected<Request> parse_request(std::string_view line, Json* id_out = nul
   auto v = r.body.find("v");
   if (v == r.body.end()) return error(ErrorKind::bad_request, "missing \"v\" (protocol version)");
   if (!v->is_number_integer()) return error(ErrorKind::bad_request, "\"v\" must be an integer");
-  r.v = v->get<int>();
-  if (r.v != k_version)
-    return error(ErrorKind::unsupported_version, "protocol version " + std::to_string(r.v) +
+  // Compared as the 64-bit value sent: 4294967297 is not version 1.
+  const bool ours = v->is_number_unsigned() ? v->get<std::uint64_t>() == std::uint64_t(k_version)
+                                            : v->get<std::int64_t>() == k_version;
+  if (!ours)
+    return error(ErrorKind::unsupported_version, "protocol version " + v->dump() +
                                                      " not supported (this daemon speaks " +
                                                      std::to_string(k_version) + ")");
+  r.v = k_version;
   auto op = r.body.find("op");
   if (op == r.body.end() || !op->is_string())
     return error(ErrorKind::bad_request, "missing \"op\" (a string)");
@@ -196,7 +297,7 @@ inline Expected<Request> parse_request(std::string_view line, Json* id_out = nul
 
 inline std::string reply_ok(const Json& id, Json result) {
   Json j = {{"v", k_version}, {"id", id}, {"ok", true}, {"result", std::move(result)}};
-  return j.dump() + "\n";
+  return dump_line(j);
 }
 
 inline std::string reply_error(const Json& id, ErrorKind kind, std::string_view message) {
@@ -204,7 +305,7 @@ inline std::string reply_error(const Json& id, ErrorKind kind, std::string_view 
             {"id", id},
             {"ok", false},
             {"error", {{"code", std::string(to_string(kind))}, {"message", std::string(message)}}}};
-  return j.dump() + "\n";
+  return dump_line(j);
 }
 
 // ---- field helpers (throw-free) --------------------------------------------------------------
@@ -224,8 +325,9 @@ inline Expected<std::string> get_string(const Json& obj, const char* key, bool r
 inline Expected<std::int64_t> get_int(const Json& obj, const char* key, std::int64_t fallback) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer())
-    return error(ErrorKind::bad_request, std::string("\"") + key + "\" must be an integer");
+  if (!it->is_number_integer() ||
+      (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t(INT64_MAX)))
+    return error(ErrorKind::bad_request, std::string("\"") + key + "\" must be a 64-bit integer");
   return it->get<std::int64_t>();
 }
 
@@ -418,7 +520,7 @@ inline Expected<Reply> parse_reply(std::string_view line) {
   Json j;
   try {
     j = Json::parse(line);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // syntax, invalid UTF-8, a number out of range
     return error(ErrorKind::parse_error, std::string("daemon reply is not JSON: ") + e.what());
   }
   if (!j.is_object() || !j.contains("ok") || !j["ok"].is_boolean())

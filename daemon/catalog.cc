@@ -1,6 +1,7 @@
 #include "daemon/catalog.h"
 
 #include "config/log.h"
+#include "templates/space.h"
 
 namespace ktune {
 
@@ -17,7 +18,8 @@ Result<void> Catalog::load() {
 
 Result<ImportReport> Catalog::import(std::string_view text, std::string_view origin) {
   std::lock_guard lock(m_write_mutex);
-  auto report = import_table(m_store, text, origin);
+  auto report = import_table(m_store, text, origin,
+                             [this](const WinnerRecord& r) { return check_record(r); });
   if (!report || !report->applied()) return report;
   m_index.upsert(report->written);
   for (const auto& w : report->written) publish_locked(w);
@@ -27,6 +29,43 @@ Result<ImportReport> Catalog::import(std::string_view text, std::string_view ori
        {"replaced", report->replaced},
        {"kept", report->kept}});
   return report;
+}
+
+Result<void> Catalog::check_record(const WinnerRecord& r) const {
+  auto bad = [](const std::string& what) { return fail(ErrorCode::invalid_argument, what); };
+  const Problem& p = r.problem;
+  const auto implementing = m_templates.for_problem(p, r.device.cc);
+  if (implementing.empty()) {
+    // Say what is wrong: the op, its dims, or the problem on this device.
+    const KernelTemplate* any = nullptr;
+    for (const auto& t : m_templates.all())
+      if (t->manifest.op == p.op) {
+        any = t.get();
+        break;
+      }
+    if (!any) return bad("problem.op: no installed template implements '" + p.op + "'");
+    std::string want;
+    for (const auto& n : any->manifest.dims) want += (want.empty() ? "" : ", ") + n;
+    std::string got;
+    for (const auto& [n, _] : p.dims) got += (got.empty() ? "" : ", ") + n;
+    if (got != want) return bad("problem.dims: " + p.op + " takes dims " + want + ", in that order");
+    return bad("problem: no installed template implements " + p.describe() + " on sm_" +
+               std::to_string(r.device.cc));
+  }
+  const DeviceLimits limits = m_node.limits_for(r.device);
+  for (size_t i = 0; i < r.ranked.size(); ++i) {
+    const RankedConfig& c = r.ranked[i];
+    const std::string at = "ranked[" + std::to_string(i) + "]";
+    const KernelTemplate* t = m_templates.find(c.template_name);
+    if (!t) return bad(at + ".template: '" + c.template_name + "' is not installed here");
+    if (t->manifest.op != p.op)
+      return bad(at + ".template: " + c.template_name + " implements " + t->manifest.op + ", not " +
+                 p.op);
+    if (t->hash != c.template_hash) continue;  // another version: served as stale at most
+    if (auto inst = instantiate(*t, p, limits, c.params); !inst)
+      return bad(at + ".params: " + inst.error().message);
+  }
+  return {};
 }
 
 Result<bool> Catalog::commit(const WinnerRecord& record, std::string_view origin) {

@@ -27,8 +27,16 @@ class Catalog {
 
   // Fills the index from the store (at start).
   Result<void> load();
-  // Validates and merges a JSON table (see store/table_io.h): all records or none.
+  // Validates and merges a JSON table (see store/table_io.h): all records or none. Beyond the
+  // table rules, every record must be one this node's templates can serve (check_record).
   Result<ImportReport> import(std::string_view text, std::string_view origin);
+  // Why a record may not be imported here ("" result: it may): its op is implemented by an
+  // installed template for the record's device class; dims are named and ordered as the op's
+  // templates declare; each ranked template is installed and implements the op; a config
+  // measured with the installed version of its template (same hash) is within the declared
+  // param domains and passes the constraints for the problem on the device's limits. A config
+  // of another template version is accepted unchecked: it is never served as exact.
+  Result<void> check_record(const WinnerRecord& record) const;
   // Commits a winner measured on this node. Returns whether it is now the served record.
   Result<bool> commit(const WinnerRecord& record, std::string_view origin);
 

@@ -52,11 +52,7 @@ Result<void> seed(Catalog& catalog, const std::string& path) {
   text << in.rdbuf();
   auto report = catalog.import(text.str(), path);
   if (!report) return std::unexpected(report.error());
-  if (!report->applied()) {
-    std::string msg = std::to_string(report->rejected.size()) + " records rejected";
-    for (const auto& r : report->rejected) msg += "\n  " + r.reason;
-    return fail(ErrorCode::invalid_argument, msg);
-  }
+  if (!report->applied()) return fail(ErrorCode::invalid_argument, report->rejection_summary());
   return {};
 }
 

@@ -61,10 +61,22 @@ std::optional<std::string> Dispatcher::try_fast(std::string_view line, const Pee
 
 void Dispatcher::handle(std::string_view line, std::string attachment, const Peer& peer,
                         Emit emit) {
+  // Nothing a client sends may throw out of here (the session would lose the connection and the
+  // replies owed on it); a throw is a bug, answered `internal` for this line alone.
+  Json id;
+  try {
+    policy(line, std::move(attachment), peer, emit, id);
+  } catch (const std::exception& e) {
+    log(LogLevel::error, "request_failed", {{"what", e.what()}});
+    emit(reply_line(m_ctx, id, protocol::error(ErrorKind::internal, e.what())), true);
+  }
+}
+
+void Dispatcher::policy(std::string_view line, std::string attachment, const Peer& peer,
+                        Emit& emit, Json& id) {
   if (attachment.empty())
     if (auto fast = try_fast(line, peer)) return void(emit(std::move(*fast), true));
   // --- policy: parse, version ---
-  Json id;
   auto parsed = protocol::parse_request(line, &id);
   if (!parsed) {
     m_ctx.metrics.count_request("other");
@@ -105,7 +117,7 @@ void Dispatcher::handle(std::string_view line, std::string attachment, const Pee
     if (auto reply = handler->fast(m_ctx, *req)) return void(emit(std::move(*reply), true));
   }
   // --- everything else on the executor ---
-  auto run = [this, req, handler, emit = std::move(emit)] {
+  auto run = [this, req, handler, emit] {  // a copy: handle() may still need it
     try {
       if (handler->stream)
         handler->stream(m_ctx, *req, emit);

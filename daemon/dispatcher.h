@@ -47,6 +47,11 @@ class Dispatcher {
   std::string metrics_gauges() { return op_metrics_gauges(m_ctx); }
 
  private:
+  // handle()'s body: the policy stage, then the handler on its thread. `id` receives the
+  // request's id as soon as it is known, for the error reply should anything throw.
+  void policy(std::string_view line, std::string attachment, const Peer& peer, Emit& emit,
+              protocol::Json& id);
+
   OpContext& m_ctx;
   Executor* m_executor;
 };

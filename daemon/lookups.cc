@@ -37,14 +37,6 @@ protocol::LookupEntry measured_entry(const RankedConfig& c, std::string provenan
   return e;
 }
 
-DeviceLimits limits_for_class(const DeviceClass& d) {
-  auto l = DeviceLimits::for_arch("sm_" + std::to_string(d.cc));
-  DeviceLimits out = l ? *l : DeviceLimits{};
-  out.cc = d.cc;
-  out.sm_count = d.sm_count;
-  return out;
-}
-
 double work(const Problem& p) {
   double w = 1;
   for (const auto& [_, v] : p.dims) w *= double(v);
@@ -53,19 +45,23 @@ double work(const Problem& p) {
 
 // The request text after the id, when the line has the shape our clients send.
 struct SplitLine {
-  std::string_view id;    // the id token as written
+  std::string_view id;    // the id token as written: echoed verbatim, so always valid JSON
   std::string_view rest;  // from the comma after the id to the end
 };
+// Only ids that are JSON as written qualify (the rest of the line was validated when its answer
+// was remembered): a string of printable ASCII without escapes, or digits without a leading
+// zero. Anything else (escapes, control bytes, non-ASCII, "007", 1-2-3) takes the parsing path.
 std::optional<SplitLine> split_lookup_line(std::string_view line) {
   constexpr std::string_view head = R"({"v":1,"id":)";
   if (!line.starts_with(head)) return std::nullopt;
   size_t i = head.size();
   if (i < line.size() && line[i] == '"') {
-    const size_t end = line.find('"', i + 1);
-    if (end == std::string_view::npos ||
-        line.substr(i, end - i).find('\\') != std::string_view::npos)
-      return std::nullopt;
-    i = end + 1;
+    for (++i; i < line.size() && line[i] != '"'; ++i) {
+      const auto c = static_cast<unsigned char>(line[i]);
+      if (c < 0x20 || c > 0x7e || c == '\\') return std::nullopt;
+    }
+    if (i == line.size()) return std::nullopt;
+    ++i;
   } else {
     while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
     if (i > head.size() + 1 && line[head.size()] == '0') return std::nullopt;  // "007" is no JSON
@@ -133,7 +129,8 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
   m_metrics.count_lookup(
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return R"({"v":1,"id":)" + id.dump() + R"(,"ok":true,"result":)" + answer.result + "}\n";
+  return R"({"v":1,"id":)" + id.dump(-1, ' ', false, Json::error_handler_t::replace) +
+         R"(,"ok":true,"result":)" + answer.result + "}\n";
 }
 
 protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_device(
@@ -158,15 +155,22 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
     auto d = parse_device_class_id(id);
     if (d &&
         std::none_of(known.begin(), known.end(), [&](const auto& k) { return k.first.id() == id; }))
-      known.emplace_back(*d, limits_for_class(*d));
+      known.emplace_back(*d, m_node.limits_for(*d));
   }
-  std::vector<std::pair<DeviceClass, DeviceLimits>> matches;
+  // An exact id wins; then a prefix that ends where a part of the id ends ("nvidia-h200" is the
+  // whole name of nvidia-h200.sm90...), so a known "nvidia-h200-nvl.sm90..." does not make it
+  // ambiguous; then a unique prefix of any kind.
+  std::vector<std::pair<DeviceClass, DeviceLimits>> matches, whole;
   for (const auto& k : known) {
-    if (k.first.id() == name) return k;
-    if (k.first.id().starts_with(name)) matches.push_back(k);
+    const std::string id = k.first.id();
+    if (id == name) return k;
+    if (!id.starts_with(name)) continue;
+    matches.push_back(k);
+    if (id[name.size()] == '.') whole.push_back(k);
   }
+  if (whole.size() == 1) return whole.front();
   if (matches.size() == 1) return matches.front();
-  if (auto d = parse_device_class_id(name)) return std::make_pair(*d, limits_for_class(*d));
+  if (auto d = parse_device_class_id(name)) return std::make_pair(*d, m_node.limits_for(*d));
   std::string list;
   for (const auto& k : (matches.empty() ? known : matches))
     list += (list.empty() ? "" : ", ") + k.first.id();
@@ -301,16 +305,22 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   bool exact = false;
   if (auto record = index.exact(device_id, problem)) {
     const std::string stale = m_catalog.staleness(*record, own);
-    exact = stale.empty();
-    if (!exact) {
+    size_t served = 0;
+    for (const auto& c : record->ranked) {
+      auto e = measured_entry(c, stale.empty() ? "exact" : "stale");
+      e.from = stale;
+      served += add(std::move(e)) ? 1 : 0;
+    }
+    // A winner none of whose configs the installed templates can instantiate (written by an
+    // older ktune, or imported before imports were checked) answers nothing: the lookup falls
+    // back to nearest shapes and heuristics, and counts as a miss so the key is tuned again.
+    exact = stale.empty() && served > 0;
+    if (!stale.empty()) {
       fresh->miss_reason = "stale: " + stale;
       fresh->expected_us = record->ranked.front().median_us;
       fresh->gain = k_gain_stale;
-    }
-    for (const auto& c : record->ranked) {
-      auto e = measured_entry(c, exact ? "exact" : "stale");
-      e.from = stale;
-      add(std::move(e));
+    } else if (!exact) {
+      fresh->miss_reason = "no tuned config of this key is valid for the installed templates";
     }
   }
   if (!exact) {
@@ -349,7 +359,7 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
                            "no template implements " + problem.describe() + " on sm_" +
                                std::to_string(dev.cc) + " and nothing was tuned for it");
   fresh->provenance = reply.entries.front().provenance;
-  fresh->result = protocol::to_json(reply).dump();
+  fresh->result = protocol::to_json(reply).dump(-1, ' ', false, Json::error_handler_t::replace);
   return std::shared_ptr<const Answer>(std::move(fresh));
 }
 

@@ -81,4 +81,15 @@ bool NodeIdentity::owns(const std::string& device_id) const {
                      [&](const GpuInfo& g) { return g.device_class.id() == device_id; });
 }
 
+DeviceLimits NodeIdentity::limits_for(const DeviceClass& device) const {
+  const std::string id = device.id();
+  for (const auto& g : gpus)
+    if (g.device_class.id() == id) return g.limits;
+  auto l = DeviceLimits::for_arch("sm_" + std::to_string(device.cc));
+  DeviceLimits out = l ? *l : DeviceLimits{};
+  out.cc = device.cc;
+  out.sm_count = device.sm_count;
+  return out;
+}
+
 }  // namespace ktune

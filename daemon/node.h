@@ -26,6 +26,10 @@ struct NodeIdentity {
   static NodeIdentity detect(const DaemonConfig& config);
   // Whether `device_id` is the class of one of this node's GPUs.
   bool owns(const std::string& device_id) const;
+  // The limits constraints are checked against for a device class: the GPU's own when this
+  // node has one of the class, else those of its arch (DeviceLimits::for_arch, or the sm_90
+  // defaults for an arch it does not know) with the class's cc and SM count.
+  DeviceLimits limits_for(const DeviceClass& device) const;
 };
 
 // A GpuInfo from a worker's hello reply (docs/worker-protocol.md).

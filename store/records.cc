@@ -1,5 +1,6 @@
 #include "store/records.h"
 
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -26,10 +27,23 @@ std::string get_string(const Json& j, const char* key, const std::string& path) 
   return v.get<std::string>();
 }
 
-std::int64_t get_int(const Json& j, const char* key, const std::string& path) {
-  const Json& v = field(j, key, path);
-  if (!v.is_number_integer()) bad(path + "." + key, "expected an integer");
+// An integer JSON value as int64; an unsigned one above INT64_MAX is out of range, not wrapped.
+std::int64_t as_int64(const Json& v, const std::string& path) {
+  if (!v.is_number_integer()) bad(path, "expected an integer");
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(INT64_MAX))
+    bad(path, v.dump() + " is out of range");
   return v.get<std::int64_t>();
+}
+
+std::int64_t get_int(const Json& j, const char* key, const std::string& path) {
+  return as_int64(field(j, key, path), path + "." + key);
+}
+
+// An int field: range-checked, never truncated (cc 4294967386 is not 90).
+int get_int32(const Json& j, const char* key, const std::string& path) {
+  const std::int64_t v = get_int(j, key, path);
+  if (v < INT_MIN || v > INT_MAX) bad(path + "." + key, std::to_string(v) + " is out of range");
+  return int(v);
 }
 
 double get_number(const Json& j, const char* key, const std::string& path) {
@@ -57,9 +71,9 @@ Json to_json(const DeviceClass& d) {
 DeviceClass device_from_json(const Json& j, const std::string& path) {
   DeviceClass d;
   d.name = get_string(j, "name", path);
-  d.cc = int(get_int(j, "cc", path));
-  d.sm_count = int(get_int(j, "sm_count", path));
-  d.memory_gib = int(get_int(j, "memory_gib", path));
+  d.cc = get_int32(j, "cc", path);
+  d.sm_count = get_int32(j, "sm_count", path);
+  d.memory_gib = get_int32(j, "memory_gib", path);
   if (d.name.empty()) bad(path + ".name", "empty");
   if (d.cc < 10 || d.cc > 200) bad(path + ".cc", "expected major*10+minor, e.g. 90");
   if (d.sm_count < 1 || d.memory_gib < 0) bad(path, "sm_count and memory_gib must be positive");
@@ -76,8 +90,7 @@ Params params_from_json(const Json& j, const std::string& path) {
   if (!j.is_object()) bad(path, "expected an object of name: integer");
   Params p;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (!it.value().is_number_integer()) bad(path + "." + it.key(), "expected an integer");
-    p[it.key()] = it.value().get<std::int64_t>();
+    p[it.key()] = as_int64(it.value(), path + "." + it.key());
   }
   return p;
 }
@@ -101,8 +114,7 @@ Problem problem_from_json(const Json& j, const std::string& path) {
   const Json& dims = field(j, "dims", path);
   if (!dims.is_object()) bad(path + ".dims", "expected an object of name: integer");
   for (auto it = dims.begin(); it != dims.end(); ++it) {
-    if (!it.value().is_number_integer()) bad(path + ".dims." + it.key(), "expected an integer");
-    p.dims.emplace_back(it.key(), it.value().get<std::int64_t>());
+    p.dims.emplace_back(it.key(), as_int64(it.value(), path + ".dims." + it.key()));
   }
   if (auto ok = validate_problem(p); !ok) bad(path, ok.error().message);
   return p;
@@ -141,7 +153,7 @@ WinnerRecord winner_from_json(const Json& j, const std::string& path) {
   const Json& v = field(j, "validators", path);
   r.validators.driver = get_string(v, "driver", path + ".validators");
   r.validators.nvrtc = get_string(v, "nvrtc", path + ".validators");
-  r.validators.store_format = int(get_int(v, "store_format", path + ".validators"));
+  r.validators.store_format = get_int32(v, "store_format", path + ".validators");
   const Json& ranked = field(j, "ranked", path);
   if (!ranked.is_array() || ranked.empty()) bad(path + ".ranked", "expected a non-empty array");
   for (size_t i = 0; i < ranked.size(); ++i) {
@@ -157,12 +169,12 @@ WinnerRecord winner_from_json(const Json& j, const std::string& path) {
     r.ranked.push_back(std::move(c));
   }
   r.ref_error = optional_field<double>(j, "ref_error", path, 0.0, get_number);
-  r.sm_clock_mhz = int(optional_field<std::int64_t>(j, "sm_clock_mhz", path, 0, get_int));
-  r.mem_clock_mhz = int(optional_field<std::int64_t>(j, "mem_clock_mhz", path, 0, get_int));
+  r.sm_clock_mhz = optional_field<int>(j, "sm_clock_mhz", path, 0, get_int32);
+  r.mem_clock_mhz = optional_field<int>(j, "mem_clock_mhz", path, 0, get_int32);
   r.power_w = optional_field<double>(j, "power_w", path, 0.0, get_number);
   r.node_id = optional_field<std::string>(j, "node_id", path, "", get_string);
   r.timestamp = optional_field<std::int64_t>(j, "timestamp", path, 0, get_int);
-  r.trials = int(optional_field<std::int64_t>(j, "trials", path, 0, get_int));
+  r.trials = optional_field<int>(j, "trials", path, 0, get_int32);
   r.strategy = optional_field<std::string>(j, "strategy", path, "", get_string);
   if (auto ok = validate_winner(r); !ok) bad(path, ok.error().message);
   return r;
@@ -192,9 +204,9 @@ TrialRecord trial_from_json(const Json& j, const std::string& path) {
   r.median_us = get_number(j, "median_us", path);
   r.spread_pct = get_number(j, "spread_pct", path);
   r.ref_error = get_number(j, "ref_error", path);
-  r.registers = int(get_int(j, "registers", path));
-  r.spill_bytes = int(get_int(j, "spill_bytes", path));
-  r.smem_bytes = int(get_int(j, "smem_bytes", path));
+  r.registers = get_int32(j, "registers", path);
+  r.spill_bytes = get_int32(j, "spill_bytes", path);
+  r.smem_bytes = get_int32(j, "smem_bytes", path);
   r.compile_ms = get_number(j, "compile_ms", path);
   r.message = get_string(j, "message", path);
   r.timestamp = get_int(j, "timestamp", path);
@@ -230,7 +242,7 @@ JobRecord job_from_json(const Json& j, const std::string& path) {
   r.device = device_from_json(field(j, "device", path), path + ".device");
   r.problem = problem_from_json(field(j, "problem", path), path + ".problem");
   r.strategy = get_string(j, "strategy", path);
-  r.budget_trials = int(get_int(j, "budget_trials", path));
+  r.budget_trials = get_int32(j, "budget_trials", path);
   r.budget_seconds = get_number(j, "budget_seconds", path);
   auto state = parse_job_state(get_string(j, "state", path));
   if (!state) bad(path + ".state", state.error().message);
@@ -239,14 +251,14 @@ JobRecord job_from_json(const Json& j, const std::string& path) {
   r.origin = get_string(j, "origin", path);
   r.created = get_int(j, "created", path);
   r.updated = get_int(j, "updated", path);
-  r.trials_done = int(get_int(j, "trials_done", path));
+  r.trials_done = get_int32(j, "trials_done", path);
   r.best_us = get_number(j, "best_us", path);
   r.message = get_string(j, "message", path);
   r.best = optional_field(j, "best", path, std::string(), get_string);
-  r.reused = int(optional_field(j, "reused", path, std::int64_t(0), get_int));
+  r.reused = optional_field(j, "reused", path, 0, get_int32);
   r.started = optional_field(j, "started", path, std::int64_t(0), get_int);
   r.finished = optional_field(j, "finished", path, std::int64_t(0), get_int);
-  r.lane = int(optional_field(j, "lane", path, std::int64_t(-1), get_int));
+  r.lane = optional_field(j, "lane", path, -1, get_int32);
   return r;
 }
 

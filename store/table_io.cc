@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -122,6 +123,107 @@ std::string render_yaml(const std::vector<WinnerRecord>& winners) {
   return out;
 }
 
+// Whether arrays and objects nest deeper than `limit` (strings skipped). The same rule as
+// protocol::detail::nests_deeper_than; the store cannot depend on the client's protocol header.
+bool nests_deeper_than(std::string_view text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+// Finds the byte offset where a JSON text stops parsing: nlohmann's number-overflow error (406)
+// carries no position, so one SAX pass that keeps nothing reports it.
+class ErrorLocator final : public nlohmann::json_sax<Json> {
+ public:
+  size_t offset = 0;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception&) override {
+    offset = position;
+    return false;
+  }
+};
+
+// "origin:LINE:COLUMN" for the byte where `text` stops parsing (1-based, as editors count).
+std::string error_position(std::string_view text, const std::string& origin) {
+  ErrorLocator locator;
+  (void)Json::sax_parse(text, &locator);
+  const size_t at = std::min(locator.offset, text.size());
+  const size_t line = 1 + size_t(std::count(text.begin(), text.begin() + long(at), '\n'));
+  const size_t line_start = at == 0 ? 0 : text.rfind('\n', at - 1);
+  const size_t column = line_start == std::string_view::npos ? at : at - line_start - 1;
+  return origin + ":" + std::to_string(line) + ":" + std::to_string(std::max<size_t>(column, 1));
+}
+
+// Parses a table document; every way the text can fail is an Error naming file:line:column.
+Result<Json> parse_document(std::string_view text, const std::string& origin) {
+  if (nests_deeper_than(text, k_max_table_depth))
+    return fail(ErrorCode::invalid_argument,
+                origin + ": not a ktune table: arrays and objects nest deeper than " +
+                    std::to_string(k_max_table_depth));
+  try {
+    return Json::parse(text);
+  } catch (const Json::out_of_range& e) {  // 406: a number beyond a double (1e400)
+    return fail(ErrorCode::invalid_argument,
+                error_position(text, origin) + ": number out of range: " + e.what());
+  } catch (const Json::exception& e) {  // syntax, invalid UTF-8, a truncated file
+    return fail(ErrorCode::invalid_argument, error_position(text, origin) +
+                                                 ": not a JSON table (truncated or damaged?): " +
+                                                 e.what());
+  }
+}
+
+// A header field's value for an error message: numbers as written, anything else by type (a
+// damaged header could hold a huge string or array).
+std::string shown(const Json& j) {
+  return j.is_number() ? j.dump() : std::string("a ") + j.type_name();
+}
+
+constexpr std::string_view k_device_name_chars =
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 ._-";
+constexpr std::string_view k_template_name_chars =
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+constexpr std::int64_t k_max_timestamp = 4'102'444'800;  // 2100-01-01T00:00:00Z
+
+bool is_short_printable(const std::string& s) {
+  return s.size() <= 128 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
+}
+
+// A client's text for an error message: at most 64 bytes, non-printable bytes as '?'.
+std::string printable(const std::string& s) {
+  std::string out = s.substr(0, 64);
+  for (char& c : out)
+    if (c < 0x20 || c > 0x7e) c = '?';
+  return s.size() > 64 ? out + "..." : out;
+}
+
 Result<std::string> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail(ErrorCode::io_error, path + ": cannot open: " + std::strerror(errno));
@@ -188,21 +290,18 @@ Result<size_t> export_table(Store& store, const std::string& path, TableFormat f
 }
 
 Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string_view origin,
-                                              std::vector<ImportRejection>& rejected) {
+                                              std::vector<ImportRejection>& rejected,
+                                              const RecordCheck& check) {
   const std::string where(origin);
-  Json doc;
-  try {
-    doc = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    return fail(ErrorCode::invalid_argument,
-                where + ": not a JSON table (truncated or damaged?): " + e.what());
-  }
+  auto parsed = parse_document(text, where);
+  if (!parsed) return std::unexpected(parsed.error());
+  const Json& doc = *parsed;
   if (!doc.is_object() || !doc.contains("ktune_table"))
     return fail(ErrorCode::invalid_argument,
                 where + ": not a ktune table: the top-level object has no \"ktune_table\"");
   if (!doc["ktune_table"].is_number_integer() ||
-      doc["ktune_table"].get<int>() != k_table_format_version)
-    return fail(ErrorCode::format_mismatch, where + ": table format " + doc["ktune_table"].dump() +
+      doc["ktune_table"].get<std::int64_t>() != k_table_format_version)
+    return fail(ErrorCode::format_mismatch, where + ": table format " + shown(doc["ktune_table"]) +
                                                 ", this ktune reads " +
                                                 std::to_string(k_table_format_version));
   if (!doc.contains("winners") || !doc["winners"].is_array())
@@ -210,7 +309,7 @@ Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string
   const Json& list = doc["winners"];
   if (doc.contains("count") &&
       (!doc["count"].is_number_unsigned() || doc["count"].get<size_t>() != list.size()))
-    return fail(ErrorCode::invalid_argument, where + ": header says " + doc["count"].dump() +
+    return fail(ErrorCode::invalid_argument, where + ": header says " + shown(doc["count"]) +
                                                  " records, the file holds " +
                                                  std::to_string(list.size()) + " (truncated?)");
   std::vector<WinnerRecord> out;
@@ -220,6 +319,12 @@ Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string
     try {
       WinnerRecord r = detail::winner_from_json(list[i], path);
       const std::string key = r.key();
+      auto valid = validate_imported_winner(r);
+      if (valid && check) valid = check(r);
+      if (!valid) {
+        rejected.push_back({i, key, path + ": " + valid.error().message});
+        continue;
+      }
       if (auto it = seen.find(key); it != seen.end()) {
         rejected.push_back(
             {i, key, path + ": same key as winners[" + std::to_string(it->second) + "]"});
@@ -234,6 +339,54 @@ Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string
   return out;
 }
 
+Result<void> validate_imported_winner(const WinnerRecord& r) {
+  auto bad = [](const std::string& what) { return fail(ErrorCode::invalid_argument, what); };
+  const DeviceClass& d = r.device;
+  if (d.name.empty() || d.name.size() > 64 ||
+      d.name.find_first_not_of(k_device_name_chars) != std::string::npos)
+    return bad("device.name: '" + printable(d.name) +
+               "' must be 1..64 characters of letters, digits, space, '.', '_', '-'");
+  if (auto id = parse_device_class_id(d.id()); !id || id->id() != d.id())
+    return bad("device: its class id '" + d.id() + "' does not read back");
+  if (d.sm_count < 1 || d.sm_count > 10'000) return bad("device.sm_count: must be 1..10000");
+  if (d.memory_gib < 0 || d.memory_gib > 65'536) return bad("device.memory_gib: must be 0..65536");
+  for (const auto& [field, text] : {std::pair{"validators.driver", &r.validators.driver},
+                                    {"validators.nvrtc", &r.validators.nvrtc},
+                                    {"node_id", &r.node_id},
+                                    {"strategy", &r.strategy}})
+    if (!is_short_printable(*text))
+      return bad(std::string(field) + ": must be printable ASCII, at most 128 bytes");
+  if (r.ranked.size() > k_max_ranked)
+    return bad("ranked: at most " + std::to_string(k_max_ranked) + " configs");
+  for (size_t i = 0; i < r.ranked.size(); ++i) {
+    const RankedConfig& c = r.ranked[i];
+    const std::string at = "ranked[" + std::to_string(i) + "]";
+    if (c.template_name.size() > 64 ||
+        c.template_name.find_first_not_of(k_template_name_chars) != std::string::npos)
+      return bad(at + ".template: '" + printable(c.template_name) + "' is not a template name");
+    if (c.params.size() > 64) return bad(at + ".params: at most 64");
+    if (!(c.median_us >= k_min_median_us && c.median_us <= k_max_median_us))
+      return bad(at + ".median_us: " + number(c.median_us) + " is outside [" +
+                 number(k_min_median_us) + ", " + number(k_max_median_us) + "] us");
+  }
+  if (r.ref_error < 0 || r.power_w < 0 || r.sm_clock_mhz < 0 || r.mem_clock_mhz < 0 ||
+      r.trials < 0)
+    return bad("ref_error, power_w, clocks and trials must be >= 0");
+  if (r.timestamp < 0 || r.timestamp > k_max_timestamp)
+    return bad("timestamp: " + std::to_string(r.timestamp) + " is not a time before 2100");
+  return {};
+}
+
+std::string ImportReport::rejection_summary(size_t max_reasons) const {
+  std::string msg = std::to_string(rejected.size()) + " of " + std::to_string(total) +
+                    " records rejected; nothing imported:";
+  for (size_t i = 0; i < rejected.size() && i < max_reasons; ++i)
+    msg += "\n  " + rejected[i].reason;
+  if (rejected.size() > max_reasons)
+    msg += "\n  ... and " + std::to_string(rejected.size() - max_reasons) + " more";
+  return msg;
+}
+
 bool prefer_incoming(const WinnerRecord& stored, const WinnerRecord& incoming) {
   const double a = stored.ranked.front().median_us, b = incoming.ranked.front().median_us;
   if (a != b) return b < a;
@@ -242,9 +395,10 @@ bool prefer_incoming(const WinnerRecord& stored, const WinnerRecord& incoming) {
   return encode(incoming) > encode(stored);
 }
 
-Result<ImportReport> import_table(Store& store, std::string_view text, std::string_view origin) {
+Result<ImportReport> import_table(Store& store, std::string_view text, std::string_view origin,
+                                  const RecordCheck& check) {
   ImportReport report;
-  auto records = parse_table(text, origin, report.rejected);
+  auto records = parse_table(text, origin, report.rejected, check);
   if (!records) return std::unexpected(records.error());
   report.total = records->size() + report.rejected.size();
   if (!report.rejected.empty()) return report;  // all or nothing

@@ -9,6 +9,7 @@
 // the same store in any order), so every rank of a job that imports one table answers alike.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,8 @@
 namespace ktune {
 
 inline constexpr int k_table_format_version = 1;
+// Deepest nesting of arrays and objects a table may have (a record needs four levels).
+inline constexpr int k_max_table_depth = 64;
 
 enum class TableFormat { json, yaml, csv };
 Result<TableFormat> parse_table_format(std::string_view name);
@@ -31,6 +34,24 @@ Result<void> write_file_atomic(const std::string& path, std::string_view content
 // Exports every winner (or one device class's) to `path`; returns how many were written.
 Result<size_t> export_table(Store& store, const std::string& path, TableFormat format,
                             const std::string& device_id = "");
+
+// What an imported record must satisfy beyond validate_winner. Stricter than what the store
+// reads back, so a store written by an older ktune still opens; what it refuses would poison
+// lookups or keys:
+// - device: name of 1..64 characters from [A-Za-z0-9 ._-] (no '/', which separates key parts),
+//   its id parsing back to itself; 1..10000 SMs, 0..65536 GiB;
+// - ranked: at most k_max_ranked configs; template names [A-Za-z0-9_-], at most 64 params;
+//   median_us in [k_min_median_us, k_max_median_us];
+// - ref_error, power, clocks, trials >= 0; timestamp in [0, 4102444800] (before 2100);
+// - text fields (driver, nvrtc, node_id, strategy): printable ASCII, at most 128 bytes.
+inline constexpr double k_min_median_us = 0.1;  // 100 ns: no kernel launch completes faster
+inline constexpr double k_max_median_us = 1e9;  // 1000 s: beyond any worker's trial deadline
+inline constexpr size_t k_max_ranked = 64;      // a lookup returns at most 64 entries
+Result<void> validate_imported_winner(const WinnerRecord& r);
+
+// A check of each imported record by what the store does not know (the daemon checks params
+// against its templates). Returns the reason a record is refused.
+using RecordCheck = std::function<Result<void>(const WinnerRecord&)>;
 
 struct ImportRejection {
   size_t index = 0;    // position in the file's "winners" array
@@ -47,16 +68,22 @@ struct ImportReport {
   std::vector<WinnerRecord> written;      // records now in the store (added + replaced)
 
   bool applied() const { return rejected.empty(); }
+  // "3 of 10 records rejected; nothing imported:" and the first `max_reasons` reasons, one per
+  // line ("... and N more" after them).
+  std::string rejection_summary(size_t max_reasons = 20) const;
 };
 
 // Parses a JSON table document. A document that is not JSON or lacks the header is an Error;
 // bad records are listed in `rejected` (the valid ones are returned all the same).
+// Every record passes validate_imported_winner and `check` (when given).
 Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string_view origin,
-                                              std::vector<ImportRejection>& rejected);
+                                              std::vector<ImportRejection>& rejected,
+                                              const RecordCheck& check = {});
 
 // Validates and merges a JSON table into the store. A malformed document is an Error; a
 // well-formed one with bad records returns a report listing them, having written nothing.
-Result<ImportReport> import_table(Store& store, std::string_view text, std::string_view origin);
+Result<ImportReport> import_table(Store& store, std::string_view text, std::string_view origin,
+                                  const RecordCheck& check = {});
 Result<ImportReport> import_table_file(Store& store, const std::string& path);
 
 // The merge rule: true when `incoming` should replace `stored`. Faster ranked[0] wins; ties go

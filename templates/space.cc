@@ -216,6 +216,12 @@ Result<void> check_config(Evaluator& ev, const Manifest& m, const Params& params
   for (const auto& p : m.params) {
     auto it = params.find(p.name);
     if (it == params.end()) return fail(ErrorCode::invalid_argument, "missing param " + p.name);
+    // Constraints are written for the declared values only: 7 may pass them and still not be
+    // a config the kernel was written for (or overflow an expression).
+    if (std::find(p.values.begin(), p.values.end(), it->second) == p.values.end())
+      return fail(ErrorCode::invalid_argument, "param " + p.name + "=" +
+                                                   std::to_string(it->second) +
+                                                   " is not in its domain");
     ev.set(m.symbols.find(p.name), double(it->second));
   }
   for (const auto& [name, _] : params)

@@ -111,10 +111,10 @@ class SearchSpace {
   SpaceReport m_report;
 };
 
-// Checks `params` against every constraint and makes the Instance. Fails naming the first
-// constraint it breaks, or an unknown/missing param. `max_active_clusters`: what the worker
-// measured for this config's compiled kernel (TrialRunner::occupancy); without it launch.grid
-// sees the fallback (see Instance).
+// Checks `params` against the declared domains and every constraint and makes the Instance.
+// Fails naming the first constraint it breaks, a value outside its domain, or an unknown/missing
+// param. `max_active_clusters`: what the worker measured for this config's compiled kernel
+// (TrialRunner::occupancy); without it launch.grid sees the fallback (see Instance).
 Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
                              const DeviceLimits& limits, const Params& params,
                              std::optional<std::int64_t> max_active_clusters = std::nullopt);

@@ -179,8 +179,11 @@ OpReply op_plan(OpContext& ctx, const protocol::Request& req) {
     return protocol::error(ErrorKind::bad_request,
                            "a plan is a list of problems, or a mapping with \"problems:\"");
   std::string device_name = *device;
-  if (doc.IsMap() && doc["device"] && device_name.empty())
-    device_name = doc["device"].as<std::string>();
+  if (doc.IsMap() && doc["device"] && device_name.empty()) {
+    if (!doc["device"].IsScalar())
+      return protocol::error(ErrorKind::bad_request, "plan: \"device\" must be a string");
+    device_name = doc["device"].Scalar();
+  }
   // Validate everything first: a plan is queued whole or not at all.
   std::vector<JobSpec> specs;
   std::string errors;
@@ -256,7 +259,7 @@ void op_watch(OpContext& ctx, const protocol::Request& req, Emit emit) {
         j.state == JobState::done || j.state == JobState::failed || j.state == JobState::cancelled;
     Json line = {{"v", protocol::k_version}, {"id", rid}, {"ok", true}};
     line[end ? "result" : "event"] = job_json(j);
-    return emit(line.dump() + "\n", end);
+    return emit(protocol::dump_line(line), end);
   });
   if (!known)
     emit(reply_line(ctx, req.id, protocol::error(ErrorKind::not_found, "no job " + *id)), true);

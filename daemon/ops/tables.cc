@@ -37,12 +37,8 @@ OpReply op_import(OpContext& ctx, const protocol::Request& req) {
   if (!origin) return std::unexpected(origin.error());
   auto report = ctx.catalog.import(text, *origin);
   if (!report) return protocol::error(ErrorKind::bad_request, report.error().message);
-  if (!report->applied()) {
-    std::string msg = std::to_string(report->rejected.size()) + " of " +
-                      std::to_string(report->total) + " records rejected; nothing imported:";
-    for (const auto& r : report->rejected) msg += "\n  " + r.reason;
-    return protocol::error(ErrorKind::bad_request, msg);
-  }
+  if (!report->applied())
+    return protocol::error(ErrorKind::bad_request, report->rejection_summary());
   return Json{{"total", report->total},
               {"added", report->added},
               {"replaced", report->replaced},

@@ -315,5 +315,71 @@ TEST_F(EndToEndTest, MetricsAndHealthOverHttp) {
   EXPECT_NE(http_get(std::stoi(port), "/nope").find("404"), std::string::npos);
 }
 
+// A number beyond a double or bytes that are not UTF-8 get one error line; the replies pipelined
+// before and after it are answered in order, and the connection stays open.
+TEST_F(EndToEndTest, BadNumbersAndBytesGetAnErrorAndTheConnectionStaysOpen) {
+  DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
+  ASSERT_TRUE(daemon.start());
+  int fd = raw_connect(daemon.socket());
+  ASSERT_GE(fd, 0);
+  const std::string pipelined = std::string(R"({"v":1,"id":"a","op":"status"})") + "\n" +
+                                R"({"v":1,"id":"b","op":"status","x":1e400})" + "\n" +
+                                "{\"v\":1,\"id\":\"c\",\"op\":\"st\xff\xfe\"}\n" +
+                                R"({"v":1,"id":"d","op":"templates"})" + "\n" +
+                                "{\"v\":1,\"id\":\"e\",\"attach\":1e400}\n" +
+                                R"({"v":1,"id":"f","op":"status"})" + "\n";
+  ASSERT_EQ(::send(fd, pipelined.data(), pipelined.size(), 0), ssize_t(pipelined.size()));
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"a", ""}, {"b", "bad_request"}, {"c", "parse_error"}, {"d", ""}};
+  for (const auto& [id, code] : expected) {
+    Json reply = Json::parse(raw_read_line(fd));
+    EXPECT_EQ(reply["id"], id) << reply.dump();
+    EXPECT_EQ(reply["ok"].get<bool>(), code.empty()) << reply.dump();
+    if (!code.empty()) {
+      EXPECT_EQ(reply["error"]["code"], code) << reply.dump();
+    }
+  }
+  // A line that announces an attachment but cannot be read: the stream cannot be resynchronized,
+  // so it is answered and the connection closed (docs/protocol.md, Attachments).
+  Json attach = Json::parse(raw_read_line(fd));
+  EXPECT_EQ(attach["error"]["code"], "bad_request") << attach.dump();
+  char c;
+  EXPECT_LE(::recv(fd, &c, 1, 0), 0) << "closed after an unreadable attachment header";
+  ::close(fd);
+  // A fresh connection is served.
+  Client client(options());
+  ASSERT_TRUE(client.status());
+}
+
+// A seed table with a number out of range or invalid UTF-8 stops the start with the file and
+// line, instead of aborting.
+TEST_F(EndToEndTest, BadSeedTableIsRefusedWithFileAndLine) {
+  const std::string good = write_table(m_dir / "good.json");
+  std::ifstream in(good);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const size_t at = text.find("\"median_us\": ");
+  ASSERT_NE(at, std::string::npos);
+  const int line = 1 + int(std::count(text.begin(), text.begin() + long(at), '\n'));
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"1e400", "out of range"}, {"\"\xff\"", "UTF-8"}};
+  for (const auto& [value, what] : bad) {
+    std::string broken = text;
+    const size_t end = broken.find_first_of(",\n", at);
+    broken.replace(at, end - at, "\"median_us\": " + value);
+    const std::string path = m_dir / "bad.json";
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << broken;
+    DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data",
+                         {"--set", "store.seed_tables=" + path});
+    EXPECT_FALSE(daemon.start());
+    EXPECT_EQ(daemon.wait_exit(), 1) << "a clean refusal, not an abort";
+    std::ifstream log(daemon.log_path());
+    std::string logged((std::istreambuf_iterator<char>(log)), {});
+    EXPECT_NE(logged.find(path + ":" + std::to_string(line) + ":"), std::string::npos)
+        << value << ": " << logged;
+    EXPECT_NE(logged.find(what), std::string::npos) << logged;
+    std::filesystem::remove(daemon.log_path());
+  }
+}
+
 }  // namespace
 }  // namespace ktune

@@ -72,7 +72,8 @@ TEST(TableIoTest, TruncatedFileIsRejectedWholeWithClearMessage) {
   for (size_t cut : {text.size() / 3, text.size() / 2, text.size() - 5}) {
     auto r = import_table(dst, text.substr(0, cut), "t.json");
     ASSERT_FALSE(r) << "cut at " << cut;
-    EXPECT_NE(r.error().message.find("t.json: not a JSON table (truncated or damaged?)"),
+    EXPECT_TRUE(r.error().message.starts_with("t.json:")) << r.error().message;
+    EXPECT_NE(r.error().message.find(": not a JSON table (truncated or damaged?)"),
               std::string::npos)
         << r.error().message;
   }
@@ -92,6 +93,39 @@ TEST(TableIoTest, GarbageAndWrongDocumentsAreRejected) {
   r = import_table(dst, "{\"ktune_table\": 1, \"count\": 5, \"winners\": []}", "g.json");
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("header says 5 records, the file holds 0"), std::string::npos);
+}
+
+// Content nlohmann throws on (a number beyond a double, invalid UTF-8) or that would recurse
+// (deep nesting) is an Error naming file:line:column, never an exception.
+TEST(TableIoTest, UnreadableContentIsAnErrorWithLineAndColumn) {
+  MemStore src;
+  for (const auto& w : sample()) ASSERT_TRUE(put_winner(src, w));
+  const std::string text = render_table(*scan_winners(src), TableFormat::json);
+  const size_t at = text.find("\"median_us\": ") + std::string("\"median_us\": ").size();
+  const std::string line = std::to_string(1 + std::count(text.begin(), text.begin() + long(at), '\n'));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"1e400", "number out of range"}, {"-1e999", "number out of range"},
+      {"\"\xff\xfe\"", "UTF-8"},        {"\"\xed\xa0\x80\"", "UTF-8"}};
+  MemStore dst;
+  for (const auto& [value, what] : cases) {
+    std::string broken = text;
+    broken.replace(at, broken.find(',', at) - at, value);
+    Result<ImportReport> r = fail(ErrorCode::internal, "not run");
+    EXPECT_NO_THROW(r = import_table(dst, broken, "t.json")) << value;
+    ASSERT_FALSE(r) << value;
+    EXPECT_TRUE(r.error().message.starts_with("t.json:" + line + ":")) << r.error().message;
+    EXPECT_NE(r.error().message.find(what), std::string::npos) << r.error().message;
+  }
+  auto deep = import_table(dst, "{\"ktune_table\": 1, \"x\": " + std::string(200'000, '[') +
+                                    std::string(200'000, ']') + "}", "t.json");
+  ASSERT_FALSE(deep);
+  EXPECT_NE(deep.error().message.find("nest deeper than"), std::string::npos);
+  // A damaged header is described by type, not echoed (it could be megabytes).
+  auto huge = import_table(dst, "{\"ktune_table\": \"" + std::string(1'000'000, 'x') +
+                                    "\", \"winners\": []}", "t.json");
+  ASSERT_FALSE(huge);
+  EXPECT_LT(huge.error().message.size(), 200u) << huge.error().message.substr(0, 200);
+  EXPECT_TRUE(scan_winners(dst)->empty());
 }
 
 TEST(TableIoTest, BadRecordsAreListedAndNothingIsImported) {
