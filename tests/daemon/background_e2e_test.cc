@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "config/config.h"
 #include "store/rocksdb_store.h"
 #include "store/table_io.h"
 #include "tests/fakes/daemon_process.h"
@@ -432,7 +433,9 @@ TEST_F(BackgroundTest, BigImportDoesNotStallCachedLookups) {
     records.push_back(std::move(w));
   }
   const std::string table = render_table(records, TableFormat::json);
-  auto d = daemon(1, {"tuning.gpu_policy=never", "lookup.nearest_radius=0"});
+  // Imports must name installed templates: the built-in ones (gemm) beside the test templates.
+  auto d = daemon(1, {"tuning.gpu_policy=never", "lookup.nearest_radius=0",
+                      "templates.dirs=" + builtin_template_dir() + ":" + k_test_templates});
   ASSERT_TRUE(d->start());
   Client seed(options());
   std::vector<WinnerRecord> first(records.begin(), records.begin() + 10);
