@@ -68,8 +68,12 @@ Problem llm_gemm(std::mt19937_64& rng) {
   auto uniform = [&](std::int64_t lo, std::int64_t hi) {
     return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
   };
-  return Problem{"gemm", "bf16", "bf16", "rc",
-                 {{"M", uniform(1, 8192)}, {"N", 64 * uniform(1, 256)}, {"K", 64 * uniform(1, 256)}}};
+  return Problem{
+      "gemm",
+      "bf16",
+      "bf16",
+      "rc",
+      {{"M", uniform(1, 8192)}, {"N", 64 * uniform(1, 256)}, {"K", 64 * uniform(1, 256)}}};
 }
 
 json bench_nearest(int winners, int queries) {
@@ -152,8 +156,9 @@ json bench_misses(testing::DaemonParts& parts, int misses) {
 }
 
 json bench_answers(testing::DaemonParts& parts, int lines) {
-  const std::string head = R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
-                           R"(","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":4096,"N":4096,"K":4096}})";
+  const std::string head =
+      R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
+      R"(","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":4096,"N":4096,"K":4096}})";
   const auto body = protocol::Json::parse(head + "}");
   std::string line = head + R"(,"pad":")" + std::string(60'000, 'x') + "\"}";
   const size_t stamp = head.size() + 8;  // inside the pad
