@@ -46,6 +46,11 @@ struct DaemonConfig {
   // Threads for work that must never run on an I/O thread: imports, exports, cold lookups, job
   // control. Cached lookups never queue behind them. Default 2.
   int executor_threads = 2;
+  // Memory for cached lookup answers, in bytes: 3/4 for the answers by (device, problem, limit),
+  // 1/4 for the request lines that map to them (lines over 4 KiB are never cached). Each entry is
+  // charged its key, its content and its bookkeeping; past the bound the least recently used go.
+  // 0 caches nothing. Default 67108864 (64 MiB).
+  int answer_cache_bytes = 64 << 20;
 
   // ---- store ----
   // RocksDB database and other state. Default: $XDG_STATE_HOME/ktune, else ~/.local/state/ktune.
