@@ -159,7 +159,7 @@ void LookupService::remember_line(std::string_view line, const std::string& key,
 
 LookupService::CacheStats LookupService::cache_stats() const {
   std::lock_guard lock(m_mutex);
-  return {m_by_key.stats(), m_by_text.stats(), m_lines_too_long, m_built};
+  return {m_by_key.stats(), m_by_text.stats(), m_lines_too_long, m_built, m_joined};
 }
 
 std::string LookupService::reply(const Json& id, const Answer& answer,
@@ -293,21 +293,63 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   const auto& [dev, limits] = *device;
   const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit);
   std::shared_ptr<const Answer> answer;
+  std::shared_ptr<InFlight> flight;
+  bool run_it = false;
   {
     std::lock_guard lock(m_mutex);
-    if (const auto* cached = m_by_key.find(key, current(generation))) answer = *cached;
+    if (const auto* cached = m_by_key.find(key, current(generation)))
+      answer = *cached;
+    else if (cold == Cold::build)
+      std::tie(flight, run_it) = join_build_locked(key, generation);
   }
   if (!answer) {
     if (cold == Cold::refuse) return nullptr;
-    auto built = build(*problem, dev, limits, req->limit);
+    if (!run_it && m_observer.on_join) m_observer.on_join(key);
+    auto built =
+        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit) : flight->result.get();
     if (!built) return built;
     answer = *built;
-    std::lock_guard lock(m_mutex);
-    ++m_built;
-    m_by_key.put(key, answer, answer_bytes(*answer));
   }
   if (!line.empty()) remember_line(line, key, generation);
   return answer;
+}
+
+std::pair<std::shared_ptr<LookupService::InFlight>, bool> LookupService::join_build_locked(
+    const std::string& key, std::uint64_t generation) {
+  auto& slot = m_building[key];
+  if (slot && slot->generation >= generation) {
+    ++m_joined;
+    return {slot, false};
+  }
+  slot = std::make_shared<InFlight>();
+  slot->generation = generation;
+  return {slot, true};
+}
+
+LookupService::Built LookupService::run_build(const std::string& key, InFlight& flight,
+                                              const Problem& problem, const DeviceClass& dev,
+                                              const DeviceLimits& limits, int limit) {
+  if (m_observer.on_build) m_observer.on_build(key);
+  // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
+  // waiters wake: a lookup arriving after finds the answer cached or starts afresh.
+  auto land = [&](const Built* built) {
+    std::lock_guard lock(m_mutex);
+    ++m_built;
+    if (built && *built) m_by_key.put(key, **built, answer_bytes(***built));
+    if (auto it = m_building.find(key); it != m_building.end() && it->second.get() == &flight)
+      m_building.erase(it);
+  };
+  Built built;
+  try {
+    built = build(problem, dev, limits, limit);
+  } catch (...) {
+    land(nullptr);
+    flight.promise.set_exception(std::current_exception());
+    throw;
+  }
+  land(&built);
+  flight.promise.set_value(built);
+  return built;
 }
 
 LookupService::Built LookupService::build(const Problem& problem, const DeviceClass& dev,

@@ -7,12 +7,15 @@
 // already trusts); lines over k_max_cached_line are never cached by text. Together they hold at
 // most `server.answer_cache_bytes`; both are invalid once the index generation moves. Building
 // an answer costs tens of microseconds to milliseconds: callers on an I/O thread ask with
-// Cold::refuse and hand cold keys to the executor. Lookups answered without an exact, valid
-// winner are counted as misses, with their expected worth. Thread-safe; one mutex guards both
-// caches, held only for hash probes and list splices.
+// Cold::refuse and hand cold keys to the executor, where concurrent cold lookups of one key
+// share one build (the first builds, the others wait for its result). Lookups answered without
+// an exact, valid winner are counted as misses, with their expected worth. Thread-safe; one
+// mutex guards both caches and the builds in flight, held only for hash probes and list splices.
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -55,6 +58,14 @@ class LookupService {
     LruStats lines;                    // request text -> answer key
     std::uint64_t lines_too_long = 0;  // not cached by text: over k_max_cached_line
     std::uint64_t built = 0;           // answers built (cold lookups that did the work)
+    std::uint64_t joined = 0;          // cold lookups that waited for another's build of their key
+  };
+
+  // Test seam: on_build runs on the building thread before it builds `key`; on_join runs on a
+  // thread that is about to wait for another's build of `key`. Set before concurrent use.
+  struct BuildObserver {
+    std::function<void(const std::string& key)> on_build;
+    std::function<void(const std::string& key)> on_join;
   };
 
   LookupService(const DaemonConfig& config, const TemplateRegistry& templates,
@@ -79,9 +90,16 @@ class LookupService {
   protocol::Expected<Problem> canonical_problem(const protocol::ProblemSpec& spec) const;
 
   CacheStats cache_stats() const;
+  void set_build_observer(BuildObserver observer) { m_observer = std::move(observer); }
 
  private:
   using Built = protocol::Expected<std::shared_ptr<const Answer>>;
+  // A build in flight: cold lookups of its key at its generation or older wait for its result.
+  struct InFlight {
+    std::uint64_t generation = 0;
+    std::promise<Built> promise;
+    std::shared_future<Built> result = promise.get_future().share();
+  };
   // The request text after the id -> the answer key it asked for, as of an index generation.
   struct LineEntry {
     std::string key;
@@ -89,6 +107,13 @@ class LookupService {
   };
 
   void remember_line(std::string_view line, const std::string& key, std::uint64_t generation);
+  // The build of `key` to wait for, and whether the caller is to run it (none in flight yet, or
+  // only one for an older generation). REQUIRES: m_mutex held.
+  std::pair<std::shared_ptr<InFlight>, bool> join_build_locked(const std::string& key,
+                                                               std::uint64_t generation);
+  // Runs `flight`'s build, caches a success, and hands the result to every thread waiting on it.
+  Built run_build(const std::string& key, InFlight& flight, const Problem& problem,
+                  const DeviceClass& device, const DeviceLimits& limits, int limit);
   Built build(const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
               int limit);
   bool complete_entry(protocol::LookupEntry& entry, const Problem& problem,
@@ -103,11 +128,15 @@ class LookupService {
   Metrics& m_metrics;
   MissTracker& m_misses;
 
-  mutable std::mutex m_mutex;  // guards the four below
+  BuildObserver m_observer;
+
+  mutable std::mutex m_mutex;  // guards the six below
   ByteLru<std::shared_ptr<const Answer>> m_by_key;
   ByteLru<LineEntry> m_by_text;
+  std::unordered_map<std::string, std::shared_ptr<InFlight>> m_building;
   std::uint64_t m_lines_too_long = 0;
   std::uint64_t m_built = 0;
+  std::uint64_t m_joined = 0;
 };
 
 }  // namespace ktune

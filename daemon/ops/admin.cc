@@ -131,6 +131,10 @@ std::string answer_cache_metrics(const LookupService::CacheStats& c) {
   s += "# HELP ktune_answers_built_total Lookup answers built (cold lookups that did the work).\n"
        "# TYPE ktune_answers_built_total counter\nktune_answers_built_total " +
        std::to_string(c.built) + "\n";
+  s += "# HELP ktune_answer_builds_joined_total Cold lookups that waited for another's build of "
+       "their key.\n# TYPE ktune_answer_builds_joined_total counter\n"
+       "ktune_answer_builds_joined_total " +
+       std::to_string(c.joined) + "\n";
   return s;
 }
 

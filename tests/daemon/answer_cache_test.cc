@@ -2,7 +2,10 @@
 // lines never kept (issue 9 item 12, issue 10).
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <fstream>
+#include <latch>
+#include <thread>
 
 #include "daemon/lookups.h"
 #include "daemon/ops/ops.h"
@@ -21,6 +24,12 @@ double rss_mib() {
   while (std::getline(in, line))
     if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
   return 0;
+}
+
+// The value of one sample in Prometheus text, or -1 when absent.
+double sample(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
 }
 
 class AnswerCacheTest : public ::testing::Test {
@@ -149,10 +158,86 @@ TEST_F(AnswerCacheTest, ZeroBytesCachesNothing) {
   EXPECT_FALSE(lookups().fast_reply(line));
 }
 
-// The value of one sample in Prometheus text, or -1 when absent.
-double sample(const std::string& text, const std::string& series) {
-  const auto at = text.find("\n" + series + " ");
-  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+// Asks `line` from `threads` threads at once, Cold::build. The first build is held until every
+// other thread has joined it (a deadline ends the wait when they never do, as without the dedupe,
+// where each thread builds its own). Counts builds and joins as the observer sees them.
+struct Concurrent {
+  std::vector<protocol::Expected<std::shared_ptr<const LookupService::Answer>>> results;
+  int builds = 0;
+  int joins = 0;
+};
+Concurrent ask_at_once(LookupService& lookups, const std::string& line, int threads) {
+  Concurrent out;
+  std::mutex mutex;
+  std::condition_variable changed;
+  lookups.set_build_observer({.on_build =
+                                  [&](const std::string&) {
+                                    std::unique_lock lock(mutex);
+                                    ++out.builds;
+                                    changed.wait_for(lock, std::chrono::seconds(5),
+                                                     [&] { return out.joins == threads - 1; });
+                                  },
+                              .on_join =
+                                  [&](const std::string&) {
+                                    std::lock_guard lock(mutex);
+                                    ++out.joins;
+                                    changed.notify_all();
+                                  }});
+  const auto body = Json::parse(line);
+  std::latch go(threads);
+  out.results.resize(size_t(threads), nullptr);
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] {
+      go.arrive_and_wait();
+      out.results[size_t(i)] = lookups.lookup(body, LookupService::Cold::build, line);
+    });
+  for (auto& t : pool) t.join();
+  lookups.set_build_observer({});
+  return out;
+}
+
+// Issue 10: many clients asking the same new key at once cost one build; the others wait for it.
+TEST_F(AnswerCacheTest, ConcurrentColdLookupsOfOneKeyBuildOnce) {
+  start(64 << 20);
+  constexpr int k_threads = 8;
+  const std::string line = line_for(3000);
+  const Concurrent c = ask_at_once(lookups(), line, k_threads);
+  EXPECT_EQ(c.builds, 1);
+  EXPECT_EQ(c.joins, k_threads - 1);
+  const auto s = lookups().cache_stats();
+  EXPECT_EQ(s.built, 1u);
+  EXPECT_EQ(s.joined, size_t(k_threads - 1));
+  for (const auto& a : c.results) {
+    ASSERT_TRUE(a) << a.error().message;
+    ASSERT_NE(*a, nullptr);
+    EXPECT_EQ(a->get(), c.results[0]->get()) << "every thread got the one answer built";
+  }
+  EXPECT_EQ(sample(op_metrics_gauges(m_parts->ctx), "ktune_answer_builds_joined_total"),
+            k_threads - 1);
+  // Done: the next ask is a plain cache hit, no build, no wait.
+  ASSERT_TRUE(ask(line, LookupService::Cold::refuse));
+  EXPECT_EQ(lookups().cache_stats().built, 1u);
+}
+
+// A build that fails hands its error to every thread that waited for it, and leaves nothing
+// behind: the next ask builds again.
+TEST_F(AnswerCacheTest, AFailedBuildIsSharedAndNotCached) {
+  start(64 << 20);
+  const std::string line = R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
+                           R"(","problem":{"op":"nosuchop","dtype":"bf16","dims":{"n":5}}})";
+  const Concurrent c = ask_at_once(lookups(), line, 4);
+  EXPECT_EQ(c.builds, 1);
+  for (const auto& a : c.results) {
+    ASSERT_FALSE(a);
+    EXPECT_EQ(a.error().kind, protocol::ErrorKind::invalid_problem);
+  }
+  auto again = lookups().lookup(Json::parse(line), LookupService::Cold::build, line);
+  ASSERT_FALSE(again);
+  const auto s = lookups().cache_stats();
+  EXPECT_EQ(s.built, 2u);
+  EXPECT_EQ(s.joined, 3u);
+  EXPECT_EQ(s.answers.entries, 0u);
 }
 
 // The cache metrics move with what the caches do.
