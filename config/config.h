@@ -95,6 +95,10 @@ struct DaemonConfig {
   double miss_threshold_us = 1;
   // Most jobs waiting in the queue; further misses wait (tune requests are refused). Default 256.
   int max_queued_jobs = 256;
+  // Memory for the missed keys background tuning works through, in bytes. Each key is charged
+  // its key text, problem, device, reason and index nodes; past the bound the key worth least is
+  // forgotten. Default 33554432 (32 MiB: on the order of 60,000 keys).
+  int miss_tracker_bytes = 32 << 20;
   // The GPU worker executable. Default "": ktune-worker beside ktuned (or $KTUNE_WORKER).
   std::string worker_binary;
   // Deadline for one candidate on the worker (load, verify, time); past it the worker is killed

@@ -18,6 +18,7 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
                     {"device_class", g.device_class.id()},
                     {"name", g.device_class.name},
                     {"pci_bus_id", g.pci_bus_id}});
+  const MissTracker::Stats tracked = ctx.misses.stats();
   Json misses = Json::array();
   for (const auto& m : ctx.misses.top(10))
     misses.push_back({{"device", m.device.id()},
@@ -38,35 +39,39 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
   };
   const double uptime =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
-  return Json{
-      {"version", KTUNE_VERSION},
-      {"protocol", protocol::k_version},
-      {"pid", ::getpid()},
-      {"node_id", ctx.node.node_id},
-      {"uptime_s", std::round(uptime * 10) / 10},
-      {"socket", ctx.config.socket_path},
-      {"tcp", ctx.config.tcp_address},
-      {"data_dir", ctx.config.data_dir},
-      {"store", ctx.store.describe()},
-      {"winners", ctx.catalog.index().size()},
-      {"device_classes", ctx.catalog.index().device_ids()},
-      {"templates", ctx.templates.all().size()},
-      {"template_errors", template_errors},
-      {"gpus", gpus},
-      {"gpu_error", ctx.node.gpu_error},
-      {"gpu_policy", ctx.config.gpu_policy},
-      {"lanes", lanes},
-      {"jobs", jobs},
-      {"validators",
-       {{"driver", ctx.node.driver},
-        {"nvrtc", ctx.node.nvrtc},
-        {"store_format", k_store_format_version}}},
-      {"connections", ctx.metrics.connections()},
-      {"requests", ctx.metrics.requests()},
-      {"answer_cache",
-       {{"answers", cache_json(caches.answers)}, {"lines", cache_json(caches.lines)}}},
-      {"misses",
-       {{"total", ctx.misses.total()}, {"distinct", ctx.misses.distinct()}, {"top", misses}}}};
+  return Json{{"version", KTUNE_VERSION},
+              {"protocol", protocol::k_version},
+              {"pid", ::getpid()},
+              {"node_id", ctx.node.node_id},
+              {"uptime_s", std::round(uptime * 10) / 10},
+              {"socket", ctx.config.socket_path},
+              {"tcp", ctx.config.tcp_address},
+              {"data_dir", ctx.config.data_dir},
+              {"store", ctx.store.describe()},
+              {"winners", ctx.catalog.index().size()},
+              {"device_classes", ctx.catalog.index().device_ids()},
+              {"templates", ctx.templates.all().size()},
+              {"template_errors", template_errors},
+              {"gpus", gpus},
+              {"gpu_error", ctx.node.gpu_error},
+              {"gpu_policy", ctx.config.gpu_policy},
+              {"lanes", lanes},
+              {"jobs", jobs},
+              {"validators",
+               {{"driver", ctx.node.driver},
+                {"nvrtc", ctx.node.nvrtc},
+                {"store_format", k_store_format_version}}},
+              {"connections", ctx.metrics.connections()},
+              {"requests", ctx.metrics.requests()},
+              {"answer_cache",
+               {{"answers", cache_json(caches.answers)}, {"lines", cache_json(caches.lines)}}},
+              {"misses",
+               {{"total", tracked.total},
+                {"distinct", tracked.distinct},
+                {"bytes", tracked.bytes},
+                {"max_bytes", tracked.max_bytes},
+                {"evicted", tracked.evicted},
+                {"top", misses}}}};
 }
 
 OpReply op_templates(OpContext& ctx, const protocol::Request&) {
@@ -151,8 +156,12 @@ std::string op_metrics_gauges(OpContext& ctx) {
   gauge("ktune_templates", "Templates loaded.", "gauge", double(ctx.templates.all().size()));
   gauge("ktune_lookup_misses_total", "Lookups with no exact answer.", "counter",
         double(ctx.misses.total()));
-  gauge("ktune_missed_keys", "Distinct keys missed (bounded).", "gauge",
-        double(ctx.misses.distinct()));
+  const MissTracker::Stats tracked = ctx.misses.stats();
+  gauge("ktune_missed_keys", "Distinct keys missed (bounded).", "gauge", double(tracked.distinct));
+  gauge("ktune_missed_keys_bytes", "Bytes charged to the missed keys (tuning.miss_tracker_bytes).",
+        "gauge", double(tracked.bytes));
+  gauge("ktune_missed_keys_evicted_total", "Missed keys forgotten to stay within the bound.",
+        "counter", double(tracked.evicted));
   gauge("ktune_gpus", "GPUs this node tunes on.", "gauge", double(ctx.node.gpus.size()));
   s += "# HELP ktune_jobs Tuning jobs, by state.\n# TYPE ktune_jobs gauge\n";
   for (const auto& [state, n] : ctx.jobs.counts())
