@@ -34,7 +34,9 @@ WinnerIndex::Family* WinnerIndex::insert_locked(WinnerRecord record) {
     e.record = std::move(ptr);
     return nullptr;
   }
-  const std::string family_name = family_key(ptr->device.id(), ptr->problem);
+  const std::string device_id = ptr->device.id();
+  m_device_ids.insert(device_id);
+  const std::string family_name = family_key(device_id, ptr->problem);
   Family& family = m_families.try_emplace(family_name, ptr->problem.dims.size()).first->second;
   const std::uint32_t slot = family.shapes.add(log2_dims(ptr->problem), ptr->problem.key());
   family.records.push_back(ptr);
@@ -46,6 +48,7 @@ void WinnerIndex::load(std::vector<WinnerRecord> records) {
   std::unique_lock lock(m_mutex);
   m_by_key.clear();
   m_families.clear();
+  m_device_ids.clear();
   for (auto& r : records) insert_locked(std::move(r));
   for (auto& [_, family] : m_families) family.shapes.settle();
   m_generation.fetch_add(1, std::memory_order_release);
@@ -95,10 +98,8 @@ size_t WinnerIndex::size() const {
 }
 
 std::vector<std::string> WinnerIndex::device_ids() const {
-  std::set<std::string> ids;
   std::shared_lock lock(m_mutex);
-  for (const auto& [_, e] : m_by_key) ids.insert(e.record->device.id());
-  return {ids.begin(), ids.end()};
+  return {m_device_ids.begin(), m_device_ids.end()};
 }
 
 }  // namespace ktune

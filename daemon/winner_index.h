@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -42,7 +43,8 @@ class WinnerIndex {
                             size_t max) const;
 
   size_t size() const;
-  // Distinct device class ids, sorted.
+  // Distinct device class ids, sorted. Kept as records arrive: no scan of the index (every
+  // lookup naming a device asks).
   std::vector<std::string> device_ids() const;
   // Incremented on every change; lets callers cache answers derived from the index.
   std::uint64_t generation() const { return m_generation.load(std::memory_order_acquire); }
@@ -68,6 +70,7 @@ class WinnerIndex {
   mutable std::shared_mutex m_mutex;
   std::unordered_map<std::string, Entry> m_by_key;
   std::unordered_map<std::string, Family> m_families;
+  std::set<std::string> m_device_ids;
   std::atomic<std::uint64_t> m_generation{0};
 };
 

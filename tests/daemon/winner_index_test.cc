@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <set>
@@ -221,6 +222,31 @@ TEST(NearestTest, SubLinearAt100kWinnersInOneFamily) {
   std::sort(points.begin(), points.end());
   EXPECT_LT(points[points.size() / 2], 1000u) << "median distances computed per search";
   EXPECT_LT(points[points.size() * 99 / 100], 5000u) << "p99 distances computed per search";
+  // Every lookup that names a device resolves it against device_ids(): that must not cost a
+  // scan of the index either (it took ~25 ms per call here, most of a cold lookup).
+  std::vector<double> us;
+  for (int i = 0; i < 101; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto ids = index.device_ids();
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    ASSERT_EQ(ids, std::vector<std::string>{k_device});
+  }
+  std::sort(us.begin(), us.end());
+  EXPECT_LT(us[50], 200.0) << "median device_ids() time in us";
+}
+
+TEST(NearestTest, DeviceIdsFollowLoadsAndUpserts) {
+  WinnerIndex index;
+  WinnerRecord a100 = testing::winner(testing::gemm_problem(64, 64, 64), 1);
+  a100.device = DeviceClass{"NVIDIA A100-SXM4-80GB", 80, 108, 80};
+  index.load({testing::winner(testing::gemm_problem(64, 64, 64), 1)});
+  EXPECT_EQ(index.device_ids(), std::vector<std::string>{k_device});
+  index.upsert(a100);
+  index.upsert(testing::winner(testing::gemm_problem(64, 64, 64), 2));  // replaces: no new id
+  EXPECT_EQ(index.device_ids(), (std::vector<std::string>{a100.device.id(), k_device}));
+  index.load({a100});
+  EXPECT_EQ(index.device_ids(), std::vector<std::string>{a100.device.id()});
 }
 
 }  // namespace
