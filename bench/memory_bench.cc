@@ -6,8 +6,13 @@
 //    2 (the default), at limit 4 (the default) and 64 (the most); plus what loading the index and
 //    one later upsert cost. An XXH3 over every answer lets runs before and after a change be
 //    compared: the answers must be the same.
-//  - misses: `--misses` distinct missed keys recorded into the MissTracker, then the `status` and
-//    `misses` (limit 20) ops through the Dispatcher, and the RSS the tracker took.
+//  - misses: `--misses` distinct missed keys recorded into the MissTracker (with room for all of
+//    them, then with the default tuning.miss_tracker_bytes), then the `status` and `misses`
+//    (limit 20) ops through the Dispatcher, and the RSS the tracker took.
+//  - cold: `--queries` lookups of shapes never asked before, through LookupService (JSON parse
+//    included, as on the executor), with the `--winners` winners in the index.
+//  - fast path: one cached line answered by LookupService::fast_reply (the I/O thread's path),
+//    `--fast` times, and one cached answer through lookup() (Cold::refuse, the key cache).
 //  - answers: `--big-lines` lookups whose request line carries a unique 60 KB unknown field (the
 //    answer caches key their text cache by the line), and the RSS they left behind.
 #include <malloc.h>
@@ -138,6 +143,7 @@ json bench_misses(testing::DaemonParts& parts, int misses) {
   const auto t1 = Clock::now();
   json out = {{"recorded", misses},
               {"distinct_kept", parts.misses.distinct()},
+              {"bytes_charged", parts.misses.stats().bytes},
               {"record_mean_us", micros(t0, t1) / misses},
               {"rss_growth_mib", rss_mib() - rss0}};
   for (const auto& [name, line] :
@@ -153,6 +159,56 @@ json bench_misses(testing::DaemonParts& parts, int misses) {
     out[name] = summary(us);
   }
   return out;
+}
+
+json bench_cold(testing::DaemonParts& parts, int winners, int queries) {
+  std::mt19937_64 rng(7);
+  std::vector<WinnerRecord> records;
+  std::set<std::string> keys;
+  while (records.size() < size_t(winners)) {
+    Problem p = llm_gemm(rng);
+    if (keys.insert(p.key()).second) records.push_back(testing::winner(p, 10.0));
+  }
+  parts.index.load(std::move(records));
+  std::vector<std::string> lines;
+  for (int i = 0; i < queries; ++i) {
+    const Problem p = llm_gemm(rng);
+    lines.push_back(
+        R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":)" +
+        std::to_string(p.dims[0].second) + R"(,"N":)" + std::to_string(p.dims[1].second) +
+        R"(,"K":)" + std::to_string(p.dims[2].second) + "}}}");
+  }
+  std::vector<double> us;
+  int errors = 0;
+  for (const auto& line : lines) {
+    const auto t0 = Clock::now();
+    auto a = parts.lookups.lookup(protocol::Json::parse(line), LookupService::Cold::build, line);
+    us.push_back(micros(t0, Clock::now()));
+    if (!a && ++errors == 1) std::cerr << a.error().message << "\n";
+  }
+  json out = summary(us);
+  out["errors"] = errors;
+  out["winners"] = parts.index.size();
+  return out;
+}
+
+json bench_fast(testing::DaemonParts& parts, int calls) {
+  const std::string line =
+      R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
+      R"(","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":4096,"N":4096,"K":4096}}})";
+  const auto body = protocol::Json::parse(line);
+  (void)parts.lookups.lookup(body, LookupService::Cold::build, line);
+  size_t bytes = 0;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < calls; ++i) bytes += parts.lookups.fast_reply(line)->size();
+  const auto t1 = Clock::now();
+  for (int i = 0; i < calls; ++i)
+    bytes += parts.lookups.lookup(body, LookupService::Cold::refuse)->get()->result.size();
+  const auto t2 = Clock::now();
+  return {{"calls", calls},
+          {"fast_reply_ns", micros(t0, t1) * 1000 / calls},
+          {"key_cache_lookup_ns", micros(t1, t2) * 1000 / calls},
+          {"bytes", bytes}};
 }
 
 json bench_answers(testing::DaemonParts& parts, int lines) {
@@ -172,14 +228,17 @@ json bench_answers(testing::DaemonParts& parts, int lines) {
     if (!a && ++errors == 1) std::cerr << a.error().message << "\n";
   }
   const auto t1 = Clock::now();
+  const auto caches = parts.lookups.cache_stats();
   return {{"lookups", lines},
           {"errors", errors},
+          {"cache_bytes", caches.answers.bytes + caches.lines.bytes},
+          {"lines_not_cached", caches.lines_too_long},
           {"line_bytes", line.size()},
           {"mean_us", micros(t0, t1) / lines},
           {"rss_growth_mib", rss_mib() - rss0}};
 }
 
-int run(int winners, int queries, int misses, int big_lines, const std::string& label) {
+int run(int winners, int queries, int misses, int big_lines, int fast, const std::string& label) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::time_t now = std::time(nullptr);
@@ -198,8 +257,22 @@ int run(int winners, int queries, int misses, int big_lines, const std::string& 
   node.node_id = "bench";
   node.gpu_error = "no GPU in the bench";
   {
-    testing::DaemonParts parts(config, templates, node);
+    DaemonConfig roomy = config;
+    roomy.miss_tracker_bytes = 2'000'000'000;  // keep every key: the cost at --misses keys
+    testing::DaemonParts parts(roomy, templates, node);
     out["misses"] = bench_misses(parts, misses);
+  }
+  {
+    testing::DaemonParts parts(config, templates, node);  // the default bound
+    out["misses_default_bound"] = bench_misses(parts, misses);
+  }
+  {
+    testing::DaemonParts parts(config, templates, node);
+    out["cold"] = bench_cold(parts, winners, queries);
+  }
+  {
+    testing::DaemonParts parts(config, templates, node);
+    out["fast_path"] = bench_fast(parts, fast);
   }
   {
     testing::DaemonParts parts(config, templates, node);
@@ -218,12 +291,14 @@ int main(int argc, char** argv) {
   int queries = 2000;
   int misses = 400'000;
   int big_lines = 40'000;
+  int fast = 200'000;
   std::string label = "run";
   app.add_option("--winners", winners, "winners in the one family nearest searches");
   app.add_option("--queries", queries, "nearest calls per limit");
   app.add_option("--misses", misses, "distinct missed keys recorded");
   app.add_option("--big-lines", big_lines, "lookups with a unique 60 KB unknown field");
+  app.add_option("--fast", fast, "fast-path and key-cache calls");
   app.add_option("--label", label, "a name for this run in the output");
   CLI11_PARSE(app, argc, argv);
-  return ktune::run(winners, queries, misses, big_lines, label);
+  return ktune::run(winners, queries, misses, big_lines, fast, label);
 }
