@@ -12,6 +12,7 @@
 
 #include "tests/fakes/daemon_parts.h"
 #include "tests/fakes/test_records.h"
+#include "tests/fakes/test_volume.h"
 
 namespace ktune {
 namespace {
@@ -30,16 +31,17 @@ struct Expected {
 TEST(MissTrackerTest, HoldsAtMostItsBytesAndForgetsOneKeyAtATime) {
   MissTracker misses(1 << 20);
   const DeviceClass d = testing::h200();
-  for (int i = 1; i <= 100'000; ++i) {
+  const int n = testing::volume(100'000);
+  for (int i = 1; i <= n; ++i) {
     misses.record(d, gemm(i), "no winner", 10, 0.3);
     const auto s = misses.stats();
     ASSERT_LE(s.bytes, s.max_bytes) << i;
   }
   const auto s = misses.stats();
-  EXPECT_EQ(s.total, 100'000u);
+  EXPECT_EQ(s.total, size_t(n));
   EXPECT_GT(s.distinct, 1000u);
   EXPECT_LT(s.distinct, 10'000u);
-  EXPECT_EQ(s.distinct + s.evicted, 100'000u) << "one key forgotten per key past the bound";
+  EXPECT_EQ(s.distinct + s.evicted, size_t(n)) << "one key forgotten per key past the bound";
   EXPECT_GT(s.bytes, s.max_bytes * 9 / 10) << "the bound is used, not cleared";
 }
 
@@ -62,7 +64,8 @@ TEST(MissTrackerTest, ForgetsTheKeyWorthLeastNeverTheOneRecorded) {
   MissTracker misses(64 << 10);
   const DeviceClass d = testing::h200();
   misses.record(d, gemm(1, 8192), "no winner", 1e6, 0.3);  // worth a lot
-  for (int i = 2; i < 5000; ++i) {
+  const int n = testing::volume(5000);
+  for (int i = 2; i <= n; ++i) {
     misses.record(d, gemm(i), "no winner", 1, 0.3);
     // The key just recorded is there, even worth least of all.
     const auto all = misses.top(100'000);
@@ -73,7 +76,9 @@ TEST(MissTrackerTest, ForgetsTheKeyWorthLeastNeverTheOneRecorded) {
   const auto top = misses.top(1);
   ASSERT_EQ(top.size(), 1u);
   EXPECT_EQ(top[0].problem, gemm(1, 8192));
-  EXPECT_GT(misses.stats().evicted, 1000u);
+  const auto s = misses.stats();
+  EXPECT_EQ(s.distinct + s.evicted, size_t(n));
+  EXPECT_GT(s.evicted, size_t(n / 2));
 }
 
 // top() and due() against a brute-force sort of every key, through records, promotions,
@@ -84,7 +89,7 @@ TEST(MissTrackerTest, TopAndDueMatchASortOfEveryKey) {
   std::mt19937_64 rng(5);
   std::map<std::string, Expected> all;
   std::set<std::string> promoted;
-  for (int step = 0; step < 20'000; ++step) {
+  for (int step = 0; step < testing::volume(20'000); ++step) {
     const int m = int(rng() % 3000) + 1;
     const double us = double(rng() % 50);  // many equal worths: ties by count, then key
     const Problem p = gemm(m);
@@ -93,7 +98,7 @@ TEST(MissTrackerTest, TopAndDueMatchASortOfEveryKey) {
     e.key = d.id() + "/" + p.key();
     ++e.count;
     e.worth = double(e.count) * us * 0.5;
-    if (step % 1000 == 999) {
+    if (step % 250 == 249) {
       for (const auto& due : misses.due(400)) {
         const std::string key = d.id() + "/" + due.problem.key();
         ASSERT_GE(due.worth_us, 400);
@@ -129,8 +134,25 @@ TEST(MissTrackerTest, TopAndDueMatchASortOfEveryKey) {
   EXPECT_EQ(misses.top(1'000'000).size(), all.size());
 }
 
+// The fastest of seven `status` calls, in ms (what the call costs: being preempted by another
+// process, as on a loaded CI box, only ever adds).
+double status_ms(testing::DaemonParts& parts, size_t distinct) {
+  std::vector<double> ms;
+  for (int i = 0; i < 7; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r =
+        protocol::Json::parse(parts.dispatcher.handle(R"({"v":1,"id":1,"op":"status"})").line);
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    EXPECT_EQ(r["result"]["misses"]["distinct"], distinct);
+    EXPECT_EQ(r["result"]["misses"]["top"].size(), std::min<size_t>(distinct, 10));
+  }
+  return *std::min_element(ms.begin(), ms.end());
+}
+
 // Issue 9 item 12: with 400k distinct misses `status` took 0.76 s (every key copied and sorted
-// for its top ten). The top ten now come from the worth order: microseconds at any size.
+// for its top ten). The top ten now come from the worth order: status costs what it costs with no
+// misses at all, give or take a few milliseconds.
 TEST(MissTrackerTest, StatusStaysFastAt400kMissedKeys) {
   const auto templates = TemplateRegistry::load({builtin_template_dir()});
   DaemonConfig config = default_config();
@@ -139,24 +161,17 @@ TEST(MissTrackerTest, StatusStaysFastAt400kMissedKeys) {
   node.node_id = "test-node";
   node.gpu_error = "no GPU in tests";
   testing::DaemonParts parts(config, templates, node);
+  const double empty_ms = status_ms(parts, 0);
   const DeviceClass d = testing::h200();
-  for (int i = 0; i < 400'000; ++i)
+  const int n = testing::volume(400'000);
+  for (int i = 0; i < n; ++i)
     parts.misses.record(d, testing::gemm_problem(1 + i % 8192, 64 * (1 + i / 8192), 4096),
                         "no winner", 1 + i % 1000, 0.3);
-  ASSERT_EQ(parts.misses.distinct(), 400'000u);
-  std::vector<double> ms;
-  for (int i = 0; i < 5; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto r =
-        protocol::Json::parse(parts.dispatcher.handle(R"({"v":1,"id":1,"op":"status"})").line);
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    ASSERT_EQ(r["result"]["misses"]["distinct"], 400'000);
-    ASSERT_EQ(r["result"]["misses"]["top"].size(), 10u);
-    EXPECT_EQ(r["result"]["misses"]["top"][0]["worth_us"], 1000 * 0.3);
-  }
-  std::sort(ms.begin(), ms.end());
-  EXPECT_LT(ms[2], 20.0) << "median status time in ms";
+  ASSERT_EQ(parts.misses.distinct(), size_t(n));
+  const double full_ms = status_ms(parts, size_t(n));
+  EXPECT_LT(full_ms, empty_ms + 5)
+      << "fastest status ms with " << n << " keys; " << empty_ms << " with none";
+  EXPECT_EQ(parts.misses.top(1)[0].worth_us, 1000 * 0.3);
 }
 
 }  // namespace
