@@ -61,6 +61,11 @@ struct DaemonConfig {
   // A connection whose client accepts no reply byte for this long while replies wait is closed
   // (a client that pipelines requests and never reads). Default 30000.
   int write_stall_timeout_ms = 30000;
+  // Memory for cached lookup answers, in bytes: 3/4 for the answers by (device, problem, limit),
+  // 1/4 for the request lines that map to them (lines over 4 KiB are never cached). Each entry is
+  // charged its key, its content and its bookkeeping; past the bound the least recently used go.
+  // 0 caches nothing. Default 67108864 (64 MiB).
+  int answer_cache_bytes = 64 << 20;
 
   // ---- store ----
   // RocksDB database and other state. Default: $XDG_STATE_HOME/ktune, else ~/.local/state/ktune.
@@ -105,6 +110,10 @@ struct DaemonConfig {
   double miss_threshold_us = 1;
   // Most jobs waiting in the queue; further misses wait (tune requests are refused). Default 256.
   int max_queued_jobs = 256;
+  // Memory for the missed keys background tuning works through, in bytes. Each key is charged
+  // its key text, problem, device, reason and index nodes; past the bound the key worth least is
+  // forgotten. Default 33554432 (32 MiB: on the order of 60,000 keys).
+  int miss_tracker_bytes = 32 << 20;
   // The GPU worker executable. Default "": ktune-worker beside ktuned (or $KTUNE_WORKER).
   std::string worker_binary;
   // Deadline for one candidate on the worker (load, verify, time); past it the worker is killed

@@ -92,7 +92,7 @@ int run_daemon(const DaemonFlags& flags) {
       return fatal("seed table " + table + ": " + ok.error().message);
 
   Metrics metrics;
-  MissTracker misses;
+  MissTracker misses(size_t(config->miss_tracker_bytes));
   LookupService lookups(*config, templates, catalog, node, metrics, misses);
   JobQueue jobs(**store, config->max_queued_jobs);
   auto resumed = jobs.load();

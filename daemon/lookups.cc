@@ -12,7 +12,31 @@ namespace {
 using protocol::ErrorKind;
 using Json = protocol::Json;
 
-constexpr size_t k_max_cached_answers = 100'000;
+// Heap bytes of a string beyond its object (libstdc++ keeps up to 15 chars inline).
+size_t heap_bytes(const std::string& s) {
+  return s.capacity() > 15 ? s.capacity() + 1 : 0;
+}
+
+// What a cached answer holds: the object, its strings and dims, and its shared_ptr block.
+size_t answer_bytes(const LookupService::Answer& a) {
+  size_t n = sizeof(a) + 32 + heap_bytes(a.result) + heap_bytes(a.provenance) +
+             heap_bytes(a.miss_reason) + heap_bytes(a.device.name) + heap_bytes(a.problem.op) +
+             heap_bytes(a.problem.dtype) + heap_bytes(a.problem.out_dtype) +
+             heap_bytes(a.problem.layout) +
+             a.problem.dims.capacity() * sizeof(a.problem.dims.front());
+  for (const auto& [name, _] : a.problem.dims) n += heap_bytes(name);
+  return n;
+}
+
+// An answer (or a line's key) stays valid while the index generation it was made at is current.
+auto current(std::uint64_t generation) {
+  return [generation](const auto& v) {
+    if constexpr (requires { v->generation; })
+      return v->generation >= generation;
+    else
+      return v.generation >= generation;
+  };
+}
 
 // Expected fraction of a kernel's time tuning saves, by what the lookup could answer.
 constexpr double k_gain_heuristic = 0.3;
@@ -82,19 +106,23 @@ LookupService::LookupService(const DaemonConfig& config, const TemplateRegistry&
       m_catalog(catalog),
       m_node(node),
       m_metrics(metrics),
-      m_misses(misses) {}
+      m_misses(misses),
+      m_by_key(size_t(std::max(0, config.answer_cache_bytes)) / 4 * 3),
+      m_by_text(size_t(std::max(0, config.answer_cache_bytes)) / 4) {}
 
 std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   const auto split = split_lookup_line(line);
   if (!split) return std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
+  const std::uint64_t generation = m_catalog.index().generation();
   std::shared_ptr<const Answer> answer;
   {
     std::lock_guard lock(m_mutex);
-    auto it = m_by_text.find(std::string(split->rest));
-    if (it == m_by_text.end() || it->second->generation != m_catalog.index().generation())
-      return std::nullopt;
-    answer = it->second;
+    const LineEntry* line_entry = m_by_text.find(split->rest, current(generation));
+    if (!line_entry) return std::nullopt;
+    const auto* cached = m_by_key.find(line_entry->key, current(generation));
+    if (!cached) return std::nullopt;
+    answer = *cached;
   }
   m_metrics.count_request("lookup");
   if (answer->miss)
@@ -113,12 +141,21 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   return out;
 }
 
-void LookupService::remember_line(std::string_view line, std::shared_ptr<const Answer> answer) {
+void LookupService::remember_line(std::string_view line, const std::string& key,
+                                  std::uint64_t generation) {
   const auto split = split_lookup_line(line);
   if (!split) return;
   std::lock_guard lock(m_mutex);
-  if (m_by_text.size() >= k_max_cached_answers) m_by_text.clear();
-  m_by_text[std::string(split->rest)] = std::move(answer);
+  if (split->rest.size() > k_max_cached_line) {
+    ++m_lines_too_long;
+    return;
+  }
+  m_by_text.put(split->rest, LineEntry{key, generation}, sizeof(LineEntry) + heap_bytes(key));
+}
+
+LookupService::CacheStats LookupService::cache_stats() const {
+  std::lock_guard lock(m_mutex);
+  return {m_by_key.stats(), m_by_text.stats(), m_lines_too_long, m_built, m_joined};
 }
 
 std::string LookupService::reply(const Json& id, const Answer& answer,
@@ -249,15 +286,10 @@ double LookupService::estimate_us(const Problem& problem, const DeviceLimits& li
   return 0;
 }
 
-std::shared_ptr<const LookupService::Answer> LookupService::cached(const std::string& key,
-                                                                   std::uint64_t generation) const {
-  std::lock_guard lock(m_mutex);
-  auto it = m_by_key.find(key);
-  return it != m_by_key.end() && it->second->generation == generation ? it->second : nullptr;
-}
-
 protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::lookup(
     const Json& body, Cold cold, std::string_view line) {
+  // Read first: what the key and answer are computed from is at least this new.
+  const std::uint64_t generation = m_catalog.index().generation();
   auto req = protocol::lookup_from_json(body);
   if (!req) return std::unexpected(req.error());
   auto problem = canonical_problem(req->problem);
@@ -266,22 +298,68 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   if (!device) return std::unexpected(device.error());
   const auto& [dev, limits] = *device;
   const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit);
-  auto answer = cached(key, m_catalog.index().generation());
+  std::shared_ptr<const Answer> answer;
+  std::shared_ptr<InFlight> flight;
+  bool run_it = false;
+  {
+    std::lock_guard lock(m_mutex);
+    if (const auto* cached = m_by_key.find(key, current(generation)))
+      answer = *cached;
+    else if (cold == Cold::build)
+      std::tie(flight, run_it) = join_build_locked(key, generation);
+  }
   if (!answer) {
     if (cold == Cold::refuse) return nullptr;
-    auto built = build(*problem, dev, limits, req->limit);
+    if (!run_it && m_observer.on_join) m_observer.on_join(key);
+    auto built =
+        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit) : flight->result.get();
     if (!built) return built;
     answer = *built;
-    std::lock_guard lock(m_mutex);
-    if (m_by_key.size() >= k_max_cached_answers) m_by_key.clear();
-    m_by_key[key] = answer;
   }
-  if (!line.empty()) remember_line(line, answer);
+  if (!line.empty()) remember_line(line, key, generation);
   return answer;
 }
 
-protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::build(
-    const Problem& problem, const DeviceClass& dev, const DeviceLimits& limits, int limit) {
+std::pair<std::shared_ptr<LookupService::InFlight>, bool> LookupService::join_build_locked(
+    const std::string& key, std::uint64_t generation) {
+  auto& slot = m_building[key];
+  if (slot && slot->generation >= generation) {
+    ++m_joined;
+    return {slot, false};
+  }
+  slot = std::make_shared<InFlight>();
+  slot->generation = generation;
+  return {slot, true};
+}
+
+LookupService::Built LookupService::run_build(const std::string& key, InFlight& flight,
+                                              const Problem& problem, const DeviceClass& dev,
+                                              const DeviceLimits& limits, int limit) {
+  if (m_observer.on_build) m_observer.on_build(key);
+  // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
+  // waiters wake: a lookup arriving after finds the answer cached or starts afresh.
+  auto land = [&](const Built* built) {
+    std::lock_guard lock(m_mutex);
+    ++m_built;
+    if (built && *built) m_by_key.put(key, **built, answer_bytes(***built));
+    if (auto it = m_building.find(key); it != m_building.end() && it->second.get() == &flight)
+      m_building.erase(it);
+  };
+  Built built;
+  try {
+    built = build(problem, dev, limits, limit);
+  } catch (...) {
+    land(nullptr);
+    flight.promise.set_exception(std::current_exception());
+    throw;
+  }
+  land(&built);
+  flight.promise.set_value(built);
+  return built;
+}
+
+LookupService::Built LookupService::build(const Problem& problem, const DeviceClass& dev,
+                                          const DeviceLimits& limits, int limit) {
   const WinnerIndex& index = m_catalog.index();
   const std::string device_id = dev.id();
   auto fresh = std::make_shared<Answer>();

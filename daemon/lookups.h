@@ -1,15 +1,21 @@
 // LookupService: answers "best kernels for this problem on this device class" from memory.
 //
 // An answer is built from the catalog's index (exact, stale), the nearest tuned shapes and every
-// template's heuristic, then cached twice: by (device, problem key, limit), and by the request
-// text after its id so a repeated line is answered without parsing JSON (the fast path, only for
-// peers the policy stage already trusts). Both caches are invalid once the index generation
-// moves. Building an answer costs up to milliseconds (template expressions): callers on an I/O
-// thread ask with Cold::refuse and hand cold keys to the executor. Lookups answered without an
-// exact, valid winner are counted as misses, with their expected worth. Thread-safe.
+// template's heuristic, then cached in a byte-bounded LRU (daemon/lru_cache.h) by (device,
+// problem key, limit). A second LRU maps the request text after its id to that key, so a
+// repeated line is answered without parsing JSON (the fast path, only for peers the policy stage
+// already trusts); lines over k_max_cached_line are never cached by text. Together they hold at
+// most `server.answer_cache_bytes`; both are invalid once the index generation moves. Building
+// an answer costs tens of microseconds to milliseconds: callers on an I/O thread ask with
+// Cold::refuse and hand cold keys to the executor, where concurrent cold lookups of one key
+// share one build (the first builds, the others wait for its result). Lookups answered without
+// an exact, valid winner are counted as misses, with their expected worth. Thread-safe; one
+// mutex guards both caches and the builds in flight, held only for hash probes and list splices.
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,6 +26,7 @@
 #include "client/protocol.h"
 #include "config/config.h"
 #include "daemon/catalog.h"
+#include "daemon/lru_cache.h"
 #include "daemon/metrics.h"
 #include "daemon/misses.h"
 #include "daemon/node.h"
@@ -40,6 +47,26 @@ class LookupService {
     double gain = 0;
   };
   enum class Cold { build, refuse };
+
+  // Request text (after the id) longer than this is never cached by text: a line padded with a
+  // large unknown field must not pin its size in memory for every distinct padding.
+  static constexpr size_t k_max_cached_line = 4096;
+
+  // What the answer caches hold and did (metrics, status).
+  struct CacheStats {
+    LruStats answers;                  // by (device, problem key, limit)
+    LruStats lines;                    // request text -> answer key
+    std::uint64_t lines_too_long = 0;  // not cached by text: over k_max_cached_line
+    std::uint64_t built = 0;           // answers built (cold lookups that did the work)
+    std::uint64_t joined = 0;          // cold lookups that waited for another's build of their key
+  };
+
+  // Test seam: on_build runs on the building thread before it builds `key`; on_join runs on a
+  // thread that is about to wait for another's build of `key`. Set before concurrent use.
+  struct BuildObserver {
+    std::function<void(const std::string& key)> on_build;
+    std::function<void(const std::string& key)> on_join;
+  };
 
   LookupService(const DaemonConfig& config, const TemplateRegistry& templates,
                 const Catalog& catalog, const NodeIdentity& node, Metrics& metrics,
@@ -62,12 +89,33 @@ class LookupService {
   // Orders dims as the op's templates declare them, fills out_dtype and layout defaults, checks.
   protocol::Expected<Problem> canonical_problem(const protocol::ProblemSpec& spec) const;
 
+  CacheStats cache_stats() const;
+  void set_build_observer(BuildObserver observer) { m_observer = std::move(observer); }
+
  private:
-  void remember_line(std::string_view line, std::shared_ptr<const Answer> answer);
-  std::shared_ptr<const Answer> cached(const std::string& key, std::uint64_t generation) const;
-  protocol::Expected<std::shared_ptr<const Answer>> build(const Problem& problem,
-                                                          const DeviceClass& device,
-                                                          const DeviceLimits& limits, int limit);
+  using Built = protocol::Expected<std::shared_ptr<const Answer>>;
+  // A build in flight: cold lookups of its key at its generation or older wait for its result.
+  struct InFlight {
+    std::uint64_t generation = 0;
+    std::promise<Built> promise;
+    std::shared_future<Built> result = promise.get_future().share();
+  };
+  // The request text after the id -> the answer key it asked for, as of an index generation.
+  struct LineEntry {
+    std::string key;
+    std::uint64_t generation = 0;
+  };
+
+  void remember_line(std::string_view line, const std::string& key, std::uint64_t generation);
+  // The build of `key` to wait for, and whether the caller is to run it (none in flight yet, or
+  // only one for an older generation). REQUIRES: m_mutex held.
+  std::pair<std::shared_ptr<InFlight>, bool> join_build_locked(const std::string& key,
+                                                               std::uint64_t generation);
+  // Runs `flight`'s build, caches a success, and hands the result to every thread waiting on it.
+  Built run_build(const std::string& key, InFlight& flight, const Problem& problem,
+                  const DeviceClass& device, const DeviceLimits& limits, int limit);
+  Built build(const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
+              int limit);
   bool complete_entry(protocol::LookupEntry& entry, const Problem& problem,
                       const DeviceClass& device, const DeviceLimits& limits) const;
   // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates.
@@ -80,9 +128,15 @@ class LookupService {
   Metrics& m_metrics;
   MissTracker& m_misses;
 
-  mutable std::mutex m_mutex;
-  std::unordered_map<std::string, std::shared_ptr<const Answer>> m_by_key;
-  std::unordered_map<std::string, std::shared_ptr<const Answer>> m_by_text;
+  BuildObserver m_observer;
+
+  mutable std::mutex m_mutex;  // guards the six below
+  ByteLru<std::shared_ptr<const Answer>> m_by_key;
+  ByteLru<LineEntry> m_by_text;
+  std::unordered_map<std::string, std::shared_ptr<InFlight>> m_building;
+  std::uint64_t m_lines_too_long = 0;
+  std::uint64_t m_built = 0;
+  std::uint64_t m_joined = 0;
 };
 
 }  // namespace ktune

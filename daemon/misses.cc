@@ -1,73 +1,124 @@
 #include "daemon/misses.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ktune {
+namespace {
+
+// Heap bytes of a string beyond its object (libstdc++ keeps up to 15 chars inline), with the
+// allocator's header.
+size_t heap_bytes(const std::string& s) {
+  return s.capacity() > 15 ? s.capacity() + 1 + 16 : 0;
+}
+
+// A hash node (link, cached hash, the key and the slot), a bucket, a set node (three links, a
+// colour, the rank) and the allocator's headers of both nodes.
+constexpr size_t k_node_overhead = 8 + 8 + 8 + 48 + 32 + 32;
+
+// Worth must order strictly (a NaN would break the rankings' ordering).
+double finite_or_zero(double v) {
+  return std::isfinite(v) ? v : 0;
+}
+
+}  // namespace
+
+MissTracker::MissTracker(size_t max_bytes) : m_max_bytes(max_bytes) {}
 
 void MissTracker::record(const DeviceClass& device, const Problem& problem,
                          const std::string& reason, double expected_us, double gain) {
   std::lock_guard lock(m_mutex);
   ++m_total;
   auto [it, inserted] = m_misses.try_emplace(device.id() + "/" + problem.key());
-  Miss& m = it->second;
+  Slot& slot = it->second;
+  Miss& m = slot.miss;
   if (inserted) {
     m.device = device;
     m.problem = problem;
   }
   ++m.count;
   m.reason = reason;
-  m.expected_us = expected_us;
-  m.gain = gain;
-  m.worth_us = double(m.count) * expected_us * gain;
-  if (inserted && m_misses.size() > k_max_keys) evict_locked();
+  m.expected_us = finite_or_zero(expected_us);
+  m.gain = finite_or_zero(gain);
+  m.worth_us = finite_or_zero(double(m.count) * m.expected_us * m.gain);
+  if (inserted)
+    slot.rank = m_waiting.insert(Rank{m.worth_us, m.count, &it->first}).first;
+  else
+    rerank_locked(it, m.promoted);
+  size_t bytes = sizeof(*it) + k_node_overhead + heap_bytes(it->first) + heap_bytes(m.device.name) +
+                 heap_bytes(m.problem.op) + heap_bytes(m.problem.dtype) +
+                 heap_bytes(m.problem.out_dtype) + heap_bytes(m.problem.layout) +
+                 heap_bytes(m.reason) + m.problem.dims.capacity() * sizeof(m.problem.dims.front()) +
+                 16;
+  for (const auto& [name, _] : m.problem.dims) bytes += heap_bytes(name);
+  m_bytes = m_bytes - slot.bytes + bytes;
+  slot.bytes = bytes;
+  if (m_bytes > m_max_bytes) evict_locked(&it->first);
 }
 
-void MissTracker::evict_locked() {
-  // Forget the tenth of keys worth least (amortized: one pass per k_max_keys / 10 inserts).
-  std::vector<std::pair<double, std::string>> by_worth;
-  by_worth.reserve(m_misses.size());
-  for (const auto& [k, m] : m_misses) by_worth.emplace_back(m.worth_us, k);
-  const size_t drop = m_misses.size() / 10;
-  std::nth_element(by_worth.begin(), by_worth.begin() + drop, by_worth.end());
-  for (size_t i = 0; i < drop; ++i) m_misses.erase(by_worth[i].second);
+void MissTracker::rerank_locked(Map::iterator it, bool was_promoted) {
+  Slot& slot = it->second;
+  auto node = (was_promoted ? m_promoted : m_waiting).extract(slot.rank);
+  node.value() = Rank{slot.miss.worth_us, slot.miss.count, &it->first};
+  slot.rank = ranking_of(slot).insert(std::move(node)).position;
+}
+
+void MissTracker::evict_locked(const std::string* keep) {
+  // The least worth key of a ranking other than `keep` (at most two steps from its end).
+  auto least = [keep](Ranking& r) {
+    for (auto it = r.end(); it != r.begin();)
+      if ((--it)->key != keep) return it;
+    return r.end();
+  };
+  while (m_bytes > m_max_bytes) {
+    const auto waiting = least(m_waiting);
+    const auto promoted = least(m_promoted);
+    if (waiting == m_waiting.end() && promoted == m_promoted.end()) return;  // only `keep`
+    const bool from_promoted = waiting == m_waiting.end() ||
+                               (promoted != m_promoted.end() && promoted->worth <= waiting->worth);
+    const auto victim = from_promoted ? promoted : waiting;
+    const auto slot = m_misses.find(*victim->key);
+    m_bytes -= slot->second.bytes;
+    (from_promoted ? m_promoted : m_waiting).erase(victim);
+    m_misses.erase(slot);
+    ++m_evicted;
+  }
 }
 
 std::vector<MissTracker::Miss> MissTracker::top(size_t n) const {
-  std::vector<Miss> all;
-  {
-    std::lock_guard lock(m_mutex);
-    all.reserve(m_misses.size());
-    for (const auto& [_, m] : m_misses) all.push_back(m);
+  std::vector<Miss> out;
+  std::lock_guard lock(m_mutex);
+  out.reserve(std::min(n, m_misses.size()));
+  // Merge the two rankings, most worth first.
+  auto w = m_waiting.begin();
+  auto p = m_promoted.begin();
+  while (out.size() < n && (w != m_waiting.end() || p != m_promoted.end())) {
+    const bool take_w = p == m_promoted.end() || (w != m_waiting.end() && !MoreWorth{}(*p, *w));
+    const Rank& r = *(take_w ? w++ : p++);
+    out.push_back(m_misses.find(*r.key)->second.miss);
   }
-  auto by_worth = [](const Miss& a, const Miss& b) {
-    return a.worth_us != b.worth_us ? a.worth_us > b.worth_us : a.count > b.count;
-  };
-  if (all.size() > n) {
-    std::partial_sort(all.begin(), all.begin() + n, all.end(), by_worth);
-    all.resize(n);
-  } else {
-    std::sort(all.begin(), all.end(), by_worth);
-  }
-  return all;
+  return out;
 }
 
 std::vector<MissTracker::Miss> MissTracker::due(double threshold_us) {
   std::vector<Miss> out;
   std::lock_guard lock(m_mutex);
-  for (auto& [_, m] : m_misses)
-    if (!m.promoted && m.worth_us >= threshold_us) {
-      m.promoted = true;
-      out.push_back(m);
-    }
-  std::sort(out.begin(), out.end(),
-            [](const Miss& a, const Miss& b) { return a.worth_us > b.worth_us; });
+  // The waiting ranking is in worth order: the due keys are a prefix of it.
+  while (!m_waiting.empty() && m_waiting.begin()->worth >= threshold_us) {
+    const auto it = m_misses.find(*m_waiting.begin()->key);
+    it->second.miss.promoted = true;
+    rerank_locked(it, false);
+    out.push_back(it->second.miss);
+  }
   return out;
 }
 
 void MissTracker::release(const std::string& device_id, const Problem& problem) {
   std::lock_guard lock(m_mutex);
-  if (auto it = m_misses.find(device_id + "/" + problem.key()); it != m_misses.end())
-    it->second.promoted = false;
+  auto it = m_misses.find(device_id + "/" + problem.key());
+  if (it == m_misses.end() || !it->second.miss.promoted) return;
+  it->second.miss.promoted = false;
+  rerank_locked(it, true);
 }
 
 std::uint64_t MissTracker::total() const {
@@ -78,6 +129,11 @@ std::uint64_t MissTracker::total() const {
 size_t MissTracker::distinct() const {
   std::lock_guard lock(m_mutex);
   return m_misses.size();
+}
+
+MissTracker::Stats MissTracker::stats() const {
+  std::lock_guard lock(m_mutex);
+  return {m_total, m_misses.size(), m_bytes, m_max_bytes, m_evicted};
 }
 
 }  // namespace ktune

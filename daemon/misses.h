@@ -3,12 +3,19 @@
 //
 // Each miss adds its expected worth: the kernel's expected runtime times the gain tuning is
 // expected to bring over the answer given (a heuristic gains more than a nearby tuned shape).
-// Keys whose summed worth passes the threshold are handed to the scheduler once (due()). Bounded:
-// past k_max_keys distinct keys the least worth is forgotten. Thread-safe.
+// Keys whose summed worth passes the threshold are handed to the scheduler once (due()).
+//
+// Bounded in bytes (`tuning.miss_tracker_bytes`): every key is charged what it holds (its key
+// text, problem, device and reason, and its nodes in the two indexes); past the bound the key
+// worth least is forgotten, one at a time, never the key being recorded. Keys are kept ordered
+// by worth (one ordered set for keys waiting, one for keys handed to the scheduler), so a record,
+// an eviction and a promotion cost O(log n), and top(n) costs O(n) whatever the number of keys.
+// Thread-safe: one mutex, held for a hash probe and a few set operations per call.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -19,7 +26,7 @@ namespace ktune {
 
 class MissTracker {
  public:
-  static constexpr size_t k_max_keys = 100'000;
+  static constexpr size_t k_default_max_bytes = 32 << 20;
 
   struct Miss {
     DeviceClass device;
@@ -31,23 +38,66 @@ class MissTracker {
     double worth_us = 0;     // count x expected_us x gain: GPU time tuning would save
     bool promoted = false;   // handed to the scheduler
   };
+  struct Stats {
+    std::uint64_t total = 0;    // misses recorded
+    size_t distinct = 0;        // keys held
+    size_t bytes = 0;           // charged to them, at most max_bytes (but for one key)
+    size_t max_bytes = 0;       // the bound
+    std::uint64_t evicted = 0;  // keys forgotten to stay under it
+  };
+
+  explicit MissTracker(size_t max_bytes = k_default_max_bytes);
 
   void record(const DeviceClass& device, const Problem& problem, const std::string& reason,
               double expected_us, double gain);
-  // Most worth first.
+  // Most worth first (ties: more misses first, then by key).
   std::vector<Miss> top(size_t n) const;
-  // Keys whose worth reached `threshold_us` and were not handed out before; marks them promoted.
+  // Keys whose worth reached `threshold_us` and were not handed out before, most worth first;
+  // marks them promoted.
   std::vector<Miss> due(double threshold_us);
   // Lets a key be promoted again (its job failed or was cancelled, and it is still missed).
   void release(const std::string& device_id, const Problem& problem);
   std::uint64_t total() const;
   size_t distinct() const;
+  Stats stats() const;
 
  private:
-  void evict_locked();
+  // One key's place in a ranking. `key` points at the key held by m_misses (stable: map nodes
+  // never move).
+  struct Rank {
+    double worth = 0;
+    std::uint64_t count = 0;
+    const std::string* key = nullptr;
+  };
+  struct MoreWorth {
+    bool operator()(const Rank& a, const Rank& b) const {
+      if (a.worth != b.worth) return a.worth > b.worth;
+      if (a.count != b.count) return a.count > b.count;
+      return *a.key < *b.key;
+    }
+  };
+  using Ranking = std::set<Rank, MoreWorth>;
+  struct Slot {
+    Miss miss;
+    size_t bytes = 0;
+    Ranking::iterator rank;  // in m_waiting, or in m_promoted when miss.promoted
+  };
+  using Map = std::unordered_map<std::string, Slot>;
+
+  Ranking& ranking_of(const Slot& slot) { return slot.miss.promoted ? m_promoted : m_waiting; }
+  // Moves the key's rank to match its miss (worth, count, promoted) without allocating.
+  void rerank_locked(Map::iterator it, bool was_promoted);
+  // Forgets keys worth least until the charge fits the bound, never `keep`.
+  void evict_locked(const std::string* keep);
+
+  const size_t m_max_bytes;
   mutable std::mutex m_mutex;
-  std::unordered_map<std::string, Miss> m_misses;
+  Map m_misses;
+  Ranking m_waiting;   // not promoted, most worth first
+  Ranking m_promoted;  // handed to the scheduler, most worth first
+  size_t m_bytes = 0;
   std::uint64_t m_total = 0;
+  std::uint64_t m_evicted = 0;
 };
 
 }  // namespace ktune

@@ -13,22 +13,35 @@ std::string WinnerIndex::family_key(const std::string& device_id, const Problem&
   return k;
 }
 
-void WinnerIndex::insert_locked(WinnerRecord record) {
-  const std::string key = record.key();
-  const std::string device_id = record.device.id();
-  const std::string family = family_key(device_id, record.problem);
-  m_device_ids.insert(device_id);
+namespace {
+
+std::vector<double> log2_dims(const Problem& p) {
+  std::vector<double> out;
+  out.reserve(p.dims.size());
+  for (const auto& [_, v] : p.dims) out.push_back(std::log2(double(v)));
+  return out;
+}
+
+}  // namespace
+
+WinnerIndex::Family* WinnerIndex::insert_locked(WinnerRecord record) {
+  std::string key = record.key();
   auto ptr = std::make_shared<const WinnerRecord>(std::move(record));
-  Entry entry{ptr, {}};
-  for (const auto& [_, v] : ptr->problem.dims) entry.log2_dims.push_back(std::log2(double(v)));
-  auto& members = m_families[family];
   if (auto it = m_by_key.find(key); it != m_by_key.end()) {
-    std::erase_if(members, [&](const Entry& e) { return e.record == it->second; });
-    it->second = ptr;
-  } else {
-    m_by_key.emplace(key, ptr);
+    // Same key, same problem: the same point in its family's tree, only the record changes.
+    Entry& e = it->second;
+    e.family->records[e.slot] = ptr;
+    e.record = std::move(ptr);
+    return nullptr;
   }
-  members.push_back(std::move(entry));
+  const std::string device_id = ptr->device.id();
+  m_device_ids.insert(device_id);
+  const std::string family_name = family_key(device_id, ptr->problem);
+  Family& family = m_families.try_emplace(family_name, ptr->problem.dims.size()).first->second;
+  const std::uint32_t slot = family.shapes.add(log2_dims(ptr->problem), ptr->problem.key());
+  family.records.push_back(ptr);
+  m_by_key.emplace(std::move(key), Entry{std::move(ptr), &family, slot});
+  return &family;
 }
 
 void WinnerIndex::load(std::vector<WinnerRecord> records) {
@@ -37,19 +50,23 @@ void WinnerIndex::load(std::vector<WinnerRecord> records) {
   m_families.clear();
   m_device_ids.clear();
   for (auto& r : records) insert_locked(std::move(r));
+  for (auto& [_, family] : m_families) family.shapes.settle();
   m_generation.fetch_add(1, std::memory_order_release);
 }
 
 void WinnerIndex::upsert(WinnerRecord record) {
   std::unique_lock lock(m_mutex);
-  insert_locked(std::move(record));
+  if (Family* family = insert_locked(std::move(record))) family->shapes.settle();
   m_generation.fetch_add(1, std::memory_order_release);
 }
 
 void WinnerIndex::upsert(std::vector<WinnerRecord> records) {
   if (records.empty()) return;
   std::unique_lock lock(m_mutex);
-  for (auto& r : records) insert_locked(std::move(r));
+  std::set<Family*> grown;
+  for (auto& r : records)
+    if (Family* family = insert_locked(std::move(r))) grown.insert(family);
+  for (Family* family : grown) family->shapes.settle();
   m_generation.fetch_add(1, std::memory_order_release);
 }
 
@@ -57,30 +74,21 @@ std::shared_ptr<const WinnerRecord> WinnerIndex::exact(const std::string& device
                                                        const Problem& problem) const {
   std::shared_lock lock(m_mutex);
   auto it = m_by_key.find(device_id + "/" + problem.key());
-  return it == m_by_key.end() ? nullptr : it->second;
+  return it == m_by_key.end() ? nullptr : it->second.record;
 }
 
 std::vector<WinnerIndex::Near> WinnerIndex::nearest(const std::string& device_id,
                                                     const Problem& problem, double radius,
                                                     size_t max) const {
-  std::vector<double> target;
-  for (const auto& [_, v] : problem.dims) target.push_back(std::log2(double(v)));
+  const std::vector<double> target = log2_dims(problem);
+  const std::string family_name = family_key(device_id, problem);
   std::vector<Near> out;
-  {
-    std::shared_lock lock(m_mutex);
-    auto it = m_families.find(family_key(device_id, problem));
-    if (it == m_families.end()) return out;
-    for (const auto& e : it->second) {
-      double d = 0;
-      for (size_t i = 0; i < target.size(); ++i) d += std::abs(target[i] - e.log2_dims[i]);
-      if (d > 0 && d <= radius) out.push_back({e.record, d});
-    }
-  }
-  std::sort(out.begin(), out.end(), [](const Near& a, const Near& b) {
-    if (a.distance != b.distance) return a.distance < b.distance;
-    return a.record->problem.key() < b.record->problem.key();
-  });
-  if (out.size() > max) out.resize(max);
+  std::shared_lock lock(m_mutex);
+  auto it = m_families.find(family_name);
+  if (it == m_families.end()) return out;
+  const Family& family = it->second;
+  for (const auto& hit : family.shapes.nearest(target, radius, max))
+    out.push_back({family.records[hit.slot], hit.distance});
   return out;
 }
 

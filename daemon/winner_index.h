@@ -1,8 +1,9 @@
 // WinnerIndex: every winner record in memory, for lookups that never touch disk.
 //
 // Loaded from the store at start and updated on every write (tuner commits, imports). Exact
-// lookups are one hash probe; nearest lookups scan the records of one family (same device class,
-// op, dtypes, layout and dim names) by log2 distance. Readers share a lock; writers are rare.
+// lookups are one hash probe; nearest lookups search one family (same device class, op, dtypes,
+// layout and dim names) by log2 distance in a ShapeTree (daemon/shape_tree.h): O(log n) per call
+// rather than a scan of the family, with the same answers. Readers share a lock; writers are rare.
 // Thread-safe.
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "daemon/shape_tree.h"
 #include "store/records.h"
 
 namespace ktune {
@@ -41,7 +43,8 @@ class WinnerIndex {
                             size_t max) const;
 
   size_t size() const;
-  // Distinct device class ids, sorted.
+  // Distinct device class ids, sorted. Kept as records arrive: no scan of the index (every
+  // lookup naming a device asks).
   std::vector<std::string> device_ids() const;
   // Incremented on every change; lets callers cache answers derived from the index.
   std::uint64_t generation() const { return m_generation.load(std::memory_order_acquire); }
@@ -50,16 +53,24 @@ class WinnerIndex {
   static std::string family_key(const std::string& device_id, const Problem& problem);
 
  private:
+  // Records that can answer for each other, and the tree that finds the nearest of them.
+  struct Family {
+    explicit Family(size_t dims) : shapes(dims) {}
+    ShapeTree shapes;
+    std::vector<std::shared_ptr<const WinnerRecord>> records;  // by the tree's slot
+  };
   struct Entry {
     std::shared_ptr<const WinnerRecord> record;
-    std::vector<double> log2_dims;
+    Family* family = nullptr;  // m_families' nodes never move
+    std::uint32_t slot = 0;
   };
-  void insert_locked(WinnerRecord record);
+  // Inserts or replaces; returns the family when the record was new to it (to settle).
+  Family* insert_locked(WinnerRecord record);
 
   mutable std::shared_mutex m_mutex;
-  std::unordered_map<std::string, std::shared_ptr<const WinnerRecord>> m_by_key;
-  std::unordered_map<std::string, std::vector<Entry>> m_families;
-  std::set<std::string> m_device_ids;  // kept at insert: lookups resolve device names against it
+  std::unordered_map<std::string, Entry> m_by_key;
+  std::unordered_map<std::string, Family> m_families;
+  std::set<std::string> m_device_ids;
   std::atomic<std::uint64_t> m_generation{0};
 };
 

@@ -16,6 +16,7 @@ struct DaemonParts {
         templates(templates_in),
         node(std::move(node_in)),
         catalog(store, index, templates, node),
+        misses(size_t(config.miss_tracker_bytes)),
         lookups(config, templates, catalog, node, metrics, misses),
         jobs(store, config.max_queued_jobs),
         ctx{config, store, templates, catalog, node, metrics, misses, lookups, jobs, nullptr},

@@ -1,0 +1,304 @@
+// ktune-memory-bench: what the daemon's in-memory tables cost at scale (issue 9 item 12, issue 10).
+//
+// Three measurements, in process (no sockets), each printed into one JSON object:
+//  - nearest: WinnerIndex::nearest() per call with `--winners` winners in ONE family (gemm bf16 rc,
+//    M from 1..8192, N and K multiples of 64 up to 16384), over `--queries` random shapes, radius
+//    2 (the default), at limit 4 (the default) and 64 (the most); plus what loading the index and
+//    one later upsert cost. An XXH3 over every answer lets runs before and after a change be
+//    compared: the answers must be the same.
+//  - misses: `--misses` distinct missed keys recorded into the MissTracker (with room for all of
+//    them, then with the default tuning.miss_tracker_bytes), then the `status` and `misses`
+//    (limit 20) ops through the Dispatcher, and the RSS the tracker took.
+//  - cold: `--queries` lookups of shapes never asked before, through LookupService (JSON parse
+//    included, as on the executor), with the `--winners` winners in the index.
+//  - fast path: one cached line answered by LookupService::fast_reply (the I/O thread's path),
+//    `--fast` times, and one cached answer through lookup() (Cold::refuse, the key cache).
+//  - answers: `--big-lines` lookups whose request line carries a unique 60 KB unknown field (the
+//    answer caches key their text cache by the line), and the RSS they left behind.
+#include <malloc.h>
+#include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <set>
+
+#include "templates/registry.h"
+#include "tests/fakes/daemon_parts.h"
+#include "tests/fakes/test_records.h"
+
+namespace ktune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+double micros(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
+}
+
+json summary(const std::vector<double>& us) {
+  double sum = 0;
+  for (double x : us) sum += x;
+  return {{"calls", us.size()},
+          {"p50_us", percentile(us, 0.50)},
+          {"p99_us", percentile(us, 0.99)},
+          {"max_us", us.empty() ? 0 : *std::max_element(us.begin(), us.end())},
+          {"mean_us", us.empty() ? 0 : sum / double(us.size())}};
+}
+
+// Resident set size of this process, in MiB (VmRSS), after handing freed heap back to the system
+// (so what an earlier measurement freed does not hide what a later one takes).
+double rss_mib() {
+  malloc_trim(0);
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+Problem llm_gemm(std::mt19937_64& rng) {
+  auto uniform = [&](std::int64_t lo, std::int64_t hi) {
+    return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng);
+  };
+  return Problem{
+      "gemm",
+      "bf16",
+      "bf16",
+      "rc",
+      {{"M", uniform(1, 8192)}, {"N", 64 * uniform(1, 256)}, {"K", 64 * uniform(1, 256)}}};
+}
+
+json bench_nearest(int winners, int queries) {
+  std::mt19937_64 rng(7);
+  std::vector<WinnerRecord> records;
+  std::set<std::string> keys;
+  while (records.size() < size_t(winners)) {
+    Problem p = llm_gemm(rng);
+    if (keys.insert(p.key()).second) records.push_back(testing::winner(p, 10.0));
+  }
+  const std::string device = testing::h200().id();
+  WinnerIndex index;
+  const auto l0 = Clock::now();
+  index.load(records);
+  const auto l1 = Clock::now();
+  json out = {{"winners", index.size()}, {"load_ms", micros(l0, l1) / 1000}};
+  std::vector<double> upsert_us;
+  for (int i = 0; i < 200; ++i) {
+    Problem p = llm_gemm(rng);
+    if (!keys.insert(p.key()).second) continue;
+    const auto t0 = Clock::now();
+    index.upsert(testing::winner(p, 10.0));
+    upsert_us.push_back(micros(t0, Clock::now()));
+  }
+  out["upsert_new_key"] = summary(upsert_us);
+  std::vector<Problem> asks;
+  for (int i = 0; i < queries; ++i) asks.push_back(llm_gemm(rng));
+  for (size_t max : {size_t(4), size_t(64)}) {
+    std::vector<double> us;
+    std::string answers;
+    size_t found = 0;
+    for (const auto& p : asks) {
+      const auto t0 = Clock::now();
+      auto near = index.nearest(device, p, 2.0, max);
+      us.push_back(micros(t0, Clock::now()));
+      found += near.size();
+      for (const auto& n : near)
+        answers += n.record->problem.key() + " " + std::to_string(n.distance) + "\n";
+      answers += "--\n";
+    }
+    json s = summary(us);
+    s["results"] = found;
+    s["answers_xxh3"] = xxh3_hex(answers);
+    out["limit_" + std::to_string(max)] = s;
+  }
+  return out;
+}
+
+json bench_misses(testing::DaemonParts& parts, int misses) {
+  std::mt19937_64 rng(11);
+  const DeviceClass device = testing::h200();
+  const double rss0 = rss_mib();
+  std::vector<double> record_us;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < misses; ++i) {
+    Problem p = llm_gemm(rng);
+    p.dims[0].second = 1 + i % 8192;  // distinct: M from i, N from i / 8192
+    p.dims[1].second = 64 * (1 + (i / 8192) % 256);
+    p.dims[2].second = 64 * (1 + (i / (8192 * 256)));
+    parts.misses.record(device, p, "no winner", 5.0 + double(i % 1000), 0.3);
+  }
+  const auto t1 = Clock::now();
+  json out = {{"recorded", misses},
+              {"distinct_kept", parts.misses.distinct()},
+              {"bytes_charged", parts.misses.stats().bytes},
+              {"record_mean_us", micros(t0, t1) / misses},
+              {"rss_growth_mib", rss_mib() - rss0}};
+  for (const auto& [name, line] :
+       {std::pair{"status", std::string(R"({"v":1,"id":1,"op":"status"})")},
+        std::pair{"misses_op", std::string(R"({"v":1,"id":1,"op":"misses","limit":20})")}}) {
+    std::vector<double> us;
+    for (int i = 0; i < 20; ++i) {
+      const auto s0 = Clock::now();
+      auto r = parts.dispatcher.handle(line);
+      us.push_back(micros(s0, Clock::now()));
+      if (r.line.find(R"("ok":true)") == std::string::npos) std::cerr << r.line;
+    }
+    out[name] = summary(us);
+  }
+  return out;
+}
+
+json bench_cold(testing::DaemonParts& parts, int winners, int queries) {
+  std::mt19937_64 rng(7);
+  std::vector<WinnerRecord> records;
+  std::set<std::string> keys;
+  while (records.size() < size_t(winners)) {
+    Problem p = llm_gemm(rng);
+    if (keys.insert(p.key()).second) records.push_back(testing::winner(p, 10.0));
+  }
+  parts.index.load(std::move(records));
+  std::vector<std::string> lines;
+  for (int i = 0; i < queries; ++i) {
+    const Problem p = llm_gemm(rng);
+    lines.push_back(
+        R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":)" +
+        std::to_string(p.dims[0].second) + R"(,"N":)" + std::to_string(p.dims[1].second) +
+        R"(,"K":)" + std::to_string(p.dims[2].second) + "}}}");
+  }
+  std::vector<double> us;
+  int errors = 0;
+  for (const auto& line : lines) {
+    const auto t0 = Clock::now();
+    auto a = parts.lookups.lookup(protocol::Json::parse(line), LookupService::Cold::build, line);
+    us.push_back(micros(t0, Clock::now()));
+    if (!a && ++errors == 1) std::cerr << a.error().message << "\n";
+  }
+  json out = summary(us);
+  out["errors"] = errors;
+  out["winners"] = parts.index.size();
+  return out;
+}
+
+json bench_fast(testing::DaemonParts& parts, int calls) {
+  const std::string line =
+      R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
+      R"(","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":4096,"N":4096,"K":4096}}})";
+  const auto body = protocol::Json::parse(line);
+  (void)parts.lookups.lookup(body, LookupService::Cold::build, line);
+  size_t bytes = 0;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < calls; ++i) bytes += parts.lookups.fast_reply(line)->size();
+  const auto t1 = Clock::now();
+  for (int i = 0; i < calls; ++i)
+    bytes += parts.lookups.lookup(body, LookupService::Cold::refuse)->get()->result.size();
+  const auto t2 = Clock::now();
+  return {{"calls", calls},
+          {"fast_reply_ns", micros(t0, t1) * 1000 / calls},
+          {"key_cache_lookup_ns", micros(t1, t2) * 1000 / calls},
+          {"bytes", bytes}};
+}
+
+json bench_answers(testing::DaemonParts& parts, int lines) {
+  const std::string head =
+      R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
+      R"(","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":4096,"N":4096,"K":4096}})";
+  const auto body = protocol::Json::parse(head + "}");
+  std::string line = head + R"(,"pad":")" + std::string(60'000, 'x') + "\"}";
+  const size_t stamp = head.size() + 8;  // inside the pad
+  const double rss0 = rss_mib();
+  const auto t0 = Clock::now();
+  int errors = 0;
+  for (int i = 0; i < lines; ++i) {
+    const std::string n = std::to_string(i);
+    line.replace(stamp, n.size(), n);
+    auto a = parts.lookups.lookup(body, LookupService::Cold::build, line);
+    if (!a && ++errors == 1) std::cerr << a.error().message << "\n";
+  }
+  const auto t1 = Clock::now();
+  const auto caches = parts.lookups.cache_stats();
+  return {{"lookups", lines},
+          {"errors", errors},
+          {"cache_bytes", caches.answers.bytes + caches.lines.bytes},
+          {"lines_not_cached", caches.lines_too_long},
+          {"line_bytes", line.size()},
+          {"mean_us", micros(t0, t1) / lines},
+          {"rss_growth_mib", rss_mib() - rss0}};
+}
+
+int run(int winners, int queries, int misses, int big_lines, int fast, const std::string& label) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  json out = {{"benchmark", "memory"},
+              {"label", label},
+              {"host", host},
+              {"cpu_threads", sysconf(_SC_NPROCESSORS_ONLN)},
+              {"date", date}};
+  out["nearest"] = bench_nearest(winners, queries);
+
+  const auto templates = TemplateRegistry::load({builtin_template_dir()});
+  DaemonConfig config = default_config();
+  NodeIdentity node;
+  node.node_id = "bench";
+  node.gpu_error = "no GPU in the bench";
+  {
+    DaemonConfig roomy = config;
+    roomy.miss_tracker_bytes = 2'000'000'000;  // keep every key: the cost at --misses keys
+    testing::DaemonParts parts(roomy, templates, node);
+    out["misses"] = bench_misses(parts, misses);
+  }
+  {
+    testing::DaemonParts parts(config, templates, node);  // the default bound
+    out["misses_default_bound"] = bench_misses(parts, misses);
+  }
+  {
+    testing::DaemonParts parts(config, templates, node);
+    out["cold"] = bench_cold(parts, winners, queries);
+  }
+  {
+    testing::DaemonParts parts(config, templates, node);
+    out["fast_path"] = bench_fast(parts, fast);
+  }
+  {
+    testing::DaemonParts parts(config, templates, node);
+    out["answers"] = bench_answers(parts, big_lines);
+  }
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace ktune
+
+int main(int argc, char** argv) {
+  CLI::App app{"Times nearest search, the miss tracker and the answer caches at scale"};
+  int winners = 100'000;
+  int queries = 2000;
+  int misses = 400'000;
+  int big_lines = 40'000;
+  int fast = 200'000;
+  std::string label = "run";
+  app.add_option("--winners", winners, "winners in the one family nearest searches");
+  app.add_option("--queries", queries, "nearest calls per limit");
+  app.add_option("--misses", misses, "distinct missed keys recorded");
+  app.add_option("--big-lines", big_lines, "lookups with a unique 60 KB unknown field");
+  app.add_option("--fast", fast, "fast-path and key-cache calls");
+  app.add_option("--label", label, "a name for this run in the output");
+  CLI11_PARSE(app, argc, argv);
+  return ktune::run(winners, queries, misses, big_lines, fast, label);
+}

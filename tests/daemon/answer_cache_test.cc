@@ -1,0 +1,273 @@
+// LookupService's answer caches: bounded in bytes, least recently used evicted first, huge request
+// lines never kept (issue 9 item 12, issue 10).
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <fstream>
+#include <latch>
+#include <thread>
+
+#include "daemon/lookups.h"
+#include "daemon/ops/ops.h"
+#include "tests/fakes/daemon_parts.h"
+#include "tests/fakes/test_records.h"
+#include "tests/fakes/test_volume.h"
+
+namespace ktune {
+namespace {
+
+using protocol::Json;
+
+// Resident set size of this process in MiB (VmRSS).
+double rss_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+// The value of one sample in Prometheus text, or -1 when absent.
+double sample(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
+}
+
+class AnswerCacheTest : public ::testing::Test {
+ protected:
+  AnswerCacheTest() : m_templates(TemplateRegistry::load({builtin_template_dir()})) {}
+
+  void start(int answer_cache_bytes) {
+    DaemonConfig config = default_config();
+    config.answer_cache_bytes = answer_cache_bytes;
+    NodeIdentity node;
+    node.node_id = "test-node";
+    node.gpu_error = "no GPU in tests";
+    m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
+  }
+  LookupService& lookups() { return m_parts->lookups; }
+
+  // A lookup line of the shape clients send, for a gemm of the given M.
+  static std::string line_for(int m, const std::string& extra = "") {
+    return R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
+           R"(","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":)" +
+           std::to_string(m) + R"(,"N":4096,"K":4096}})" + extra + "}";
+  }
+  std::shared_ptr<const LookupService::Answer> ask(const std::string& line,
+                                                   LookupService::Cold cold) {
+    auto a = lookups().lookup(Json::parse(line), cold, line);
+    EXPECT_TRUE(a) << a.error().message;
+    return a ? *a : nullptr;
+  }
+
+  TemplateRegistry m_templates;
+  std::unique_ptr<testing::DaemonParts> m_parts;
+};
+
+// Issue 9 item 12: 40,000 lookups, each line padded with its own 60 KB unknown field, took the
+// daemon from 46 MB to 2.3 GB (every line was a text-cache key). Lines over 4 KiB are not cached
+// by text, so memory stays where it was.
+TEST_F(AnswerCacheTest, UniqueHugeLinesAreNotKept) {
+  start(64 << 20);
+  const std::string padded = line_for(4096, R"(,"pad":")" + std::string(60'000, 'x') + "\"");
+  const auto body = Json::parse(padded);
+  const size_t stamp = padded.find("xxxx");
+  std::string line = padded;
+  const int n = testing::volume(40'000);
+  const double rss0 = rss_mib();
+  for (int i = 0; i < n; ++i) {
+    const std::string digits = std::to_string(i);
+    line.replace(stamp, digits.size(), digits);
+    auto a = lookups().lookup(body, LookupService::Cold::build, line);
+    ASSERT_TRUE(a) << a.error().message;
+  }
+  const double growth = rss_mib() - rss0;
+#ifdef __SANITIZE_ADDRESS__
+  const double bound = 600;  // ASan keeps freed blocks in quarantine (up to 256 MiB) and shadow
+#else
+  const double bound = 100;
+#endif
+  EXPECT_LT(growth, bound) << "MiB";
+  const auto s = lookups().cache_stats();
+  EXPECT_EQ(s.lines.entries, 0u);
+  EXPECT_EQ(s.lines_too_long, size_t(n));
+  EXPECT_EQ(s.answers.entries, 1u);  // one problem: one answer
+  EXPECT_EQ(s.built, 1u);
+  EXPECT_LE(s.answers.bytes + s.lines.bytes, size_t(64 << 20));
+}
+
+// Distinct shapes past the bound: the least recently used answers go, one at a time; the cache
+// never empties itself, and an answer asked again and again stays.
+TEST_F(AnswerCacheTest, AnswersAreEvictedLeastRecentlyUsedWithinTheBound) {
+  start(256 << 10);
+  const std::string hot = line_for(100'000);
+  ask(hot, LookupService::Cold::build);
+  size_t least_entries_after_first_eviction = SIZE_MAX;
+  const int n = testing::volume(1500);
+  for (int m = 1; m <= n; ++m) {
+    ask(line_for(m), LookupService::Cold::build);
+    if (m % 10 == 0) {
+      ASSERT_TRUE(ask(hot, LookupService::Cold::refuse)) << "hot answer evicted at " << m;
+    }
+    const auto s = lookups().cache_stats();
+    ASSERT_LE(s.answers.bytes, s.answers.max_bytes);
+    ASSERT_LE(s.lines.bytes, s.lines.max_bytes);
+    if (s.answers.evictions > 0)
+      least_entries_after_first_eviction =
+          std::min(least_entries_after_first_eviction, s.answers.entries);
+  }
+  const auto s = lookups().cache_stats();
+  EXPECT_EQ(s.answers.max_bytes, size_t(192 << 10));
+  EXPECT_EQ(s.lines.max_bytes, size_t(64 << 10));
+  EXPECT_EQ(s.built, size_t(n + 1));
+  EXPECT_EQ(s.answers.entries + s.answers.evictions, s.built) << "each answer kept or evicted";
+  EXPECT_GT(s.answers.evictions, size_t(n / 4));
+  EXPECT_GT(s.lines.evictions, 0u);
+  EXPECT_GT(least_entries_after_first_eviction, 20u) << "never emptied wholesale";
+  EXPECT_GE(s.answers.hits, size_t(n / 10));
+  // The newest answers are there, the oldest are gone.
+  EXPECT_TRUE(ask(line_for(n), LookupService::Cold::refuse));
+  EXPECT_FALSE(ask(line_for(1), LookupService::Cold::refuse));
+}
+
+// The text cache answers a repeated line without parsing it, until the index changes.
+TEST_F(AnswerCacheTest, RepeatedLinesAreAnsweredFromTextUntilTheIndexMoves) {
+  start(64 << 20);
+  const std::string line = line_for(512);
+  EXPECT_FALSE(lookups().fast_reply(line));
+  ask(line, LookupService::Cold::build);
+  auto reply = lookups().fast_reply(line);
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(Json::parse(*reply)["result"]["entries"][0]["provenance"], "heuristic");
+  // A short line: cached by text, and charged for it.
+  const auto s = lookups().cache_stats();
+  EXPECT_EQ(s.lines.entries, 1u);
+  EXPECT_GT(s.lines.bytes, line.size() - 20);
+  m_parts->index.upsert(testing::winner(testing::gemm_problem(1, 1, 1), 1));
+  EXPECT_FALSE(lookups().fast_reply(line)) << "answers of an older index generation are invalid";
+  EXPECT_TRUE(ask(line, LookupService::Cold::build));
+  EXPECT_TRUE(lookups().fast_reply(line));
+  EXPECT_EQ(lookups().cache_stats().built, 2u);
+}
+
+// No cache at all is a valid setting: every lookup is built, none is kept.
+TEST_F(AnswerCacheTest, ZeroBytesCachesNothing) {
+  start(0);
+  const std::string line = line_for(512);
+  for (int i = 0; i < 3; ++i) ask(line, LookupService::Cold::build);
+  const auto s = lookups().cache_stats();
+  EXPECT_EQ(s.built, 3u);
+  EXPECT_EQ(s.answers.entries + s.lines.entries, 0u);
+  EXPECT_EQ(s.answers.refused, 3u);
+  EXPECT_FALSE(lookups().fast_reply(line));
+}
+
+// Asks `line` from `threads` threads at once, Cold::build. The first build is held until every
+// other thread has joined it (a deadline ends the wait when they never do, as without the dedupe,
+// where each thread builds its own). Counts builds and joins as the observer sees them.
+struct Concurrent {
+  std::vector<protocol::Expected<std::shared_ptr<const LookupService::Answer>>> results;
+  int builds = 0;
+  int joins = 0;
+};
+Concurrent ask_at_once(LookupService& lookups, const std::string& line, int threads) {
+  Concurrent out;
+  std::mutex mutex;
+  std::condition_variable changed;
+  lookups.set_build_observer({.on_build =
+                                  [&](const std::string&) {
+                                    std::unique_lock lock(mutex);
+                                    ++out.builds;
+                                    changed.wait_for(lock, std::chrono::seconds(5),
+                                                     [&] { return out.joins == threads - 1; });
+                                  },
+                              .on_join =
+                                  [&](const std::string&) {
+                                    std::lock_guard lock(mutex);
+                                    ++out.joins;
+                                    changed.notify_all();
+                                  }});
+  const auto body = Json::parse(line);
+  std::latch go(threads);
+  out.results.resize(size_t(threads), nullptr);
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&, i] {
+      go.arrive_and_wait();
+      out.results[size_t(i)] = lookups.lookup(body, LookupService::Cold::build, line);
+    });
+  for (auto& t : pool) t.join();
+  lookups.set_build_observer({});
+  return out;
+}
+
+// Issue 10: many clients asking the same new key at once cost one build; the others wait for it.
+TEST_F(AnswerCacheTest, ConcurrentColdLookupsOfOneKeyBuildOnce) {
+  start(64 << 20);
+  constexpr int k_threads = 8;
+  const std::string line = line_for(3000);
+  const Concurrent c = ask_at_once(lookups(), line, k_threads);
+  EXPECT_EQ(c.builds, 1);
+  EXPECT_EQ(c.joins, k_threads - 1);
+  const auto s = lookups().cache_stats();
+  EXPECT_EQ(s.built, 1u);
+  EXPECT_EQ(s.joined, size_t(k_threads - 1));
+  for (const auto& a : c.results) {
+    ASSERT_TRUE(a) << a.error().message;
+    ASSERT_NE(*a, nullptr);
+    EXPECT_EQ(a->get(), c.results[0]->get()) << "every thread got the one answer built";
+  }
+  EXPECT_EQ(sample(op_metrics_gauges(m_parts->ctx), "ktune_answer_builds_joined_total"),
+            k_threads - 1);
+  // Done: the next ask is a plain cache hit, no build, no wait.
+  ASSERT_TRUE(ask(line, LookupService::Cold::refuse));
+  EXPECT_EQ(lookups().cache_stats().built, 1u);
+}
+
+// A build that fails hands its error to every thread that waited for it, and leaves nothing
+// behind: the next ask builds again.
+TEST_F(AnswerCacheTest, AFailedBuildIsSharedAndNotCached) {
+  start(64 << 20);
+  const std::string line = R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
+                           R"(","problem":{"op":"nosuchop","dtype":"bf16","dims":{"n":5}}})";
+  const Concurrent c = ask_at_once(lookups(), line, 4);
+  EXPECT_EQ(c.builds, 1);
+  for (const auto& a : c.results) {
+    ASSERT_FALSE(a);
+    EXPECT_EQ(a.error().kind, protocol::ErrorKind::invalid_problem);
+  }
+  auto again = lookups().lookup(Json::parse(line), LookupService::Cold::build, line);
+  ASSERT_FALSE(again);
+  const auto s = lookups().cache_stats();
+  EXPECT_EQ(s.built, 2u);
+  EXPECT_EQ(s.joined, 3u);
+  EXPECT_EQ(s.answers.entries, 0u);
+}
+
+// The cache metrics move with what the caches do.
+TEST_F(AnswerCacheTest, MetricsFollowTheCaches) {
+  start(64 << 10);
+  const std::string big_line = line_for(7, R"(,"pad":")" + std::string(5'000, 'x') + "\"");
+  for (int m = 1; m <= 200; ++m) ask(line_for(m), LookupService::Cold::build);
+  ask(line_for(200), LookupService::Cold::build);
+  ask(big_line, LookupService::Cold::build);
+  const std::string text = op_metrics_gauges(m_parts->ctx);
+  const auto s = lookups().cache_stats();
+  EXPECT_EQ(sample(text, R"(ktune_answer_cache_entries{cache="answers"})"), s.answers.entries);
+  EXPECT_GT(s.answers.entries, 0u);
+  EXPECT_EQ(sample(text, R"(ktune_answer_cache_bytes{cache="lines"})"), s.lines.bytes);
+  EXPECT_EQ(sample(text, R"(ktune_answer_cache_max_bytes{cache="answers"})"), 48 << 10);
+  EXPECT_GE(sample(text, R"(ktune_answer_cache_hits_total{cache="answers"})"), 1);
+  EXPECT_GE(sample(text, R"(ktune_answer_cache_misses_total{cache="answers"})"), 200);
+  EXPECT_GT(sample(text, R"(ktune_answer_cache_evictions_total{cache="answers"})"), 100);
+  EXPECT_GT(sample(text, R"(ktune_answer_cache_evictions_total{cache="lines"})"), 10);
+  EXPECT_EQ(sample(text, R"(ktune_answer_cache_refused_total{cache="lines"})"), 1);
+  EXPECT_EQ(sample(text, "ktune_answers_built_total"), 201);
+  const Json status =
+      Json::parse(m_parts->dispatcher.handle(R"({"v":1,"id":1,"op":"status"})").line);
+  EXPECT_EQ(status["result"]["answer_cache"]["answers"]["entries"], s.answers.entries);
+  EXPECT_EQ(status["result"]["answer_cache"]["lines"]["max_bytes"], 16 << 10);
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,125 @@
+// ByteLru: bounded in bytes, evicts least recently used one entry at a time, allocates nothing on
+// a hit. This binary counts heap allocations with a replacement operator new.
+#include "daemon/lru_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+namespace {
+std::atomic<long long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size ? size : 1)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+namespace ktune {
+namespace {
+
+using Lru = ByteLru<int>;
+constexpr std::size_t k_over = Lru::k_entry_overhead;
+
+TEST(ByteLruTest, ChargesKeyValueAndOverhead) {
+  Lru lru(10'000);
+  EXPECT_TRUE(lru.put("abc", 1, 100));
+  EXPECT_EQ(lru.stats().bytes, 3 + 100 + k_over);
+  EXPECT_TRUE(lru.put("abc", 2, 10));  // replaced: charged once, at the new size
+  EXPECT_EQ(lru.stats().bytes, 3 + 10 + k_over);
+  EXPECT_EQ(lru.stats().entries, 1u);
+  ASSERT_NE(lru.find("abc"), nullptr);
+  EXPECT_EQ(*lru.find("abc"), 2);
+}
+
+TEST(ByteLruTest, EvictsLeastRecentlyUsedOneAtATimeNeverEverything) {
+  const std::size_t each = 2 + 100 + k_over;  // keys "k0".."k9"
+  Lru lru(5 * each);
+  for (int i = 0; i < 5; ++i) lru.put("k" + std::to_string(i), i, 100);
+  EXPECT_EQ(lru.stats().entries, 5u);
+  EXPECT_EQ(lru.stats().bytes, 5 * each);
+  ASSERT_NE(lru.find("k0"), nullptr);  // k0 is now the most recent; k1 the coldest
+  lru.put("k5", 5, 100);
+  const auto s = lru.stats();
+  EXPECT_EQ(s.entries, 5u);
+  EXPECT_EQ(s.evictions, 1u);
+  EXPECT_LE(s.bytes, s.max_bytes);
+  EXPECT_EQ(lru.find("k1"), nullptr);
+  for (const char* k : {"k0", "k2", "k3", "k4", "k5"}) EXPECT_NE(lru.find(k), nullptr) << k;
+}
+
+TEST(ByteLruTest, ABigEntryEvictsAsManyAsItNeeds) {
+  Lru lru(10'000);
+  for (int i = 0; i < 20; ++i) lru.put("k" + std::to_string(i), i, 200);
+  const auto before = lru.stats();
+  ASSERT_LE(before.bytes, 10'000u);
+  lru.put("big", 0, 6'000);
+  const auto after = lru.stats();
+  EXPECT_LE(after.bytes, 10'000u);
+  EXPECT_NE(lru.find("big"), nullptr);
+  EXPECT_GT(after.evictions, before.evictions + 5);
+  EXPECT_GT(after.entries, 1u);  // the most recent small ones stay
+}
+
+TEST(ByteLruTest, AnEntryOverTheBoundAloneIsNotStoredAndDropsTheOldOne) {
+  Lru lru(1'000);
+  lru.put("k", 1, 10);
+  EXPECT_FALSE(lru.put("k", 2, 5'000));
+  EXPECT_EQ(lru.find("k"), nullptr);
+  const auto s = lru.stats();
+  EXPECT_EQ(s.refused, 1u);
+  EXPECT_EQ(s.entries, 0u);
+  EXPECT_EQ(s.bytes, 0u);
+}
+
+TEST(ByteLruTest, InvalidEntriesAreDroppedAndCountedAsMisses) {
+  Lru lru(10'000);
+  lru.put("old", 1, 10);
+  lru.put("new", 2, 10);
+  auto current = [](int v) { return v == 2; };
+  EXPECT_EQ(lru.find("old", current), nullptr);
+  EXPECT_NE(lru.find("new", current), nullptr);
+  const auto s = lru.stats();
+  EXPECT_EQ(s.entries, 1u);
+  EXPECT_EQ(s.hits, 1u);
+  EXPECT_EQ(s.misses, 1u);
+  EXPECT_EQ(s.bytes, 3 + 10 + k_over);
+}
+
+TEST(ByteLruTest, AHitAllocatesNothing) {
+  Lru lru(1 << 20);
+  const std::string long_key(200, 'x');  // past any small-string buffer
+  for (int i = 0; i < 100; ++i) lru.put(long_key + std::to_string(i), i, 10);
+  const std::string probe = long_key + "42";
+  const std::string absent = long_key + "x";
+  const long long before = g_allocations.load();
+  for (int i = 0; i < 1000; ++i) ASSERT_NE(lru.find(probe), nullptr);
+  EXPECT_EQ(lru.find(absent), nullptr);
+  EXPECT_EQ(g_allocations.load() - before, 0);
+  lru.put(absent, 1, 10);  // the counter counts: a put allocates its key, list and hash nodes
+  EXPECT_GE(g_allocations.load() - before, 3);
+}
+
+TEST(ByteLruTest, StaysWithinTheBoundUnderChurn) {
+  Lru lru(50'000);
+  for (int i = 0; i < 20'000; ++i) {
+    lru.put("key-" + std::to_string(i), i, std::size_t(i % 700));
+    ASSERT_LE(lru.stats().bytes, 50'000u);
+    if (i % 3 == 0) lru.find("key-" + std::to_string(i / 2));
+  }
+  const auto s = lru.stats();
+  EXPECT_GT(s.evictions, 19'000u);
+  EXPECT_GT(s.entries, 40u);
+}
+
+}  // namespace
+}  // namespace ktune

@@ -1,0 +1,254 @@
+// WinnerIndex::nearest and the ShapeTree under it: the same answers as scanning every record of
+// the family (issue 10: "nearest-shape search stays sub-linear as the index grows"), checked on
+// thousands of random queries with many equal distances, and work that stays small at 100k
+// winners in one family.
+#include "daemon/winner_index.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "tests/fakes/test_records.h"
+#include "tests/fakes/test_volume.h"
+
+namespace ktune {
+namespace {
+
+const std::string k_device = testing::h200().id();
+
+// The reference: what WinnerIndex::nearest did before the tree, a scan of the whole family (keys
+// and log2 dims computed once, as the old index kept them).
+struct Scanned {
+  std::string key;
+  std::vector<double> log2_dims;
+};
+std::vector<Scanned> scanned(const std::vector<Problem>& family) {
+  std::vector<Scanned> out;
+  for (const auto& p : family) {
+    out.push_back({p.key(), {}});
+    for (const auto& [_, v] : p.dims) out.back().log2_dims.push_back(std::log2(double(v)));
+  }
+  return out;
+}
+std::vector<std::pair<std::string, double>> brute_force(const std::vector<Scanned>& family,
+                                                        const Problem& target, double radius,
+                                                        size_t max) {
+  std::vector<double> t;
+  for (const auto& [_, v] : target.dims) t.push_back(std::log2(double(v)));
+  std::vector<std::pair<const std::string*, double>> in;
+  for (const auto& e : family) {
+    double d = 0;
+    for (size_t i = 0; i < t.size(); ++i) d += std::abs(t[i] - e.log2_dims[i]);
+    if (d > 0 && d <= radius) in.emplace_back(&e.key, d);
+  }
+  std::sort(in.begin(), in.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second < b.second : *a.first < *b.first;
+  });
+  std::vector<std::pair<std::string, double>> out;
+  for (size_t i = 0; i < in.size() && i < max; ++i) out.emplace_back(*in[i].first, in[i].second);
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> tree_answer(const WinnerIndex& index,
+                                                        const Problem& target, double radius,
+                                                        size_t max) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& n : index.nearest(k_device, target, radius, max))
+    out.emplace_back(n.record->problem.key(), n.distance);
+  return out;
+}
+
+// A family drawn so that many distances tie: dims mostly powers of two (integral log2), some
+// multiples of 64 and a few arbitrary values.
+Problem random_shape(std::mt19937_64& rng) {
+  auto dim = [&]() -> std::int64_t {
+    switch (rng() % 4) {
+      case 0:
+      case 1:
+        return std::int64_t(1) << (rng() % 15);
+      case 2:
+        return 64 * std::int64_t(1 + rng() % 128);
+      default:
+        return std::int64_t(1 + rng() % 9000);
+    }
+  };
+  return testing::gemm_problem(dim(), dim(), dim());
+}
+
+struct Family {
+  WinnerIndex index;
+  std::vector<Problem> problems;
+};
+
+void fill(Family& f, std::mt19937_64& rng, size_t n) {
+  std::set<std::string> keys;
+  for (const auto& p : f.problems) keys.insert(p.key());
+  std::vector<WinnerRecord> batch;
+  while (batch.size() < n) {
+    Problem p = random_shape(rng);
+    if (!keys.insert(p.key()).second) continue;
+    f.problems.push_back(p);
+    batch.push_back(testing::winner(p, 10));
+  }
+  f.index.upsert(std::move(batch));
+}
+
+TEST(NearestTest, SameAnswersAsTheLinearScanOnRandomQueriesWithTies) {
+  std::mt19937_64 rng(1);
+  Family f;
+  fill(f, rng, 5000);
+  const auto reference = scanned(f.problems);
+  const double radii[] = {0.25, 1.0, 2.0, 3.5, 8.0, 64.0};
+  const size_t maxima[] = {1, 4, 64, 100'000};
+  size_t ties = 0;
+  size_t compared = 0;
+  for (int q = 0; q < testing::volume(3000); ++q) {
+    // Half the queries sit on a member's coordinates in some dims (distance-0 terms, exact ties).
+    Problem target = random_shape(rng);
+    if (q % 2)
+      target.dims[rng() % 3].second = f.problems[rng() % f.problems.size()].dims[rng() % 3].second;
+    if (q % 7 == 0) target = f.problems[rng() % f.problems.size()];  // a member: excluded itself
+    const double radius = radii[rng() % std::size(radii)];
+    const size_t max = maxima[rng() % std::size(maxima)];
+    const auto want = brute_force(reference, target, radius, max);
+    const auto got = tree_answer(f.index, target, radius, max);
+    ASSERT_EQ(got, want) << target.key() << " radius " << radius << " max " << max;
+    for (size_t i = 1; i < want.size(); ++i) ties += want[i].second == want[i - 1].second;
+    compared += want.size();
+  }
+  EXPECT_GT(ties, size_t(testing::volume(10'000))) << "the queries exercise equal distances";
+  EXPECT_GT(compared, size_t(testing::volume(100'000)));
+}
+
+// Records added one at a time (the tree's unbuilt tail, and its rebuilds) and records replaced in
+// place (same problem, new measurement) answer like the scan too.
+TEST(NearestTest, SameAnswersWhileGrowingOneRecordAtATime) {
+  std::mt19937_64 rng(2);
+  Family f;
+  fill(f, rng, 300);
+  std::set<std::string> keys;
+  for (const auto& p : f.problems) keys.insert(p.key());
+  auto reference = scanned(f.problems);
+  for (int step = 0; step < testing::volume(3000); ++step) {
+    if (step % 3 == 0) {
+      Problem p = random_shape(rng);
+      if (keys.insert(p.key()).second) {
+        f.problems.push_back(p);
+        reference.push_back(scanned({p}).front());
+        f.index.upsert(testing::winner(p, 10));
+      }
+    } else if (step % 3 == 1) {  // a new measurement of a known problem
+      const Problem& p = f.problems[rng() % f.problems.size()];
+      f.index.upsert(testing::winner(p, 5 + double(step)));
+      auto near = f.index.nearest(k_device, random_shape(rng), 64, 100'000);
+      for (const auto& n : near)
+        ASSERT_EQ(n.record, f.index.exact(k_device, n.record->problem)) << "a replaced record";
+    }
+    const Problem target = random_shape(rng);
+    ASSERT_EQ(tree_answer(f.index, target, 2.0, 4), brute_force(reference, target, 2.0, 4)) << step;
+  }
+  EXPECT_EQ(f.index.size(), f.problems.size());
+}
+
+TEST(NearestTest, OneAndTwoDimFamiliesAndFamiliesApart) {
+  WinnerIndex index;
+  std::vector<WinnerRecord> records;
+  std::vector<Problem> sums, rows;
+  for (std::int64_t n = 1; n <= 4096; n += 3) {
+    sums.push_back(Problem{"reduce_sum", "fp32", "fp32", "", {{"n", n * 1000}}});
+    rows.push_back(
+        Problem{"softmax", "bf16", "bf16", "", {{"rows", n}, {"cols", 8 * (n % 64 + 1)}}});
+    records.push_back(testing::winner(sums.back(), 1));
+    records.push_back(testing::winner(rows.back(), 1));
+  }
+  index.load(records);
+  const auto sums_scanned = scanned(sums);
+  const auto rows_scanned = scanned(rows);
+  std::mt19937_64 rng(3);
+  for (int q = 0; q < 500; ++q) {
+    const Problem s{"reduce_sum", "fp32", "fp32", "", {{"n", std::int64_t(1 + rng() % 5'000'000)}}};
+    const Problem r{
+        "softmax",
+        "bf16",
+        "bf16",
+        "",
+        {{"rows", std::int64_t(1 + rng() % 5000)}, {"cols", std::int64_t(8 + rng() % 600)}}};
+    ASSERT_EQ(tree_answer(index, s, 1.0, 8), brute_force(sums_scanned, s, 1.0, 8)) << s.key();
+    ASSERT_EQ(tree_answer(index, r, 2.0, 8), brute_force(rows_scanned, r, 2.0, 8)) << r.key();
+  }
+  const Problem other_dtype{"reduce_sum", "bf16", "bf16", "", {{"n", 1000}}};
+  EXPECT_TRUE(index.nearest(k_device, other_dtype, 64, 100).empty());
+}
+
+// 100,000 winners in one family (gemm, M from 1..8192 as in LLM serving, N and K multiples of 64):
+// the answers match the scan, and a search computes a few hundred distances, not 100,000.
+// (Sanitizer builds run an eighth of the volume: 12,500 winners, 25 queries.)
+TEST(NearestTest, SubLinearAt100kWinnersInOneFamily) {
+  std::mt19937_64 rng(4);
+  auto shape = [&] {
+    return testing::gemm_problem(std::int64_t(1 + rng() % 8192), 64 * std::int64_t(1 + rng() % 256),
+                                 64 * std::int64_t(1 + rng() % 256));
+  };
+  std::vector<WinnerRecord> records;
+  std::vector<Problem> problems;
+  std::set<std::string> keys;
+  ShapeTree tree(3);
+  while (problems.size() < size_t(testing::volume(100'000))) {
+    Problem p = shape();
+    if (!keys.insert(p.key()).second) continue;
+    std::vector<double> point;
+    for (const auto& [_, v] : p.dims) point.push_back(std::log2(double(v)));
+    tree.add(point, p.key());
+    problems.push_back(p);
+    records.push_back(testing::winner(p, 10));
+  }
+  tree.settle();
+  WinnerIndex index;
+  index.load(std::move(records));
+  const auto reference = scanned(problems);
+  std::vector<size_t> points;
+  for (int q = 0; q < testing::volume(200); ++q) {
+    const Problem target = shape();
+    ASSERT_EQ(tree_answer(index, target, 2.0, 4), brute_force(reference, target, 2.0, 4))
+        << target.key();
+    std::vector<double> t;
+    for (const auto& [_, v] : target.dims) t.push_back(std::log2(double(v)));
+    ShapeTree::Work work;
+    tree.nearest(t, 2.0, 4, &work);
+    points.push_back(work.points);
+  }
+  std::sort(points.begin(), points.end());
+  EXPECT_LT(points[points.size() / 2], 1000u) << "median distances computed per search";
+  EXPECT_LT(points[points.size() * 99 / 100], 5000u) << "p99 distances computed per search";
+  // Every lookup that names a device resolves it against device_ids(): that must not cost a
+  // scan of the index either (it took ~25 ms per call here, most of a cold lookup).
+  std::vector<double> us;
+  for (int i = 0; i < 20; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto ids = index.device_ids();
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    ASSERT_EQ(ids, std::vector<std::string>{k_device});
+  }
+  EXPECT_LT(*std::min_element(us.begin(), us.end()), 200.0) << "fastest device_ids() in us";
+}
+
+TEST(NearestTest, DeviceIdsFollowLoadsAndUpserts) {
+  WinnerIndex index;
+  WinnerRecord a100 = testing::winner(testing::gemm_problem(64, 64, 64), 1);
+  a100.device = DeviceClass{"NVIDIA A100-SXM4-80GB", 80, 108, 80};
+  index.load({testing::winner(testing::gemm_problem(64, 64, 64), 1)});
+  EXPECT_EQ(index.device_ids(), std::vector<std::string>{k_device});
+  index.upsert(a100);
+  index.upsert(testing::winner(testing::gemm_problem(64, 64, 64), 2));  // replaces: no new id
+  EXPECT_EQ(index.device_ids(), (std::vector<std::string>{a100.device.id(), k_device}));
+  index.load({a100});
+  EXPECT_EQ(index.device_ids(), std::vector<std::string>{a100.device.id()});
+}
+
+}  // namespace
+}  // namespace ktune
