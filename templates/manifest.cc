@@ -207,7 +207,7 @@ ArgSpec parse_arg(const Parser& P, const YAML::Node& n, const std::string& where
   a.line = P.line(n);
   a.name = P.scalar(n["name"], where + ".name");
   if (n["buffer"].IsDefined()) {
-    P.only_keys(n, where, {"name", "buffer", "dtype", "count", "init"});
+    P.only_keys(n, where, {"name", "buffer", "dtype", "count", "init", "zero"});
     const std::string role = P.scalar(n["buffer"], where + ".buffer");
     if (role == "in")
       a.role = BufferRole::in;
@@ -234,6 +234,15 @@ ArgSpec parse_arg(const Parser& P, const YAML::Node& n, const std::string& where
       else
         P.fail_at(n["init"], where + ".init",
                   "expected uniform(lo, hi) with lo < hi or normal(mean, std)");
+    }
+    if (n["zero"].IsDefined()) {
+      const std::string zero = P.scalar(n["zero"], where + ".zero");
+      if (a.role != BufferRole::workspace)
+        P.fail_at(n["zero"], where + ".zero", "only a workspace says how it is zeroed");
+      else if (zero == "none")
+        a.zero = WorkspaceZero::none;
+      else if (zero != "kept")
+        P.fail_at(n["zero"], where + ".zero", "expected kept or none");
     }
   } else if (n["scalar"].IsDefined()) {
     P.only_keys(n, where, {"name", "scalar", "value"});

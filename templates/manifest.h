@@ -43,6 +43,10 @@ struct LaunchSpec {
 };
 
 enum class BufferRole { in, out, inout, workspace };
+// What a workspace needs and leaves. kept: zeroed once before the kernel's first launch, and the
+// kernel leaves it zeroed (tile counters, tickets). none: scratch the kernel writes before it
+// reads (split-K partials); it needs no zeroing and is left holding anything.
+enum class WorkspaceZero { kept, none };
 enum class ScalarType { i32, i64, f32 };
 std::string_view to_string(BufferRole role);
 std::string_view to_string(ScalarType type);
@@ -61,6 +65,7 @@ struct ArgSpec {
   std::string dtype;  // "in", "out", or a concrete type: bf16 fp16 fp32 i32
   Expression count;
   InitSpec init;
+  WorkspaceZero zero = WorkspaceZero::kept;  // workspaces only (`zero:` in the manifest)
   // scalar
   ScalarType scalar = ScalarType::i32;
   Expression value;

@@ -124,6 +124,7 @@ Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const 
       if (*count < 1) return fail(ErrorCode::invalid_argument, "args." + a.name + ".count < 1");
       v.count = *count;
       v.init = a.init;
+      v.zero = a.zero;
     } else {
       v.scalar = a.scalar;
       auto value = ev.eval(a.value);

@@ -46,6 +46,7 @@ struct ArgValue {
   std::string dtype;       // concrete: bf16 fp16 fp32 i32
   std::int64_t count = 0;  // elements
   InitSpec init;
+  WorkspaceZero zero = WorkspaceZero::kept;  // workspaces
   ScalarType scalar = ScalarType::i32;
   double value = 0;
 };
