@@ -1,9 +1,10 @@
-// ktune wire protocol, version 1: the messages ktuned and its clients exchange.
+// ktune wire protocol, versions 1 and 2: the messages ktuned and its clients exchange.
 //
 // Newline-delimited JSON over a Unix socket (or loopback TCP): one request object per line, one
 // reply object per line, replies in request order. docs/protocol.md is the spec; this header is
 // its C++ form, shared by the daemon and the C++ client (header-only; needs nlohmann_json).
-// Every request carries "v" (protocol version), "id" (echoed in the reply) and "op".
+// Every request carries "v" (protocol version), "id" (echoed in the reply) and "op"; replies
+// echo the request's "v". v2 adds launch descriptions to lookup entries (client/launch.h).
 // Thread-safety: plain functions and value types.
 #pragma once
 
@@ -18,7 +19,8 @@
 
 namespace ktune::protocol {
 
-inline constexpr int k_version = 1;
+inline constexpr int k_version = 2;      // the newest version; what our clients send
+inline constexpr int k_min_version = 1;  // the oldest still answered, exactly as before
 inline constexpr size_t k_max_frame = 64 * 1024;  // bytes per request line, newline included
 inline constexpr int k_cli_schema_version = 1;    // of `ktune ... --json` output
 
@@ -180,10 +182,10 @@ inline Expected<Request> parse_request(std::string_view line, Json* id_out = nul
   if (v == r.body.end()) return error(ErrorKind::bad_request, "missing \"v\" (protocol version)");
   if (!v->is_number_integer()) return error(ErrorKind::bad_request, "\"v\" must be an integer");
   r.v = v->get<int>();
-  if (r.v != k_version)
-    return error(ErrorKind::unsupported_version, "protocol version " + std::to_string(r.v) +
-                                                     " not supported (this daemon speaks " +
-                                                     std::to_string(k_version) + ")");
+  if (r.v < k_min_version || r.v > k_version)
+    return error(ErrorKind::unsupported_version,
+                 "protocol version " + std::to_string(r.v) + " not supported (this daemon speaks " +
+                     std::to_string(k_min_version) + ".." + std::to_string(k_version) + ")");
   auto op = r.body.find("op");
   if (op == r.body.end() || !op->is_string())
     return error(ErrorKind::bad_request, "missing \"op\" (a string)");
@@ -191,13 +193,15 @@ inline Expected<Request> parse_request(std::string_view line, Json* id_out = nul
   return r;
 }
 
-inline std::string reply_ok(const Json& id, Json result) {
-  Json j = {{"v", k_version}, {"id", id}, {"ok", true}, {"result", std::move(result)}};
+// `v`: the version the request was asked in (replies echo it); 1 when the line could not be read.
+inline std::string reply_ok(const Json& id, Json result, int v = k_min_version) {
+  Json j = {{"v", v}, {"id", id}, {"ok", true}, {"result", std::move(result)}};
   return j.dump() + "\n";
 }
 
-inline std::string reply_error(const Json& id, ErrorKind kind, std::string_view message) {
-  Json j = {{"v", k_version},
+inline std::string reply_error(const Json& id, ErrorKind kind, std::string_view message,
+                               int v = k_min_version) {
+  Json j = {{"v", v},
             {"id", id},
             {"ok", false},
             {"error", {{"code", std::string(to_string(kind))}, {"message", std::string(message)}}}};
@@ -325,6 +329,7 @@ struct LookupEntry {
   std::string arch;             // what to compile for
   std::vector<std::uint32_t> grid, block;
   std::uint32_t smem = 0;
+  Json launch;  // v2: the launch description (client/launch.h reads it); null in v1 replies
 };
 
 inline Json to_json(const LookupEntry& e) {
@@ -344,6 +349,7 @@ inline Json to_json(const LookupEntry& e) {
                  {"grid", e.grid},
                  {"block", e.block},
                  {"smem", e.smem}};
+  if (!e.launch.is_null()) j["launch"] = e.launch;
   return j;
 }
 
@@ -367,6 +373,7 @@ inline Expected<LookupEntry> lookup_entry_from_json(const Json& j) {
       e.block = k->value("block", std::vector<std::uint32_t>{});
       e.smem = k->value("smem", 0u);
     }
+    if (auto l = j.find("launch"); l != j.end()) e.launch = *l;
   } catch (const std::exception& ex) {
     return error(ErrorKind::bad_request, std::string("malformed lookup entry: ") + ex.what());
   }

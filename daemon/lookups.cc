@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "daemon/launch.h"
 #include "templates/space.h"
 
 namespace ktune {
@@ -53,12 +54,15 @@ double work(const Problem& p) {
 
 // The request text after the id, when the line has the shape our clients send.
 struct SplitLine {
+  char version;           // '1' or '2', as written
   std::string_view id;    // the id token as written
   std::string_view rest;  // from the comma after the id to the end
 };
 std::optional<SplitLine> split_lookup_line(std::string_view line) {
-  constexpr std::string_view head = R"({"v":1,"id":)";
-  if (!line.starts_with(head)) return std::nullopt;
+  constexpr std::string_view head = R"({"v":1,"id":)";  // or {"v":2,"id":
+  if (line.size() <= head.size() || !line.starts_with(head.substr(0, 5)) ||
+      (line[5] != '1' && line[5] != '2') || line.substr(6, head.size() - 6) != head.substr(6))
+    return std::nullopt;
   size_t i = head.size();
   if (i < line.size() && line[i] == '"') {
     const size_t end = line.find('"', i + 1);
@@ -73,7 +77,7 @@ std::optional<SplitLine> split_lookup_line(std::string_view line) {
   if (i == head.size()) return std::nullopt;
   const std::string_view rest = line.substr(i);
   if (!rest.starts_with(R"(,"op":"lookup",)")) return std::nullopt;
-  return SplitLine{line.substr(head.size(), i - head.size()), rest};
+  return SplitLine{line[5], line.substr(head.size(), i - head.size()), rest};
 }
 
 }  // namespace
@@ -95,7 +99,7 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   std::shared_ptr<const Answer> answer;
   {
     std::lock_guard lock(m_mutex);
-    auto it = m_by_text.find(std::string(split->rest));
+    auto it = m_by_text.find(split->version + std::string(split->rest));
     if (it == m_by_text.end() || it->second->generation != m_catalog.index().generation())
       return std::nullopt;
     answer = it->second;
@@ -109,7 +113,9 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::string out;
   out.reserve(answer->result.size() + split->id.size() + 40);
-  out += R"({"v":1,"id":)";
+  out += R"({"v":)";
+  out += split->version;
+  out += R"(,"id":)";
   out += split->id;
   out += R"(,"ok":true,"result":)";
   out += answer->result;
@@ -122,7 +128,7 @@ void LookupService::remember_line(std::string_view line, std::shared_ptr<const A
   if (!split) return;
   std::lock_guard lock(m_mutex);
   if (m_by_text.size() >= k_max_cached_answers) m_by_text.clear();
-  m_by_text[std::string(split->rest)] = std::move(answer);
+  m_by_text[split->version + std::string(split->rest)] = std::move(answer);
 }
 
 std::string LookupService::reply(const Json& id, const Answer& answer,
@@ -133,7 +139,8 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
   m_metrics.count_lookup(
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return R"({"v":1,"id":)" + id.dump() + R"(,"ok":true,"result":)" + answer.result + "}\n";
+  return R"({"v":)" + std::to_string(answer.version) + R"(,"id":)" + id.dump() +
+         R"(,"ok":true,"result":)" + answer.result + "}\n";
 }
 
 protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_device(
@@ -213,7 +220,8 @@ protocol::Expected<Problem> LookupService::canonical_problem(
 }
 
 bool LookupService::complete_entry(protocol::LookupEntry& e, const Problem& problem,
-                                   const DeviceClass& device, const DeviceLimits& limits) const {
+                                   const DeviceClass& device, const DeviceLimits& limits,
+                                   int version) const {
   const KernelTemplate* t = m_templates.find(e.template_name);
   if (!t)
     return true;  // not installed here: the config is still the answer, without kernel details
@@ -225,6 +233,7 @@ bool LookupService::complete_entry(protocol::LookupEntry& e, const Problem& prob
   e.grid.assign(inst->launch.grid.begin(), inst->launch.grid.end());
   e.block.assign(inst->launch.block.begin(), inst->launch.block.end());
   e.smem = inst->launch.smem;
+  if (version >= 2) e.launch = protocol::to_json(describe_launch(*t, *inst, e.arch));
   return true;
 }
 
@@ -251,7 +260,7 @@ std::shared_ptr<const LookupService::Answer> LookupService::cached(const std::st
 }
 
 protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::lookup(
-    const Json& body, Cold cold, std::string_view line) {
+    const Json& body, Cold cold, std::string_view line, int version) {
   auto req = protocol::lookup_from_json(body);
   if (!req) return std::unexpected(req.error());
   auto problem = canonical_problem(req->problem);
@@ -259,11 +268,12 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   auto device = resolve_device(req->device);
   if (!device) return std::unexpected(device.error());
   const auto& [dev, limits] = *device;
-  const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit);
+  const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit) +
+                          (version >= 2 ? "\nv2" : "");
   auto answer = cached(key, m_catalog.index().generation());
   if (!answer) {
     if (cold == Cold::refuse) return nullptr;
-    auto built = build(*problem, dev, limits, req->limit);
+    auto built = build(*problem, dev, limits, req->limit, version);
     if (!built) return built;
     answer = *built;
     std::lock_guard lock(m_mutex);
@@ -275,11 +285,13 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
 }
 
 protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::build(
-    const Problem& problem, const DeviceClass& dev, const DeviceLimits& limits, int limit) {
+    const Problem& problem, const DeviceClass& dev, const DeviceLimits& limits, int limit,
+    int version) {
   const WinnerIndex& index = m_catalog.index();
   const std::string device_id = dev.id();
   auto fresh = std::make_shared<Answer>();
   fresh->generation = index.generation();
+  fresh->version = version;
   fresh->device = dev;
   fresh->problem = problem;
   protocol::LookupReply reply;
@@ -291,7 +303,7 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     const std::string k =
         e.template_name + "/" + params_to_string(Params(e.params.begin(), e.params.end()));
     if (!seen.insert(k).second) return false;
-    if (!complete_entry(e, problem, dev, limits)) return false;
+    if (!complete_entry(e, problem, dev, limits, version)) return false;
     reply.entries.push_back(std::move(e));
     return true;
   };

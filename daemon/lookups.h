@@ -6,7 +6,9 @@
 // peers the policy stage already trusts). Both caches are invalid once the index generation
 // moves. Building an answer costs up to milliseconds (template expressions): callers on an I/O
 // thread ask with Cold::refuse and hand cold keys to the executor. Lookups answered without an
-// exact, valid winner are counted as misses, with their expected worth. Thread-safe.
+// exact, valid winner are counted as misses, with their expected worth. A v2 request's answer
+// also carries each entry's launch description (daemon/launch.h) and is cached apart from the v1
+// answer, which stays exactly as it was. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -30,6 +32,7 @@ class LookupService {
  public:
   struct Answer {
     std::uint64_t generation = 0;
+    int version = protocol::k_min_version;  // of the request; echoed in the reply
     std::string result;      // the "result" object, serialized once
     std::string provenance;  // of the best entry
     bool miss = false;
@@ -45,15 +48,17 @@ class LookupService {
                 const Catalog& catalog, const NodeIdentity& node, Metrics& metrics,
                 MissTracker& misses);
 
-  // The answer for a lookup body, or nullptr when it is not cached and `cold` is refuse. With a
-  // `line`, the answer is also remembered under its text for fast_reply.
-  protocol::Expected<std::shared_ptr<const Answer>> lookup(const protocol::Json& body, Cold cold,
-                                                           std::string_view line = {});
+  // The answer for a lookup body asked in protocol `version`, or nullptr when it is not cached
+  // and `cold` is refuse. With a `line`, the answer is also remembered under its text for
+  // fast_reply.
+  protocol::Expected<std::shared_ptr<const Answer>> lookup(
+      const protocol::Json& body, Cold cold, std::string_view line = {},
+      int version = protocol::k_min_version);
   // The reply line for `answer` (counts the lookup and, for a miss, the miss).
   std::string reply(const protocol::Json& id, const Answer& answer,
                     std::chrono::steady_clock::time_point t0);
-  // A cached answer for a line of the exact shape our clients send ({"v":1,"id":..,"op":"lookup",
-  // ...}), as a reply line; nullopt when the line is not of that shape or not cached.
+  // A cached answer for a line of the exact shape our clients send ({"v":1|2,"id":..,
+  // "op":"lookup",...}), as a reply line; nullopt when the line is not of that shape or not cached.
   std::optional<std::string> fast_reply(std::string_view line);
 
   // Resolves a device class named by id or unique prefix, or this node's first GPU.
@@ -67,9 +72,10 @@ class LookupService {
   std::shared_ptr<const Answer> cached(const std::string& key, std::uint64_t generation) const;
   protocol::Expected<std::shared_ptr<const Answer>> build(const Problem& problem,
                                                           const DeviceClass& device,
-                                                          const DeviceLimits& limits, int limit);
+                                                          const DeviceLimits& limits, int limit,
+                                                          int version);
   bool complete_entry(protocol::LookupEntry& entry, const Problem& problem,
-                      const DeviceClass& device, const DeviceLimits& limits) const;
+                      const DeviceClass& device, const DeviceLimits& limits, int version) const;
   // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates.
   double estimate_us(const Problem& problem, const DeviceLimits& limits) const;
 

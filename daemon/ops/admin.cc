@@ -37,6 +37,7 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
   return Json{
       {"version", KTUNE_VERSION},
       {"protocol", protocol::k_version},
+      {"protocol_min", protocol::k_min_version},
       {"pid", ::getpid()},
       {"node_id", ctx.node.node_id},
       {"uptime_s", std::round(uptime * 10) / 10},

@@ -55,7 +55,11 @@ struct OpHandler {
 };
 
 // The reply line for an OpReply: {"v","id","ok":true,"result"} or the error; counts errors.
-std::string reply_line(OpContext& ctx, const protocol::Json& id, OpReply reply);
+// `v` is the request's protocol version (replies echo it).
+std::string reply_line(OpContext& ctx, const protocol::Json& id, OpReply reply,
+                       int v = protocol::k_min_version);
+// The same for `req` (its id and version).
+std::string reply_line(OpContext& ctx, const protocol::Request& req, OpReply reply);
 
 // Every handler, in protocol::k_ops order (tests check the two tables match).
 std::span<const OpHandler> op_handlers();
