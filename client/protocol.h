@@ -94,6 +94,7 @@ enum OpFlag : unsigned {
   op_blocking = 1u << 3,  // runs on the executor, never on an I/O thread
   op_admin = 1u << 4,     // changes what other clients are served (imports, job control)
   op_stream = 1u << 5,    // replies with a stream of event lines, then a final reply
+  op_async = 1u << 6,     // replies later from another pool (compiles); holds no executor thread
 };
 
 struct OpInfo {
@@ -117,6 +118,7 @@ inline constexpr OpInfo k_ops[] = {
     {"cancel", op_write | op_blocking | op_admin, "cancel a queued or running job"},
     {"watch", op_read | op_stream, "progress events of a job until it ends"},
     {"misses", op_read | op_blocking, "most-missed keys and what tuning them is worth"},
+    {"kernel", op_read | op_async, "the compiled cubin of a kernel config, with its launch"},
 };
 
 inline const OpInfo* find_op(std::string_view name) {

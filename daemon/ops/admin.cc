@@ -5,6 +5,7 @@
 
 #include "daemon/jobs/queue.h"
 #include "daemon/jobs/scheduler.h"
+#include "daemon/kernels.h"
 #include "daemon/ops/ops.h"
 
 namespace ktune {
@@ -115,6 +116,7 @@ std::string op_metrics_gauges(OpContext& ctx) {
     s += "ktune_jobs{state=\"" + std::string(to_string(state)) + "\"} " + std::to_string(n) + "\n";
   gauge("ktune_job_queue_length", "Jobs waiting for a lane.", "gauge", double(ctx.jobs.queued()));
   if (ctx.scheduler) s += ctx.scheduler->metrics_text();
+  if (ctx.kernels) s += ctx.kernels->metrics_text();
   return s;
 }
 
