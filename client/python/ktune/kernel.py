@@ -308,7 +308,7 @@ class Kernel:
     def launch_addresses(self, addresses: Sequence[int], stream: int,
                          scalars: Optional[Dict[str, float]] = None) -> None:
         """launch() for callers that already hold int addresses and a raw stream (ktune.torch)."""
-        drv = _Driver.get()
+        drv = _Driver._instance or _Driver.get()
         ctx = ctypes.c_void_p()
         drv.check(drv.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
         if not ctx.value:

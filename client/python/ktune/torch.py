@@ -37,6 +37,7 @@ _device_class: Optional[str] = None
 _kernels: Dict[Tuple[Any, ...], Any] = {}           # problem key -> Kernel, or a reason (str)
 _fallbacks: Dict[Tuple[str, str], int] = {}         # (op, reason) -> calls
 _launches: Dict[str, int] = {}                      # op -> calls served by ktune
+_plans: Dict[Tuple[Any, ...], Tuple[Kernel, Any]] = {}  # fast path: call shape -> (kernel, out)
 _down_until = 0.0                                   # no daemon: do not ask before this time
 retry_s = 30.0
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
@@ -51,6 +52,7 @@ def configure(client: Optional[Client] = None, socket_path: Optional[str] = None
         _client = client or Client(socket_path=socket_path, cache_ttl=0)
         _device_class = device
         _kernels.clear()
+        _plans.clear()
         _fallbacks.clear()
         _launches.clear()
         _down_until = 0.0
@@ -116,10 +118,29 @@ def _kernel(key: Tuple[Any, ...], op: str, dtype: str, layout: Optional[str],
 
 
 def _stream(t: torch.Tensor) -> int:
-    index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+    """torch's current stream on t's device, as a raw handle (without making a Stream object)."""
     if _raw_stream is not None:
-        return _raw_stream(index)
+        return _raw_stream(t.get_device())
     return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _fast(op: str, plan: Tuple[Kernel, Any], x: torch.Tensor, addresses: Tuple[int, ...],
+          scalars: Optional[Dict[str, float]] = None) -> Optional[torch.Tensor]:
+    """The fast path's launch, for a call shape whose static checks passed before: allocate the
+    output, launch; None (after recording why) if the launch fails."""
+    kernel, out_shape = plan
+    out = x.new_empty(out_shape)
+    try:
+        kernel.launch_addresses((*addresses, out.data_ptr()), _stream(x), scalars)
+    except KtuneError as e:
+        _fallback(op, f"launch failed: {e.message}")
+        return None
+    _launches[op] = _launches.get(op, 0) + 1
+    return out
+
+
+def _no_grad(*tensors: Optional[torch.Tensor]) -> bool:
+    return not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in tensors)
 
 
 def _launch(op: str, kernel: Kernel, addresses: Sequence[int], stream: int,
@@ -159,8 +180,8 @@ def _gemm_reason(a: torch.Tensor, b: torch.Tensor) -> Optional[str]:
         return f"mixed dtypes {a.dtype} and {b.dtype}"
     if a.dtype not in _GEMM_DTYPES:
         return f"dtype {a.dtype} (ktune's GEMMs take bfloat16 and float16)"
-    if a.requires_grad or b.requires_grad:
-        return "autograd (ktune kernels have no backward)"
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
+        return "autograd (ktune kernels have no backward; call under torch.no_grad())"
     if not _aligned(a, b):
         return "a buffer not 16-byte aligned"
     return None
@@ -169,12 +190,12 @@ def _gemm_reason(a: torch.Tensor, b: torch.Tensor) -> Optional[str]:
 def _gemm(op: str, a: torch.Tensor, b: torch.Tensor, layout: str, m: int, n: int, k: int,
           out_shape: Sequence[int]) -> Optional[torch.Tensor]:
     dtype = _DTYPES[a.dtype]
-    kernel = _kernel((op, a.dtype, layout, m, n, k, a.device.index), "gemm", dtype, layout,
+    kernel = _kernel((op, a.dtype, layout, m, n, k, a.get_device()), "gemm", dtype, layout,
                      {"M": m, "N": n, "K": k})
     if isinstance(kernel, str):
         _fallback(op, kernel)
         return None
-    out = torch.empty(out_shape, dtype=a.dtype, device=a.device)
+    out = a.new_empty(out_shape)
     if not _launch(op, kernel, (a.data_ptr(), b.data_ptr(), out.data_ptr()), _stream(a)):
         return None
     return out
@@ -182,6 +203,20 @@ def _gemm(op: str, a: torch.Tensor, b: torch.Tensor, layout: str, m: int, n: int
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """torch.nn.functional.linear: x [..., K] @ weight[N, K]^T (+ bias)."""
+    # Fast path: a call shape served before; only what can change between calls is checked.
+    dev = x.get_device()
+    plan = _plans.get(("linear", x.shape, weight.shape, x.dtype, weight.dtype, dev))
+    if (plan is not None and bias is None and weight.get_device() == dev and x.is_contiguous()
+            and weight.is_contiguous() and _no_grad(x, weight)):
+        px, pw = x.data_ptr(), weight.data_ptr()
+        if not (px | pw) & 15:
+            out = _fast("linear", plan, x, (px, pw))
+            return out if out is not None else F.linear(x, weight, bias)
+    return _linear(x, weight, bias)
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """linear's first call for a shape (and every call the fast path does not take)."""
     reason = _gemm_reason(x, weight)
     if reason is None:
         if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:
@@ -195,8 +230,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
     if reason is None:
         k = x.shape[-1]
         n = weight.shape[0]
-        out = _gemm("linear", x, weight, "rc", x.numel() // k, n, k, (*x.shape[:-1], n))
+        m = x.numel() // k
+        out = _gemm("linear", x, weight, "rc", m, n, k, (*x.shape[:-1], n))
         if out is not None:
+            kernel = _kernels[("linear", x.dtype, "rc", m, n, k, x.get_device())]
+            _plans[("linear", x.shape, weight.shape, x.dtype, weight.dtype, x.get_device())] = (
+                kernel, out.shape)
             return out.add_(bias) if bias is not None else out
     else:
         _fallback("linear", reason)
@@ -234,8 +273,9 @@ def _rows_reason(x: torch.Tensor, *params: Optional[torch.Tensor]) -> Optional[s
         return "tensor not on a CUDA device"
     if x.dtype not in _DTYPES:
         return f"dtype {x.dtype}"
-    if x.requires_grad or any(p is not None and p.requires_grad for p in params):
-        return "autograd (ktune kernels have no backward)"
+    if torch.is_grad_enabled() and (x.requires_grad or
+                                    any(p is not None and p.requires_grad for p in params)):
+        return "autograd (ktune kernels have no backward; call under torch.no_grad())"
     if not x.is_contiguous():
         return "non-contiguous input"
     if x.dim() == 0 or x.numel() == 0:
@@ -254,7 +294,7 @@ def _rows(op: str, template_op: str, x: torch.Tensor, params: Sequence[torch.Ten
           scalars: Optional[Dict[str, float]]) -> Optional[torch.Tensor]:
     cols = x.shape[-1]
     rows = x.numel() // cols
-    kernel = _kernel((op, x.dtype, rows, cols, x.device.index), template_op, _DTYPES[x.dtype], None,
+    kernel = _kernel((op, x.dtype, rows, cols, x.get_device()), template_op, _DTYPES[x.dtype], None,
                      {"rows": rows, "cols": cols})
     if isinstance(kernel, str):
         _fallback(op, kernel)
@@ -268,6 +308,13 @@ def _rows(op: str, template_op: str, x: torch.Tensor, params: Sequence[torch.Ten
 
 def softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """torch.softmax over the last dimension (fp32 math; the output has x's dtype)."""
+    plan = _plans.get(("softmax", x.shape, x.dtype, x.get_device()))
+    if (plan is not None and dtype is None and (dim == -1 or dim == x.dim() - 1)
+            and x.is_contiguous() and _no_grad(x)):
+        px = x.data_ptr()
+        if not px & 15:
+            out = _fast("softmax", plan, x, (px,))
+            return out if out is not None else torch.softmax(x, dim=dim, dtype=dtype)
     reason = _rows_reason(x)
     if reason is None and dtype is not None and dtype != x.dtype:
         reason = "dtype= conversion"
@@ -276,6 +323,9 @@ def softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None)
     if reason is None:
         out = _rows("softmax", "softmax", x, (), None)
         if out is not None:
+            cols = x.shape[-1]
+            _plans[("softmax", x.shape, x.dtype, x.get_device())] = (
+                _kernels[("softmax", x.dtype, x.numel() // cols, cols, x.get_device())], out.shape)
             return out
     else:
         _fallback("softmax", reason)
