@@ -2,7 +2,7 @@
 //
 //   ktune::Client client;
 //   ktune::Launcher launcher(client);                 // the daemon's GPU; or name a device class
-//   auto ok = ktune::gemm(launcher, {.M = 4096, .N = 14336, .K = 4096}, x, w, y, stream);
+//   auto ok = ktune::gemm(launcher, {4096, 14336, 4096}, x, w, y, stream);   // y = x @ w^T
 //
 // The first call for a shape looks it up (protocol v2), fetches the best entry's cubin (the
 // daemon compiles it on first request) and loads it; later calls for the same shape find the
@@ -46,10 +46,14 @@ class Launcher {
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C. Layout "rc" is nn.Linear's: A row-major,
 // B column-major (a weight stored N x K row-major).
 struct GemmShape {
-  std::int64_t M = 0, N = 0, K = 0;
-  std::string dtype = "bf16";  // bf16 | fp16
-  std::string out_dtype;       // "" = dtype
-  std::string layout = "rc";   // rr rc cr cc
+  GemmShape(std::int64_t m, std::int64_t n, std::int64_t k, std::string dtype_ = "bf16",
+            std::string layout_ = "rc", std::string out_dtype_ = "")
+      : M(m), N(n), K(k), dtype(std::move(dtype_)), layout(std::move(layout_)),
+        out_dtype(std::move(out_dtype_)) {}
+  std::int64_t M, N, K;
+  std::string dtype;      // bf16 | fp16
+  std::string layout;     // rr rc cr cc
+  std::string out_dtype;  // "" = dtype
 };
 protocol::Expected<void> gemm(Launcher& launcher, const GemmShape& shape, std::uint64_t a,
                               std::uint64_t b, std::uint64_t c, void* stream, float alpha = 1,

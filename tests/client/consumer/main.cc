@@ -14,7 +14,7 @@ int main() {
   if (reply) return 1;
   std::printf("%s\n", reply.error().message.c_str());
   ktune::Launcher launcher(client);
-  auto launched = ktune::gemm(launcher, {.M = 64, .N = 64, .K = 64}, 0, 0, 0, nullptr);
+  auto launched = ktune::gemm(launcher, {64, 64, 64}, 0, 0, 0, nullptr);
   if (launched || launched.error().kind != ktune::protocol::ErrorKind::connection_failed) return 4;
   return reply.error().kind == ktune::protocol::ErrorKind::connection_failed ? 3 : 2;
 }
