@@ -168,7 +168,7 @@ protocol::Expected<std::string> Client::read_line_locked(Clock::time_point deadl
 }
 
 protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line,
-                                                        std::chrono::milliseconds timeout) {
+                                                         std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   if (auto ok = send_locked(line, deadline); !ok) return std::unexpected(ok.error());
   return read_line_locked(deadline, timeout);

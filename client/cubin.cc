@@ -37,7 +37,11 @@ int arch_sm(std::string_view arch) {
 }
 
 protocol::Expected<CubinInfo> inspect_cubin(std::string_view b) {
-  if (b.size() < 64 || std::memcmp(b.data(), "\x7f" "ELF", 4) != 0) return bad("no ELF magic");
+  if (b.size() < 64 || std::memcmp(b.data(),
+                                   "\x7f"
+                                   "ELF",
+                                   4) != 0)
+    return bad("no ELF magic");
   if (b[4] != 2) return bad("not ELF64");
   if (b[5] != 1) return bad("not little-endian");
   std::uint16_t machine = 0, shentsize = 0, shnum = 0;

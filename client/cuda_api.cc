@@ -18,18 +18,17 @@ protocol::Expected<const CudaApi*> CudaApi::get() {
                                 std::string("no CUDA driver: ") + ::dlerror()};
       return;
     }
-#define KTUNE_LOAD(name, symbol)                                                       \
-  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(lib, symbol));               \
-  if (!api.name) {                                                                     \
-    failure = protocol::Error{protocol::ErrorKind::unavailable,                        \
-                              "the CUDA driver lacks " + std::string(symbol) +         \
-                                  " (ktune needs a driver for CUDA 12.0 or newer)"};   \
-    return;                                                                            \
+#define KTUNE_LOAD(name, symbol)                                                     \
+  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(lib, symbol));             \
+  if (!api.name) {                                                                   \
+    failure = protocol::Error{protocol::ErrorKind::unavailable,                      \
+                              "the CUDA driver lacks " + std::string(symbol) +       \
+                                  " (ktune needs a driver for CUDA 12.0 or newer)"}; \
+    return;                                                                          \
   }
     KTUNE_CLIENT_CUDA_FUNCTIONS(KTUNE_LOAD)
 #undef KTUNE_LOAD
-    if (const CUresult r = api.cuInit(0); r != CUDA_SUCCESS)
-      failure = api.error(r, "cuInit");
+    if (const CUresult r = api.cuInit(0); r != CUDA_SUCCESS) failure = api.error(r, "cuInit");
   });
   if (failure) return std::unexpected(*failure);
   return &api;

@@ -42,9 +42,8 @@ protocol::Expected<std::shared_ptr<Kernel>> Kernel::create(protocol::KernelImage
                            "the cubin is compiled for sm_" + std::to_string(info->sm) +
                                " but its description says " + d.arch + "; refusing to load it");
   if (image.lowered_name.empty() || !info->has_symbol(image.lowered_name))
-    return protocol::error(ErrorKind::bad_request, "the cubin has no entry '" +
-                                                       image.lowered_name + "' (" +
-                                                       d.name_expression + ")");
+    return protocol::error(ErrorKind::bad_request, "the cubin has no entry '" + image.lowered_name +
+                                                       "' (" + d.name_expression + ")");
   std::shared_ptr<Kernel> k(new Kernel(std::move(image)));
   if (auto ok = k->plan_slots(); !ok) return std::unexpected(ok.error());
   return k;
@@ -55,8 +54,9 @@ protocol::Expected<void> Kernel::plan_slots() {
   for (const auto& a : args) {
     if (a.kind == protocol::ArgKind::tensor_map)
       return protocol::error(ErrorKind::bad_request,
-                             "argument '" + a.name + "' is a tensor_map, which this client "
-                             "cannot build yet; use a template without tensor maps");
+                             "argument '" + a.name +
+                                 "' is a tensor_map, which this client "
+                                 "cannot build yet; use a template without tensor maps");
     if (!a.pass) continue;  // memory only tensor maps refer to
     Slot s;
     s.name = a.name;
@@ -127,9 +127,9 @@ protocol::Expected<void> Kernel::load_into(Loaded& l) {
   if (major * 10 + minor != arch_sm(d.arch))
     return protocol::error(ErrorKind::bad_request,
                            "the kernel is compiled for " + d.arch + " but the current device " +
-                               std::to_string(dev) + " is sm_" + std::to_string(major * 10 + minor) +
-                               " (it was served for " + m_image.device +
-                               "; ask ktune for this device's class)");
+                               std::to_string(dev) + " is sm_" +
+                               std::to_string(major * 10 + minor) + " (it was served for " +
+                               m_image.device + "; ask ktune for this device's class)");
   CUmodule module = nullptr;
   if (CUresult r = api.cuModuleLoadData(&module, m_image.cubin.data()); r != CUDA_SUCCESS)
     return std::unexpected(api.error(r, "cuModuleLoadData"));
@@ -165,8 +165,8 @@ protocol::Expected<void> Kernel::borrow_workspace(std::string_view name, std::ui
     w = Workspace{address, false};
     return {};
   }
-  return protocol::error(ErrorKind::bad_request, "the kernel has no workspace '" +
-                                                     std::string(name) + "'");
+  return protocol::error(ErrorKind::bad_request,
+                         "the kernel has no workspace '" + std::string(name) + "'");
 }
 
 protocol::Expected<void> Kernel::ensure_workspaces(Loaded& l) {
@@ -177,8 +177,8 @@ protocol::Expected<void> Kernel::ensure_workspaces(Loaded& l) {
     const protocol::LaunchArg& a = *m_workspace_args[i];
     CUdeviceptr p = 0;
     if (CUresult r = api.cuMemAlloc(&p, size_t(a.bytes)); r != CUDA_SUCCESS)
-      return std::unexpected(api.error(r, "allocating workspace '" + a.name + "' (" +
-                                              std::to_string(a.bytes) + " bytes)"));
+      return std::unexpected(api.error(
+          r, "allocating workspace '" + a.name + "' (" + std::to_string(a.bytes) + " bytes)"));
     // Zeroed once whatever the description says: harmless for scratch, required for the rest.
     if (CUresult r = api.cuMemsetD8(p, 0, size_t(a.bytes)); r != CUDA_SUCCESS) {
       api.cuMemFree(p);
@@ -194,10 +194,10 @@ protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, 
   if (buffers.size() != m_buffer_names.size()) {
     std::string names;
     for (const auto& n : m_buffer_names) names += (names.empty() ? "" : ", ") + n;
-    return protocol::error(ErrorKind::bad_request,
-                           m_image.template_name + " takes " + std::to_string(m_buffer_names.size()) +
-                               " buffers (" + names + "), " + std::to_string(buffers.size()) +
-                               " given");
+    return protocol::error(ErrorKind::bad_request, m_image.template_name + " takes " +
+                                                       std::to_string(m_buffer_names.size()) +
+                                                       " buffers (" + names + "), " +
+                                                       std::to_string(buffers.size()) + " given");
   }
   Loaded* l = nullptr;
   {

@@ -68,9 +68,9 @@ class Kernel {
   // How one kernel parameter is filled at launch.
   struct Slot {
     enum class From { buffer, workspace, scalar } from = From::scalar;
-    int index = 0;             // buffer: into launch()'s buffers; workspace: into workspaces
-    std::uint64_t bits = 0;    // scalar: its bytes (i32 and f32 in the low 4)
-    std::string_view dtype;    // scalar: i32 i64 f32
+    int index = 0;           // buffer: into launch()'s buffers; workspace: into workspaces
+    std::uint64_t bits = 0;  // scalar: its bytes (i32 and f32 in the low 4)
+    std::string_view dtype;  // scalar: i32 i64 f32
     std::string_view name;
   };
   struct Workspace {
@@ -79,9 +79,9 @@ class Kernel {
   };
   // The module of one CUDA context.
   struct Loaded {
-    void* context = nullptr;  // CUcontext
-    void* module = nullptr;   // CUmodule
-    void* function = nullptr; // CUfunction
+    void* context = nullptr;            // CUcontext
+    void* module = nullptr;             // CUmodule
+    void* function = nullptr;           // CUfunction
     std::vector<Workspace> workspaces;  // per workspace argument, in order
   };
 

@@ -29,12 +29,9 @@ enum class ArgKind {
 };
 
 inline constexpr std::pair<ArgKind, std::string_view> k_arg_kind_names[] = {
-    {ArgKind::in, "in"},
-    {ArgKind::out, "out"},
-    {ArgKind::inout, "inout"},
-    {ArgKind::workspace, "workspace"},
-    {ArgKind::scalar, "scalar"},
-    {ArgKind::tensor_map, "tensor_map"},
+    {ArgKind::in, "in"},         {ArgKind::out, "out"},
+    {ArgKind::inout, "inout"},   {ArgKind::workspace, "workspace"},
+    {ArgKind::scalar, "scalar"}, {ArgKind::tensor_map, "tensor_map"},
 };
 
 inline std::string_view to_string(ArgKind k) {
@@ -77,8 +74,8 @@ struct LaunchDescription {
   std::array<std::uint32_t, 3> grid{1, 1, 1};
   std::array<std::uint32_t, 3> block{1, 1, 1};
   std::array<std::uint32_t, 3> cluster{1, 1, 1};  // thread-block cluster; see has_cluster
-  bool has_cluster = false;  // the template declares a cluster: launch with the attribute
-  std::uint32_t smem = 0;    // dynamic shared memory bytes
+  bool has_cluster = false;     // the template declares a cluster: launch with the attribute
+  std::uint32_t smem = 0;       // dynamic shared memory bytes
   std::vector<LaunchArg> args;  // in the kernel's parameter order
 };
 
@@ -243,9 +240,9 @@ struct KernelImage {
   std::string template_name;
   std::string template_hash;
   std::vector<std::pair<std::string, std::int64_t>> params;
-  std::string device;       // the device class answered for
-  std::string problem_key;  // canonical key of the problem
-  std::string nvrtc;        // NVRTC version that compiled the cubin
+  std::string device;        // the device class answered for
+  std::string problem_key;   // canonical key of the problem
+  std::string nvrtc;         // NVRTC version that compiled the cubin
   std::string lowered_name;  // the mangled entry symbol to load (cuModuleGetFunction)
   int registers = 0;         // per thread (ptxas)
   int smem_static = 0;       // static shared memory bytes (ptxas)

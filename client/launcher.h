@@ -48,7 +48,11 @@ class Launcher {
 struct GemmShape {
   GemmShape(std::int64_t m, std::int64_t n, std::int64_t k, std::string dtype_ = "bf16",
             std::string layout_ = "rc", std::string out_dtype_ = "")
-      : M(m), N(n), K(k), dtype(std::move(dtype_)), layout(std::move(layout_)),
+      : M(m),
+        N(n),
+        K(k),
+        dtype(std::move(dtype_)),
+        layout(std::move(layout_)),
         out_dtype(std::move(out_dtype_)) {}
   std::int64_t M, N, K;
   std::string dtype;      // bf16 | fp16

@@ -19,8 +19,8 @@
 
 namespace ktune::protocol {
 
-inline constexpr int k_version = 2;      // the newest version; what our clients send
-inline constexpr int k_min_version = 1;  // the oldest still answered, exactly as before
+inline constexpr int k_version = 2;               // the newest version; what our clients send
+inline constexpr int k_min_version = 1;           // the oldest still answered, exactly as before
 inline constexpr size_t k_max_frame = 64 * 1024;  // bytes per request line, newline included
 inline constexpr int k_cli_schema_version = 1;    // of `ktune ... --json` output
 

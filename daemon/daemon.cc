@@ -109,7 +109,7 @@ int run_daemon(const DaemonFlags& flags) {
                         [&compiler](CompileRequest r, std::function<void(CompileResult)> done) {
                           compiler.submit(std::move(r), std::move(done));
                         });
-  OpContext ctx{*config, **store, templates, catalog,    node,     metrics,
+  OpContext ctx{*config, **store, templates, catalog,    node,    metrics,
                 misses,  lookups, jobs,      &scheduler, &kernels};
   Executor executor(config->executor_threads, 10);
   Dispatcher dispatcher(ctx, &executor);

@@ -21,8 +21,8 @@ std::string joined(const std::vector<std::int64_t>& values) {
 }
 
 // Every param named once, known to the template and inside its domain.
-protocol::Expected<Params> checked_params(const Manifest& m,
-                                          const std::vector<std::pair<std::string, std::int64_t>>& given) {
+protocol::Expected<Params> checked_params(
+    const Manifest& m, const std::vector<std::pair<std::string, std::int64_t>>& given) {
   Params params;
   for (const auto& [name, value] : given) {
     const ParamDomain* d = m.param(name);
@@ -33,10 +33,10 @@ protocol::Expected<Params> checked_params(const Manifest& m,
                                                          name + " (its params: " + names + ")");
     }
     if (std::find(d->values.begin(), d->values.end(), value) == d->values.end())
-      return protocol::error(ErrorKind::bad_request,
-                             "params." + name + " = " + std::to_string(value) +
-                                 " is outside template " + m.name + "'s space (" +
-                                 joined(d->values) + ")");
+      return protocol::error(ErrorKind::bad_request, "params." + name + " = " +
+                                                         std::to_string(value) +
+                                                         " is outside template " + m.name +
+                                                         "'s space (" + joined(d->values) + ")");
     if (!params.emplace(name, value).second)
       return protocol::error(ErrorKind::bad_request, "params." + name + " given twice");
   }
@@ -74,8 +74,8 @@ protocol::Expected<KernelService::Validated> KernelService::validate(
   if (!t) {
     std::string names;
     for (const auto& x : m_templates.all()) names += (names.empty() ? "" : ", ") + x->name();
-    return protocol::error(ErrorKind::not_found, "unknown template '" + r.template_name +
-                                                     "' (installed: " + names + ")");
+    return protocol::error(ErrorKind::not_found,
+                           "unknown template '" + r.template_name + "' (installed: " + names + ")");
   }
   if (!r.template_hash.empty() && r.template_hash != t->hash)
     return protocol::error(ErrorKind::not_found,
@@ -96,9 +96,9 @@ protocol::Expected<KernelService::Validated> KernelService::validate(
   if (!params) return std::unexpected(params.error());
   auto inst = instantiate(*t, *problem, limits, *params);
   if (!inst)
-    return protocol::error(ErrorKind::bad_request,
-                           "params not valid for " + problem->key() + " on " + dev.id() + ": " +
-                               inst.error().message);
+    return protocol::error(
+        ErrorKind::bad_request,
+        "params not valid for " + problem->key() + " on " + dev.id() + ": " + inst.error().message);
   Validated v;
   v.compile = CompileRequest{t, inst->name_expression, arch};
   v.image.template_name = t->name();
@@ -142,9 +142,8 @@ void KernelService::fetch(const protocol::KernelRequest& request, Done done) {
     }
     ++s.stats.compiles;
   }
-  m_compile(std::move(v->compile), [shared = m_shared, id](CompileResult result) {
-    finish(*shared, id, result);
-  });
+  m_compile(std::move(v->compile),
+            [shared = m_shared, id](CompileResult result) { finish(*shared, id, result); });
 }
 
 void KernelService::finish(Shared& s, const std::string& cubin_id, const CompileResult& result) {

@@ -57,7 +57,8 @@ protocol::LaunchDescription describe_launch(const Instance& instance, const std:
 
 protocol::LaunchDescription describe_launch(const KernelTemplate& tmpl, const Instance& instance,
                                             const std::string& arch) {
-  return describe_launch(instance, arch, Compiler::cubin_id({&tmpl, instance.name_expression, arch}));
+  return describe_launch(instance, arch,
+                         Compiler::cubin_id({&tmpl, instance.name_expression, arch}));
 }
 
 }  // namespace ktune

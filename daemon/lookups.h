@@ -33,8 +33,8 @@ class LookupService {
   struct Answer {
     std::uint64_t generation = 0;
     int version = protocol::k_min_version;  // of the request; echoed in the reply
-    std::string result;      // the "result" object, serialized once
-    std::string provenance;  // of the best entry
+    std::string result;                     // the "result" object, serialized once
+    std::string provenance;                 // of the best entry
     bool miss = false;
     DeviceClass device;
     Problem problem;
@@ -51,9 +51,9 @@ class LookupService {
   // The answer for a lookup body asked in protocol `version`, or nullptr when it is not cached
   // and `cold` is refuse. With a `line`, the answer is also remembered under its text for
   // fast_reply.
-  protocol::Expected<std::shared_ptr<const Answer>> lookup(
-      const protocol::Json& body, Cold cold, std::string_view line = {},
-      int version = protocol::k_min_version);
+  protocol::Expected<std::shared_ptr<const Answer>> lookup(const protocol::Json& body, Cold cold,
+                                                           std::string_view line = {},
+                                                           int version = protocol::k_min_version);
   // The reply line for `answer` (counts the lookup and, for a miss, the miss).
   std::string reply(const protocol::Json& id, const Answer& answer,
                     std::chrono::steady_clock::time_point t0);

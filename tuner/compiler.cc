@@ -22,7 +22,6 @@ std::vector<std::string> all_options(const CompileRequest& req) {
   return opts;
 }
 
-
 }  // namespace
 
 void parse_ptxas_report(const std::string& log, CubinEntry& e) {
@@ -151,9 +150,8 @@ std::future<CompileResult> Compiler::submit(CompileRequest request) {
 
 void Compiler::submit(CompileRequest request, std::function<void(CompileResult)> done) {
   // The pool's future is dropped: `done` is how the result leaves.
-  (void)m_pool.submit([this, request = std::move(request), done = std::move(done)] {
-    done(compile(request));
-  });
+  (void)m_pool.submit(
+      [this, request = std::move(request), done = std::move(done)] { done(compile(request)); });
 }
 
 std::vector<CompileResult> Compiler::compile_all(const std::vector<CompileRequest>& requests) {

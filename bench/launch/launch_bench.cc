@@ -14,8 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "client/cuda_api.h"
@@ -27,12 +27,12 @@ using Json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 const ktune::cuda::CudaApi* api = nullptr;
 
-#define CHECK_CU(call)                                                                \
-  do {                                                                                \
-    if (CUresult r_ = (call); r_ != CUDA_SUCCESS) {                                   \
-      std::fprintf(stderr, "%s: %s\n", #call, api->describe(r_).c_str());             \
-      std::exit(1);                                                                   \
-    }                                                                                 \
+#define CHECK_CU(call)                                                    \
+  do {                                                                    \
+    if (CUresult r_ = (call); r_ != CUDA_SUCCESS) {                       \
+      std::fprintf(stderr, "%s: %s\n", #call, api->describe(r_).c_str()); \
+      std::exit(1);                                                       \
+    }                                                                     \
   } while (0)
 
 double us_since(Clock::time_point t0) {
@@ -166,8 +166,8 @@ struct RawLaunch {
     CHECK_CU(api->cuModuleLoadData(&module, k.image().cubin.data()));
     CHECK_CU(api->cuModuleGetFunction(&fn, module, k.image().lowered_name.c_str()));
     const auto& d = k.description();
-    CHECK_CU(api->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     int(d.smem)));
+    CHECK_CU(
+        api->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(d.smem)));
     size_t next = 0;
     for (const auto& a : d.args) {
       std::uint64_t v = 0;
@@ -231,17 +231,21 @@ Json bench_gemm(ktune::Launcher& launcher, Cublas& cublas, CUstream s, int M, in
   size_t differing = 0;
   for (size_t i = 0; i < got.size(); ++i) differing += got[i] != expected[i];
   auto kernel = *launcher.kernel({"gemm", "bf16", "", "rc", {{"M", M}, {"N", N}, {"K", K}}});
-  const double ktune_us = time_us(s, [&] { (void)ktune::gemm(launcher, shape, a.ptr, w.ptr, c.ptr, s); });
+  const double ktune_us =
+      time_us(s, [&] { (void)ktune::gemm(launcher, shape, a.ptr, w.ptr, c.ptr, s); });
   const double cublas_us = time_us(s, [&] { cublas.linear(a.ptr, w.ptr, ref.ptr, M, N, K); });
   RawLaunch raw(*kernel, {a.ptr, w.ptr, c.ptr}, s);
-  const double host_ktune = host_us(s, [&] { (void)ktune::gemm(launcher, shape, a.ptr, w.ptr, c.ptr, s); });
+  const double host_ktune =
+      host_us(s, [&] { (void)ktune::gemm(launcher, shape, a.ptr, w.ptr, c.ptr, s); });
   const double host_raw = host_us(s, raw);
   const double host_cublas = host_us(s, [&] { cublas.linear(a.ptr, w.ptr, ref.ptr, M, N, K); });
   Json params = Json::object();
   for (const auto& [n, v] : kernel->image().params) params[n] = v;
   const double flops = 2.0 * M * N * K;
   return {{"role", role},
-          {"M", M}, {"N", N}, {"K", K},
+          {"M", M},
+          {"N", N},
+          {"K", K},
           {"template", kernel->image().template_name},
           {"params", params},
           {"rel_l2_vs_cublas", err},
@@ -255,8 +259,11 @@ Json bench_gemm(ktune::Launcher& launcher, Cublas& cublas, CUstream s, int M, in
           {"cublas_tflops", flops / cublas_us / 1e6},
           {"speed_vs_cublas", cublas_us / ktune_us},
           {"first_call_us", first_us},
-          {"host_us_per_call", {{"ktune_gemm", host_ktune}, {"raw_cuLaunchKernelEx", host_raw},
-                                {"cublasGemmEx", host_cublas}, {"overhead", host_ktune - host_raw}}}};
+          {"host_us_per_call",
+           {{"ktune_gemm", host_ktune},
+            {"raw_cuLaunchKernelEx", host_raw},
+            {"cublasGemmEx", host_cublas},
+            {"overhead", host_ktune - host_raw}}}};
 }
 
 // Row ops: a host reference for correctness, GPU time and GB/s.
@@ -268,7 +275,8 @@ Json bench_rows(ktune::Launcher& launcher, CUstream s, const std::string& op, in
   fill(b, -0.5f, 0.5f, 5);
   auto run = [&] {
     if (op == "softmax") return ktune::softmax(launcher, rows, cols, "bf16", x.ptr, y.ptr, s);
-    if (op == "rmsnorm") return ktune::rmsnorm(launcher, rows, cols, "bf16", x.ptr, g.ptr, y.ptr, 1e-6f, s);
+    if (op == "rmsnorm")
+      return ktune::rmsnorm(launcher, rows, cols, "bf16", x.ptr, g.ptr, y.ptr, 1e-6f, s);
     return ktune::layernorm(launcher, rows, cols, "bf16", x.ptr, g.ptr, b.ptr, y.ptr, 1e-5f, s);
   };
   const auto t0 = Clock::now();
@@ -281,21 +289,29 @@ Json bench_rows(ktune::Launcher& launcher, CUstream s, const std::string& op, in
   for (int r = 0; r < rows; ++r) {
     const float* in = &xs[size_t(r) * cols];
     double mx = -INFINITY, sum = 0, sq = 0, mean = 0, var = 0;
-    for (int c = 0; c < cols; ++c) mx = std::max(mx, double(in[c])), mean += in[c], sq += double(in[c]) * in[c];
+    for (int c = 0; c < cols; ++c)
+      mx = std::max(mx, double(in[c])), mean += in[c], sq += double(in[c]) * in[c];
     mean /= cols;
-    for (int c = 0; c < cols; ++c) sum += std::exp(in[c] - mx), var += (in[c] - mean) * (in[c] - mean);
+    for (int c = 0; c < cols; ++c)
+      sum += std::exp(in[c] - mx), var += (in[c] - mean) * (in[c] - mean);
     var /= cols;
     for (int c = 0; c < cols; ++c)
       ref[size_t(r) * cols + c] =
-          op == "softmax" ? float(std::exp(in[c] - mx) / sum)
+          op == "softmax"   ? float(std::exp(in[c] - mx) / sum)
           : op == "rmsnorm" ? float(in[c] / std::sqrt(sq / cols + 1e-6) * gs[c])
                             : float((in[c] - mean) / std::sqrt(var + 1e-5) * gs[c] + bs[c]);
   }
   const double us = time_us(s, [&] { (void)run(); });
   const double bytes = 2.0 * 2 * rows * cols;
-  return {{"op", op}, {"rows", rows}, {"cols", cols}, {"rel_l2_vs_host", rel_l2(ys, ref)},
-          {"ktune_us", us}, {"ktune_gbps", bytes / us / 1e3}, {"first_call_us", first_us},
-          {"host_us_per_call", host_us(s, [&] { (void)run(); }, 1000)}};
+  return {{"op", op},
+          {"rows", rows},
+          {"cols", cols},
+          {"rel_l2_vs_host", rel_l2(ys, ref)},
+          {"ktune_us", us},
+          {"ktune_gbps", bytes / us / 1e3},
+          {"first_call_us", first_us},
+          {"host_us_per_call", host_us(
+                                   s, [&] { (void)run(); }, 1000)}};
 }
 
 }  // namespace
@@ -326,7 +342,8 @@ int main(int argc, char** argv) {
   // Gate and up projections share a shape; down projects back.
   gemms.push_back(bench_gemm(launcher, cublas, s, 4096, 14336, 4096, "gate/up: x[4096,4096] W1^T"));
   gemms.push_back(bench_gemm(launcher, cublas, s, 4096, 4096, 14336, "down: h[4096,14336] W2^T"));
-  gemms.push_back(bench_gemm(launcher, cublas, s, 16, 4096, 4096, "decode: x[16,4096] W^T (split-K)"));
+  gemms.push_back(
+      bench_gemm(launcher, cublas, s, 16, 4096, 4096, "decode: x[16,4096] W^T (split-K)"));
   Json rows = Json::array();
   for (const char* op : {"softmax", "rmsnorm", "layernorm"}) {
     rows.push_back(bench_rows(launcher, s, op, 32768, 4096));

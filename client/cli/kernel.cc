@@ -21,6 +21,15 @@ protocol::Expected<protocol::KernelRequest> best_entry_request(Client& client,
   return protocol::kernel_request_for(problem, reply->device, reply->entries.front());
 }
 
+// "4096", "16777216 elements", "64 elements, zeroed once, left zeroed".
+std::string arg_text(const protocol::LaunchArg& a) {
+  if (a.kind == protocol::ArgKind::scalar) return Json(a.value).dump();
+  std::string s = std::to_string(a.count) + " elements";
+  if (a.kind == protocol::ArgKind::workspace)
+    s += a.zero_before_first_use ? ", zeroed once, left zeroed" : ", scratch";
+  return s;
+}
+
 }  // namespace
 
 int cmd_kernel(const Common& c, const KernelArgs& a) {
@@ -38,7 +47,8 @@ int cmd_kernel(const Common& c, const KernelArgs& a) {
     auto params = parse_params(a.config);
     if (!params)
       return std::fprintf(stderr, "ktune: --config: %s\n", params.error().message.c_str()), 1;
-    request = {problem, a.problem.device, a.template_name, {params->begin(), params->end()}, "", ""};
+    request = {problem, a.problem.device, a.template_name, {params->begin(), params->end()}, "",
+               ""};
   }
   auto image = client.kernel(request);
   if (!image) return report_error(image.error());
@@ -49,27 +59,19 @@ int cmd_kernel(const Common& c, const KernelArgs& a) {
   summary.erase("encoding");
   summary["path"] = a.output;
   if (c.json) return print_json(summary), 0;
-  std::printf("%s: %zu bytes, %s %s for %s (cubin %s, %s)\n", a.output.c_str(),
-              image->cubin.size(), image->template_name.c_str(),
-              image->launch.name_expression.c_str(), image->launch.arch.c_str(),
-              image->launch.cubin_id.c_str(), image->source.c_str());
-  std::printf("entry %s, %d registers, %d B static smem; launch grid [%u,%u,%u] block [%u,%u,%u] "
-              "smem %u\n",
-              image->lowered_name.c_str(), image->registers, image->smem_static,
-              image->launch.grid[0], image->launch.grid[1], image->launch.grid[2],
-              image->launch.block[0], image->launch.block[1], image->launch.block[2],
-              image->launch.smem);
+  std::printf("%s: %zu bytes, %s %s for %s (cubin %s, %s)\n", a.output.c_str(), image->cubin.size(),
+              image->template_name.c_str(), image->launch.name_expression.c_str(),
+              image->launch.arch.c_str(), image->launch.cubin_id.c_str(), image->source.c_str());
+  std::printf(
+      "entry %s, %d registers, %d B static smem; launch grid [%u,%u,%u] block [%u,%u,%u] "
+      "smem %u\n",
+      image->lowered_name.c_str(), image->registers, image->smem_static, image->launch.grid[0],
+      image->launch.grid[1], image->launch.grid[2], image->launch.block[0], image->launch.block[1],
+      image->launch.block[2], image->launch.smem);
   for (const auto& arg : image->launch.args)
     std::printf("  %-14s %-9s %-4s %s\n", arg.name.c_str(),
                 std::string(protocol::to_string(arg.kind)).c_str(), arg.dtype.c_str(),
-                arg.kind == protocol::ArgKind::scalar ? Json(arg.value).dump().c_str()
-                                                      : (std::to_string(arg.count) + " elements" +
-                                                         (arg.kind == protocol::ArgKind::workspace
-                                                              ? (arg.zero_before_first_use
-                                                                     ? ", zeroed once, left zeroed"
-                                                                     : ", scratch")
-                                                              : ""))
-                                                            .c_str());
+                arg_text(arg).c_str());
   return 0;
 }
 

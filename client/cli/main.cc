@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   ke->add_option("--layout", kernel.problem.layout, "layout (default: the op's first)");
   ke->add_option("--shape", kernel.problem.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
   ke->add_option("--device", kernel.problem.device, "device class (default: the daemon's GPU)");
-  auto* kt = ke->add_option("--template", kernel.template_name, "this template instead of the best");
+  auto* kt =
+      ke->add_option("--template", kernel.template_name, "this template instead of the best");
   ke->add_option("--config", kernel.config, "its params, e.g. BLOCK_M=128,...")->needs(kt);
   ke->add_option("-o,--output", kernel.output, "cubin file to write")->required();
 

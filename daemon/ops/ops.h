@@ -35,7 +35,7 @@ struct OpContext {
   MissTracker& misses;
   LookupService& lookups;
   JobQueue& jobs;
-  Scheduler* scheduler = nullptr;  // null: this daemon tunes nothing (no GPU lanes)
+  Scheduler* scheduler = nullptr;    // null: this daemon tunes nothing (no GPU lanes)
   KernelService* kernels = nullptr;  // null: the kernel op answers unavailable
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };

@@ -1,6 +1,7 @@
 // GPU tests (ctest label "gpu") of the launch path: kernels served by a real ktuned, launched
 // through ktune::Kernel / the typed helpers on a real GPU, checked against host references. Skip
-// cleanly without a GPU. On the GPU machine: KTUNED=<ktuned> KTUNE_HOME=<checkout> ./client_gpu_tests
+// cleanly without a GPU. On the GPU machine: KTUNED=<ktuned> KTUNE_HOME=<checkout>
+// ./client_gpu_tests
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,9 +65,10 @@ class KernelGpuTest : public ::testing::Test {
     ASSERT_EQ(m_api->cuDevicePrimaryCtxRetain(&m_ctx, dev), CUDA_SUCCESS);
     ASSERT_EQ(m_api->cuCtxSetCurrent(m_ctx), CUDA_SUCCESS);
     ASSERT_EQ(m_api->cuStreamCreate(&m_stream, 0), CUDA_SUCCESS);
-    m_daemon = std::make_unique<DaemonProcess>(
-        m_dir / "ktuned.sock", m_dir / "data",
-        std::vector<std::string>{"--set", "tuning.gpu_policy=never", "--set", "tuning.on_miss=false"});
+    m_daemon =
+        std::make_unique<DaemonProcess>(m_dir / "ktuned.sock", m_dir / "data",
+                                        std::vector<std::string>{"--set", "tuning.gpu_policy=never",
+                                                                 "--set", "tuning.on_miss=false"});
     ASSERT_TRUE(m_daemon->start()) << "ktuned did not start";
     ClientOptions o;
     o.socket_path = m_daemon->socket();
@@ -117,7 +119,8 @@ class KernelGpuTest : public ::testing::Test {
     for (std::int64_t i = 0; i < M; ++i)
       for (std::int64_t j = 0; j < N; ++j) {
         double s = 0;
-        for (std::int64_t k = 0; k < K; ++k) s += double(a[size_t(i * K + k)]) * w[size_t(j * K + k)];
+        for (std::int64_t k = 0; k < K; ++k)
+          s += double(a[size_t(i * K + k)]) * w[size_t(j * K + k)];
         ref[size_t(i * N + j)] = s;
       }
     EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref), 1e-2);
@@ -195,8 +198,8 @@ TEST_F(KernelGpuTest, ACubinForAnotherArchIsRefusedAtLaunch) {
   CUdevice dev = 0;
   m_api->cuDeviceGet(&dev, 0);
   m_api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-  const std::string other = major == 8 ? "nvidia-h200.sm90.132sm.140gib"
-                                       : "nvidia-a100-sxm4-80gb.sm80.108sm.80gib";
+  const std::string other =
+      major == 8 ? "nvidia-h200.sm90.132sm.140gib" : "nvidia-a100-sxm4-80gb.sm80.108sm.80gib";
   Launcher foreign(*m_client, other);
   auto k = foreign.kernel({"softmax", "bf16", "", "", {{"rows", 64}, {"cols", 4096}}});
   ASSERT_TRUE(k) << k.error().message;

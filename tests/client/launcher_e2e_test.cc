@@ -69,8 +69,8 @@ TEST_F(LauncherTest, FetchesChecksAndKeepsTheKernelOfAShape) {
 
 TEST_F(LauncherTest, KernelErrorsComeBackTyped) {
   Client c = client();
-  protocol::KernelRequest r{{"softmax", "bf16", "", "", {{"rows", 64}, {"cols", 4096}}},
-                            k_h200, "nope", {}, "", ""};
+  protocol::KernelRequest r{
+      {"softmax", "bf16", "", "", {{"rows", 64}, {"cols", 4096}}}, k_h200, "nope", {}, "", ""};
   auto k = c.kernel(r);
   ASSERT_FALSE(k);
   EXPECT_EQ(k.error().kind, protocol::ErrorKind::not_found);

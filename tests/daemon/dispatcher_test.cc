@@ -7,13 +7,13 @@
 #include <set>
 #include <sstream>
 
+#include "client/launch.h"
 #include "store/mem_store.h"
 #include "store/table_io.h"
-#include "client/launch.h"
 #include "templates/space.h"
-#include "tuner/compiler.h"
 #include "tests/fakes/daemon_parts.h"
 #include "tests/fakes/test_records.h"
+#include "tuner/compiler.h"
 
 namespace ktune {
 namespace {

@@ -37,7 +37,11 @@ T at(const std::string& b, size_t off) {
 }
 
 std::optional<Elf> read_elf64(const std::string& b) {
-  if (b.size() < 64 || b.compare(0, 4, "\x7f" "ELF") != 0 || b[4] != 2 || b[5] != 1)
+  if (b.size() < 64 ||
+      b.compare(0, 4,
+                "\x7f"
+                "ELF") != 0 ||
+      b[4] != 2 || b[5] != 1)
     return std::nullopt;
   Elf e;
   e.abi_version = std::uint8_t(b[8]);
@@ -96,7 +100,8 @@ class KernelOpTest : public ::testing::Test {
     node.node_id = "test-node";
     node.gpu_error = "no GPU in tests";
     m_parts = std::make_unique<testing::DaemonParts>(default_config(), m_templates, node);
-    m_compiler = std::make_unique<Compiler>(CompilerOptions{.threads = 2, .cache = &m_parts->store});
+    m_compiler =
+        std::make_unique<Compiler>(CompilerOptions{.threads = 2, .cache = &m_parts->store});
   }
   ~KernelOpTest() override {
     if (m_kernels) m_kernels->stop();
@@ -142,8 +147,10 @@ const Json k_gemm_512 = {{"op", "gemm"},
                          {"dtype", "bf16"},
                          {"layout", "rc"},
                          {"dims", {{"M", 512}, {"N", 512}, {"K", 512}}}};
-const Problem k_gemm_512_problem{"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 512}, {"K", 512}}};
-const Json k_softmax = {{"op", "softmax"}, {"dtype", "bf16"}, {"dims", {{"rows", 64}, {"cols", 4096}}}};
+const Problem k_gemm_512_problem{
+    "gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 512}, {"K", 512}}};
+const Json k_softmax = {
+    {"op", "softmax"}, {"dtype", "bf16"}, {"dims", {{"rows", 64}, {"cols", 4096}}}};
 const Problem k_softmax_problem{"softmax", "bf16", "bf16", "", {{"rows", 64}, {"cols", 4096}}};
 
 // ---- the kernel op -------------------------------------------------------------------------
@@ -157,8 +164,8 @@ TEST_F(KernelOpTest, CubinIsAnElfForTheAskedArchHoldingTheLoweredEntry) {
                           {"dtype", "bf16"},
                           {"layout", "rc"},
                           {"dims", {{"M", 1024}, {"N", 1024}, {"K", 1024}}}};
-  const Problem gemm_1024_problem{"gemm", "bf16", "bf16", "rc",
-                                  {{"M", 1024}, {"N", 1024}, {"K", 1024}}};
+  const Problem gemm_1024_problem{
+      "gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 1024}, {"K", 1024}}};
   struct Case {
     std::string device, tmpl;
     Json problem, params;
@@ -166,7 +173,8 @@ TEST_F(KernelOpTest, CubinIsAnElfForTheAskedArchHoldingTheLoweredEntry) {
     int sm;
   };
   const std::vector<Case> cases = {
-      {k_a100, "gemm", k_gemm_512, heuristic("gemm", k_gemm_512_problem, "sm_80", 108), "sm_80", 80},
+      {k_a100, "gemm", k_gemm_512, heuristic("gemm", k_gemm_512_problem, "sm_80", 108), "sm_80",
+       80},
       {k_h200, "softmax", k_softmax, heuristic("softmax", k_softmax_problem, "sm_90", 132), "sm_90",
        90},
       {k_h200, "gemm_sm90", gemm_1024, heuristic("gemm_sm90", gemm_1024_problem, "sm_90", 132),
@@ -250,8 +258,8 @@ TEST_F(KernelOpTest, ConcurrentRequestsForOneCubinShareOneCompile) {
 // whatever the timing (a late request joins the compile or finds its cubin in the store).
 TEST_F(KernelOpTest, ConcurrentRequestsCompileOnceWithTheRealCompiler) {
   serve_with_compiler();
-  const std::string l = line(k_h200, k_softmax, "softmax",
-                             heuristic("softmax", k_softmax_problem, "sm_90", 132));
+  const std::string l =
+      line(k_h200, k_softmax, "softmax", heuristic("softmax", k_softmax_problem, "sm_90", 132));
   std::vector<std::string> cubins(6);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < cubins.size(); ++i)
@@ -290,13 +298,15 @@ TEST_F(KernelOpTest, BadRequestsAreClearErrors) {
       {line(k_h200, k_gemm_512, "gemm", unknown), "bad_request", "has no param TILE"},
       {line(k_h200, k_gemm_512, "gemm", good, R"(,"arch":"sm_80")"), "bad_request",
        "arch sm_80 does not match device class " + k_h200},
-      {line(k_a100, k_gemm_512, "gemm_sm90", heuristic("gemm_sm90", k_gemm_512_problem, "sm_90", 132)),
+      {line(k_a100, k_gemm_512, "gemm_sm90",
+            heuristic("gemm_sm90", k_gemm_512_problem, "sm_90", 132)),
        "invalid_problem", "does not implement"},
       {line(k_h200, k_gemm_512, "gemm", good, R"(,"template_hash":"0123456789abcdef")"),
        "not_found", "stale entry"},
       {line(k_h200, k_gemm_512, "gemm", good, R"(,"entry":{})"), "bad_request", "not both"},
       {line("amd-mi300", k_gemm_512, "gemm", good), "not_found", "amd-mi300"},
-      {line(k_h200, Json{{"op", "gemm"}, {"dtype", "bf16"}, {"dims", {{"M", 0}, {"N", 8}, {"K", 8}}}},
+      {line(k_h200,
+            Json{{"op", "gemm"}, {"dtype", "bf16"}, {"dims", {{"M", 0}, {"N", 8}, {"K", 8}}}},
             "gemm", good),
        "invalid_problem", "M=0"},
       {R"({"v":2,"id":1,"op":"kernel","template":"gemm","params":{}})", "bad_request",
@@ -369,8 +379,8 @@ TEST_F(KernelOpTest, StoppedServiceAnswersNobody) {
   serve(gate.fn());
   int emitted = 0;
   m_parts->dispatcher.handle(
-      line(k_h200, k_softmax, "softmax", heuristic("softmax", k_softmax_problem, "sm_90", 132)),
-      "", Peer{}, [&](std::string, bool) { return ++emitted, true; });
+      line(k_h200, k_softmax, "softmax", heuristic("softmax", k_softmax_problem, "sm_90", 132)), "",
+      Peer{}, [&](std::string, bool) { return ++emitted, true; });
   ASSERT_EQ(gate.size(), 1u);
   m_kernels->stop();
   gate.pending[0].done(m_compiler->compile(gate.pending[0].request));

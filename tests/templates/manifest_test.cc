@@ -122,14 +122,16 @@ TEST(ManifestTest, WorkspaceZeroing) {
                      "scale.yaml");
   ASSERT_TRUE(m) << m.error().message;
   EXPECT_EQ(m->args[2].zero, WorkspaceZero::none);
-  auto inst = instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096),
-                          *DeviceLimits::for_arch("sm_90"), {{"THREADS", 128}, {"VEC", 1}, {"WAVES", 1}});
+  auto inst =
+      instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096),
+                  *DeviceLimits::for_arch("sm_90"), {{"THREADS", 128}, {"VEC", 1}, {"WAVES", 1}});
   ASSERT_TRUE(inst) << inst.error().message;
   EXPECT_EQ(inst->args[2].zero, WorkspaceZero::none);
   m = parse_manifest(with("  - {name: t, buffer: workspace, dtype: i32, count: 1, zero: maybe}\n"),
                      "scale.yaml");
   ASSERT_FALSE(m);
-  EXPECT_NE(m.error().message.find("expected kept or none"), std::string::npos) << m.error().message;
+  EXPECT_NE(m.error().message.find("expected kept or none"), std::string::npos)
+      << m.error().message;
   m = parse_manifest(edited("{name: y, buffer: out, dtype: out, count: n}",
                             "{name: y, buffer: out, dtype: out, count: n, zero: none}"),
                      "scale.yaml");
