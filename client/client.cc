@@ -181,10 +181,11 @@ protocol::Expected<std::string> Client::read_line_locked(Clock::time_point deadl
   }
 }
 
-protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line) {
-  const auto deadline = deadline_after(m_options.timeout);
+protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line,
+                                                         std::chrono::milliseconds timeout) {
+  const auto deadline = deadline_after(timeout);
   if (auto ok = send_locked(line, deadline); !ok) return std::unexpected(ok.error());
-  return read_line_locked(deadline, m_options.timeout);
+  return read_line_locked(deadline, timeout);
 }
 
 std::string Client::request_line_locked(const std::string& op, const Json& body) {
@@ -201,12 +202,18 @@ protocol::Expected<Json> Client::call(const std::string& op, Json body) {
 
 protocol::Expected<Json> Client::call(const std::string& op, Json body,
                                       const std::string& attachment) {
+  return call_with_timeout(op, std::move(body), attachment, m_options.timeout);
+}
+
+protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json body,
+                                                   const std::string& attachment,
+                                                   std::chrono::milliseconds timeout) {
   std::lock_guard lock(m_mutex);
   const std::string line = request_line_locked(op, body) + attachment;
   // One retry on a connection that went away (daemon restarted since the last call).
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
-    auto reply_line = roundtrip_locked(line);
+    auto reply_line = roundtrip_locked(line, timeout);
     if (!reply_line) {
       disconnect_locked();
       if (reply_line.error().kind == ErrorKind::connection_failed && attempt == 0) continue;
@@ -261,6 +268,13 @@ protocol::Expected<protocol::LookupReply> Client::lookup(const protocol::LookupR
     }
   }
   return reply;
+}
+
+protocol::Expected<protocol::KernelImage> Client::kernel(const protocol::KernelRequest& request) {
+  auto result = call_with_timeout("kernel", protocol::to_json(request), std::string(),
+                                  m_options.kernel_timeout);
+  if (!result) return std::unexpected(result.error());
+  return protocol::kernel_image_from_json(*result);
 }
 
 void Client::clear_cache() {

@@ -18,6 +18,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "client/launch.h"
 #include "client/protocol.h"
 
 namespace ktune {
@@ -33,6 +34,9 @@ struct ClientOptions {
   // Deadline for one request (connect + send + reply). 0: none (wait while the connection is
   // open; for exports and imports of big tables). Default 2 s.
   std::chrono::milliseconds timeout{2000};
+  // Deadline for a kernel request, which may wait for an NVRTC compile (0.3-6 s, more when the
+  // daemon's compile pool is busy tuning). Default 60 s.
+  std::chrono::milliseconds kernel_timeout{60'000};
   // Lookup answers kept in process, and for how long. Defaults 1024 and 60 s; 0 disables.
   size_t cache_capacity = 1024;
   std::chrono::milliseconds cache_ttl{60'000};
@@ -45,7 +49,11 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
+  // Protocol v2: each entry carries its launch description ("launch", client/launch.h).
   protocol::Expected<protocol::LookupReply> lookup(const protocol::LookupRequest& request);
+  // The compiled cubin of a config, with its launch description (compiled by the daemon on
+  // first request; see ktune::Kernel to launch it). Not cached here: keep the Kernel.
+  protocol::Expected<protocol::KernelImage> kernel(const protocol::KernelRequest& request);
   protocol::Expected<protocol::Json> status();
   protocol::Expected<protocol::Json> templates();
   // Returns the rendered table ("json", "yaml", "csv"), optionally one device class only.
@@ -97,7 +105,11 @@ class Client {
   protocol::Expected<void> send_locked(const std::string& line, Clock::time_point deadline);
   protocol::Expected<std::string> read_line_locked(Clock::time_point deadline,
                                                    std::chrono::milliseconds timeout);
-  protocol::Expected<std::string> roundtrip_locked(const std::string& line);
+  protocol::Expected<std::string> roundtrip_locked(const std::string& line,
+                                                   std::chrono::milliseconds timeout);
+  protocol::Expected<protocol::Json> call_with_timeout(const std::string& op, protocol::Json body,
+                                                       const std::string& attachment,
+                                                       std::chrono::milliseconds timeout);
   void disconnect_locked();
 
   ClientOptions m_options;

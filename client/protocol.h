@@ -1,9 +1,10 @@
-// ktune wire protocol, version 1: the messages ktuned and its clients exchange.
+// ktune wire protocol, versions 1 and 2: the messages ktuned and its clients exchange.
 //
 // Newline-delimited JSON over a Unix socket (or loopback TCP): one request object per line, one
 // reply object per line, replies in request order. docs/protocol.md is the spec; this header is
 // its C++ form, shared by the daemon and the C++ client (header-only; needs nlohmann_json).
-// Every request carries "v" (protocol version), "id" (echoed in the reply) and "op".
+// Every request carries "v" (protocol version), "id" (echoed in the reply) and "op"; replies
+// echo the request's "v". v2 adds launch descriptions to lookup entries (client/launch.h).
 // Thread-safety: plain functions and value types.
 #pragma once
 
@@ -18,7 +19,8 @@
 
 namespace ktune::protocol {
 
-inline constexpr int k_version = 1;
+inline constexpr int k_version = 2;               // the newest version; what our clients send
+inline constexpr int k_min_version = 1;           // the oldest still answered, exactly as before
 inline constexpr size_t k_max_frame = 64 * 1024;  // bytes per request line, newline included
 inline constexpr int k_cli_schema_version = 1;    // of `ktune ... --json` output
 
@@ -95,6 +97,7 @@ enum OpFlag : unsigned {
   op_admin = 1u << 4,     // changes what other clients are served (imports, job control);
                           // op_write and op_admin ops need admin rights (daemon/access.h)
   op_stream = 1u << 5,    // replies with a stream of event lines, then a final reply
+  op_async = 1u << 6,     // replies later from another pool (compiles); holds no executor thread
 };
 
 struct OpInfo {
@@ -118,6 +121,7 @@ inline constexpr OpInfo k_ops[] = {
     {"cancel", op_write | op_blocking | op_admin, "cancel a queued or running job"},
     {"watch", op_read | op_stream, "progress events of a job until it ends"},
     {"misses", op_read | op_blocking, "most-missed keys and what tuning them is worth"},
+    {"kernel", op_read | op_async, "the compiled cubin of a kernel config, with its launch"},
 };
 
 inline const OpInfo* find_op(std::string_view name) {
@@ -281,13 +285,16 @@ inline Expected<Request> parse_request(std::string_view line, Json* id_out = nul
   if (v == r.body.end()) return error(ErrorKind::bad_request, "missing \"v\" (protocol version)");
   if (!v->is_number_integer()) return error(ErrorKind::bad_request, "\"v\" must be an integer");
   // Compared as the 64-bit value sent: 4294967297 is not version 1.
-  const bool ours = v->is_number_unsigned() ? v->get<std::uint64_t>() == std::uint64_t(k_version)
-                                            : v->get<std::int64_t>() == k_version;
-  if (!ours)
-    return error(ErrorKind::unsupported_version, "protocol version " + v->dump() +
-                                                     " not supported (this daemon speaks " +
-                                                     std::to_string(k_version) + ")");
-  r.v = k_version;
+  const bool known = v->is_number_unsigned()
+                         ? v->get<std::uint64_t>() >= std::uint64_t(k_min_version) &&
+                               v->get<std::uint64_t>() <= std::uint64_t(k_version)
+                         : v->get<std::int64_t>() >= k_min_version &&
+                               v->get<std::int64_t>() <= k_version;
+  if (!known)
+    return error(ErrorKind::unsupported_version,
+                 "protocol version " + v->dump() + " not supported (this daemon speaks " +
+                     std::to_string(k_min_version) + ".." + std::to_string(k_version) + ")");
+  r.v = static_cast<int>(v->get<std::int64_t>());
   auto op = r.body.find("op");
   if (op == r.body.end() || !op->is_string())
     return error(ErrorKind::bad_request, "missing \"op\" (a string)");
@@ -295,13 +302,15 @@ inline Expected<Request> parse_request(std::string_view line, Json* id_out = nul
   return r;
 }
 
-inline std::string reply_ok(const Json& id, Json result) {
-  Json j = {{"v", k_version}, {"id", id}, {"ok", true}, {"result", std::move(result)}};
+// `v`: the version the request was asked in (replies echo it); 1 when the line could not be read.
+inline std::string reply_ok(const Json& id, Json result, int v = k_min_version) {
+  Json j = {{"v", v}, {"id", id}, {"ok", true}, {"result", std::move(result)}};
   return dump_line(j);
 }
 
-inline std::string reply_error(const Json& id, ErrorKind kind, std::string_view message) {
-  Json j = {{"v", k_version},
+inline std::string reply_error(const Json& id, ErrorKind kind, std::string_view message,
+                               int v = k_min_version) {
+  Json j = {{"v", v},
             {"id", id},
             {"ok", false},
             {"error", {{"code", std::string(to_string(kind))}, {"message", std::string(message)}}}};
@@ -431,6 +440,7 @@ struct LookupEntry {
   std::vector<std::uint32_t> grid, block;
   std::uint32_t smem = 0;
   std::vector<std::uint32_t> cluster;  // thread-block cluster dims; empty = no cluster (1, 1, 1)
+  Json launch;  // v2: the launch description (client/launch.h reads it); null in v1 replies
 };
 
 inline Json to_json(const LookupEntry& e) {
@@ -451,6 +461,7 @@ inline Json to_json(const LookupEntry& e) {
                  {"block", e.block},
                  {"smem", e.smem}};
   if (!e.cluster.empty()) j["kernel"]["cluster"] = e.cluster;
+  if (!e.launch.is_null()) j["launch"] = e.launch;
   return j;
 }
 
@@ -475,6 +486,7 @@ inline Expected<LookupEntry> lookup_entry_from_json(const Json& j) {
       e.smem = k->value("smem", 0u);
       e.cluster = k->value("cluster", std::vector<std::uint32_t>{});
     }
+    if (auto l = j.find("launch"); l != j.end()) e.launch = *l;
   } catch (const std::exception& ex) {
     return error(ErrorKind::bad_request, std::string("malformed lookup entry: ") + ex.what());
   }

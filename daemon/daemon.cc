@@ -13,6 +13,7 @@
 #include "daemon/dispatcher.h"
 #include "daemon/jobs/queue.h"
 #include "daemon/jobs/scheduler.h"
+#include "daemon/kernels.h"
 #include "daemon/lookups.h"
 #include "daemon/server.h"
 #include "daemon/systemd.h"
@@ -100,8 +101,12 @@ int run_daemon(const DaemonFlags& flags) {
   Compiler compiler({.threads = unsigned(config->compile_threads), .cache = store->get()});
   Scheduler scheduler(
       {*config, templates, **store, catalog, jobs, misses, node, metrics, compiler});
-  OpContext ctx{*config, **store, templates, catalog, node,
-                metrics, misses,  lookups,   jobs,    &scheduler};
+  KernelService kernels(templates, lookups, store->get(),
+                        [&compiler](CompileRequest r, std::function<void(CompileResult)> done) {
+                          compiler.submit(std::move(r), std::move(done));
+                        });
+  OpContext ctx{*config, **store, templates, catalog,    node,    metrics,
+                misses,  lookups, jobs,      &scheduler, &kernels};
   Executor executor(config->executor_threads, 10);
   Dispatcher dispatcher(ctx, &executor);
 
@@ -152,6 +157,7 @@ int run_daemon(const DaemonFlags& flags) {
   io.run();
   for (auto& t : threads) t.join();
   executor.stop();
+  kernels.stop();  // compiles still running answer nobody: their sessions are gone
   log(LogLevel::info, "stopped");
   return 0;
 }

@@ -12,7 +12,7 @@ using Json = protocol::Json;
 
 template <OpReply (*F)(OpContext&, const protocol::Request&)>
 std::string as_line(OpContext& ctx, const protocol::Request& req) {
-  return reply_line(ctx, req.id, F(ctx, req));
+  return reply_line(ctx, req, F(ctx, req));
 }
 
 // In protocol::k_ops order.
@@ -29,6 +29,7 @@ constexpr OpHandler k_handlers[] = {
     {"cancel", &as_line<&op_cancel>},
     {"watch", nullptr, &op_watch},
     {"misses", &as_line<&op_misses>},
+    {"kernel", nullptr, &op_kernel},
 };
 static_assert(std::size(k_handlers) == std::size(protocol::k_ops));
 
@@ -44,10 +45,14 @@ std::span<const OpHandler> op_handlers() {
   return k_handlers;
 }
 
-std::string reply_line(OpContext& ctx, const Json& id, OpReply reply) {
-  if (reply) return protocol::reply_ok(id, std::move(*reply));
+std::string reply_line(OpContext& ctx, const Json& id, OpReply reply, int v) {
+  if (reply) return protocol::reply_ok(id, std::move(*reply), v);
   ctx.metrics.count_error(reply.error().kind);
-  return protocol::reply_error(id, reply.error().kind, reply.error().message);
+  return protocol::reply_error(id, reply.error().kind, reply.error().message, v);
+}
+
+std::string reply_line(OpContext& ctx, const protocol::Request& req, OpReply reply) {
+  return reply_line(ctx, req.id, std::move(reply), req.v);
 }
 
 Dispatcher::Dispatcher(OpContext& ctx, Executor* executor) : m_ctx(ctx), m_executor(executor) {}
@@ -90,7 +95,7 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
   if (rights == Rights::none) {
     m_ctx.metrics.count_request(req->op);
     return void(emit(
-        reply_line(m_ctx, req->id,
+        reply_line(m_ctx, *req,
                    protocol::error(ErrorKind::unauthorized,
                                    peer.tcp ? "TCP requests must carry the configured \"token\""
                                             : "this peer may not use the daemon")),
@@ -102,7 +107,7 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
   if (!info || !handler) {
     m_ctx.metrics.count_request("other");
     return void(emit(
-        reply_line(m_ctx, req->id,
+        reply_line(m_ctx, *req,
                    protocol::error(ErrorKind::unknown_op,
                                    "unknown op '" + req->op + "' (" + protocol::op_names() + ")")),
         true));
@@ -125,7 +130,7 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
         emit(handler->call(m_ctx, *req), true);
     } catch (const std::exception& e) {
       log(LogLevel::error, "handler_failed", {{"op", req->op}, {"what", e.what()}});
-      emit(reply_line(m_ctx, req->id, protocol::error(ErrorKind::internal, e.what())), true);
+      emit(reply_line(m_ctx, *req, protocol::error(ErrorKind::internal, e.what())), true);
     }
   };
   if (m_executor)

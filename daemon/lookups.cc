@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "daemon/launch.h"
 #include "templates/space.h"
 
 namespace ktune {
@@ -69,6 +70,7 @@ double work(const Problem& p) {
 
 // The request text after the id, when the line has the shape our clients send.
 struct SplitLine {
+  char version;           // '1' or '2', as written
   std::string_view id;    // the id token as written: echoed verbatim, so always valid JSON
   std::string_view rest;  // from the comma after the id to the end
 };
@@ -76,8 +78,10 @@ struct SplitLine {
 // was remembered): a string of printable ASCII without escapes, or digits without a leading
 // zero. Anything else (escapes, control bytes, non-ASCII, "007", 1-2-3) takes the parsing path.
 std::optional<SplitLine> split_lookup_line(std::string_view line) {
-  constexpr std::string_view head = R"({"v":1,"id":)";
-  if (!line.starts_with(head)) return std::nullopt;
+  constexpr std::string_view head = R"({"v":1,"id":)";  // or {"v":2,"id":
+  if (line.size() <= head.size() || !line.starts_with(head.substr(0, 5)) ||
+      (line[5] != '1' && line[5] != '2') || line.substr(6, head.size() - 6) != head.substr(6))
+    return std::nullopt;
   size_t i = head.size();
   if (i < line.size() && line[i] == '"') {
     for (++i; i < line.size() && line[i] != '"'; ++i) {
@@ -93,7 +97,7 @@ std::optional<SplitLine> split_lookup_line(std::string_view line) {
   if (i == head.size()) return std::nullopt;
   const std::string_view rest = line.substr(i);
   if (!rest.starts_with(R"(,"op":"lookup",)")) return std::nullopt;
-  return SplitLine{line.substr(head.size(), i - head.size()), rest};
+  return SplitLine{line[5], line.substr(head.size(), i - head.size()), rest};
 }
 
 }  // namespace
@@ -118,7 +122,8 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   std::shared_ptr<const Answer> answer;
   {
     std::lock_guard lock(m_mutex);
-    const LineEntry* line_entry = m_by_text.find(split->rest, current(generation));
+    const LineEntry* line_entry =
+        m_by_text.find(split->version + std::string(split->rest), current(generation));
     if (!line_entry) return std::nullopt;
     const auto* cached = m_by_key.find(line_entry->key, current(generation));
     if (!cached) return std::nullopt;
@@ -133,7 +138,9 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   std::string out;
   out.reserve(answer->result.size() + split->id.size() + 40);
-  out += R"({"v":1,"id":)";
+  out += R"({"v":)";
+  out += split->version;
+  out += R"(,"id":)";
   out += split->id;
   out += R"(,"ok":true,"result":)";
   out += answer->result;
@@ -150,7 +157,8 @@ void LookupService::remember_line(std::string_view line, const std::string& key,
     ++m_lines_too_long;
     return;
   }
-  m_by_text.put(split->rest, LineEntry{key, generation}, sizeof(LineEntry) + heap_bytes(key));
+  m_by_text.put(split->version + std::string(split->rest), LineEntry{key, generation},
+                sizeof(LineEntry) + heap_bytes(key));
 }
 
 LookupService::CacheStats LookupService::cache_stats() const {
@@ -166,7 +174,8 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
   m_metrics.count_lookup(
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return R"({"v":1,"id":)" + id.dump(-1, ' ', false, Json::error_handler_t::replace) +
+  return R"({"v":)" + std::to_string(answer.version) + R"(,"id":)" +
+         id.dump(-1, ' ', false, Json::error_handler_t::replace) +
          R"(,"ok":true,"result":)" + answer.result + "}\n";
 }
 
@@ -254,7 +263,8 @@ protocol::Expected<Problem> LookupService::canonical_problem(
 }
 
 bool LookupService::complete_entry(protocol::LookupEntry& e, const Problem& problem,
-                                   const DeviceClass& device, const DeviceLimits& limits) const {
+                                   const DeviceClass& device, const DeviceLimits& limits,
+                                   int version) const {
   const KernelTemplate* t = m_templates.find(e.template_name);
   if (!t)
     return true;  // not installed here: the config is still the answer, without kernel details
@@ -268,6 +278,7 @@ bool LookupService::complete_entry(protocol::LookupEntry& e, const Problem& prob
   e.smem = inst->launch.smem;
   if (inst->launch.cluster_size() > 1)
     e.cluster.assign(inst->launch.cluster.begin(), inst->launch.cluster.end());
+  if (version >= 2) e.launch = protocol::to_json(describe_launch(*t, *inst, e.arch));
   return true;
 }
 
@@ -287,7 +298,7 @@ double LookupService::estimate_us(const Problem& problem, const DeviceLimits& li
 }
 
 protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::lookup(
-    const Json& body, Cold cold, std::string_view line) {
+    const Json& body, Cold cold, std::string_view line, int version) {
   // Read first: what the key and answer are computed from is at least this new.
   const std::uint64_t generation = m_catalog.index().generation();
   auto req = protocol::lookup_from_json(body);
@@ -297,7 +308,8 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   auto device = resolve_device(req->device);
   if (!device) return std::unexpected(device.error());
   const auto& [dev, limits] = *device;
-  const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit);
+  const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit) +
+                          (version >= 2 ? "\nv2" : "");
   std::shared_ptr<const Answer> answer;
   std::shared_ptr<InFlight> flight;
   bool run_it = false;
@@ -312,7 +324,8 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     if (cold == Cold::refuse) return nullptr;
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
     auto built =
-        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit) : flight->result.get();
+        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit, version)
+               : flight->result.get();
     if (!built) return built;
     answer = *built;
   }
@@ -334,7 +347,8 @@ std::pair<std::shared_ptr<LookupService::InFlight>, bool> LookupService::join_bu
 
 LookupService::Built LookupService::run_build(const std::string& key, InFlight& flight,
                                               const Problem& problem, const DeviceClass& dev,
-                                              const DeviceLimits& limits, int limit) {
+                                              const DeviceLimits& limits, int limit,
+                                              int version) {
   if (m_observer.on_build) m_observer.on_build(key);
   // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
   // waiters wake: a lookup arriving after finds the answer cached or starts afresh.
@@ -347,7 +361,7 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
   };
   Built built;
   try {
-    built = build(problem, dev, limits, limit);
+    built = build(problem, dev, limits, limit, version);
   } catch (...) {
     land(nullptr);
     flight.promise.set_exception(std::current_exception());
@@ -359,11 +373,13 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
 }
 
 LookupService::Built LookupService::build(const Problem& problem, const DeviceClass& dev,
-                                          const DeviceLimits& limits, int limit) {
+                                          const DeviceLimits& limits, int limit,
+                                          int version) {
   const WinnerIndex& index = m_catalog.index();
   const std::string device_id = dev.id();
   auto fresh = std::make_shared<Answer>();
   fresh->generation = index.generation();
+  fresh->version = version;
   fresh->device = dev;
   fresh->problem = problem;
   protocol::LookupReply reply;
@@ -375,7 +391,7 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
     const std::string k =
         e.template_name + "/" + params_to_string(Params(e.params.begin(), e.params.end()));
     if (!seen.insert(k).second) return false;
-    if (!complete_entry(e, problem, dev, limits)) return false;
+    if (!complete_entry(e, problem, dev, limits, version)) return false;
     reply.entries.push_back(std::move(e));
     return true;
   };

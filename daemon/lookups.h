@@ -9,7 +9,9 @@
 // an answer costs tens of microseconds to milliseconds: callers on an I/O thread ask with
 // Cold::refuse and hand cold keys to the executor, where concurrent cold lookups of one key
 // share one build (the first builds, the others wait for its result). Lookups answered without
-// an exact, valid winner are counted as misses, with their expected worth. Thread-safe; one
+// an exact, valid winner are counted as misses, with their expected worth. A v2 request's answer
+// also carries each entry's launch description (daemon/launch.h) and is cached apart from the v1
+// answer, which stays exactly as it was. Thread-safe; one
 // mutex guards both caches and the builds in flight, held only for hash probes and list splices.
 #pragma once
 
@@ -37,8 +39,9 @@ class LookupService {
  public:
   struct Answer {
     std::uint64_t generation = 0;
-    std::string result;      // the "result" object, serialized once
-    std::string provenance;  // of the best entry
+    int version = protocol::k_min_version;  // of the request; echoed in the reply
+    std::string result;                     // the "result" object, serialized once
+    std::string provenance;                 // of the best entry
     bool miss = false;
     DeviceClass device;
     Problem problem;
@@ -75,7 +78,8 @@ class LookupService {
   // The answer for a lookup body, or nullptr when it is not cached and `cold` is refuse. With a
   // `line`, the answer is also remembered under its text for fast_reply.
   protocol::Expected<std::shared_ptr<const Answer>> lookup(const protocol::Json& body, Cold cold,
-                                                           std::string_view line = {});
+                                                           std::string_view line = {},
+                                                           int version = protocol::k_min_version);
   // The reply line for `answer` (counts the lookup and, for a miss, the miss).
   std::string reply(const protocol::Json& id, const Answer& answer,
                     std::chrono::steady_clock::time_point t0);
@@ -113,11 +117,11 @@ class LookupService {
                                                                std::uint64_t generation);
   // Runs `flight`'s build, caches a success, and hands the result to every thread waiting on it.
   Built run_build(const std::string& key, InFlight& flight, const Problem& problem,
-                  const DeviceClass& device, const DeviceLimits& limits, int limit);
+                  const DeviceClass& device, const DeviceLimits& limits, int limit, int version);
   Built build(const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
-              int limit);
+              int limit, int version);
   bool complete_entry(protocol::LookupEntry& entry, const Problem& problem,
-                      const DeviceClass& device, const DeviceLimits& limits) const;
+                      const DeviceClass& device, const DeviceLimits& limits, int version) const;
   // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates.
   double estimate_us(const Problem& problem, const DeviceLimits& limits) const;
 

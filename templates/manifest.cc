@@ -232,7 +232,7 @@ void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
 
 void parse_buffer(const Parser& P, const YAML::Node& n, const std::string& where,
                   const SymbolTable& symbols, ArgSpec& a) {
-  P.only_keys(n, where, {"name", "buffer", "dtype", "count", "init", "pass"});
+  P.only_keys(n, where, {"name", "buffer", "dtype", "count", "init", "pass", "zero"});
   const std::string role = P.scalar(n["buffer"], where + ".buffer");
   if (role == "in")
     a.role = BufferRole::in;
@@ -265,6 +265,15 @@ void parse_buffer(const Parser& P, const YAML::Node& n, const std::string& where
     if (pass != "true" && pass != "false")
       P.fail_at(n["pass"], where + ".pass", "expected true or false");
     a.pass = pass == "true";
+  }
+  if (n["zero"].IsDefined()) {
+    const std::string zero = P.scalar(n["zero"], where + ".zero");
+    if (a.role != BufferRole::workspace)
+      P.fail_at(n["zero"], where + ".zero", "only a workspace says how it is zeroed");
+    else if (zero == "none")
+      a.zero = WorkspaceZero::none;
+    else if (zero != "kept")
+      P.fail_at(n["zero"], where + ".zero", "expected kept or none");
   }
 }
 

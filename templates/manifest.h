@@ -46,6 +46,10 @@ struct LaunchSpec {
 
 enum class ArgKind { buffer, scalar, tensor_map };
 enum class BufferRole { in, out, inout, workspace };
+// What a workspace needs and leaves. kept: zeroed once before the kernel's first launch, and the
+// kernel leaves it zeroed (tile counters, tickets). none: scratch the kernel writes before it
+// reads (split-K partials); it needs no zeroing and is left holding anything.
+enum class WorkspaceZero { kept, none };
 enum class ScalarType { i32, i64, f32 };
 // The CUtensorMap encoding options a manifest can choose (cuTensorMapEncodeTiled's enums).
 enum class TensorMapSwizzle { none, b32, b64, b128 };
@@ -92,6 +96,7 @@ struct ArgSpec {
   Expression count;
   InitSpec init;
   bool pass = true;  // false: allocated, filled and verified, but not a kernel parameter
+  WorkspaceZero zero = WorkspaceZero::kept;  // workspaces only (`zero:` in the manifest)
   // scalar
   ScalarType scalar = ScalarType::i32;
   Expression value;

@@ -194,6 +194,7 @@ Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const 
       v.count = *count;
       v.init = a.init;
       v.pass = a.pass;
+      v.zero = a.zero;
     } else if (a.kind == ArgKind::scalar) {
       v.scalar = a.scalar;
       auto value = ev.eval(a.value);

@@ -64,6 +64,7 @@ struct ArgValue {
   std::int64_t count = 0;  // elements
   InitSpec init;
   bool pass = true;  // buffers: false = not a kernel parameter (reached through a tensor map)
+  WorkspaceZero zero = WorkspaceZero::kept;  // workspaces
   ScalarType scalar = ScalarType::i32;
   double value = 0;
   TensorMapValue map;  // tensor_map only

@@ -22,13 +22,6 @@ std::vector<std::string> all_options(const CompileRequest& req) {
   return opts;
 }
 
-std::string cache_key_for(const CompileRequest& req, const std::vector<std::string>& opts) {
-  std::string material = req.tmpl->hash + "\n" + req.name_expression + "\n" + req.arch + "\n" +
-                         Compiler::nvrtc_version();
-  for (const auto& o : opts) material += "\n" + o;
-  return req.tmpl->name() + "/" + req.arch + "/" + xxh3_hex(material);
-}
-
 }  // namespace
 
 void parse_ptxas_report(const std::string& log, CubinEntry& e) {
@@ -49,9 +42,23 @@ void parse_ptxas_report(const std::string& log, CubinEntry& e) {
 Compiler::Compiler(CompilerOptions options) : m_options(options), m_pool(options.threads) {}
 
 std::string Compiler::nvrtc_version() {
-  int major = 0, minor = 0;
-  nvrtcVersion(&major, &minor);
-  return std::to_string(major) + "." + std::to_string(minor);
+  static const std::string version = [] {
+    int major = 0, minor = 0;
+    nvrtcVersion(&major, &minor);
+    return std::to_string(major) + "." + std::to_string(minor);
+  }();
+  return version;
+}
+
+std::string Compiler::cache_key(const CompileRequest& req) {
+  return req.tmpl->name() + "/" + req.arch + "/" + cubin_id(req);
+}
+
+std::string Compiler::cubin_id(const CompileRequest& req) {
+  std::string material = req.tmpl->hash + "\n" + req.name_expression + "\n" + req.arch + "\n" +
+                         Compiler::nvrtc_version();
+  for (const auto& o : all_options(req)) material += "\n" + o;
+  return xxh3_hex(material);
 }
 
 std::vector<std::string> Compiler::base_options(const std::string& arch) {
@@ -64,7 +71,7 @@ CompileResult Compiler::compile(const CompileRequest& req) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileResult result;
   const auto opts = all_options(req);
-  result.cache_key = cache_key_for(req, opts);
+  result.cache_key = cache_key(req);
 
   if (m_options.cache && m_options.use_cache) {
     auto cached = get_cubin(*m_options.cache, result.cache_key);
@@ -81,6 +88,7 @@ CompileResult Compiler::compile(const CompileRequest& req) {
     header_names.push_back(name.c_str());
     header_texts.push_back(text.c_str());
   }
+  m_compiles.fetch_add(1);
   nvrtcProgram prog = nullptr;
   nvrtcResult r =
       nvrtcCreateProgram(&prog, req.tmpl->source.c_str(), (req.tmpl->name() + ".cuh").c_str(),
@@ -138,6 +146,12 @@ CompileResult Compiler::compile(const CompileRequest& req) {
 
 std::future<CompileResult> Compiler::submit(CompileRequest request) {
   return m_pool.submit([this, request = std::move(request)] { return compile(request); });
+}
+
+void Compiler::submit(CompileRequest request, std::function<void(CompileResult)> done) {
+  // The pool's future is dropped: `done` is how the result leaves.
+  (void)m_pool.submit(
+      [this, request = std::move(request), done = std::move(done)] { done(compile(request)); });
 }
 
 std::vector<CompileResult> Compiler::compile_all(const std::vector<CompileRequest>& requests) {

@@ -11,6 +11,8 @@
 // Compiler's own pool (one thread per core by default).
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -54,17 +56,29 @@ class Compiler {
   CompileResult compile(const CompileRequest& request);
   // Compiles on the pool.
   std::future<CompileResult> submit(CompileRequest request);
+  // Compiles on the pool and calls `done` there with the result (callers that must not park a
+  // thread waiting, such as the daemon's kernel op). `done` must not throw.
+  void submit(CompileRequest request, std::function<void(CompileResult)> done);
   // Compiles all in parallel; results in request order.
   std::vector<CompileResult> compile_all(const std::vector<CompileRequest>& requests);
 
   unsigned threads() const { return unsigned(m_pool.size()); }
+  // NVRTC compiles run so far (cache hits not counted): what tests count to prove sharing.
+  std::uint64_t compiles() const { return m_compiles.load(); }
   // "13.0"
   static std::string nvrtc_version();
   // The options every compile passes (before the template's own nvrtc_options).
   static std::vector<std::string> base_options(const std::string& arch);
+  // The cubin id: XXH3-64 (16 hex digits) of everything that makes the cubin valid — template
+  // hash, name expression, arch, NVRTC version and every option. The cache key is
+  // "<template>/<arch>/<cubin id>"; lookups (v2) and the kernel op report the id.
+  static std::string cubin_id(const CompileRequest& request);
+  // The cubins family key of a request: "<template>/<arch>/<cubin id>".
+  static std::string cache_key(const CompileRequest& request);
 
  private:
   CompilerOptions m_options;
+  std::atomic<std::uint64_t> m_compiles{0};
   ThreadPool m_pool;
 };
 

@@ -36,6 +36,15 @@ struct LookupArgs {
 };
 int cmd_lookup(const Common& c, const LookupArgs& a);
 
+// Fetches the cubin of the lookup's best entry (or of --template/--config) to a file.
+struct KernelArgs {
+  LookupArgs problem;         // op, dtype, out_dtype, layout, shape, device
+  std::string template_name;  // "" = the best entry of a lookup
+  std::string config;         // with template_name: k=v,...
+  std::string output;         // the cubin file
+};
+int cmd_kernel(const Common& c, const KernelArgs& a);
+
 int cmd_export(const Common& c, const std::string& format, const std::string& output,
                const std::string& device);
 int cmd_import(const Common& c, const std::string& file);

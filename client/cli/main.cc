@@ -32,6 +32,20 @@ int main(int argc, char** argv) {
   lk->add_option("--device", lookup.device, "device class id or prefix (default: this node's GPU)");
   lk->add_option("--limit", lookup.limit, "most entries")->capture_default_str();
 
+  KernelArgs kernel;
+  auto* ke = app.add_subcommand(
+      "kernel", "fetch the cubin ktuned serves for a problem (best entry, or --template/--config)");
+  ke->add_option("op", kernel.problem.op, "operation, e.g. gemm")->required();
+  ke->add_option("--dtype", kernel.problem.dtype, "input dtype")->capture_default_str();
+  ke->add_option("--out-dtype", kernel.problem.out_dtype, "output dtype (default: same)");
+  ke->add_option("--layout", kernel.problem.layout, "layout (default: the op's first)");
+  ke->add_option("--shape", kernel.problem.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
+  ke->add_option("--device", kernel.problem.device, "device class (default: the daemon's GPU)");
+  auto* kt =
+      ke->add_option("--template", kernel.template_name, "this template instead of the best");
+  ke->add_option("--config", kernel.config, "its params, e.g. BLOCK_M=128,...")->needs(kt);
+  ke->add_option("-o,--output", kernel.output, "cubin file to write")->required();
+
   std::string format = "json", output, device;
   auto* ex = app.add_subcommand("export", "write the tuning table to a file (JSON, YAML or CSV)");
   ex->add_option("--format", format, "json | yaml | csv")->capture_default_str();
@@ -113,6 +127,7 @@ int main(int argc, char** argv) {
   if (*status) return cmd_status(common);
   if (*templates) return cmd_templates(common);
   if (*lk) return cmd_lookup(common, lookup);
+  if (*ke) return cmd_kernel(common, kernel);
   if (*ex) return cmd_export(common, format, output, device);
   if (*im) return cmd_import(common, import_file);
   if (*co) return cmd_compile(common, compile);

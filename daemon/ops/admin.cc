@@ -5,6 +5,7 @@
 
 #include "daemon/jobs/queue.h"
 #include "daemon/jobs/scheduler.h"
+#include "daemon/kernels.h"
 #include "daemon/ops/ops.h"
 
 namespace ktune {
@@ -41,6 +42,7 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
   return Json{{"version", KTUNE_VERSION},
               {"protocol", protocol::k_version},
+              {"protocol_min", protocol::k_min_version},
               {"pid", ::getpid()},
               {"node_id", ctx.node.node_id},
               {"uptime_s", std::round(uptime * 10) / 10},
@@ -169,6 +171,7 @@ std::string op_metrics_gauges(OpContext& ctx) {
   gauge("ktune_job_queue_length", "Jobs waiting for a lane.", "gauge", double(ctx.jobs.queued()));
   s += answer_cache_metrics(ctx.lookups.cache_stats());
   if (ctx.scheduler) s += ctx.scheduler->metrics_text();
+  if (ctx.kernels) s += ctx.kernels->metrics_text();
   return s;
 }
 

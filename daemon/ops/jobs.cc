@@ -252,17 +252,18 @@ OpReply op_cancel(OpContext& ctx, const protocol::Request& req) {
 
 void op_watch(OpContext& ctx, const protocol::Request& req, Emit emit) {
   auto id = job_id(req.body);
-  if (!id) return void(emit(reply_line(ctx, req.id, std::unexpected(id.error())), true));
+  if (!id) return void(emit(reply_line(ctx, req, std::unexpected(id.error())), true));
   const Json rid = req.id;
-  const bool known = ctx.jobs.watch(*id, [rid, emit](const JobRecord& j) {
+  const int v = req.v;
+  const bool known = ctx.jobs.watch(*id, [rid, v, emit](const JobRecord& j) {
     const bool end =
         j.state == JobState::done || j.state == JobState::failed || j.state == JobState::cancelled;
-    Json line = {{"v", protocol::k_version}, {"id", rid}, {"ok", true}};
+    Json line = {{"v", v}, {"id", rid}, {"ok", true}};
     line[end ? "result" : "event"] = job_json(j);
     return emit(protocol::dump_line(line), end);
   });
   if (!known)
-    emit(reply_line(ctx, req.id, protocol::error(ErrorKind::not_found, "no job " + *id)), true);
+    emit(reply_line(ctx, req, protocol::error(ErrorKind::not_found, "no job " + *id)), true);
 }
 
 OpReply op_misses(OpContext& ctx, const protocol::Request& req) {

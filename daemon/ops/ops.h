@@ -22,6 +22,7 @@ namespace ktune {
 
 class JobQueue;
 class Scheduler;
+class KernelService;
 
 // What handlers work with. Owned by the daemon (daemon.cc) or a test; outlives the dispatcher.
 struct OpContext {
@@ -34,7 +35,8 @@ struct OpContext {
   MissTracker& misses;
   LookupService& lookups;
   JobQueue& jobs;
-  Scheduler* scheduler = nullptr;  // null: this daemon tunes nothing (no GPU lanes)
+  Scheduler* scheduler = nullptr;    // null: this daemon tunes nothing (no GPU lanes)
+  KernelService* kernels = nullptr;  // null: the kernel op answers unavailable
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 };
 
@@ -55,7 +57,11 @@ struct OpHandler {
 };
 
 // The reply line for an OpReply: {"v","id","ok":true,"result"} or the error; counts errors.
-std::string reply_line(OpContext& ctx, const protocol::Json& id, OpReply reply);
+// `v` is the request's protocol version (replies echo it).
+std::string reply_line(OpContext& ctx, const protocol::Json& id, OpReply reply,
+                       int v = protocol::k_min_version);
+// The same for `req` (its id and version).
+std::string reply_line(OpContext& ctx, const protocol::Request& req, OpReply reply);
 
 // Every handler, in protocol::k_ops order (tests check the two tables match).
 std::span<const OpHandler> op_handlers();
@@ -74,6 +80,8 @@ OpReply op_job(OpContext&, const protocol::Request&);
 OpReply op_cancel(OpContext&, const protocol::Request&);
 void op_watch(OpContext&, const protocol::Request&, Emit);
 OpReply op_misses(OpContext&, const protocol::Request&);
+// Replies from the compile pool once the cubin is ready (op_async; daemon/kernels.h).
+void op_kernel(OpContext&, const protocol::Request&, Emit);
 
 // Shared by the job ops and the status op: a job as JSON for replies and events.
 protocol::Json job_json(const JobRecord& job);

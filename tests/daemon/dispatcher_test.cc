@@ -7,11 +7,13 @@
 #include <set>
 #include <sstream>
 
+#include "client/launch.h"
 #include "store/mem_store.h"
 #include "store/table_io.h"
 #include "templates/space.h"
 #include "tests/fakes/daemon_parts.h"
 #include "tests/fakes/test_records.h"
+#include "tuner/compiler.h"
 
 namespace ktune {
 namespace {
@@ -229,7 +231,8 @@ TEST_F(DispatcherTest, BadRequestsGetSpecificErrors) {
       {"[1,2,3]", "bad_request"},
       {R"({"id":1,"op":"status"})", "bad_request"},
       {R"({"v":"one","id":1,"op":"status"})", "bad_request"},
-      {R"({"v":2,"id":1,"op":"status"})", "unsupported_version"},
+      {R"({"v":3,"id":1,"op":"status"})", "unsupported_version"},
+      {R"({"v":0,"id":1,"op":"status"})", "unsupported_version"},
       {R"({"v":1,"id":1})", "bad_request"},
       {R"({"v":1,"id":1,"op":"explode"})", "unknown_op"},
       {R"({"v":1,"id":1,"op":"lookup"})", "bad_request"},
@@ -329,7 +332,9 @@ TEST_F(DispatcherTest, EveryOpHasOneHandlerAndAMetric) {
     EXPECT_TRUE(handlers.insert(h.name).second) << h.name;
     const protocol::OpInfo* info = protocol::find_op(h.name);
     ASSERT_NE(info, nullptr) << h.name;
-    EXPECT_EQ(bool(info->flags & protocol::op_stream), h.stream != nullptr) << h.name;
+    // Streamed and asynchronous ops reply through Emit; the others return their line.
+    EXPECT_EQ(bool(info->flags & (protocol::op_stream | protocol::op_async)), h.stream != nullptr)
+        << h.name;
     EXPECT_EQ(h.stream == nullptr, h.call != nullptr) << h.name;
     EXPECT_EQ(bool(info->flags & protocol::op_fast), h.fast != nullptr) << h.name;
   }
@@ -375,6 +380,75 @@ TEST_F(DispatcherTest, TemplatesAndStatus) {
   EXPECT_EQ(s["winners"], 2);
   EXPECT_EQ(s["device_classes"][0], k_h200);
   EXPECT_EQ(s["validators"]["nvrtc"], "13.0");
+}
+
+// Protocol v1 is answered exactly as before v2 existed: "v":1, entries without "launch", the
+// kernel object with its five fields, the same bytes from the cold path and the fast path.
+TEST_F(DispatcherTest, V1LookupIsAnsweredAsBefore) {
+  Dispatcher& d = m_parts->dispatcher;
+  const std::string line = lookup_line(R"({"M":16,"N":4096,"K":4096})");
+  const std::string cold = d.handle(line).line;
+  const Json r = Json::parse(cold);
+  EXPECT_EQ(r["v"], 1);
+  ASSERT_GE(r["result"]["entries"].size(), 2u);
+  for (const auto& e : r["result"]["entries"]) {
+    EXPECT_FALSE(e.contains("launch")) << e.dump();
+    std::set<std::string> keys;
+    for (auto it = e["kernel"].begin(); it != e["kernel"].end(); ++it) keys.insert(it.key());
+    EXPECT_EQ(keys, (std::set<std::string>{"name_expression", "arch", "grid", "block", "smem"}));
+  }
+  auto fast = d.try_fast(line, Peer{});
+  ASSERT_TRUE(fast) << "a repeated v1 line is answered from the text cache";
+  EXPECT_EQ(*fast, cold);
+}
+
+// A v2 lookup answers the same ranking, each entry with its launch description; the reply says
+// "v":2, and removing "launch" gives the v1 reply. v1 and v2 answers are cached apart.
+TEST_F(DispatcherTest, V2LookupAddsLaunchDescriptionsAndEchoesTheVersion) {
+  Dispatcher& d = m_parts->dispatcher;
+  std::string v2_line = lookup_line(R"({"M":16,"N":4096,"K":4096})");
+  v2_line.replace(0, 7, R"({"v":2,)");
+  const Json v1 = Json::parse(d.handle(lookup_line(R"({"M":16,"N":4096,"K":4096})")).line);
+  const std::string v2_text = d.handle(v2_line).line;
+  Json v2 = Json::parse(v2_text);
+  EXPECT_EQ(v2["v"], 2);
+  EXPECT_EQ(v2["result"]["entries"][0]["provenance"], "exact");
+  const KernelTemplate& gemm = *m_templates.find("gemm");
+  const Problem problem{"gemm", "bf16", "bf16", "rc", {{"M", 16}, {"N", 4096}, {"K", 4096}}};
+  for (auto& e : v2["result"]["entries"]) {
+    ASSERT_TRUE(e.contains("launch")) << e.dump();
+    auto launch = protocol::launch_from_json(e["launch"]);
+    ASSERT_TRUE(launch) << launch.error().message;
+    Params params;
+    for (auto it = e["params"].begin(); it != e["params"].end(); ++it)
+      params[it.key()] = it.value().get<std::int64_t>();
+    DeviceLimits limits = *DeviceLimits::for_arch("sm_90");
+    limits.sm_count = 132;
+    auto inst = instantiate(gemm, problem, limits, params);
+    ASSERT_TRUE(inst) << inst.error().message;
+    EXPECT_EQ(launch->name_expression, inst->name_expression);
+    EXPECT_EQ(launch->arch, "sm_90");
+    EXPECT_EQ(launch->cubin_id, Compiler::cubin_id({&gemm, inst->name_expression, "sm_90"}));
+    EXPECT_EQ(launch->grid, inst->launch.grid);
+    EXPECT_EQ(launch->args.size(), gemm.manifest.args.size());
+    EXPECT_EQ(e["kernel"]["grid"], Json(inst->launch.grid)) << "v1 fields unchanged in v2";
+    e.erase("launch");
+  }
+  EXPECT_EQ(v2["result"], v1["result"]);
+  auto fast = d.try_fast(v2_line, Peer{});
+  ASSERT_TRUE(fast);
+  EXPECT_EQ(*fast, v2_text);
+  auto fast_v1 = d.try_fast(lookup_line(R"({"M":16,"N":4096,"K":4096})"), Peer{});
+  ASSERT_TRUE(fast_v1);
+  EXPECT_EQ(Json::parse(*fast_v1)["v"], 1) << "the v1 text cache entry is not the v2 one";
+  EXPECT_FALSE(Json::parse(*fast_v1)["result"]["entries"][0].contains("launch"));
+}
+
+// Errors echo the version they were asked in, too.
+TEST_F(DispatcherTest, ErrorRepliesEchoTheRequestVersion) {
+  EXPECT_EQ(call(R"({"v":2,"id":1,"op":"explode"})")["v"], 2);
+  EXPECT_EQ(call(R"({"v":1,"id":1,"op":"explode"})")["v"], 1);
+  EXPECT_EQ(call(R"({"v":2,"id":1,"op":"job","job":"000000000042"})")["v"], 2);
 }
 
 TEST(WinnerIndexTest, NearestIsWithinRadiusOrderedAndFamilyScoped) {

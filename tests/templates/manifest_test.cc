@@ -109,6 +109,36 @@ TEST(ManifestTest, StructuralErrors) {
   }
 }
 
+// A workspace says whether it needs zeroing (`zero: kept`, the default: zeroed once, left zeroed by
+// the kernel) or is scratch (`zero: none`); only workspaces say it, and only with those words.
+TEST(ManifestTest, WorkspaceZeroing) {
+  const std::string ws = "  - {name: y, buffer: out, dtype: out, count: n}\n";
+  auto with = [&](const std::string& arg) { return edited(ws, ws + arg); };
+  auto m = parse_manifest(with("  - {name: t, buffer: workspace, dtype: i32, count: 1}\n"),
+                          "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->args[2].zero, WorkspaceZero::kept);
+  m = parse_manifest(with("  - {name: t, buffer: workspace, dtype: fp32, count: n, zero: none}\n"),
+                     "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->args[2].zero, WorkspaceZero::none);
+  auto inst =
+      instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096),
+                  *DeviceLimits::for_arch("sm_90"), {{"THREADS", 128}, {"VEC", 1}, {"WAVES", 1}});
+  ASSERT_TRUE(inst) << inst.error().message;
+  EXPECT_EQ(inst->args[2].zero, WorkspaceZero::none);
+  m = parse_manifest(with("  - {name: t, buffer: workspace, dtype: i32, count: 1, zero: maybe}\n"),
+                     "scale.yaml");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().message.find("expected kept or none"), std::string::npos)
+      << m.error().message;
+  m = parse_manifest(edited("{name: y, buffer: out, dtype: out, count: n}",
+                            "{name: y, buffer: out, dtype: out, count: n, zero: none}"),
+                     "scale.yaml");
+  ASSERT_FALSE(m);
+  EXPECT_NE(m.error().message.find("only a workspace"), std::string::npos) << m.error().message;
+}
+
 TEST(ManifestTest, ConstraintThatPrunesEverythingIsNamed) {
   const std::string text =
       edited("    why: vector width must divide n",

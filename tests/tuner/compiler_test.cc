@@ -72,6 +72,35 @@ TEST(CompilerTest, SecondCompileIsACacheHit) {
   EXPECT_NE(other.cache_key, first.cache_key);
 }
 
+// The cubin id names exactly what makes a cubin valid: the cache key ends with it, it is stable,
+// and it changes with the name expression, the arch or the template's hash. compiles() counts
+// NVRTC runs only; submit() with a callback hands the result over on the pool.
+TEST(CompilerTest, CubinIdIsTheCacheKeysHashAndCompilesCountsNvrtcRuns) {
+  auto t = TemplateRegistry::load_template(k_scale);
+  ASSERT_TRUE(t);
+  MemStore store;
+  Compiler compiler({.threads = 1, .cache = &store});
+  const CompileRequest req{t->get(), "ktune_scale<float, float, 128, 2>", "sm_90"};
+  const std::string id = Compiler::cubin_id(req);
+  EXPECT_EQ(id.size(), 16u);
+  EXPECT_EQ(Compiler::cache_key(req), "scale/sm_90/" + id);
+  EXPECT_EQ(Compiler::cubin_id(req), id);
+  EXPECT_NE(Compiler::cubin_id({t->get(), "ktune_scale<float, float, 256, 2>", "sm_90"}), id);
+  EXPECT_NE(Compiler::cubin_id({t->get(), req.name_expression, "sm_80"}), id);
+  KernelTemplate edited = **t;
+  edited.hash = "0000000000000000";
+  EXPECT_NE(Compiler::cubin_id({&edited, req.name_expression, "sm_90"}), id);
+
+  std::promise<CompileResult> got;
+  compiler.submit(req, [&got](CompileResult r) { got.set_value(std::move(r)); });
+  const CompileResult first = got.get_future().get();
+  ASSERT_TRUE(first.ok()) << first.log;
+  EXPECT_EQ(first.cache_key, Compiler::cache_key(req));
+  EXPECT_EQ(compiler.compiles(), 1u);
+  EXPECT_TRUE(compiler.compile(req).cache_hit);
+  EXPECT_EQ(compiler.compiles(), 1u) << "a cache hit is no compile";
+}
+
 TEST(CompilerTest, ParsesPtxasReport) {
   CubinEntry e;
   parse_ptxas_report(

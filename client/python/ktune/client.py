@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # v2: lookup entries carry a launch description (docs/protocol.md)
 MAX_FRAME = 64 * 1024
 
 
@@ -39,6 +39,7 @@ class Entry:
     distance: float = 0.0
     source: str = ""  # nearest: the tuned shape answering; stale: why
     kernel: Dict[str, Any] = field(default_factory=dict)  # name_expression, arch, grid, block, smem[, cluster]
+    launch: Dict[str, Any] = field(default_factory=dict)  # v2 launch description; {} if not served
 
     @staticmethod
     def from_json(j: Dict[str, Any]) -> "Entry":
@@ -53,7 +54,17 @@ class Entry:
             distance=j.get("distance", 0.0),
             source=j.get("from", ""),
             kernel=dict(j.get("kernel", {})),
+            launch=dict(j.get("launch", {})),
         )
+
+    def to_json(self) -> Dict[str, Any]:
+        """The entry as the daemon sent it (what the kernel op's ``entry`` field takes)."""
+        j: Dict[str, Any] = {"provenance": self.provenance, "template": self.template,
+                             "template_hash": self.template_hash, "params": dict(self.params),
+                             "kernel": dict(self.kernel)}
+        if self.launch:
+            j["launch"] = self.launch
+        return j
 
 
 @dataclass
@@ -85,15 +96,18 @@ class Client:
     :param token: token sent with TCP requests.
     :param timeout: seconds per request.
     :param cache_ttl: seconds a lookup answer is reused in process (0 disables the cache).
+    :param kernel_timeout: seconds a kernel request may take (it may wait for an NVRTC compile).
     """
 
     def __init__(self, socket_path: Optional[str] = None, tcp: Optional[str] = None,
-                 token: Optional[str] = None, timeout: float = 2.0, cache_ttl: float = 60.0):
+                 token: Optional[str] = None, timeout: float = 2.0, cache_ttl: float = 60.0,
+                 kernel_timeout: float = 60.0):
         self.socket_path = socket_path or (None if tcp else default_socket_path())
         self.tcp = tcp
         self.token = token
         self.timeout = timeout
         self.cache_ttl = cache_ttl
+        self.kernel_timeout = kernel_timeout
         self._sock: Optional[socket.socket] = None
         self._pending = b""
         self._next_id = 1
@@ -131,6 +145,38 @@ class Client:
                 self._cache.clear()
             self._cache[key] = (now + self.cache_ttl, reply)
         return reply
+
+    def kernel(self, op: str, dtype: str = "bf16", out_dtype: Optional[str] = None,
+               layout: Optional[str] = None, device: Optional[str] = None,
+               entry: Optional[Entry] = None, template: Optional[str] = None,
+               params: Optional[Dict[str, int]] = None, **dims: int) -> Dict[str, Any]:
+        """The compiled cubin of a config for ``op`` on ``dims``: ``entry`` (a lookup entry), or
+        ``template`` + ``params``, or (neither) the best entry of a lookup.
+
+        Returns the kernel op's result: ``cubin`` (base64), ``lowered_name``, ``launch``, ...; give
+        it to :class:`ktune.Kernel` to launch it.
+        """
+        if not dims:
+            raise ValueError("give the problem's dims as keyword arguments, e.g. M=4096")
+        problem: Dict[str, Any] = {"op": op, "dtype": dtype}
+        if out_dtype:
+            problem["out_dtype"] = out_dtype
+        if layout:
+            problem["layout"] = layout
+        problem["dims"] = dict(dims)
+        body: Dict[str, Any] = {"problem": problem}
+        if template is None and entry is None:
+            reply = self.lookup(op, dtype=dtype, out_dtype=out_dtype, layout=layout, device=device,
+                                limit=1, **dims)
+            entry, device = reply.best, reply.device
+        if device:
+            body["device"] = device
+        if entry is not None:
+            body["entry"] = entry.to_json()
+        else:
+            body["template"] = template
+            body["params"] = dict(params or {})
+        return self._call("kernel", body, b"", timeout=self.kernel_timeout)
 
     def status(self) -> Dict[str, Any]:
         return self.call("status")
@@ -236,7 +282,8 @@ class Client:
         """Sends one request and returns its ``result``; raises :class:`KtuneError` on error."""
         return self._call(op, body, b"")
 
-    def _call(self, op: str, body: Dict[str, Any], attachment: bytes) -> Any:
+    def _call(self, op: str, body: Dict[str, Any], attachment: bytes,
+              timeout: Optional[float] = None) -> Any:
         with self._lock:
             request = {"v": PROTOCOL_VERSION, "id": self._next_id, "op": op}
             self._next_id += 1
@@ -247,7 +294,13 @@ class Client:
             for attempt in (0, 1):  # one retry if the daemon restarted since the last call
                 try:
                     self._connect()
-                    reply = self._roundtrip(line)
+                    if timeout is not None and self._sock is not None:
+                        self._sock.settimeout(timeout)
+                    try:
+                        reply = self._roundtrip(line)
+                    finally:
+                        if timeout is not None and self._sock is not None:
+                            self._sock.settimeout(self.timeout)
                     break
                 except (ConnectionError, BrokenPipeError) as e:
                     self._close()
@@ -255,7 +308,8 @@ class Client:
                         raise KtuneError("connection_failed", str(e)) from None
                 except socket.timeout:
                     self._close()
-                    raise KtuneError("timeout", f"no reply from ktuned within {self.timeout} s") from None
+                    raise KtuneError("timeout", f"no reply from ktuned within "
+                                                f"{timeout or self.timeout} s") from None
             if not reply.get("ok"):
                 err = reply.get("error", {})
                 raise KtuneError(err.get("code", "internal"), err.get("message", ""))

@@ -1,0 +1,256 @@
+#include "client/kernel.h"
+
+#include <array>
+#include <cstring>
+
+#include "client/cubin.h"
+#include "client/cuda_api.h"
+
+namespace ktune {
+namespace {
+
+using protocol::ErrorKind;
+
+constexpr size_t k_max_params = 64;  // on-stack argument storage per launch
+
+std::uint64_t scalar_bits(std::string_view dtype, double value) {
+  std::uint64_t bits = 0;
+  if (dtype == "i32") {
+    const std::int32_t v = std::int32_t(value);
+    std::memcpy(&bits, &v, sizeof v);
+  } else if (dtype == "i64") {
+    const std::int64_t v = std::int64_t(value);
+    std::memcpy(&bits, &v, sizeof v);
+  } else {
+    const float v = float(value);
+    std::memcpy(&bits, &v, sizeof v);
+  }
+  return bits;
+}
+
+}  // namespace
+
+Kernel::Kernel(protocol::KernelImage image) : m_image(std::move(image)) {}
+
+protocol::Expected<std::shared_ptr<Kernel>> Kernel::create(protocol::KernelImage image) {
+  const auto& d = image.launch;
+  auto info = inspect_cubin(image.cubin);
+  if (!info) return std::unexpected(info.error());
+  const int sm = arch_sm(d.arch);
+  if (sm == 0 || info->sm != sm)
+    return protocol::error(ErrorKind::bad_request,
+                           "the cubin is compiled for sm_" + std::to_string(info->sm) +
+                               " but its description says " + d.arch + "; refusing to load it");
+  if (image.lowered_name.empty() || !info->has_symbol(image.lowered_name))
+    return protocol::error(ErrorKind::bad_request, "the cubin has no entry '" + image.lowered_name +
+                                                       "' (" + d.name_expression + ")");
+  std::shared_ptr<Kernel> k(new Kernel(std::move(image)));
+  if (auto ok = k->plan_slots(); !ok) return std::unexpected(ok.error());
+  return k;
+}
+
+protocol::Expected<void> Kernel::plan_slots() {
+  const auto& args = m_image.launch.args;
+  for (const auto& a : args) {
+    if (a.kind == protocol::ArgKind::tensor_map)
+      return protocol::error(ErrorKind::bad_request,
+                             "argument '" + a.name +
+                                 "' is a tensor_map, which this client "
+                                 "cannot build yet; use a template without tensor maps");
+    if (!a.pass) continue;  // memory only tensor maps refer to
+    Slot s;
+    s.name = a.name;
+    if (a.kind == protocol::ArgKind::scalar) {
+      s.from = Slot::From::scalar;
+      s.dtype = a.dtype;
+      s.bits = scalar_bits(a.dtype, a.value);
+    } else if (a.kind == protocol::ArgKind::workspace) {
+      s.from = Slot::From::workspace;
+      s.index = int(m_workspace_args.size());
+      m_workspace_args.push_back(&a);
+    } else {
+      s.from = Slot::From::buffer;
+      s.index = int(m_buffer_names.size());
+      m_buffer_names.push_back(a.name);
+    }
+    m_slots.push_back(s);
+  }
+  if (m_slots.size() > k_max_params)
+    return protocol::error(ErrorKind::bad_request,
+                           "more than " + std::to_string(k_max_params) + " kernel arguments");
+  return {};
+}
+
+Kernel::~Kernel() {
+  auto api = cuda::CudaApi::get();
+  if (!api) return;
+  for (auto& l : m_loaded) {
+    // Free in the context that owns the memory; a context already destroyed took it along.
+    if ((*api)->cuCtxPushCurrent(static_cast<CUcontext>(l->context)) != CUDA_SUCCESS) continue;
+    for (const auto& w : l->workspaces)
+      if (w.owned && w.address) (*api)->cuMemFree(CUdeviceptr(w.address));
+    if (l->module) (*api)->cuModuleUnload(static_cast<CUmodule>(l->module));
+    CUcontext popped = nullptr;
+    (*api)->cuCtxPopCurrent(&popped);
+  }
+}
+
+protocol::Expected<Kernel::Loaded*> Kernel::current() {
+  auto api = cuda::CudaApi::get();
+  if (!api) return std::unexpected(api.error());
+  CUcontext ctx = nullptr;
+  if (CUresult r = (*api)->cuCtxGetCurrent(&ctx); r != CUDA_SUCCESS)
+    return std::unexpected((*api)->error(r, "cuCtxGetCurrent"));
+  if (!ctx)
+    return protocol::error(ErrorKind::unavailable,
+                           "no CUDA context is current on this thread (create one, or make the "
+                           "device current: cudaSetDevice / cuCtxSetCurrent)");
+  for (auto& l : m_loaded)
+    if (l->context == ctx) return l.get();
+  auto l = std::make_unique<Loaded>();
+  l->context = ctx;
+  l->workspaces.resize(m_workspace_args.size());
+  if (auto ok = load_into(*l); !ok) return std::unexpected(ok.error());
+  m_loaded.push_back(std::move(l));
+  return m_loaded.back().get();
+}
+
+protocol::Expected<void> Kernel::load_into(Loaded& l) {
+  const cuda::CudaApi& api = **cuda::CudaApi::get();
+  const auto& d = m_image.launch;
+  CUdevice dev = 0;
+  int major = 0, minor = 0;
+  if (CUresult r = api.cuCtxGetDevice(&dev); r != CUDA_SUCCESS)
+    return std::unexpected(api.error(r, "cuCtxGetDevice"));
+  api.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  api.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  if (major * 10 + minor != arch_sm(d.arch))
+    return protocol::error(ErrorKind::bad_request,
+                           "the kernel is compiled for " + d.arch + " but the current device " +
+                               std::to_string(dev) + " is sm_" +
+                               std::to_string(major * 10 + minor) + " (it was served for " +
+                               m_image.device + "; ask ktune for this device's class)");
+  CUmodule module = nullptr;
+  if (CUresult r = api.cuModuleLoadData(&module, m_image.cubin.data()); r != CUDA_SUCCESS)
+    return std::unexpected(api.error(r, "cuModuleLoadData"));
+  l.module = module;
+  CUfunction fn = nullptr;
+  if (CUresult r = api.cuModuleGetFunction(&fn, module, m_image.lowered_name.c_str());
+      r != CUDA_SUCCESS)
+    return std::unexpected(api.error(r, "cuModuleGetFunction(" + m_image.lowered_name + ")"));
+  l.function = fn;
+  if (d.smem > 0)
+    if (CUresult r = api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                            int(d.smem));
+        r != CUDA_SUCCESS)
+      return std::unexpected(api.error(
+          r, "raising the dynamic shared memory limit to " + std::to_string(d.smem) + " bytes"));
+  return {};
+}
+
+protocol::Expected<void> Kernel::borrow_workspace(std::string_view name, std::uint64_t address,
+                                                  std::uint64_t bytes) {
+  std::lock_guard lock(m_mutex);
+  auto l = current();
+  if (!l) return std::unexpected(l.error());
+  for (size_t i = 0; i < m_workspace_args.size(); ++i) {
+    if (m_workspace_args[i]->name != name) continue;
+    if (bytes < std::uint64_t(m_workspace_args[i]->bytes))
+      return protocol::error(ErrorKind::bad_request,
+                             "workspace '" + std::string(name) + "' needs " +
+                                 std::to_string(m_workspace_args[i]->bytes) + " bytes, " +
+                                 std::to_string(bytes) + " lent");
+    Workspace& w = (*l)->workspaces[i];
+    if (w.owned && w.address) (**cuda::CudaApi::get()).cuMemFree(CUdeviceptr(w.address));
+    w = Workspace{address, false};
+    return {};
+  }
+  return protocol::error(ErrorKind::bad_request,
+                         "the kernel has no workspace '" + std::string(name) + "'");
+}
+
+protocol::Expected<void> Kernel::ensure_workspaces(Loaded& l) {
+  const cuda::CudaApi& api = **cuda::CudaApi::get();
+  for (size_t i = 0; i < l.workspaces.size(); ++i) {
+    Workspace& w = l.workspaces[i];
+    if (w.address) continue;  // owned already, or lent
+    const protocol::LaunchArg& a = *m_workspace_args[i];
+    CUdeviceptr p = 0;
+    if (CUresult r = api.cuMemAlloc(&p, size_t(a.bytes)); r != CUDA_SUCCESS)
+      return std::unexpected(api.error(
+          r, "allocating workspace '" + a.name + "' (" + std::to_string(a.bytes) + " bytes)"));
+    // Zeroed once whatever the description says: harmless for scratch, required for the rest.
+    if (CUresult r = api.cuMemsetD8(p, 0, size_t(a.bytes)); r != CUDA_SUCCESS) {
+      api.cuMemFree(p);
+      return std::unexpected(api.error(r, "zeroing workspace '" + a.name + "'"));
+    }
+    w = Workspace{std::uint64_t(p), true};
+  }
+  return {};
+}
+
+protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, void* stream,
+                                        std::span<const ScalarArg> scalars) {
+  if (buffers.size() != m_buffer_names.size()) {
+    std::string names;
+    for (const auto& n : m_buffer_names) names += (names.empty() ? "" : ", ") + n;
+    return protocol::error(ErrorKind::bad_request, m_image.template_name + " takes " +
+                                                       std::to_string(m_buffer_names.size()) +
+                                                       " buffers (" + names + "), " +
+                                                       std::to_string(buffers.size()) + " given");
+  }
+  Loaded* l = nullptr;
+  {
+    std::lock_guard lock(m_mutex);
+    auto cur = current();
+    if (!cur) return std::unexpected(cur.error());
+    l = *cur;
+    if (auto ok = ensure_workspaces(*l); !ok) return ok;
+  }
+  std::array<std::uint64_t, k_max_params> storage;
+  std::array<void*, k_max_params> params;
+  for (size_t i = 0; i < m_slots.size(); ++i) {
+    const Slot& s = m_slots[i];
+    switch (s.from) {
+      case Slot::From::buffer:
+        storage[i] = buffers[size_t(s.index)];
+        break;
+      case Slot::From::workspace:
+        storage[i] = l->workspaces[size_t(s.index)].address;
+        break;
+      case Slot::From::scalar:
+        storage[i] = s.bits;
+        for (const auto& o : scalars)
+          if (o.name == s.name) storage[i] = scalar_bits(s.dtype, o.value);
+        break;
+    }
+    params[i] = &storage[i];
+  }
+  const auto& d = m_image.launch;
+  CUlaunchConfig config{};
+  config.gridDimX = d.grid[0];
+  config.gridDimY = d.grid[1];
+  config.gridDimZ = d.grid[2];
+  config.blockDimX = d.block[0];
+  config.blockDimY = d.block[1];
+  config.blockDimZ = d.block[2];
+  config.sharedMemBytes = d.smem;
+  config.hStream = static_cast<CUstream>(stream);
+  CUlaunchAttribute cluster{};
+  if (d.has_cluster) {
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = d.cluster[0];
+    cluster.value.clusterDim.y = d.cluster[1];
+    cluster.value.clusterDim.z = d.cluster[2];
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  const cuda::CudaApi& api = **cuda::CudaApi::get();
+  if (CUresult r = api.cuLaunchKernelEx(&config, static_cast<CUfunction>(l->function),
+                                        params.data(), nullptr);
+      r != CUDA_SUCCESS)
+    return std::unexpected(api.error(r, "cuLaunchKernelEx(" + m_image.lowered_name + ")"));
+  return {};
+}
+
+}  // namespace ktune

@@ -1,0 +1,104 @@
+// ktune::Kernel — launches a kernel ktuned served (the `kernel` op's cubin and launch
+// description) on a CUDA stream, with no NVRTC and no manifest on the application's side.
+//
+//   ktune::Client client;
+//   auto k = client.kernel(protocol::kernel_request_for(problem, "", lookup->entries[0]));
+//   auto kernel = ktune::Kernel::create(std::move(*k));
+//   (*kernel)->launch({a_ptr, b_ptr, c_ptr}, stream);     // in/out buffers in argument order
+//
+// The CUDA driver is dlopen'ed on the first launch (client/cuda_api.h): nothing here links
+// libcuda, so an application builds and starts without a driver and gets a clear error only when
+// it launches. The module is loaded once per CUDA context (the context current on the launching
+// thread), after checking that the cubin's arch is the current device's; the dynamic
+// shared-memory limit is raised as the description asks. Workspaces are allocated and zeroed
+// once per context and owned by the Kernel, unless the application lends its own
+// (borrow_workspace). Thread-safe: launches from several threads are fine.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/launch.h"
+
+namespace ktune {
+
+// A scalar argument's value for one launch, by name (e.g. alpha, beta, eps); scalars not named
+// take the description's value.
+struct ScalarArg {
+  std::string_view name;
+  double value = 0;
+};
+
+class Kernel {
+ public:
+  // Checks the image — the cubin is a CUDA ELF for the arch the description names and holds the
+  // entry symbol; every argument kind is one this client can pass — and loads nothing yet.
+  static protocol::Expected<std::shared_ptr<Kernel>> create(protocol::KernelImage image);
+  ~Kernel();  // unloads the modules and frees the owned workspaces
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  // Launches on `stream` (a CUstream; nullptr = the legacy default stream) with the device
+  // addresses of the buffer arguments that are not workspaces, in argument order.
+  // REQUIRES: a CUDA context is current on this thread; each buffer holds at least the bytes the
+  // description gives for it.
+  protocol::Expected<void> launch(std::span<const std::uint64_t> buffers, void* stream,
+                                  std::span<const ScalarArg> scalars = {});
+  protocol::Expected<void> launch(std::initializer_list<std::uint64_t> buffers, void* stream) {
+    return launch(std::span<const std::uint64_t>(buffers.begin(), buffers.size()), stream);
+  }
+
+  // Lends a workspace for launches in the current context instead of the Kernel's own. The
+  // caller keeps it alive and zeroed as the description says (zero_before_first_use).
+  protocol::Expected<void> borrow_workspace(std::string_view name, std::uint64_t address,
+                                            std::uint64_t bytes);
+
+  const protocol::KernelImage& image() const { return m_image; }
+  const protocol::LaunchDescription& description() const { return m_image.launch; }
+  // Names of the buffers launch() takes, in order.
+  const std::vector<std::string>& buffer_names() const { return m_buffer_names; }
+
+ private:
+  // How one kernel parameter is filled at launch.
+  struct Slot {
+    enum class From { buffer, workspace, scalar } from = From::scalar;
+    int index = 0;           // buffer: into launch()'s buffers; workspace: into workspaces
+    std::uint64_t bits = 0;  // scalar: its bytes (i32 and f32 in the low 4)
+    std::string_view dtype;  // scalar: i32 i64 f32
+    std::string_view name;
+  };
+  struct Workspace {
+    std::uint64_t address = 0;
+    bool owned = false;
+  };
+  // The module of one CUDA context.
+  struct Loaded {
+    void* context = nullptr;            // CUcontext
+    void* module = nullptr;             // CUmodule
+    void* function = nullptr;           // CUfunction
+    std::vector<Workspace> workspaces;  // per workspace argument, in order
+  };
+
+  explicit Kernel(protocol::KernelImage image);
+  protocol::Expected<void> plan_slots();
+  // The module for the current context, loading it (arch check, smem attribute) on first use.
+  protocol::Expected<Loaded*> current();
+  protocol::Expected<void> load_into(Loaded& l);
+  // Allocates and zeroes, once per context, the workspaces not lent.
+  protocol::Expected<void> ensure_workspaces(Loaded& l);
+
+  protocol::KernelImage m_image;
+  std::vector<Slot> m_slots;
+  std::vector<std::string> m_buffer_names;
+  std::vector<const protocol::LaunchArg*> m_workspace_args;
+  std::mutex m_mutex;
+  std::vector<std::unique_ptr<Loaded>> m_loaded;  // few: one per context used
+};
+
+}  // namespace ktune

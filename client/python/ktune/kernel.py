@@ -1,0 +1,369 @@
+"""ktune.Kernel: launch a kernel ktuned served, through ctypes on the CUDA driver.
+
+Standard library only; ``libcuda.so.1`` is opened on the first launch, so importing ktune (and
+creating a Kernel) works on a machine without a GPU driver. Example::
+
+    import ktune
+    client = ktune.Client()
+    kernel = ktune.Kernel(client.kernel("softmax", dtype="fp32", rows=4096, cols=4096))
+    kernel.launch(x, y, stream=0)      # device buffers in argument order: ints, objects with
+                                       # __cuda_array_interface__, or with data_ptr() (torch)
+
+The module is loaded once per CUDA context (the one current on the launching thread) after
+checking the device's compute capability against the cubin's arch; the dynamic shared-memory
+limit is raised as the launch description asks; workspaces are allocated and zeroed once per
+context and owned by the Kernel. Launches from several threads are serialized on a lock.
+"""
+
+import base64
+import ctypes
+import struct
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .client import KtuneError
+
+_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "i32": 4, "f32": 4, "i64": 8}
+_ARG_KINDS = ("in", "out", "inout", "workspace", "scalar", "tensor_map")
+
+# cuda.h constants used here.
+_CC_MAJOR, _CC_MINOR = 75, 76                # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
+_FUNC_MAX_DYNAMIC_SMEM = 8                   # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4      # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+
+
+# ---- the cubin ---------------------------------------------------------------------------------
+
+def arch_sm(arch: str) -> int:
+    """``"sm_90a"`` -> 90; 0 when ``arch`` is not of that form."""
+    if not arch.startswith("sm_"):
+        return 0
+    digits = arch[3:].rstrip("af")
+    return int(digits) if digits.isdigit() and len(arch[3:]) - len(digits) <= 1 else 0
+
+
+def cubin_info(data: bytes) -> Tuple[int, List[str]]:
+    """(SM, symbol names) of a CUDA ELF64 cubin; ValueError when it is not one."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError("not a little-endian ELF64 image")
+    machine, = struct.unpack_from("<H", data, 18)
+    if machine != 190:
+        raise ValueError(f"e_machine is {machine}, not EM_CUDA (190)")
+    shoff, = struct.unpack_from("<Q", data, 40)
+    flags, = struct.unpack_from("<I", data, 48)
+    shentsize, shnum = struct.unpack_from("<HH", data, 58)
+    sm = (flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF  # ELF ABI 8+: bits 8..15
+    symbols: List[str] = []
+
+    def section(i: int) -> Tuple[int, int, int, int, int]:
+        h = shoff + i * shentsize
+        if h + 64 > len(data):
+            raise ValueError("section header out of bounds")
+        kind, = struct.unpack_from("<I", data, h + 4)
+        off, size = struct.unpack_from("<QQ", data, h + 24)
+        link, = struct.unpack_from("<I", data, h + 40)
+        entsize, = struct.unpack_from("<Q", data, h + 56)
+        return kind, off, size, link, entsize
+
+    for i in range(shnum):
+        kind, off, size, link, entsize = section(i)
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        _, str_off, str_size, _, _ = section(link)
+        if entsize < 24 or off + size > len(data) or str_off + str_size > len(data):
+            raise ValueError(".symtab out of bounds")
+        for s in range(off, off + size - entsize + 1, entsize):
+            name, = struct.unpack_from("<I", data, s)
+            if 0 < name < str_size:
+                end = data.index(b"\0", str_off + name)
+                symbols.append(data[str_off + name:end].decode("ascii", "replace"))
+    if not symbols:
+        raise ValueError("no .symtab")
+    return sm, symbols
+
+
+# ---- arguments ---------------------------------------------------------------------------------
+
+def buffer_address(obj: Any) -> int:
+    """The device address of a buffer: an int, an object with __cuda_array_interface__, or one with
+    data_ptr() (a torch tensor)."""
+    if isinstance(obj, int):
+        return obj
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        return int(cai["data"][0])
+    data_ptr = getattr(obj, "data_ptr", None)
+    if callable(data_ptr):
+        return int(data_ptr())
+    raise TypeError(f"{type(obj).__name__} is no device buffer (give an int address, an object with "
+                    "__cuda_array_interface__, or one with data_ptr())")
+
+
+def buffer_bytes(obj: Any) -> Optional[int]:
+    """Bytes a buffer object says it holds, when it says (None for a bare address)."""
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        n = 1
+        for d in cai["shape"]:
+            n *= int(d)
+        return n * int(cai["typestr"][2:])
+    numel, element_size = getattr(obj, "numel", None), getattr(obj, "element_size", None)
+    if callable(numel) and callable(element_size):
+        return int(numel()) * int(element_size())
+    return None
+
+
+class ArgPlan:
+    """How each kernel parameter is filled at launch, and the ctypes storage it is packed into.
+
+    Buffers (in/out/inout) come from launch()'s arguments in order, workspaces from the Kernel,
+    scalars from the description unless a launch names them. Built once per Kernel; pack() only
+    writes the slots that change. Not thread-safe by itself (Kernel holds a lock around it).
+    """
+
+    def __init__(self, description: Dict[str, Any]):
+        self.buffers: List[Dict[str, Any]] = []      # the args launch() takes, in order
+        self.workspaces: List[Dict[str, Any]] = []
+        self.slots: List[Any] = []                    # one ctypes value per parameter
+        self._buffer_slots: List[int] = []
+        self._workspace_slots: List[int] = []
+        self._scalars: Dict[str, Tuple[int, Any]] = {}  # name -> (slot, default value)
+        for a in description["args"]:
+            kind = a["kind"]
+            if kind not in _ARG_KINDS:
+                raise KtuneError("bad_request", f"argument '{a['name']}' has unknown kind '{kind}'")
+            if kind == "tensor_map":
+                raise KtuneError("bad_request", f"argument '{a['name']}' is a tensor_map, which "
+                                 "this client cannot build yet; use a template without tensor maps")
+            if not a.get("pass", True):
+                continue
+            if kind == "scalar":
+                ctype = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}.get(a["dtype"])
+                if ctype is None:
+                    raise KtuneError("bad_request", f"scalar '{a['name']}' has unknown dtype {a['dtype']}")
+                value = float(a["value"]) if a["dtype"] == "f32" else int(a["value"])
+                self._scalars[a["name"]] = (len(self.slots), value)
+                self.slots.append(ctype(value))
+            elif kind == "workspace":
+                self._workspace_slots.append(len(self.slots))
+                self.workspaces.append(a)
+                self.slots.append(ctypes.c_uint64(0))
+            else:
+                self._buffer_slots.append(len(self.slots))
+                self.buffers.append(a)
+                self.slots.append(ctypes.c_uint64(0))
+        n = len(self.slots)
+        self.params = (ctypes.c_void_p * n)(*[ctypes.addressof(v) for v in self.slots])
+        self._overridden: List[str] = []
+
+    def pack(self, addresses: Sequence[int], workspaces: Sequence[int],
+             scalars: Optional[Dict[str, float]] = None) -> None:
+        """Writes buffer and workspace addresses and scalar values into the parameter storage."""
+        if len(addresses) != len(self.buffers):
+            names = ", ".join(b["name"] for b in self.buffers)
+            raise KtuneError("bad_request", f"the kernel takes {len(self.buffers)} buffers ({names}), "
+                             f"{len(addresses)} given")
+        slots = self.slots
+        for i, address in zip(self._buffer_slots, addresses):
+            slots[i].value = address
+        for i, address in zip(self._workspace_slots, workspaces):
+            slots[i].value = address
+        for name in self._overridden:       # scalars a previous launch changed
+            i, default = self._scalars[name]
+            slots[i].value = default
+        self._overridden = []
+        if scalars:
+            for name, value in scalars.items():
+                if name not in self._scalars:
+                    raise KtuneError("bad_request", f"the kernel has no scalar '{name}'")
+                i, _ = self._scalars[name]
+                slots[i].value = value
+                self._overridden.append(name)
+
+    def values(self) -> List[Any]:
+        """The packed values, in parameter order (for tests and debugging)."""
+        return [v.value for v in self.slots]
+
+
+# ---- the driver --------------------------------------------------------------------------------
+
+class _Driver:
+    """libcuda.so.1 through ctypes, loaded on first use."""
+
+    _instance: Optional["_Driver"] = None
+    _failure: Optional[str] = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def get(cls) -> "_Driver":
+        with cls._lock:
+            if cls._instance is None and cls._failure is None:
+                try:
+                    cls._instance = _Driver()
+                except OSError as e:
+                    cls._failure = f"no CUDA driver: {e}"
+            if cls._instance is None:
+                raise KtuneError("unavailable", cls._failure or "no CUDA driver")
+            return cls._instance
+
+    def __init__(self) -> None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        vp, u32, i32 = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
+        self.lib = lib
+
+        def fn(name: str, *argtypes: Any) -> Any:
+            f = getattr(lib, name)
+            f.argtypes = list(argtypes)
+            f.restype = ctypes.c_int
+            return f
+
+        self.cuInit = fn("cuInit", u32)
+        self.cuGetErrorName = fn("cuGetErrorName", i32, ctypes.POINTER(ctypes.c_char_p))
+        self.cuCtxGetCurrent = fn("cuCtxGetCurrent", ctypes.POINTER(vp))
+        self.cuCtxGetDevice = fn("cuCtxGetDevice", ctypes.POINTER(i32))
+        self.cuDeviceGetAttribute = fn("cuDeviceGetAttribute", ctypes.POINTER(i32), i32, i32)
+        self.cuModuleLoadData = fn("cuModuleLoadData", ctypes.POINTER(vp), ctypes.c_char_p)
+        self.cuModuleGetFunction = fn("cuModuleGetFunction", ctypes.POINTER(vp), vp, ctypes.c_char_p)
+        self.cuFuncSetAttribute = fn("cuFuncSetAttribute", vp, i32, i32)
+        self.cuMemAlloc = fn("cuMemAlloc_v2", ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
+        self.cuMemsetD8 = fn("cuMemsetD8_v2", ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t)
+        self.cuLaunchKernel = fn("cuLaunchKernel", vp, u32, u32, u32, u32, u32, u32, u32, vp,
+                                 ctypes.POINTER(vp), ctypes.POINTER(vp))
+        self.cuLaunchKernelEx = fn("cuLaunchKernelEx", vp, vp, ctypes.POINTER(vp), ctypes.POINTER(vp))
+        self.check(self.cuInit(0), "cuInit")
+
+    def check(self, result: int, what: str) -> None:
+        if result != 0:
+            name = ctypes.c_char_p()
+            self.cuGetErrorName(result, ctypes.byref(name))
+            raise KtuneError("unavailable", f"{what} failed: "
+                                            f"{(name.value or b'CUDA_ERROR_%d' % result).decode()}")
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig (cuda.h), for launches with a cluster attribute."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.c_void_p), ("numAttrs", ctypes.c_uint)]
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value union."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+# ---- Kernel ------------------------------------------------------------------------------------
+
+class Kernel:
+    """A served kernel: the kernel op's result (``Client.kernel(...)``), ready to launch."""
+
+    def __init__(self, image: Dict[str, Any]):
+        self.image = image
+        self.description: Dict[str, Any] = image["launch"]
+        self.lowered_name: str = image["lowered_name"]
+        self.arch: str = self.description["arch"]
+        if image.get("encoding") != "base64":
+            raise KtuneError("bad_request", "kernel reply: unknown cubin encoding")
+        self.cubin = base64.b64decode(image["cubin"], validate=True)
+        if len(self.cubin) != image["cubin_bytes"]:
+            raise KtuneError("bad_request", "kernel reply: the cubin is not the size it says")
+        try:
+            sm, symbols = cubin_info(self.cubin)
+        except ValueError as e:
+            raise KtuneError("bad_request", f"not a CUDA cubin: {e}") from None
+        if sm != arch_sm(self.arch):
+            raise KtuneError("bad_request", f"the cubin is compiled for sm_{sm} but its description "
+                                            f"says {self.arch}; refusing to load it")
+        if self.lowered_name not in symbols:
+            raise KtuneError("bad_request", f"the cubin has no entry '{self.lowered_name}'")
+        self.plan = ArgPlan(self.description)
+        d = self.description
+        self._geometry = (*d["grid"], *d["block"], d["smem"])
+        self._cluster = d.get("cluster")
+        self._loaded: Dict[int, Tuple[int, List[int]]] = {}  # context -> (function, workspaces)
+        self._lock = threading.Lock()
+
+    @property
+    def buffer_names(self) -> List[str]:
+        """The buffers launch() takes, in order."""
+        return [b["name"] for b in self.plan.buffers]
+
+    def launch(self, *buffers: Any, stream: Any = 0, check: bool = True,
+               **scalars: float) -> None:
+        """Launches on ``stream`` (a CUstream handle as an int, 0 = the legacy default stream, or
+        an object with ``cuda_stream``) with the in/out buffers in argument order. Scalars named
+        as keywords (``alpha=2.0``, ``eps=1e-5``) replace the description's values for this launch.
+        With ``check``, buffers that say their size must hold what the description asks.
+        """
+        addresses = [buffer_address(b) for b in buffers]
+        if check:
+            for spec, obj in zip(self.plan.buffers, buffers):
+                have = buffer_bytes(obj)
+                if have is not None and have < spec["bytes"]:
+                    raise KtuneError("bad_request", f"buffer '{spec['name']}' holds {have} bytes, the "
+                                                    f"kernel needs {spec['bytes']}")
+        handle = getattr(stream, "cuda_stream", stream) or 0
+        self.launch_addresses(addresses, int(handle), scalars or None)
+
+    def launch_addresses(self, addresses: Sequence[int], stream: int,
+                         scalars: Optional[Dict[str, float]] = None) -> None:
+        """launch() for callers that already hold int addresses and a raw stream (ktune.torch)."""
+        drv = _Driver._instance or _Driver.get()
+        ctx = ctypes.c_void_p()
+        drv.check(drv.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+        if not ctx.value:
+            raise KtuneError("unavailable", "no CUDA context is current on this thread (create one "
+                                            "or make the device current first)")
+        with self._lock:
+            loaded = self._loaded.get(ctx.value)
+            if loaded is None:
+                loaded = self._load(drv, ctx.value)
+            function, workspaces = loaded
+            self.plan.pack(addresses, workspaces, scalars)
+            if self._cluster:
+                self._launch_ex(drv, function, stream)
+            else:
+                g = self._geometry
+                drv.check(drv.cuLaunchKernel(function, g[0], g[1], g[2], g[3], g[4], g[5], g[6],
+                                             stream, self.plan.params, None),
+                          f"cuLaunchKernel({self.lowered_name})")
+
+    def _load(self, drv: _Driver, ctx: int) -> Tuple[int, List[int]]:
+        dev = ctypes.c_int()
+        drv.check(drv.cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        drv.cuDeviceGetAttribute(ctypes.byref(major), _CC_MAJOR, dev.value)
+        drv.cuDeviceGetAttribute(ctypes.byref(minor), _CC_MINOR, dev.value)
+        cc = major.value * 10 + minor.value
+        if cc != arch_sm(self.arch):
+            raise KtuneError("bad_request", f"the kernel is compiled for {self.arch} but the current "
+                                            f"device {dev.value} is sm_{cc} (it was served for "
+                                            f"{self.image.get('device', '?')}; ask ktune for this "
+                                            "device's class)")
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        drv.check(drv.cuModuleLoadData(ctypes.byref(module), self.cubin), "cuModuleLoadData")
+        drv.check(drv.cuModuleGetFunction(ctypes.byref(function), module,
+                                          self.lowered_name.encode()), "cuModuleGetFunction")
+        smem = self.description["smem"]
+        if smem > 0:
+            drv.check(drv.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SMEM, smem),
+                      f"raising the dynamic shared memory limit to {smem} bytes")
+        workspaces = []
+        for w in self.plan.workspaces:
+            p = ctypes.c_uint64()
+            drv.check(drv.cuMemAlloc(ctypes.byref(p), w["bytes"]), f"allocating workspace '{w['name']}'")
+            drv.check(drv.cuMemsetD8(p.value, 0, w["bytes"]), f"zeroing workspace '{w['name']}'")
+            workspaces.append(p.value)
+        loaded = (function.value, workspaces)
+        self._loaded[ctx] = loaded
+        return loaded
+
+    def _launch_ex(self, drv: _Driver, function: int, stream: int) -> None:
+        g = self._geometry
+        attr = _LaunchAttribute()
+        attr.id = _LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value[0], attr.value[1], attr.value[2] = self._cluster
+        config = _LaunchConfig((ctypes.c_uint * 3)(*g[0:3]), (ctypes.c_uint * 3)(*g[3:6]), g[6],
+                               stream, ctypes.addressof(attr), 1)
+        drv.check(drv.cuLaunchKernelEx(ctypes.byref(config), function, self.plan.params, None),
+                  f"cuLaunchKernelEx({self.lowered_name})")

@@ -1,0 +1,64 @@
+#include "daemon/launch.h"
+
+#include "tuner/compiler.h"
+
+namespace ktune {
+namespace {
+
+protocol::ArgKind kind_of(const ArgValue& a) {
+  if (!a.is_buffer) return protocol::ArgKind::scalar;
+  switch (a.role) {
+    case BufferRole::in:
+      return protocol::ArgKind::in;
+    case BufferRole::out:
+      return protocol::ArgKind::out;
+    case BufferRole::inout:
+      return protocol::ArgKind::inout;
+    case BufferRole::workspace:
+      return protocol::ArgKind::workspace;
+  }
+  return protocol::ArgKind::in;
+}
+
+protocol::LaunchArg describe_arg(const ArgValue& a) {
+  protocol::LaunchArg out;
+  out.name = a.name;
+  out.kind = kind_of(a);
+  if (a.is_buffer) {
+    out.dtype = a.dtype;
+    out.count = a.count;
+    out.bytes = a.count * protocol::dtype_bytes(a.dtype);
+    if (a.role == BufferRole::workspace) {
+      out.zero_before_first_use = a.zero == WorkspaceZero::kept;
+      out.left_zeroed = a.zero == WorkspaceZero::kept;
+    }
+  } else {
+    out.dtype = std::string(to_string(a.scalar));
+    out.value = a.value;
+  }
+  return out;
+}
+
+}  // namespace
+
+protocol::LaunchDescription describe_launch(const Instance& instance, const std::string& arch,
+                                            const std::string& cubin_id) {
+  protocol::LaunchDescription d;
+  d.name_expression = instance.name_expression;
+  d.arch = arch;
+  d.cubin_id = cubin_id;
+  d.grid = instance.launch.grid;
+  d.block = instance.launch.block;
+  d.smem = instance.launch.smem;
+  d.args.reserve(instance.args.size());
+  for (const auto& a : instance.args) d.args.push_back(describe_arg(a));
+  return d;
+}
+
+protocol::LaunchDescription describe_launch(const KernelTemplate& tmpl, const Instance& instance,
+                                            const std::string& arch) {
+  return describe_launch(instance, arch,
+                         Compiler::cubin_id({&tmpl, instance.name_expression, arch}));
+}
+
+}  // namespace ktune

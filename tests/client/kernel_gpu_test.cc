@@ -1,0 +1,215 @@
+// GPU tests (ctest label "gpu") of the launch path: kernels served by a real ktuned, launched
+// through ktune::Kernel / the typed helpers on a real GPU, checked against host references. Skip
+// cleanly without a GPU. On the GPU machine: KTUNED=<ktuned> KTUNE_HOME=<checkout>
+// ./client_gpu_tests
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "client/cuda_api.h"
+#include "client/launcher.h"
+#include "tests/fakes/daemon_process.h"
+#include "tests/fakes/test_records.h"
+
+namespace ktune {
+namespace {
+
+using testing::DaemonProcess;
+using testing::TempDir;
+
+std::uint16_t to_bf16(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return std::uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);  // round to nearest even
+}
+float from_bf16(std::uint16_t h) {
+  const std::uint32_t u = std::uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A device buffer in the primary context of GPU 0.
+struct DeviceBuffer {
+  const cuda::CudaApi* api = nullptr;
+  CUdeviceptr ptr = 0;
+  size_t bytes = 0;
+  DeviceBuffer(const cuda::CudaApi* a, size_t n) : api(a), bytes(n) { api->cuMemAlloc(&ptr, n); }
+  ~DeviceBuffer() {
+    if (ptr) api->cuMemFree(ptr);
+  }
+  template <typename T>
+  void upload(const std::vector<T>& v) {
+    api->cuMemcpyHtoD(ptr, v.data(), v.size() * sizeof(T));
+  }
+  template <typename T>
+  std::vector<T> download(size_t n) {
+    std::vector<T> v(n);
+    api->cuMemcpyDtoH(v.data(), ptr, n * sizeof(T));
+    return v;
+  }
+};
+
+class KernelGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto api = cuda::CudaApi::get();
+    if (!api) GTEST_SKIP() << api.error().message;
+    m_api = *api;
+    int count = 0;
+    if (m_api->cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) GTEST_SKIP() << "no GPU";
+    CUdevice dev = 0;
+    ASSERT_EQ(m_api->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    ASSERT_EQ(m_api->cuDevicePrimaryCtxRetain(&m_ctx, dev), CUDA_SUCCESS);
+    ASSERT_EQ(m_api->cuCtxSetCurrent(m_ctx), CUDA_SUCCESS);
+    ASSERT_EQ(m_api->cuStreamCreate(&m_stream, 0), CUDA_SUCCESS);
+    m_daemon =
+        std::make_unique<DaemonProcess>(m_dir / "ktuned.sock", m_dir / "data",
+                                        std::vector<std::string>{"--set", "tuning.gpu_policy=never",
+                                                                 "--set", "tuning.on_miss=false"});
+    ASSERT_TRUE(m_daemon->start()) << "ktuned did not start";
+    ClientOptions o;
+    o.socket_path = m_daemon->socket();
+    m_client = std::make_unique<Client>(o);
+    m_launcher = std::make_unique<Launcher>(*m_client);
+  }
+  void TearDown() override {
+    if (m_stream) m_api->cuStreamDestroy(m_stream);
+  }
+
+  std::vector<float> random(size_t n, float lo, float hi, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = from_bf16(to_bf16(d(rng)));  // exactly representable in bf16
+    return v;
+  }
+  static std::vector<std::uint16_t> bf16(const std::vector<float>& v) {
+    std::vector<std::uint16_t> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = to_bf16(v[i]);
+    return out;
+  }
+
+  // Relative L2 error of a bf16 result against a float reference.
+  static double rel_error(const std::vector<std::uint16_t>& got, const std::vector<double>& ref) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const double d = double(from_bf16(got[i])) - ref[i];
+      if (std::isnan(from_bf16(got[i]))) return INFINITY;
+      num += d * d;
+      den += ref[i] * ref[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+  }
+
+  // C = A[M,K] * W[N,K]^T through ktune::gemm (layout rc), against a double host reference.
+  void check_gemm(std::int64_t M, std::int64_t N, std::int64_t K) {
+    const auto a = random(size_t(M * K), -1, 1, 1), w = random(size_t(N * K), -1, 1, 2);
+    DeviceBuffer da(m_api, a.size() * 2), dw(m_api, w.size() * 2), dc(m_api, size_t(M * N) * 2);
+    da.upload(bf16(a));
+    dw.upload(bf16(w));
+    for (int run = 0; run < 2; ++run) {  // twice: split-K tickets must be left zeroed
+      auto ok = gemm(*m_launcher, {M, N, K}, da.ptr, dw.ptr, dc.ptr, m_stream);
+      ASSERT_TRUE(ok) << ok.error().message;
+    }
+    ASSERT_EQ(m_api->cuStreamSynchronize(m_stream), CUDA_SUCCESS);
+    std::vector<double> ref(size_t(M * N));
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (std::int64_t k = 0; k < K; ++k)
+          s += double(a[size_t(i * K + k)]) * w[size_t(j * K + k)];
+        ref[size_t(i * N + j)] = s;
+      }
+    EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref), 1e-2);
+  }
+
+  TempDir m_dir;
+  const cuda::CudaApi* m_api = nullptr;
+  CUcontext m_ctx = nullptr;
+  CUstream m_stream = nullptr;
+  std::unique_ptr<DaemonProcess> m_daemon;
+  std::unique_ptr<Client> m_client;
+  std::unique_ptr<Launcher> m_launcher;
+};
+
+TEST_F(KernelGpuTest, GemmMatchesTheHostReference) {
+  check_gemm(256, 512, 384);
+}
+
+// A decode shape whose served config splits K (workspaces: partials and tickets).
+TEST_F(KernelGpuTest, SplitKGemmMatchesTheHostReference) {
+  auto k = m_launcher->kernel({"gemm", "bf16", "", "rc", {{"M", 16}, {"N", 4096}, {"K", 4096}}});
+  ASSERT_TRUE(k) << k.error().message;
+  bool split = false;
+  for (const auto& [n, v] : (*k)->image().params) split |= n == "SPLIT_K" && v > 1;
+  EXPECT_TRUE(split) << "the heuristic splits K for 16x4096x4096 (docs: decode M <= 16)";
+  check_gemm(16, 4096, 4096);
+}
+
+TEST_F(KernelGpuTest, RowOpsMatchTheHostReference) {
+  const std::int64_t rows = 64, cols = 4096;
+  const auto x = random(size_t(rows * cols), -3, 3, 3), g = random(size_t(cols), 0.5f, 1.5f, 4),
+             b = random(size_t(cols), -0.5f, 0.5f, 5);
+  DeviceBuffer dx(m_api, x.size() * 2), dg(m_api, g.size() * 2), db(m_api, b.size() * 2),
+      dy(m_api, x.size() * 2);
+  dx.upload(bf16(x));
+  dg.upload(bf16(g));
+  db.upload(bf16(b));
+  std::vector<double> sm(x.size()), rms(x.size()), ln(x.size());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* row = &x[size_t(r * cols)];
+    double mx = -INFINITY, sum = 0, sq = 0, mean = 0;
+    for (std::int64_t c = 0; c < cols; ++c) mx = std::max(mx, double(row[c])), mean += row[c];
+    mean /= double(cols);
+    double var = 0;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      sum += std::exp(row[c] - mx);
+      sq += double(row[c]) * row[c];
+      var += (row[c] - mean) * (row[c] - mean);
+    }
+    var /= double(cols);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const size_t i = size_t(r * cols + c);
+      sm[i] = std::exp(row[c] - mx) / sum;
+      rms[i] = row[c] / std::sqrt(sq / double(cols) + 1e-6) * g[size_t(c)];
+      ln[i] = (row[c] - mean) / std::sqrt(var + 1e-5) * g[size_t(c)] + b[size_t(c)];
+    }
+  }
+  auto ok = softmax(*m_launcher, rows, cols, "bf16", dx.ptr, dy.ptr, m_stream);
+  ASSERT_TRUE(ok) << ok.error().message;
+  m_api->cuStreamSynchronize(m_stream);
+  EXPECT_LT(rel_error(dy.download<std::uint16_t>(x.size()), sm), 1e-2);
+  ok = rmsnorm(*m_launcher, rows, cols, "bf16", dx.ptr, dg.ptr, dy.ptr, 1e-6f, m_stream);
+  ASSERT_TRUE(ok) << ok.error().message;
+  m_api->cuStreamSynchronize(m_stream);
+  EXPECT_LT(rel_error(dy.download<std::uint16_t>(x.size()), rms), 1e-2);
+  ok = layernorm(*m_launcher, rows, cols, "bf16", dx.ptr, dg.ptr, db.ptr, dy.ptr, 1e-5f, m_stream);
+  ASSERT_TRUE(ok) << ok.error().message;
+  m_api->cuStreamSynchronize(m_stream);
+  EXPECT_LT(rel_error(dy.download<std::uint16_t>(x.size()), ln), 1e-2);
+}
+
+// A kernel served for another compute capability is refused at launch, before loading.
+TEST_F(KernelGpuTest, ACubinForAnotherArchIsRefusedAtLaunch) {
+  int major = 0;
+  CUdevice dev = 0;
+  m_api->cuDeviceGet(&dev, 0);
+  m_api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  const std::string other =
+      major == 8 ? "nvidia-h200.sm90.132sm.140gib" : "nvidia-a100-sxm4-80gb.sm80.108sm.80gib";
+  Launcher foreign(*m_client, other);
+  auto k = foreign.kernel({"softmax", "bf16", "", "", {{"rows", 64}, {"cols", 4096}}});
+  ASSERT_TRUE(k) << k.error().message;
+  DeviceBuffer dx(m_api, 64 * 4096 * 2), dy(m_api, 64 * 4096 * 2);
+  auto r = (*k)->launch({dx.ptr, dy.ptr}, m_stream);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, protocol::ErrorKind::bad_request);
+  EXPECT_NE(r.error().message.find("but the current device 0 is sm_"), std::string::npos)
+      << r.error().message;
+}
+
+}  // namespace
+}  // namespace ktune
