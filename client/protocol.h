@@ -115,6 +115,7 @@ inline constexpr OpInfo k_ops[] = {
     {"cancel", op_write | op_blocking | op_admin, "cancel a queued or running job"},
     {"watch", op_read | op_stream, "progress events of a job until it ends"},
     {"misses", op_read | op_blocking, "most-missed keys and what tuning them is worth"},
+    {"fleet", op_read | op_blocking, "the fleet: Redis link, nodes seen, keys tuned, claims, lag"},
 };
 
 inline const OpInfo* find_op(std::string_view name) {

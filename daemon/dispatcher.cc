@@ -29,6 +29,7 @@ constexpr OpHandler k_handlers[] = {
     {"cancel", &as_line<&op_cancel>},
     {"watch", nullptr, &op_watch},
     {"misses", &as_line<&op_misses>},
+    {"fleet", &as_line<&op_fleet>},
 };
 static_assert(std::size(k_handlers) == std::size(protocol::k_ops));
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "daemon/fleet/sync.h"
 #include "daemon/jobs/queue.h"
 #include "daemon/jobs/scheduler.h"
 #include "daemon/ops/ops.h"
@@ -60,7 +61,8 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
       {"connections", ctx.metrics.connections()},
       {"requests", ctx.metrics.requests()},
       {"misses",
-       {{"total", ctx.misses.total()}, {"distinct", ctx.misses.distinct()}, {"top", misses}}}};
+       {{"total", ctx.misses.total()}, {"distinct", ctx.misses.distinct()}, {"top", misses}}},
+      {"fleet", ctx.fleet ? ctx.fleet->summary() : Json{{"enabled", false}}}};
 }
 
 OpReply op_templates(OpContext& ctx, const protocol::Request&) {
@@ -114,6 +116,7 @@ std::string op_metrics_gauges(OpContext& ctx) {
     s += "ktune_jobs{state=\"" + std::string(to_string(state)) + "\"} " + std::to_string(n) + "\n";
   gauge("ktune_job_queue_length", "Jobs waiting for a lane.", "gauge", double(ctx.jobs.queued()));
   if (ctx.scheduler) s += ctx.scheduler->metrics_text();
+  if (ctx.fleet) s += ctx.fleet->metrics_text();
   return s;
 }
 

@@ -20,6 +20,7 @@
 
 namespace ktune {
 
+class FleetSync;
 class JobQueue;
 class Scheduler;
 
@@ -36,6 +37,7 @@ struct OpContext {
   JobQueue& jobs;
   Scheduler* scheduler = nullptr;  // null: this daemon tunes nothing (no GPU lanes)
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  FleetSync* fleet = nullptr;  // null: no fleet (fleet.redis unset)
 };
 
 using OpReply = protocol::Expected<protocol::Json>;
@@ -74,6 +76,7 @@ OpReply op_job(OpContext&, const protocol::Request&);
 OpReply op_cancel(OpContext&, const protocol::Request&);
 void op_watch(OpContext&, const protocol::Request&, Emit);
 OpReply op_misses(OpContext&, const protocol::Request&);
+OpReply op_fleet(OpContext&, const protocol::Request&);
 
 // Shared by the job ops and the status op: a job as JSON for replies and events.
 protocol::Json job_json(const JobRecord& job);
