@@ -11,6 +11,7 @@
 namespace ktune {
 namespace {
 
+using Clock = std::chrono::steady_clock;
 using protocol::Json;
 
 constexpr auto k_retry = std::chrono::milliseconds(500);
@@ -18,7 +19,7 @@ constexpr auto k_block = std::chrono::milliseconds(500);  // XREAD BLOCK
 constexpr auto k_heartbeat = std::chrono::seconds(1);
 constexpr size_t k_outbox_limit = 10'000;  // past it the next resync publishes the rest
 constexpr size_t k_merge_batch = 5'000;
-constexpr auto k_merge_interval = std::chrono::milliseconds(100);  // at most 10 merges a second
+constexpr double k_merges_per_s = 10, k_merge_burst = 10;  // merge_slot()'s token bucket
 
 // Set while this thread merges records read from Redis: the catalog's listener must not send
 // them back.
@@ -168,10 +169,10 @@ void FleetSync::reader_loop() {
     Batch batch;
     collect(*r, m_deps.node.node_id, batch);
     last_id = batch.last_id;
-    if (!batch.values.empty() && std::chrono::steady_clock::now() < m_next_merge) {
+    if (const auto slot = merge_slot(); !batch.values.empty() && Clock::now() < slot) {
       {  // a burst: wait for the next merge slot and take what arrived meanwhile too
         std::unique_lock lock(m_wait_mutex);
-        m_wait_cv.wait_until(lock, m_next_merge, [this] { return m_stopping.load(); });
+        m_wait_cv.wait_until(lock, slot, [this] { return m_stopping.load(); });
       }
       auto more =
           m_reader_link.command({"XREAD", "COUNT", "1000", "STREAMS", m_layout.events(), last_id});
@@ -245,11 +246,22 @@ void FleetSync::collect(const RedisReply& streams, const std::string& self, Batc
     }
 }
 
+Clock::time_point FleetSync::merge_slot() {
+  const auto now = Clock::now();
+  const double elapsed = std::chrono::duration<double>(now - m_tokens_at).count();
+  m_merge_tokens = std::min(k_merge_burst, m_merge_tokens + elapsed * k_merges_per_s);
+  m_tokens_at = now;
+  if (m_merge_tokens >= 1) return now;
+  return now + std::chrono::duration_cast<Clock::duration>(
+                   std::chrono::duration<double>((1 - m_merge_tokens) / k_merges_per_s));
+}
+
 void FleetSync::apply(Batch& batch) {
   if (batch.values.empty()) return;
   m_counters.received += batch.values.size();
+  merge_slot();         // refills the bucket up to now
+  m_merge_tokens -= 1;  // may go below 0 by less than one token: merge_slot() waits it out
   merge(batch.values, "fleet");
-  m_next_merge = std::chrono::steady_clock::now() + k_merge_interval;
   const std::int64_t now = unix_us();
   for (std::int64_t us : batch.sent_us)
     if (us > 0) m_counters.record_delay(double(now - us) / 1000);

@@ -81,9 +81,12 @@ class FleetSync {
     std::vector<std::int64_t> sent_us;  // when each was committed
   };
   static void collect(const RedisReply& streams, const std::string& self, Batch& batch);
-  // Merges a batch read from the stream, at most once per k_merge_interval: each merge moves
-  // the index generation (every cached answer is rebuilt), so a burst is merged at once.
+  // Merges a batch read from the stream.
   void apply(Batch& batch);
+  // When the next merge may run: each merge moves the index generation (every cached lookup
+  // answer is built again), so merges are a token bucket — 10 at once, 10 a second sustained —
+  // and a burst of winners waits for a token and is merged in one go.
+  std::chrono::steady_clock::time_point merge_slot();
   void publisher_loop();
   void heartbeat(bool stopped);
   void set_connected(bool up, const std::string& error);
@@ -109,7 +112,8 @@ class FleetSync {
   std::string m_error = "not connected yet";
   std::chrono::steady_clock::time_point m_since = std::chrono::steady_clock::now();
   std::thread m_reader, m_publisher;
-  std::chrono::steady_clock::time_point m_next_merge{};  // reader thread only
+  double m_merge_tokens = 10;                           // reader thread only
+  std::chrono::steady_clock::time_point m_tokens_at{};  // when m_merge_tokens was refilled
 };
 
 }  // namespace ktune
