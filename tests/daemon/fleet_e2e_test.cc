@@ -2,8 +2,9 @@
 // processes whose lanes drive fake workers (tests/fakes/fake_worker.cc: no GPU), all of one
 // device class. Label "e2e"; skipped when redis-server is not installed (CI installs it).
 //
-//   1. 50 keys, each missed on all three nodes: each is tuned exactly once fleet-wide (the jobs
-//      that ran, counted on every node) and every node ends with the same table.
+//   1. 50 keys asked on all three nodes (missed on each that asks before the fleet has the
+//      winner): each is tuned exactly once fleet-wide (the jobs that ran, counted on every node)
+//      and every node ends with the same table.
 //   2. kill -9 of the node tuning a key: another node takes the key over once the lease (1.5 s
 //      here) runs out, reusing the trials the dead node shared; the restarted node catches up.
 //   3. Redis stopped for KTUNE_FLEET_TEST_OUTAGE_S seconds (default 3; the scenario is
@@ -177,14 +178,21 @@ class FleetE2ETest : public ::testing::Test {
 TEST_F(FleetE2ETest, KeysAreTunedOnceCrashesAreTakenOverAndOutagesConverge) {
   start_all();
   const auto t0 = Clock::now();
-  // ---- 1. every node misses the same 50 keys, each in its own order ----
+  // ---- 1. every node asks for the same 50 keys, each in its own order ----
   std::vector<std::int64_t> keys;
   for (int k = 0; k < k_keys; ++k) keys.push_back(1024 + 8 * k);
+  std::map<std::int64_t, int> missed;  // key -> nodes that answered it heuristic
   for (int i = 0; i < k_nodes; ++i) {
     std::vector<std::int64_t> order = keys;
     std::rotate(order.begin(), order.begin() + i * k_keys / k_nodes, order.end());
-    for (auto n : order) EXPECT_EQ(provenance(i, n), "heuristic") << "n=" << n;
+    for (auto n : order) {
+      // exact when another node tuned it already (a slow build asks late): not a miss here
+      const std::string p = provenance(i, n);
+      EXPECT_TRUE(p == "heuristic" || p == "exact") << "n=" << n << ": " << p;
+      missed[n] += p == "heuristic";
+    }
   }
+  for (auto n : keys) EXPECT_GE(missed[n], 1) << "n=" << n << " was missed somewhere";
   ASSERT_TRUE(eventually(
       [&] {
         for (int i = 0; i < k_nodes; ++i)
