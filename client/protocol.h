@@ -122,6 +122,7 @@ inline constexpr OpInfo k_ops[] = {
     {"watch", op_read | op_stream, "progress events of a job until it ends"},
     {"misses", op_read | op_blocking, "most-missed keys and what tuning them is worth"},
     {"kernel", op_read | op_async, "the compiled cubin of a kernel config, with its launch"},
+    {"fleet", op_read | op_blocking, "the fleet: Redis link, nodes seen, keys tuned, claims, lag"},
 };
 
 inline const OpInfo* find_op(std::string_view name) {

@@ -26,7 +26,7 @@ using Member =
                  std::vector<int> DaemonConfig::*, LogLevel DaemonConfig::*,
                  LogFormat DaemonConfig::*>;
 
-enum class Check { none, host_port, host_port_or_empty, strategy, gpu_policy };
+enum class Check { none, host_port, host_port_or_empty, strategy, gpu_policy, redis, name };
 
 struct KeySpec {
   ConfigKey key;
@@ -172,6 +172,31 @@ const std::vector<KeySpec>& key_specs() {
       {{"log.level", "KTUNE_LOG_LEVEL", "debug | info | warn | error | off"},
        &DaemonConfig::log_level},
       {{"log.format", "KTUNE_LOG_FORMAT", "text | json"}, &DaemonConfig::log_format},
+      {{"fleet.redis", "KTUNE_FLEET_REDIS",
+        "the fleet's Redis: a Unix socket path or host:port (\"\" = no fleet)"},
+       &DaemonConfig::fleet_redis,
+       0,
+       0,
+       Check::redis},
+      {{"fleet.password", "KTUNE_FLEET_PASSWORD", "password for Redis AUTH (\"\" = none)"},
+       &DaemonConfig::fleet_password},
+      {{"fleet.namespace", "KTUNE_FLEET_NAMESPACE", "prefix of every Redis key ktune uses"},
+       &DaemonConfig::fleet_namespace,
+       0,
+       0,
+       Check::name},
+      {{"fleet.node_name", "KTUNE_FLEET_NODE_NAME",
+        "this node's name in the fleet and its winners (\"\" = host name)"},
+       &DaemonConfig::fleet_node_name},
+      {{"fleet.lease_ms", "KTUNE_FLEET_LEASE_MS", "how long a claim on a key lasts unrenewed"},
+       &DaemonConfig::fleet_lease_ms,
+       100,
+       3'600'000},
+      {{"fleet.timeout_ms", "KTUNE_FLEET_TIMEOUT_MS",
+        "deadline for connecting to Redis and each command"},
+       &DaemonConfig::fleet_timeout_ms,
+       10,
+       60'000},
   };
   return specs;
 }
@@ -269,6 +294,18 @@ Result<void> check_string(const KeySpec& spec, const std::string& v) {
       if (v == "idle" || v == "always" || v == "never") return {};
       return fail(ErrorCode::invalid_argument,
                   "unknown gpu_policy '" + v + "' (idle, always, never)");
+    case Check::redis:
+      if (v.empty() || v.starts_with("/") || v.starts_with("unix:/")) return {};
+      if (auto ok = check_host_port(v); !ok)
+        return fail(ErrorCode::invalid_argument,
+                    "expected a Unix socket path (/...) or host:port, got '" + v + "'");
+      return {};
+    case Check::name:
+      if (!v.empty() && v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                            "0123456789_-.") == std::string::npos)
+        return {};
+      return fail(ErrorCode::invalid_argument,
+                  "'" + v + "': use letters, digits, '_', '-' and '.' (not empty)");
   }
   return {};
 }

@@ -130,6 +130,25 @@ struct DaemonConfig {
   LogLevel log_level = LogLevel::info;
   // text | json (JSON lines on stderr). Default text.
   LogFormat log_format = LogFormat::text;
+
+  // ---- fleet (docs/fleet.md; nothing below changes anything while fleet_redis is "") ----
+  // The fleet's Redis: a Unix socket path ("/run/redis/redis.sock", or "unix:/path") or
+  // "host:port". Nodes publish their winners there, merge the others', and claim keys before
+  // tuning them so each key is tuned once fleet-wide. Lookups never wait on it. Default "" (off).
+  std::string fleet_redis;
+  // Password sent with AUTH after connecting. Default "" (no AUTH). TLS is not supported.
+  std::string fleet_password;
+  // Prefix of every Redis key ktune uses, so fleets (or tests) can share one Redis. Letters,
+  // digits, '_', '-' and '.'. Default "ktune".
+  std::string fleet_namespace = "ktune";
+  // This node's name in the fleet and in the winners it measures. Default "": the host name.
+  std::string fleet_node_name;
+  // How long a claim on a key (a lease) lasts unless renewed; the tuning node renews it every
+  // third of this. A node that dies mid-job holds the key at most this long. Default 30000.
+  int fleet_lease_ms = 30'000;
+  // Deadline for connecting to Redis and for each command; past it the node counts Redis as
+  // unreachable (it keeps serving and tuning alone) and retries every 500 ms. Default 1000.
+  int fleet_timeout_ms = 1000;
 };
 
 // Where a configuration value came from; kept for `ktune status` and error messages.

@@ -11,6 +11,7 @@
 #include "config/log.h"
 #include "daemon/catalog.h"
 #include "daemon/dispatcher.h"
+#include "daemon/fleet/sync.h"
 #include "daemon/jobs/queue.h"
 #include "daemon/jobs/scheduler.h"
 #include "daemon/kernels.h"
@@ -84,7 +85,9 @@ int run_daemon(const DaemonFlags& flags) {
   for (const auto& e : templates.errors())
     log(LogLevel::warn, "template_skipped", {{"error", e.message}});
 
-  const NodeIdentity node = NodeIdentity::detect(*config);
+  NodeIdentity detected = NodeIdentity::detect(*config);
+  if (!config->fleet_node_name.empty()) detected.node_id = config->fleet_node_name;
+  const NodeIdentity& node = detected;
   WinnerIndex index;
   Catalog catalog(**store, index, templates, node);
   if (auto ok = catalog.load(); !ok) return fatal(ok.error().message);
@@ -99,14 +102,17 @@ int run_daemon(const DaemonFlags& flags) {
   auto resumed = jobs.load();
   if (!resumed) return fatal("jobs: " + resumed.error().message);
   Compiler compiler({.threads = unsigned(config->compile_threads), .cache = store->get()});
-  Scheduler scheduler(
-      {*config, templates, **store, catalog, jobs, misses, node, metrics, compiler});
+  auto fleet = FleetSync::create({*config, catalog, jobs, **store, node});
+  if (!fleet) return fatal(fleet.error().message);
+  Scheduler scheduler({*config, templates, **store, catalog, jobs, misses, node, metrics, compiler,
+                       *fleet ? &(*fleet)->claims() : nullptr});
   KernelService kernels(templates, lookups, store->get(),
                         [&compiler](CompileRequest r, std::function<void(CompileResult)> done) {
                           compiler.submit(std::move(r), std::move(done));
                         });
   OpContext ctx{*config, **store, templates, catalog,    node,    metrics,
                 misses,  lookups, jobs,      &scheduler, &kernels};
+  ctx.fleet = fleet->get();
   Executor executor(config->executor_threads, 10);
   Dispatcher dispatcher(ctx, &executor);
 
@@ -122,6 +128,7 @@ int run_daemon(const DaemonFlags& flags) {
   }
   Server server(io, *config, dispatcher, metrics, session_pointers);
   if (auto ok = server.start(); !ok) return fatal(ok.error().message);
+  if (*fleet) (*fleet)->start();  // before the lanes: they claim keys through it
   if (auto ok = scheduler.start(); !ok) return fatal(ok.error().message);
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
@@ -148,6 +155,7 @@ int run_daemon(const DaemonFlags& flags) {
        {"gpus", gpus.empty() ? "none (" + node.gpu_error + ")" : gpus},
        {"gpu_policy", config->gpu_policy},
        {"jobs_resumed", *resumed},
+       {"fleet", *fleet ? config->fleet_redis : "off"},
        {"pid", ::getpid()}});
   notify_ready("serving " + std::to_string(index.size()) +
                " winners; lanes: " + std::to_string(node.gpus.size()));
@@ -158,6 +166,7 @@ int run_daemon(const DaemonFlags& flags) {
   for (auto& t : threads) t.join();
   executor.stop();
   kernels.stop();  // compiles still running answer nobody: their sessions are gone
+  if (*fleet) (*fleet)->stop();  // after the lanes, which give their claims back
   log(LogLevel::info, "stopped");
   return 0;
 }

@@ -30,6 +30,7 @@ constexpr OpHandler k_handlers[] = {
     {"watch", nullptr, &op_watch},
     {"misses", &as_line<&op_misses>},
     {"kernel", nullptr, &op_kernel},
+    {"fleet", &as_line<&op_fleet>},
 };
 static_assert(std::size(k_handlers) == std::size(protocol::k_ops));
 

@@ -103,6 +103,13 @@ int cmd_status(const Common& c) {
   std::printf("  traffic      %lu requests, %ld connections open, %lu lookup misses (%zu keys)\n",
               j["requests"].get<unsigned long>(), j["connections"].get<long>(),
               j["misses"]["total"].get<unsigned long>(), j["misses"]["distinct"].get<size_t>());
+  if (const Json f = j.value("fleet", Json::object()); f.value("enabled", false))
+    std::printf("  fleet        %s %s as %s%s\n", f.value("redis", "").c_str(),
+                f.value("connected", false) ? "connected" : "UNREACHABLE",
+                f.value("node", "").c_str(),
+                f.value("connected", false)
+                    ? ""
+                    : (" (serving and tuning alone: " + f.value("error", "") + ")").c_str());
   return 0;
 }
 

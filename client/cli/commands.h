@@ -90,4 +90,7 @@ int cmd_cancel(const Common& c, const std::string& id);
 int cmd_misses(const Common& c, int limit);
 int cmd_plan_apply(const Common& c, const std::string& file, const std::string& device);
 
+// `ktune fleet status` (client/cli/fleet.cc).
+int cmd_fleet_status(const Common& c);
+
 }  // namespace ktune::cli

@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
   pa->add_option("file", plan_file, "plan file (docs/operations.md shows the format)")->required();
   pa->add_option("--device", plan_device, "device class (default: the plan's, or the first GPU)");
   pl->require_subcommand(1);
+  auto* fl = app.add_subcommand("fleet", "the fleet: Redis link, nodes seen, keys tuned, claims");
+  auto* fs = fl->add_subcommand("status", "this node's link to the fleet and what the fleet holds");
+  fl->require_subcommand(1);
 
   try {
     app.parse(argc, argv);
@@ -137,5 +140,6 @@ int main(int argc, char** argv) {
   if (*ca) return cmd_cancel(common, job_id);
   if (*mi) return cmd_misses(common, misses_limit);
   if (*pa) return cmd_plan_apply(common, plan_file, plan_device);
+  if (*fs) return cmd_fleet_status(common);
   return 2;
 }

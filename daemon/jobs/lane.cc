@@ -81,6 +81,8 @@ std::vector<Params> Lane::neighbour_seeds(const Problem& problem) const {
 
 void Lane::run_job(const JobRecord& job) {
   const std::string& id = job.id;
+  const std::unique_ptr<Claim> claim = claim_key(job);
+  if (!claim) return;
   log(LogLevel::info, "job_started",
       {{"job", id},
        {"lane", m_gpu.ordinal},
@@ -99,7 +101,9 @@ void Lane::run_job(const JobRecord& job) {
   req.resume = true;
   req.store_winner = false;  // the catalog commits it
   req.seeds = neighbour_seeds(job.problem);
-  auto cancelled = [this, id] { return m_stop || m_deps.jobs.cancel_requested(id); };
+  auto cancelled = [this, id, c = claim.get()] {
+    return m_stop || m_deps.jobs.cancel_requested(id) || c->lost();
+  };
   req.control.cancelled = cancelled;
   req.control.acquire_gpu = [this, cancelled] {
     if (m_gate.allowed()) return !cancelled();
@@ -116,33 +120,63 @@ void Lane::run_job(const JobRecord& job) {
   const TuneContext ctx{m_gpu.device_class, m_gpu.limits, m_deps.node.driver, m_deps.node.nvrtc,
                         m_deps.node.node_id};
   TuningJob tuning(m_deps.templates, m_deps.compiler, &m_deps.store, m_runner, ctx);
-  auto result = tuning.run(req, [this, id](const TuneProgress& p) {
+  auto result = tuning.run(req, [this, id, c = claim.get()](const TuneProgress& p) {
     if (p.last_outcome) m_deps.metrics.count_trial(to_string(*p.last_outcome));
+    if (p.last_outcome) c->trial_recorded();
     m_deps.jobs.progress(id, p.trials, p.reused, p.best_us, p.best);
     std::lock_guard lock(m_mutex);
     m_job.trials_done = p.trials;
     m_job.best_us = p.best_us;
   });
-  if (result) {
-    auto committed = m_deps.catalog.commit(result->winner, "job " + id);
-    const auto& best = result->winner.ranked.front();
-    std::string msg = best.template_name + " {" + params_to_string(best.params) + "} " +
-                      std::to_string(best.median_us) + " us";
-    if (!committed)
-      msg = "measured, but the winner could not be stored: " + committed.error().message;
-    else if (!*committed)
-      msg += " (the stored winner is faster; kept it)";
-    (void)m_deps.jobs.finish(id, committed ? JobState::done : JobState::failed, msg);
-    return;
-  }
+  if (result) return commit_result(id, result->winner, *claim);
   if (result.error().code == ErrorCode::cancelled) {
-    if (m_stop)
+    if (claim->lost())  // another node took the key over: wait for its winner (or its lease)
+      m_deps.jobs.defer(id, std::chrono::milliseconds(0),
+                        "another node claimed the key after this node's lease ran out");
+    else if (m_stop)
       m_deps.jobs.requeue(id);  // the daemon is stopping: resume at the next start
     else
       (void)m_deps.jobs.finish(id, JobState::cancelled, "cancelled by a client");
     return;
   }
   (void)m_deps.jobs.finish(id, JobState::failed, result.error().message);
+}
+
+std::unique_ptr<Claim> Lane::claim_key(const JobRecord& job) {
+  WorkClaims& claims = m_deps.claims ? *m_deps.claims : local_claims();
+  ClaimOutcome outcome = claims.acquire(job);
+  switch (outcome.kind) {
+    case ClaimOutcome::Kind::tune:
+      if (outcome.shared_trials > 0)
+        log(LogLevel::info, "job_takes_over",
+            {{"job", job.id}, {"shared_trials", outcome.shared_trials}});
+      return std::move(outcome.claim);
+    case ClaimOutcome::Kind::wait:
+      m_deps.jobs.defer(job.id, outcome.wait, outcome.message);
+      return nullptr;
+    case ClaimOutcome::Kind::done:
+      (void)m_deps.jobs.finish(job.id, JobState::done, outcome.message);
+      return nullptr;
+  }
+  return nullptr;
+}
+
+void Lane::commit_result(const std::string& id, const WinnerRecord& winner, Claim& claim) {
+  if (claim.publish(winner) == Claim::Verdict::fenced) {
+    (void)m_deps.jobs.finish(id, JobState::done,
+                             "measured, but another node claimed the key after this node's "
+                             "lease ran out: its result stands, this one was dropped");
+    return;
+  }
+  auto committed = m_deps.catalog.commit(winner, "job " + id);
+  const auto& best = winner.ranked.front();
+  std::string msg = best.template_name + " {" + params_to_string(best.params) + "} " +
+                    std::to_string(best.median_us) + " us";
+  if (!committed)
+    msg = "measured, but the winner could not be stored: " + committed.error().message;
+  else if (!*committed)
+    msg += " (the stored winner is faster; kept it)";
+  (void)m_deps.jobs.finish(id, committed ? JobState::done : JobState::failed, msg);
 }
 
 void Lane::account_locked() const {

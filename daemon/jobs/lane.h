@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "daemon/catalog.h"
+#include "daemon/jobs/claims.h"
 #include "daemon/jobs/queue.h"
 #include "daemon/jobs/scheduler.h"
 #include "tuner/gpu_gate.h"
@@ -35,6 +36,11 @@ class Lane {
  private:
   void loop();
   void run_job(const JobRecord& job);
+  // Asks the claims (the fleet) whether this node tunes `job` now; null when the job was
+  // deferred (another node tunes its key) or ended (the fleet has its winner).
+  std::unique_ptr<Claim> claim_key(const JobRecord& job);
+  // Offers the result to the fleet under `claim`, commits it and ends the job.
+  void commit_result(const std::string& id, const WinnerRecord& winner, Claim& claim);
   std::vector<Params> neighbour_seeds(const Problem& problem) const;
   enum class State { idle, tuning, paused };
   // Moves the lane to `state` (with `job` when it starts one; idle clears it).

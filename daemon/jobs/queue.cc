@@ -90,10 +90,19 @@ std::optional<JobRecord> JobQueue::claim(const std::set<std::string>& device_ids
   std::unique_lock lock(m_mutex);
   while (!m_stopped) {
     JobRecord* best = nullptr;
-    for (auto& [_, j] : m_jobs)  // creation order: the first of equal priority is the oldest
-      if (j.state == JobState::queued && device_ids.count(j.device.id()) &&
-          (!best || j.priority > best->priority))
-        best = &j;
+    const auto now = std::chrono::steady_clock::now();
+    auto wake = std::chrono::steady_clock::time_point::max();  // the first deferral to end
+    for (auto& [_, j] : m_jobs) {  // creation order: the first of equal priority is the oldest
+      if (j.state != JobState::queued || !device_ids.count(j.device.id())) continue;
+      if (auto d = m_not_before.find(j.id); d != m_not_before.end()) {
+        if (d->second > now) {
+          wake = std::min(wake, d->second);
+          continue;
+        }
+        m_not_before.erase(d);
+      }
+      if (!best || j.priority > best->priority) best = &j;
+    }
     if (best) {
       best->state = JobState::running;
       best->lane = lane;
@@ -102,7 +111,10 @@ std::optional<JobRecord> JobQueue::claim(const std::set<std::string>& device_ids
       notify_locked(*best);
       return *best;
     }
-    m_cv.wait(lock);
+    if (wake == std::chrono::steady_clock::time_point::max())
+      m_cv.wait(lock);
+    else
+      m_cv.wait_until(lock, wake);
   }
   return std::nullopt;
 }
@@ -127,13 +139,19 @@ Result<JobRecord> JobQueue::finish(const std::string& id, JobState state,
   std::lock_guard lock(m_mutex);
   auto it = m_jobs.find(id);
   if (it == m_jobs.end()) return fail(ErrorCode::not_found, "no job " + id);
-  JobRecord& j = it->second;
+  return finish_locked(it->second, state, message);
+}
+
+Result<JobRecord> JobQueue::finish_locked(JobRecord& j, JobState state,
+                                          const std::string& message) {
+  const std::string id = j.id;
   j.state = state;
   j.message = message;
   j.lane = -1;
   j.finished = j.updated = unix_now();
   m_active_by_key.erase(job_key(j.device, j.problem));
   m_cancel.erase(id);
+  m_not_before.erase(id);
   if (auto ok = put_job(m_store, j); !ok) return std::unexpected(ok.error());
   m_last_persist[id] = j.updated;
   log(LogLevel::info, "job_" + std::string(to_string(state)),
@@ -152,6 +170,32 @@ void JobQueue::requeue(const std::string& id) {
   persist_locked(it->second);
   notify_locked(it->second);
   m_cv.notify_all();
+}
+
+void JobQueue::defer(const std::string& id, std::chrono::milliseconds wait,
+                     const std::string& message) {
+  std::lock_guard lock(m_mutex);
+  auto it = m_jobs.find(id);
+  if (it == m_jobs.end() || it->second.state != JobState::running) return;
+  JobRecord& j = it->second;
+  j.state = JobState::queued;
+  j.lane = -1;
+  j.message = message;
+  j.updated = unix_now();
+  m_not_before[id] = std::chrono::steady_clock::now() + wait;
+  persist_locked(j);
+  notify_locked(j);
+  m_cv.notify_all();
+}
+
+bool JobQueue::complete_queued(const DeviceClass& device, const Problem& problem,
+                               const std::string& message) {
+  std::lock_guard lock(m_mutex);
+  auto it = m_active_by_key.find(job_key(device, problem));
+  if (it == m_active_by_key.end()) return false;
+  JobRecord& j = m_jobs.at(it->second);
+  if (j.state != JobState::queued) return false;
+  return finish_locked(j, JobState::done, message).has_value();
 }
 
 Result<JobRecord> JobQueue::cancel(const std::string& id) {

@@ -9,6 +9,7 @@
 // get an event per change. Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -58,6 +59,13 @@ class JobQueue {
   Result<JobRecord> finish(const std::string& id, JobState state, const std::string& message);
   // Puts a running job back in the queue (daemon stopping: it resumes at the next start).
   void requeue(const std::string& id);
+  // Puts a running job back in the queue, not to be claimed again for `wait` (another node of
+  // the fleet is tuning its key); `message` says why. The wait is not persisted.
+  void defer(const std::string& id, std::chrono::milliseconds wait, const std::string& message);
+  // Ends the queued (not running) job for this key as done with `message` (another node's winner
+  // arrived). False when there is no such job.
+  bool complete_queued(const DeviceClass& device, const Problem& problem,
+                       const std::string& message);
   // Cancels a queued or running job (a running one stops at its next trial). not_found for an
   // unknown id; a finished job is returned as it is.
   Result<JobRecord> cancel(const std::string& id);
@@ -79,6 +87,7 @@ class JobQueue {
 
  private:
   int queued_locked() const;
+  Result<JobRecord> finish_locked(JobRecord& job, JobState state, const std::string& message);
   void persist_locked(const JobRecord& job);
   void notify_locked(const JobRecord& job);
   static bool terminal(JobState s) {
@@ -92,6 +101,8 @@ class JobQueue {
   std::map<std::string, JobRecord> m_jobs;             // by id (creation order)
   std::map<std::string, std::string> m_active_by_key;  // device/problem -> id, queued or running
   std::set<std::string> m_cancel;                      // running jobs asked to stop
+  // Deferred jobs (another node tunes their key): not claimed before this time.
+  std::map<std::string, std::chrono::steady_clock::time_point> m_not_before;
   std::map<std::string, std::int64_t> m_last_persist;  // id -> unix seconds
   std::multimap<std::string, std::function<bool(const JobRecord&)>> m_watchers;
   std::uint64_t m_next_id = 1;

@@ -30,6 +30,7 @@ namespace ktune {
 
 class GpuMonitor;
 class Lane;
+class WorkClaims;
 
 // What background tuning works with; owned by the daemon, outliving the scheduler and its lanes.
 struct TuningDeps {
@@ -42,6 +43,9 @@ struct TuningDeps {
   const NodeIdentity& node;
   Metrics& metrics;
   Compiler& compiler;
+  // Asked before each job so a fleet tunes each key once (daemon/jobs/claims.h); null: no
+  // fleet, every key is this node's to tune.
+  WorkClaims* claims = nullptr;
 };
 
 struct LaneStatus {

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "daemon/fleet/sync.h"
 #include "daemon/jobs/queue.h"
 #include "daemon/jobs/scheduler.h"
 #include "daemon/kernels.h"
@@ -73,7 +74,8 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
                 {"bytes", tracked.bytes},
                 {"max_bytes", tracked.max_bytes},
                 {"evicted", tracked.evicted},
-                {"top", misses}}}};
+                {"top", misses}}},
+              {"fleet", ctx.fleet ? ctx.fleet->summary() : Json{{"enabled", false}}}};
 }
 
 OpReply op_templates(OpContext& ctx, const protocol::Request&) {
@@ -172,6 +174,7 @@ std::string op_metrics_gauges(OpContext& ctx) {
   s += answer_cache_metrics(ctx.lookups.cache_stats());
   if (ctx.scheduler) s += ctx.scheduler->metrics_text();
   if (ctx.kernels) s += ctx.kernels->metrics_text();
+  if (ctx.fleet) s += ctx.fleet->metrics_text();
   return s;
 }
 

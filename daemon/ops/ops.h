@@ -20,6 +20,7 @@
 
 namespace ktune {
 
+class FleetSync;
 class JobQueue;
 class Scheduler;
 class KernelService;
@@ -38,6 +39,7 @@ struct OpContext {
   Scheduler* scheduler = nullptr;    // null: this daemon tunes nothing (no GPU lanes)
   KernelService* kernels = nullptr;  // null: the kernel op answers unavailable
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  FleetSync* fleet = nullptr;  // null: no fleet (fleet.redis unset)
 };
 
 using OpReply = protocol::Expected<protocol::Json>;
@@ -82,6 +84,7 @@ void op_watch(OpContext&, const protocol::Request&, Emit);
 OpReply op_misses(OpContext&, const protocol::Request&);
 // Replies from the compile pool once the cubin is ready (op_async; daemon/kernels.h).
 void op_kernel(OpContext&, const protocol::Request&, Emit);
+OpReply op_fleet(OpContext&, const protocol::Request&);
 
 // Shared by the job ops and the status op: a job as JSON for replies and events.
 protocol::Json job_json(const JobRecord& job);

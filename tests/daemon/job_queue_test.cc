@@ -144,5 +144,40 @@ TEST_F(JobQueueTest, ClaimWaitsForWorkAndStopWakesIt) {
   EXPECT_FALSE(idle.get());
 }
 
+// A job whose key another node of the fleet is tuning waits out its deferral while other jobs
+// run; a claim() waiting on nothing but the deferral wakes when it ends.
+TEST_F(JobQueueTest, DeferredJobsWaitTheirTurnAndOthersGoFirst) {
+  JobQueue q(m_store, 10);
+  const auto held = q.submit(spec(16, 100))->job.id;
+  const auto other = q.submit(spec(32, 1))->job.id;
+  ASSERT_EQ(q.claim(classes(), 0)->id, held);
+  q.defer(held, std::chrono::milliseconds(300), "waiting: node b is tuning this key");
+  const JobRecord waiting = *q.get(held);
+  EXPECT_EQ(waiting.state, JobState::queued);
+  EXPECT_EQ(waiting.message, "waiting: node b is tuning this key");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(q.claim(classes(), 0)->id, other) << "the deferred job, though first, waits";
+  EXPECT_EQ(q.claim(classes(), 0)->id, held) << "claim() woke when the deferral ended";
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
+}
+
+// The fleet's winner for a key ends this node's queued job for it, never a running one.
+TEST_F(JobQueueTest, CompleteQueuedEndsOnlyAQueuedJob) {
+  JobQueue q(m_store, 10);
+  const auto queued = q.submit(spec(16, 1))->job.id;
+  const auto running = q.submit(spec(32, 100))->job.id;
+  ASSERT_EQ(q.claim(classes(), 0)->id, running);
+  EXPECT_TRUE(q.complete_queued(testing::h200(), testing::gemm_problem(16, 4096, 4096),
+                                "tuned by node b (from the fleet)"));
+  EXPECT_EQ(q.get(queued)->state, JobState::done);
+  EXPECT_EQ(q.get(queued)->message, "tuned by node b (from the fleet)");
+  EXPECT_FALSE(q.complete_queued(testing::h200(), testing::gemm_problem(32, 4096, 4096), "x"));
+  EXPECT_EQ(q.get(running)->state, JobState::running);
+  EXPECT_FALSE(q.complete_queued(testing::h200(), testing::gemm_problem(64, 4096, 4096), "x"))
+      << "no job for that key";
+  // A new job for the key can be queued again afterwards (dedupe forgot the finished one).
+  EXPECT_TRUE(q.submit(spec(16, 1))->created);
+}
+
 }  // namespace
 }  // namespace ktune

@@ -245,6 +245,10 @@ class Client:
     def cancel(self, job_id: str) -> Dict[str, Any]:
         return self.call("cancel", job=job_id)
 
+    def fleet(self) -> Dict[str, Any]:
+        """The fleet as this daemon sees it (docs/protocol.md `fleet`): Redis link, nodes, claims."""
+        return self.call("fleet")
+
     def misses(self, limit: int = 20) -> Dict[str, Any]:
         return self.call("misses", limit=limit)
 

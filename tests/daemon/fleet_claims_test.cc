@@ -1,0 +1,236 @@
+// Leases, fencing and the fleet's table against a real redis-server (tests/fakes/
+// redis_process.h): two or three "nodes" in one process, each with its own store, catalog, link
+// and FleetClaims, as ktuned wires them (daemon/fleet/sync.cc). Skips without redis-server.
+// Waits poll with deadlines; nothing sleeps to synchronise.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <thread>
+
+#include "daemon/catalog.h"
+#include "daemon/fleet/claims.h"
+#include "daemon/fleet/record_codec.h"
+#include "daemon/fleet/winners.h"
+#include "store/mem_store.h"
+#include "tests/fakes/redis_process.h"
+#include "tests/fakes/test_records.h"
+
+namespace ktune {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RedisProcess;
+using testing::TempDir;
+
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+// One node: what FleetSync gives its FleetClaims, over a MemStore.
+struct Node {
+  Node(const std::string& name, const std::string& socket, std::chrono::milliseconds lease)
+      : catalog(store, index, templates, identity),
+        link({RedisEndpoint{socket, "", 0}, "", 500ms, 100ms}),
+        layout("claims-test"),
+        winners(link, layout, name),
+        claims({link, layout, winners, store, catalog, identity, counters,
+                [this](const std::vector<std::string>& values, const std::string& origin) {
+                  (void)catalog.import(table_of_values(values), origin);
+                },
+                lease}) {
+    identity.node_id = name;
+    (void)check_store_format(store, false);
+  }
+
+  MemStore store;
+  WinnerIndex index;
+  TemplateRegistry templates = TemplateRegistry::load({});
+  NodeIdentity identity;
+  Catalog catalog;
+  FleetCounters counters;
+  RedisLink link;
+  FleetLayout layout;
+  FleetWinners winners;
+  FleetClaims claims;
+};
+
+JobRecord job_for(const Problem& p) {
+  JobRecord j;
+  j.id = "000000000001";
+  j.device = testing::h200();
+  j.problem = p;
+  j.state = JobState::running;
+  return j;
+}
+
+WinnerRecord measured(const Problem& p, double us, const std::string& node) {
+  return testing::winner(p, us, node);
+}
+
+class FleetClaimsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (RedisProcess::binary().empty()) GTEST_SKIP() << "redis-server is not installed";
+    ASSERT_TRUE(m_redis.start()) << "redis-server did not start";
+  }
+  std::unique_ptr<Node> node(const std::string& name, std::chrono::milliseconds lease = 10s) {
+    return std::make_unique<Node>(name, m_redis.socket(), lease);
+  }
+  // The fleet's value for a key, "" when none.
+  std::string fleet_value(Node& n, const Problem& p) {
+    auto r = n.link.command({"HGET", n.layout.winners(testing::h200().id()), p.key()});
+    return r ? r->str : "<error>";
+  }
+
+  TempDir m_dir;
+  RedisProcess m_redis{m_dir.path()};
+  const Problem m_key = testing::gemm_problem(4096, 4096, 4096);
+};
+
+TEST_F(FleetClaimsTest, OneNodeTunesAKeyTheOthersWaitUntilItIsGiven) {
+  auto a = node("node-a"), b = node("node-b");
+  ClaimOutcome first = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(first.kind, ClaimOutcome::Kind::tune) << first.message;
+  ASSERT_TRUE(first.claim);
+  EXPECT_EQ(a->claims.held(), std::vector<std::string>{testing::h200().id() + "/" + m_key.key()});
+  ClaimOutcome second = b->claims.acquire(job_for(m_key));
+  EXPECT_EQ(second.kind, ClaimOutcome::Kind::wait);
+  EXPECT_NE(second.message.find("node-a"), std::string::npos) << second.message;
+  EXPECT_GT(second.wait, 0ms);
+  EXPECT_LE(second.wait, 10s + 50ms);
+  first.claim.reset();  // given back without a winner (e.g. the job failed)
+  EXPECT_TRUE(a->claims.held().empty());
+  EXPECT_EQ(b->claims.acquire(job_for(m_key)).kind, ClaimOutcome::Kind::tune);
+}
+
+TEST_F(FleetClaimsTest, APublishedWinnerEndsTheOtherNodesJobsAndIsMerged) {
+  auto a = node("node-a"), b = node("node-b");
+  ClaimOutcome claim = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(claim.kind, ClaimOutcome::Kind::tune);
+  const WinnerRecord w = measured(m_key, 10.0, "node-a");
+  EXPECT_EQ(claim.claim->publish(w), Claim::Verdict::published);
+  claim.claim.reset();
+  ClaimOutcome late = b->claims.acquire(job_for(m_key));
+  EXPECT_EQ(late.kind, ClaimOutcome::Kind::done) << late.message;
+  EXPECT_NE(late.message.find("node-a"), std::string::npos) << late.message;
+  auto merged = b->catalog.index().exact(testing::h200().id(), m_key);
+  ASSERT_TRUE(merged) << "the fleet's winner is in node b's catalog";
+  EXPECT_EQ(*merged, w);
+}
+
+TEST_F(FleetClaimsTest, AnExpiredLeaseLetsAnotherNodeTakeTheKeyAndFencesTheOldHolder) {
+  auto a = node("node-a", 300ms), b = node("node-b", 300ms);
+  // Node a claims the key and then stops renewing (its renewal thread never started): a node
+  // that froze or died mid-job.
+  ClaimOutcome stale = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(stale.kind, ClaimOutcome::Kind::tune);
+  EXPECT_EQ(b->claims.acquire(job_for(m_key)).kind, ClaimOutcome::Kind::wait);
+  ClaimOutcome fresh;
+  ASSERT_TRUE(eventually([&] {
+    fresh = b->claims.acquire(job_for(m_key));
+    return fresh.kind == ClaimOutcome::Kind::tune;
+  })) << "the lease ran out";
+  // Node b's slower result is published; node a's faster one comes too late: fenced.
+  EXPECT_EQ(fresh.claim->publish(measured(m_key, 12.0, "node-b")), Claim::Verdict::published);
+  EXPECT_EQ(stale.claim->publish(measured(m_key, 9.0, "node-a")), Claim::Verdict::fenced);
+  EXPECT_EQ(a->counters.fenced, 1u);
+  auto value = parse_winner_value(fleet_value(*a, m_key));
+  ASSERT_TRUE(value) << value.error().message;
+  EXPECT_EQ(value->node_id, "node-b");
+  EXPECT_EQ(value->ranked.front().median_us, 12.0);
+}
+
+TEST_F(FleetClaimsTest, RenewalKeepsTheLeaseAndAnUnrenewedHolderLearnsItLostIt) {
+  auto a = node("node-a", 300ms), b = node("node-b", 300ms);
+  a->claims.start();
+  ClaimOutcome held = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(held.kind, ClaimOutcome::Kind::tune);
+  // Three lease periods later the lease is still a's: renewed every 100 ms.
+  EXPECT_FALSE(eventually(
+      [&] { return b->claims.acquire(job_for(m_key)).kind == ClaimOutcome::Kind::tune; }, 900ms));
+  EXPECT_FALSE(held.claim->lost());
+  // Renewals stop (a froze); b takes the key; when a wakes up it finds the lease lost.
+  a->claims.stop();
+  ClaimOutcome taken;
+  ASSERT_TRUE(eventually([&] {
+    taken = b->claims.acquire(job_for(m_key));
+    return taken.kind == ClaimOutcome::Kind::tune;
+  }));
+  a->claims.start();
+  EXPECT_TRUE(eventually([&] { return held.claim->lost(); }, 5s));
+  EXPECT_EQ(a->counters.leases_lost, 1u);
+}
+
+TEST_F(FleetClaimsTest, ANodeThatTakesOverReusesTheTrialsTheHolderShared) {
+  auto a = node("node-a", 300ms), b = node("node-b", 300ms);
+  a->claims.start();
+  ClaimOutcome held = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(held.kind, ClaimOutcome::Kind::tune);
+  for (int threads : {128, 256, 512}) {
+    TrialRecord t;
+    t.device = testing::h200();
+    t.problem = m_key;
+    t.template_name = "gemm";
+    t.template_hash = "0123456789abcdef";
+    t.params = {{"THREADS", threads}};
+    t.outcome = threads == 512 ? Outcome::in_flight : Outcome::ok;  // 512 died mid-trial
+    t.median_us = 10 + threads / 100.0;
+    WriteBatch batch;
+    add_trial(batch, t);
+    ASSERT_TRUE(a->store.write(batch, Durability::buffered));
+    held.claim->trial_recorded();
+  }
+  ASSERT_TRUE(eventually([&] { return a->counters.trials_shared == 2; }))
+      << a->counters.trials_shared;
+  a->claims.stop();  // a dies: no renewal, no release
+  ClaimOutcome taken;
+  ASSERT_TRUE(eventually([&] {
+    taken = b->claims.acquire(job_for(m_key));
+    return taken.kind == ClaimOutcome::Kind::tune;
+  }));
+  EXPECT_EQ(taken.shared_trials, 2) << "the two finished trials; not the one in flight";
+  auto trials = scan_trials(b->store, testing::h200().id() + "/" + m_key.key() + "/");
+  ASSERT_TRUE(trials);
+  ASSERT_EQ(trials->size(), 2u);
+  for (const auto& t : *trials) EXPECT_EQ(t.outcome, Outcome::ok);
+  held.claim.reset();
+}
+
+TEST_F(FleetClaimsTest, TheFleetsTableKeepsTheBestRecordWhateverTheOrder) {
+  auto a = node("node-a");
+  auto publish = [&](double us, const std::string& who) {
+    auto r = a->winners.publish(measured(m_key, us, who), "", 1);
+    return r ? *r : FleetWinners::Published::fenced;
+  };
+  EXPECT_EQ(publish(11.0, "node-b"), FleetWinners::Published::written);
+  EXPECT_EQ(publish(12.0, "node-c"), FleetWinners::Published::kept);
+  EXPECT_EQ(publish(11.0, "node-b"), FleetWinners::Published::kept) << "identical";
+  EXPECT_EQ(publish(10.0, "node-a"), FleetWinners::Published::written);
+  auto value = parse_winner_value(fleet_value(*a, m_key));
+  ASSERT_TRUE(value);
+  EXPECT_EQ(value->node_id, "node-a");
+  // Each write went out as one event.
+  auto events = a->link.command({"XLEN", a->layout.events()});
+  ASSERT_TRUE(events);
+  EXPECT_EQ(events->integer, 2);
+}
+
+TEST_F(FleetClaimsTest, WithoutRedisEveryKeyIsTunedAlone) {
+  auto a = node("node-a");
+  m_redis.stop();
+  ClaimOutcome alone = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(alone.kind, ClaimOutcome::Kind::tune);
+  EXPECT_NE(alone.message.find("unreachable"), std::string::npos) << alone.message;
+  EXPECT_EQ(alone.claim->publish(measured(m_key, 10.0, "node-a")), Claim::Verdict::local);
+  EXPECT_EQ(a->counters.claims_alone, 1u);
+  EXPECT_FALSE(a->link.up());
+}
+
+}  // namespace
+}  // namespace ktune
