@@ -1,13 +1,16 @@
 // RocksDbStore: the node-local Store on RocksDB, one column family per Table.
 //
-// Opening checks the store format version kept in the meta table: a database written by another
-// format, or one RocksDB reports corrupt, is a clear error, never silently wiped. `recover`
-// runs RocksDB's repair first (salvaging what it can) and is what `ktuned --recover` does.
+// A store is new only when its directory is missing or empty: a directory with RocksDB files but
+// no CURRENT is damaged, never new, and is refused (opening it as new would make RocksDB delete
+// the table files). Opening checks the store format version kept in the meta table: a database
+// written by another format, or one RocksDB reports damaged, is a clear error carrying the way
+// out (`ktuned --recover`, store/recovery.h), never silently wiped.
 // Thread-safe; one process at a time may hold a database (RocksDB's LOCK file).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "store/store.h"
 
@@ -18,11 +21,11 @@ class ColumnFamilyHandle;
 
 namespace ktune {
 
+struct StoreFiles;
+
 struct RocksDbOptions {
-  // Create an empty store when `path` holds none. Default true.
+  // Create an empty store when `path` is missing or an empty directory. Default true.
   bool create_if_missing = true;
-  // Run RocksDB's RepairDB before opening (salvages a corrupt database). Default false.
-  bool recover = false;
 };
 
 class RocksDbStore final : public Store {
@@ -41,13 +44,23 @@ class RocksDbStore final : public Store {
   Result<void> write(const WriteBatch& batch, Durability durability) override;
   std::string describe() const override { return m_path; }
 
+  // Reads every block of every table file and checks its checksum (ErrorCode::corruption
+  // naming the file when one fails). Slow: for recovery and tools, not for serving.
+  Result<void> verify();
+
  private:
-  RocksDbStore() = default;
+  RocksDbStore();
   rocksdb::ColumnFamilyHandle* handle(Table t) const { return m_handles[static_cast<size_t>(t)]; }
+  Result<void> open_db(const StoreFiles& files);
+  Result<void> ensure_anchors();
 
   std::string m_path;
   std::unique_ptr<rocksdb::DB> m_db;
   rocksdb::ColumnFamilyHandle* m_handles[std::size(k_all_tables)] = {};
 };
+
+// The way out of a damaged store, appended to an ErrorCode::corruption error's message (other
+// errors are returned unchanged): every startup path that finds damage reports it this way.
+Error with_recover_hint(Error error);
 
 }  // namespace ktune
