@@ -82,6 +82,8 @@ int run_daemon(const DaemonFlags& flags) {
   if (flags.recover) return run_recovery(*config);
   auto store = RocksDbStore::open(config->data_dir + "/db");
   if (!store) return fatal(store.error().message);
+  for (const auto& w : (*store)->open_warnings())
+    log(LogLevel::warn, "store_log_tail_dropped", {{"store", (*store)->describe()}, {"detail", w}});
 
   const TemplateRegistry templates = TemplateRegistry::load(config->template_dirs);
   for (const auto& e : templates.errors())

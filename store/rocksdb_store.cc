@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "store/log_replay_check.h"
 #include "store/records.h"
 #include "store/rocksdb_layout.h"
 
@@ -74,6 +75,8 @@ Result<void> RocksDbStore::open_db(const StoreFiles& files) {
   const bool existed = files.holds_database();
   rocksdb::Options db_options = store_db_options();
   db_options.create_if_missing = !existed;  // RocksDB never creates a store over a damaged one
+  m_replay = std::make_unique<LogReplayCheck>(m_path, files);
+  db_options.wal_filter = m_replay->filter();
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
   rocksdb::Status s =
@@ -85,6 +88,7 @@ Result<void> RocksDbStore::open_db(const StoreFiles& files) {
     return std::unexpected(with_recover_hint(std::move(e)));
   }
   m_db.reset(raw);
+  m_open_warnings = m_replay->finish();
   // handles[0] is the default family, which ktune does not use.
   for (size_t i = 1; i < handles.size(); ++i) m_handles[i - 1] = handles[i];
   m_db->DestroyColumnFamilyHandle(handles[0]);

@@ -22,6 +22,7 @@ class ColumnFamilyHandle;
 namespace ktune {
 
 struct StoreFiles;
+class LogReplayCheck;
 
 struct RocksDbOptions {
   // Create an empty store when `path` is missing or an empty directory. Default true.
@@ -47,6 +48,9 @@ class RocksDbStore final : public Store {
   // Reads every block of every table file and checks its checksum (ErrorCode::corruption
   // naming the file when one fails). Slow: for recovery and tools, not for serving.
   Result<void> verify();
+  // What the open found worth telling the operator without refusing: a write-ahead log whose
+  // replay stopped before its end (store/log_replay_check.h). Empty for a clean open.
+  const std::vector<std::string>& open_warnings() const { return m_open_warnings; }
 
  private:
   RocksDbStore();
@@ -57,6 +61,8 @@ class RocksDbStore final : public Store {
   std::string m_path;
   std::unique_ptr<rocksdb::DB> m_db;
   rocksdb::ColumnFamilyHandle* m_handles[std::size(k_all_tables)] = {};
+  std::vector<std::string> m_open_warnings;
+  std::unique_ptr<LogReplayCheck> m_replay;  // RocksDB keeps a pointer to its filter
 };
 
 // The way out of a damaged store, appended to an ErrorCode::corruption error's message (other

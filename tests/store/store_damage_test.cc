@@ -250,9 +250,38 @@ std::string logged_versions(const TempDir& dir, int n) {
   return testing::store_files(image, "", ".log").back();
 }
 
+// Every replayed log is replayed to its end (the check counts records as log::Writer lays them
+// out: records of any size, across 32 KiB blocks), so a clean crash image opens without warnings.
+TEST(StoreDamageTest, CrashImageReplaysEveryLogToItsEnd) {
+  TempDir dir;
+  const std::string path = dir / "db", image = dir / "image";
+  {
+    auto s = RocksDbStore::open(path);
+    ASSERT_TRUE(s);
+    std::uint64_t seed = 7;
+    for (int i = 0; i < 120; ++i) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      const size_t len = (seed >> 33) % (i % 3 == 0 ? 70'000 : 300);
+      ASSERT_TRUE((*s)->put(Table::trials, "k" + std::to_string(i), std::string(len, 'x'),
+                            Durability::sync));
+    }
+    testing::crash_image(path, image);
+  }
+  auto s = RocksDbStore::open(image);
+  ASSERT_TRUE(s) << s.error().message;
+  EXPECT_TRUE((*s)->open_warnings().empty()) << (*s)->open_warnings().front();
+  int n = 0;
+  ASSERT_TRUE((*s)->scan(Table::trials, "", [&](std::string_view, std::string_view) {
+    ++n;
+    return true;
+  }));
+  EXPECT_EQ(n, 120);
+}
+
 // A write cut short at the end of the log (what a crash mid-write leaves) is dropped; every
-// write acknowledged before it is kept, and the store opens without --recover.
-TEST(StoreDamageTest, TornLogTailIsToleratedAndEarlierWritesSurvive) {
+// write acknowledged before it is kept, the store opens without --recover, and the open says
+// what it dropped and keeps those bytes in lost/.
+TEST(StoreDamageTest, TornLogTailIsToleratedReportedAndEarlierWritesSurvive) {
   TempDir dir;
   const std::string log = logged_versions(dir, 20);
   ASSERT_FALSE(log.empty());
@@ -263,6 +292,13 @@ TEST(StoreDamageTest, TornLogTailIsToleratedAndEarlierWritesSurvive) {
   auto held = versions_held(**s);
   EXPECT_EQ(held[2], 19) << "the 19 complete writes survive";
   EXPECT_EQ(held[1], 1) << "the cut one is not applied";
+  ASSERT_EQ((*s)->open_warnings().size(), 1u);
+  const std::string w = (*s)->open_warnings()[0];
+  EXPECT_NE(w.find("replay stopped"), std::string::npos) << w;
+  const auto kept = testing::store_files(dir / "image/lost", fs::path(log).filename().string());
+  ASSERT_EQ(kept.size(), 1u) << w;
+  EXPECT_GT(fs::file_size(kept[0]), 0u);
+  EXPECT_LT(fs::file_size(kept[0]), size / 10) << "about one record";
 }
 
 // A record that fails its checksum may be an acknowledged write: refused, not skipped (RocksDB's
@@ -289,6 +325,38 @@ TEST(StoreDamageTest, LogRecordFailingItsChecksumIsRefusedThenReportedAsDropped)
     EXPECT_LT(held[2], 20);
     EXPECT_EQ(held[1] + held[2], 20) << "the others are back at version 1";
   }
+}
+
+// A record header whose length points past the end of the log's last block looks exactly like
+// a torn write, and RocksDB drops it and the rest of the block: the open says so and keeps the
+// bytes (they can be inspected; the writes before survive).
+TEST(StoreDamageTest, DamagedLogRecordHeaderIsReportedNotSilent) {
+  TempDir dir;
+  const std::string log = logged_versions(dir, 20);
+  ASSERT_FALSE(log.empty());
+  // Walk 10 records (each: crc32c 4, length 2 little-endian, type 1, payload; the log is one
+  // block) to the 11th's header, and garble its length field.
+  const std::uint64_t size = fs::file_size(log);
+  std::uint64_t at = 0;
+  {
+    std::ifstream in(log, std::ios::binary);
+    for (int i = 0; i < 10; ++i) {
+      unsigned char h[7];
+      in.seekg(std::streamoff(at));
+      in.read(reinterpret_cast<char*>(h), 7);
+      at += 7 + (h[4] | (h[5] << 8));
+    }
+  }
+  ASSERT_LT(at, size);
+  testing::garble(log, std::int64_t(at + 4), 2);
+  auto s = RocksDbStore::open(dir / "image");
+  ASSERT_TRUE(s) << s.error().message;
+  ASSERT_EQ((*s)->open_warnings().size(), 1u);
+  EXPECT_NE((*s)->open_warnings()[0].find(std::to_string(size - at) + " bytes"), std::string::npos)
+      << (*s)->open_warnings()[0];
+  auto held = versions_held(**s);
+  EXPECT_EQ(held[2], 10);
+  EXPECT_EQ(held[1], 10);
 }
 
 // A record RocksDB reads but ktune cannot decode fails the first scan; recovery moves it out to
