@@ -59,7 +59,7 @@ Result<std::unique_ptr<RocksDbStore>> RocksDbStore::open(const std::string& path
                                          "): the store is damaged, not new"}));
   if (!existed) {
     if (!files->unknown.empty()) return std::unexpected(not_a_store(path, *files));
-    if (!options.create_if_missing)
+    if (!options.create_if_missing || options.read_only)
       return fail(ErrorCode::not_found, path + ": no ktune store here");
     std::error_code ec;
     std::filesystem::create_directories(path, ec);
@@ -67,20 +67,25 @@ Result<std::unique_ptr<RocksDbStore>> RocksDbStore::open(const std::string& path
   }
   std::unique_ptr<RocksDbStore> store(new RocksDbStore());
   store->m_path = path;
-  if (auto ok = store->open_db(*files); !ok) return std::unexpected(ok.error());
+  if (auto ok = store->open_db(*files, options.read_only); !ok) return std::unexpected(ok.error());
   return store;
 }
 
-Result<void> RocksDbStore::open_db(const StoreFiles& files) {
+Result<void> RocksDbStore::open_db(const StoreFiles& files, bool read_only) {
   const bool existed = files.holds_database();
   rocksdb::Options db_options = store_db_options();
   db_options.create_if_missing = !existed;  // RocksDB never creates a store over a damaged one
-  m_replay = std::make_unique<LogReplayCheck>(m_path, files);
-  db_options.wal_filter = m_replay->filter();
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  rocksdb::Status s =
-      rocksdb::DB::Open(db_options, m_path, store_column_families(), &handles, &raw);
+  rocksdb::Status s;
+  m_read_only = read_only;
+  if (read_only) {
+    s = rocksdb::DB::OpenForReadOnly(db_options, m_path, store_column_families(), &handles, &raw);
+  } else {
+    m_replay = std::make_unique<LogReplayCheck>(m_path, files);
+    db_options.wal_filter = m_replay->filter();
+    s = rocksdb::DB::Open(db_options, m_path, store_column_families(), &handles, &raw);
+  }
   if (!s.ok()) {
     Error e = to_error(s, m_path, "cannot open store");
     if (s.IsIOError() && !is_damage(s) && s.ToString().find("lock") != std::string::npos)
@@ -88,14 +93,14 @@ Result<void> RocksDbStore::open_db(const StoreFiles& files) {
     return std::unexpected(with_recover_hint(std::move(e)));
   }
   m_db.reset(raw);
-  m_open_warnings = m_replay->finish();
+  if (m_replay) m_open_warnings = m_replay->finish();
   // handles[0] is the default family, which ktune does not use.
   for (size_t i = 1; i < handles.size(); ++i) m_handles[i - 1] = handles[i];
   m_db->DestroyColumnFamilyHandle(handles[0]);
 
   if (auto ok = check_store_format(*this, existed); !ok)
     return std::unexpected(with_recover_hint(ok.error()));
-  return ensure_anchors();
+  return read_only ? Result<void>() : ensure_anchors();
 }
 
 // Gives every table without a table file (a new store; one a repair left bare) an anchor and
@@ -131,7 +136,7 @@ RocksDbStore::~RocksDbStore() {
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   for (auto* h : m_handles)
     if (h) handles.push_back(h);
-  m_db->Flush(rocksdb::FlushOptions(), handles);
+  if (!m_read_only) m_db->Flush(rocksdb::FlushOptions(), handles);
   for (auto* h : handles) m_db->DestroyColumnFamilyHandle(h);
   m_db->Close();
 }

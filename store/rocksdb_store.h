@@ -27,6 +27,10 @@ class LogReplayCheck;
 struct RocksDbOptions {
   // Create an empty store when `path` is missing or an empty directory. Default true.
   bool create_if_missing = true;
+  // Open for reading only: nothing in the directory changes (the logs are replayed in memory;
+  // no format version, anchor or flush is written) and every write fails. For inspecting a
+  // store, e.g. after a crash, exactly as the next start would find it. Default false.
+  bool read_only = false;
 };
 
 class RocksDbStore final : public Store {
@@ -55,7 +59,7 @@ class RocksDbStore final : public Store {
  private:
   RocksDbStore();
   rocksdb::ColumnFamilyHandle* handle(Table t) const { return m_handles[static_cast<size_t>(t)]; }
-  Result<void> open_db(const StoreFiles& files);
+  Result<void> open_db(const StoreFiles& files, bool read_only);
   Result<void> ensure_anchors();
 
   std::string m_path;
@@ -63,6 +67,7 @@ class RocksDbStore final : public Store {
   rocksdb::ColumnFamilyHandle* m_handles[std::size(k_all_tables)] = {};
   std::vector<std::string> m_open_warnings;
   std::unique_ptr<LogReplayCheck> m_replay;  // RocksDB keeps a pointer to its filter
+  bool m_read_only = false;
 };
 
 // The way out of a damaged store, appended to an ErrorCode::corruption error's message (other

@@ -359,6 +359,32 @@ TEST(StoreDamageTest, DamagedLogRecordHeaderIsReportedNotSilent) {
   EXPECT_EQ(held[1], 10);
 }
 
+// A read-only open sees a crash image as the next start would (the logged writes replayed in
+// memory) and changes nothing in it: what the crash harness inspects between a kill and the
+// restart.
+TEST(StoreDamageTest, ReadOnlyOpenOfACrashImageChangesNothing) {
+  TempDir dir;
+  const std::string log = logged_versions(dir, 20);
+  ASSERT_FALSE(log.empty());
+  const auto files = [&] {
+    std::vector<std::pair<std::string, std::uintmax_t>> out;
+    for (const auto& f : testing::store_files(dir / "image", ""))
+      if (!fs::path(f).filename().string().starts_with("LOG"))
+        out.emplace_back(f, fs::file_size(f));
+    return out;
+  };
+  const auto before = files();
+  {
+    auto s = RocksDbStore::open(dir / "image", {.read_only = true});
+    ASSERT_TRUE(s) << s.error().message;
+    EXPECT_EQ(versions_held(**s), (std::map<int, int>{{2, 20}}));
+    EXPECT_FALSE(put_winner(**s, versioned(0, 3)));
+  }
+  EXPECT_EQ(files(), before);
+  EXPECT_FALSE(RocksDbStore::open(dir / "absent", {.read_only = true}));
+  EXPECT_FALSE(fs::exists(dir / "absent"));
+}
+
 // A record RocksDB reads but ktune cannot decode fails the first scan; recovery moves it out to
 // lost/ and reports it.
 TEST(StoreDamageTest, UndecodableRecordIsMovedOutAndReported) {
