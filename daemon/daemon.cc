@@ -77,9 +77,11 @@ int run_daemon(const DaemonFlags& flags) {
     return 1;
   };
 
-  auto store = RocksDbStore::open(config->data_dir + "/db",
-                                  {.create_if_missing = true, .recover = flags.recover});
+  if (flags.recover) return run_recovery(*config);
+  auto store = RocksDbStore::open(config->data_dir + "/db");
   if (!store) return fatal(store.error().message);
+  for (const auto& w : (*store)->open_warnings())
+    log(LogLevel::warn, "store_log_tail_dropped", {{"store", (*store)->describe()}, {"detail", w}});
 
   const TemplateRegistry templates = TemplateRegistry::load(config->template_dirs);
   for (const auto& e : templates.errors())
@@ -90,7 +92,7 @@ int run_daemon(const DaemonFlags& flags) {
   const NodeIdentity& node = detected;
   WinnerIndex index;
   Catalog catalog(**store, index, templates, node);
-  if (auto ok = catalog.load(); !ok) return fatal(ok.error().message);
+  if (auto ok = catalog.load(); !ok) return fatal(with_recover_hint(ok.error()).message);
   for (const auto& table : config->seed_tables)
     if (auto ok = seed(catalog, table); !ok)
       return fatal("seed table " + table + ": " + ok.error().message);
@@ -100,7 +102,7 @@ int run_daemon(const DaemonFlags& flags) {
   LookupService lookups(*config, templates, catalog, node, metrics, misses);
   JobQueue jobs(**store, config->max_queued_jobs);
   auto resumed = jobs.load();
-  if (!resumed) return fatal("jobs: " + resumed.error().message);
+  if (!resumed) return fatal("jobs: " + with_recover_hint(resumed.error()).message);
   Compiler compiler({.threads = unsigned(config->compile_threads), .cache = store->get()});
   auto fleet = FleetSync::create({*config, catalog, jobs, **store, node});
   if (!fleet) return fatal(fleet.error().message);

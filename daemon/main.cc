@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
                  "override any config key: --set tuning.strategy=random")
       ->take_all();
   app.add_flag("--recover", flags.recover,
-               "repair a damaged store (RocksDB RepairDB) before opening");
+               "repair a damaged store, report what was lost or rolled back, and exit "
+               "(0 nothing lost, 2 records lost or rolled back, 1 not repaired)");
   app.add_flag("--print-config", flags.print_config, "print the effective configuration and exit");
   app.add_option("--log-format", flags.log_format, "text | json (log.format)");
   try {

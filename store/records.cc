@@ -478,6 +478,28 @@ Result<CubinEntry> decode_cubin(std::string_view b) {
   }
 }
 
+Result<void> check_record(Table table, std::string_view bytes) {
+  const auto check = [](const auto& decoded) -> Result<void> {
+    if (!decoded) return std::unexpected(decoded.error());
+    return {};
+  };
+  switch (table) {
+    case Table::winners:
+      return check(decode_winner(bytes));
+    case Table::trials:
+      return check(decode_trial(bytes));
+    case Table::cubins:
+      return check(decode_cubin(bytes));
+    case Table::jobs:
+      return check(decode_job(bytes));
+    case Table::blocklist:
+      return check(decode_block(bytes));
+    case Table::meta:
+      return {};
+  }
+  return fail(ErrorCode::internal, "unknown table");
+}
+
 // --- typed access ---
 
 Result<void> put_winner(Store& store, const WinnerRecord& r) {

@@ -170,6 +170,10 @@ Result<JobRecord> decode_job(std::string_view bytes);
 Result<BlockEntry> decode_block(std::string_view bytes);
 Result<CubinEntry> decode_cubin(std::string_view bytes);
 
+// Whether `bytes` decode as a record of `table` (meta values are free text: always). The error
+// (ErrorCode::corruption) is the decoder's.
+Result<void> check_record(Table table, std::string_view bytes);
+
 // Checks a winner record's content (what import and the tuner enforce before writing).
 Result<void> validate_winner(const WinnerRecord& r);
 

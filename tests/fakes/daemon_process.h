@@ -34,6 +34,12 @@ class DaemonProcess {
 
   // Starts ktuned and waits until it answers a status request (10 s at most).
   bool start() {
+    spawn();
+    return wait_ready(std::chrono::seconds(10), std::chrono::milliseconds(50));
+  }
+
+  // Starts ktuned and returns at once (wait_ready waits for it).
+  void spawn() {
     m_log = m_data_dir + ".log";
     m_pid = ::fork();
     if (m_pid == 0) {
@@ -59,10 +65,16 @@ class DaemonProcess {
       ::execv(argv[0], argv.data());
       std::_Exit(127);
     }
+  }
+
+  // Polls (every `poll`) until the spawned ktuned answers a status request; false when it
+  // exited or `timeout` passed.
+  bool wait_ready(std::chrono::milliseconds timeout, std::chrono::milliseconds poll) {
     ClientOptions o;
     o.socket_path = m_socket;
     o.timeout = std::chrono::milliseconds(500);
-    for (int i = 0; i < 200; ++i) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
       int status = 0;
       if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
         m_pid = -1;
@@ -71,7 +83,7 @@ class DaemonProcess {
       }
       Client c(o);
       if (auto s = c.status(); s && (*s)["pid"] == m_pid) return true;  // ours, not another daemon
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(poll);
     }
     return false;
   }

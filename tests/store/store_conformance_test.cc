@@ -220,35 +220,6 @@ TEST(RocksDbStoreTest, FormatMismatchRefusesToOpenAndKeepsData) {
   EXPECT_TRUE(std::filesystem::exists(path + "/CURRENT"));
 }
 
-TEST(RocksDbStoreTest, DamagedDatabaseIsAClearErrorAndRecoverSalvages) {
-  TempDir dir;
-  const std::string path = dir / "db";
-  {
-    auto s = RocksDbStore::open(path);
-    ASSERT_TRUE(s);
-    ASSERT_TRUE(put_winner(**s, testing::winner(testing::gemm_problem(8, 8, 8), 1.0)));
-  }
-  // Garble the MANIFEST file RocksDB needs to open.
-  std::string manifest;
-  for (const auto& e : std::filesystem::directory_iterator(path))
-    if (e.path().filename().string().starts_with("MANIFEST-")) manifest = e.path();
-  ASSERT_FALSE(manifest.empty());
-  {
-    std::ofstream out(manifest, std::ios::binary | std::ios::trunc);
-    out << std::string(64, '\xee');
-  }
-  auto s = RocksDbStore::open(path);
-  ASSERT_FALSE(s);
-  EXPECT_NE(s.error().message.find("cannot open store"), std::string::npos) << s.error().message;
-  EXPECT_NE(s.error().message.find(path), std::string::npos);
-
-  auto recovered = RocksDbStore::open(path, {.recover = true});
-  ASSERT_TRUE(recovered) << recovered.error().message;
-  auto all = scan_winners(**recovered);
-  ASSERT_TRUE(all) << all.error().message;
-  EXPECT_EQ(all->size(), 1u);
-}
-
 TEST(RocksDbStoreTest, SecondOpenWhileHeldIsRefused) {
   TempDir dir;
   auto a = RocksDbStore::open(dir / "db");
