@@ -12,6 +12,7 @@
 #include "daemon/fleet/record_codec.h"
 #include "daemon/fleet/winners.h"
 #include "store/mem_store.h"
+#include "templates/space.h"
 #include "tests/fakes/redis_process.h"
 #include "tests/fakes/test_records.h"
 
@@ -33,6 +34,22 @@ bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
 }
 
 // One node: what FleetSync gives its FleetClaims, over a MemStore.
+// The built-in templates: merges are checked against what is installed, as on a real node.
+const TemplateRegistry& builtin_templates() {
+  static const TemplateRegistry templates = TemplateRegistry::load({builtin_template_dir()});
+  return templates;
+}
+
+// A measured winner the installed gemm template can instantiate (its hash, a config of its space).
+WinnerRecord measured(const Problem& p, double us, const std::string& node) {
+  WinnerRecord w = testing::winner(p, us, node);
+  const KernelTemplate* gemm = builtin_templates().find("gemm");
+  w.ranked.resize(1);
+  w.ranked[0].template_hash = gemm->hash;
+  w.ranked[0].params = *heuristic_config(*gemm, p, NodeIdentity{}.limits_for(w.device));
+  return w;
+}
+
 struct Node {
   Node(const std::string& name, const std::string& socket, std::chrono::milliseconds lease)
       : catalog(store, index, templates, identity),
@@ -50,7 +67,7 @@ struct Node {
 
   MemStore store;
   WinnerIndex index;
-  TemplateRegistry templates = TemplateRegistry::load({});
+  const TemplateRegistry& templates = builtin_templates();
   NodeIdentity identity;
   Catalog catalog;
   FleetCounters counters;
@@ -69,9 +86,6 @@ JobRecord job_for(const Problem& p) {
   return j;
 }
 
-WinnerRecord measured(const Problem& p, double us, const std::string& node) {
-  return testing::winner(p, us, node);
-}
 
 class FleetClaimsTest : public ::testing::Test {
  protected:

@@ -411,15 +411,28 @@ void expect_matches_manifest(const KernelTemplate& t, const Problem& p, const In
   EXPECT_EQ(d.grid, inst.launch.grid);
   EXPECT_EQ(d.block, inst.launch.block);
   EXPECT_EQ(d.smem, inst.launch.smem);
-  EXPECT_FALSE(d.has_cluster) << "no built-in declares a cluster";
+  EXPECT_EQ(d.has_cluster, inst.launch.cluster_size() > 1);
+  if (d.has_cluster) {
+    EXPECT_EQ(d.cluster, inst.launch.cluster);
+  }
   ASSERT_EQ(d.args.size(), m.args.size());
   for (size_t i = 0; i < m.args.size(); ++i) {
     const ArgSpec& spec = m.args[i];
     const protocol::LaunchArg& a = d.args[i];
     SCOPED_TRACE(m.name + " arg " + spec.name);
     EXPECT_EQ(a.name, spec.name);
-    EXPECT_TRUE(a.pass);
-    if (!spec.is_buffer) {
+    EXPECT_EQ(a.pass, spec.kind != ArgKind::buffer || spec.pass);
+    if (spec.kind == ArgKind::tensor_map) {
+      EXPECT_EQ(a.kind, protocol::ArgKind::tensor_map);
+      const TensorMapValue& map = inst.args[i].map;
+      EXPECT_EQ(a.tensor_map.at("buffer"), map.buffer);
+      EXPECT_EQ(a.tensor_map.at("dims"), map.dims);
+      EXPECT_EQ(a.tensor_map.at("strides"), map.strides);
+      EXPECT_EQ(a.tensor_map.at("box"), map.box);
+      EXPECT_EQ(a.tensor_map.at("swizzle"), std::string(to_string(map.swizzle)));
+      continue;
+    }
+    if (spec.kind == ArgKind::scalar) {
       EXPECT_EQ(a.kind, protocol::ArgKind::scalar);
       EXPECT_EQ(a.dtype, to_string(spec.scalar));
       EXPECT_EQ(a.value, inst.args[i].value);

@@ -28,7 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   asio::local::connect_pair(daemon_side, client);
   auto session = std::make_shared<Session<Socket>>(std::move(daemon_side), parts->dispatcher,
                                                    parts->metrics, Peer{},
-                                                   std::chrono::milliseconds(10'000));
+                                                   SessionLimits{std::chrono::milliseconds(10'000)});
   session->start();
   // The client writes everything, closes its sending side, and reads until the daemon closes.
   asio::async_write(client, asio::buffer(input), [&](boost::system::error_code, size_t) {
