@@ -282,6 +282,8 @@ class Kernel:
         self._cluster = d.get("cluster")
         self._loaded: Dict[int, Tuple[int, List[int]]] = {}  # context -> (function, workspaces)
         self._lock = threading.Lock()
+        self._ctx = ctypes.c_void_p()                  # cuCtxGetCurrent's output, under _lock
+        self._ctx_out = ctypes.pointer(self._ctx)
 
     @property
     def buffer_names(self) -> List[str]:
@@ -307,26 +309,43 @@ class Kernel:
 
     def launch_addresses(self, addresses: Sequence[int], stream: int,
                          scalars: Optional[Dict[str, float]] = None) -> None:
-        """launch() for callers that already hold int addresses and a raw stream (ktune.torch)."""
+        """launch() for callers that already hold int addresses and a raw stream (ktune.torch).
+
+        The per-call path: one cuCtxGetCurrent into a buffer kept under the lock, the changed slots
+        written, one launch whose other arguments were bound at load; error text is built only
+        when the driver returns an error (bench/NOTES.md § Launching served kernels).
+        """
         drv = _Driver._instance or _Driver.get()
-        ctx = ctypes.c_void_p()
-        drv.check(drv.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
-        if not ctx.value:
-            raise KtuneError("unavailable", "no CUDA context is current on this thread (create one "
-                                            "or make the device current first)")
         with self._lock:
-            loaded = self._loaded.get(ctx.value)
+            rc = drv.cuCtxGetCurrent(self._ctx_out)
+            if rc:
+                drv.check(rc, "cuCtxGetCurrent")
+            ctx = self._ctx.value
+            if not ctx:
+                raise KtuneError("unavailable", "no CUDA context is current on this thread (create "
+                                                "one or make the device current first)")
+            loaded = self._loaded.get(ctx)
             if loaded is None:
-                loaded = self._load(drv, ctx.value)
+                loaded = self._load(drv, ctx)
             function, workspaces = loaded
-            self.plan.pack(addresses, workspaces, scalars)
+            plan = self.plan
+            if scalars is None and not plan._overridden and len(addresses) == len(plan._buffer_slots):
+                slots = plan.slots
+                for i, address in zip(plan._buffer_slots, addresses):
+                    slots[i].value = address
+                if workspaces:
+                    for i, address in zip(plan._workspace_slots, workspaces):
+                        slots[i].value = address
+            else:
+                plan.pack(addresses, workspaces, scalars)
             if self._cluster:
                 self._launch_ex(drv, function, stream)
-            else:
-                g = self._geometry
-                drv.check(drv.cuLaunchKernel(function, g[0], g[1], g[2], g[3], g[4], g[5], g[6],
-                                             stream, self.plan.params, None),
-                          f"cuLaunchKernel({self.lowered_name})")
+                return
+            g = self._geometry
+            rc = drv.cuLaunchKernel(function, g[0], g[1], g[2], g[3], g[4], g[5], g[6], stream,
+                                    plan.params, None)
+            if rc:
+                drv.check(rc, f"cuLaunchKernel({self.lowered_name})")
 
     def _load(self, drv: _Driver, ctx: int) -> Tuple[int, List[int]]:
         dev = ctypes.c_int()

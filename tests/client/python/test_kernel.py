@@ -208,5 +208,129 @@ class KernelOpTest(unittest.TestCase):
         self.assertEqual(image["launch"]["cubin_id"], best.launch["cubin_id"])
 
 
+class FakeDriver:
+    """libcuda's calls that Kernel makes, recorded; a launch records the packed values."""
+
+    def __init__(self, kernel):
+        self.kernel, self.ctx, self.fail_launch = kernel, 0xC0, 0
+        self.loads, self.launches, self.allocs, self.memsets = [], [], [], []
+
+    def cuCtxGetCurrent(self, out):
+        out.contents.value = self.ctx
+        return 0
+
+    def cuCtxGetDevice(self, out):
+        out._obj.value = 0
+        return 0
+
+    def cuDeviceGetAttribute(self, out, attr, dev):
+        out._obj.value = 9 if attr == 75 else 0
+        return 0
+
+    def cuModuleLoadData(self, out, cubin):
+        self.loads.append(self.ctx)
+        out._obj.value = 0x1000 + len(self.loads)
+        return 0
+
+    def cuModuleGetFunction(self, out, module, name):
+        out._obj.value = getattr(module, "value", module) + 0x100
+        return 0
+
+    def cuFuncSetAttribute(self, function, attr, value):
+        return 0
+
+    def cuMemAlloc(self, out, size):
+        self.allocs.append(size)
+        out._obj.value = 0x70000 + 0x1000 * len(self.allocs)
+        return 0
+
+    def cuMemsetD8(self, address, value, size):
+        self.memsets.append((address, size))
+        return 0
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        self.launches.append({"function": function, "grid": (gx, gy, gz), "block": (bx, by, bz),
+                              "smem": smem, "stream": stream, "values": self.kernel.plan.values()})
+        return self.fail_launch
+
+    def cuGetErrorName(self, result, out):
+        out._obj.value = b"CUDA_ERROR_INVALID_VALUE"
+        return 0
+
+    def check(self, result, what):
+        from ktune.kernel import _Driver
+        _Driver.check(self, result, what)
+
+
+class LaunchPathTest(unittest.TestCase):
+    """Kernel.launch_addresses (ktune.torch's per-call path) against a recording fake driver: the
+    packed values each launch sees, one module load per context, scalars overridden for one launch
+    only, and errors that name the kernel."""
+
+    tearDown = KernelOpTest.tearDown
+
+    def setUp(self):
+        KernelOpTest.setUp(self)
+        from ktune.kernel import _Driver
+        self._saved = _Driver._instance
+        self.addCleanup(setattr, _Driver, "_instance", self._saved)
+
+    def fake(self, kernel):
+        from ktune.kernel import _Driver
+        drv = FakeDriver(kernel)
+        _Driver._instance = drv
+        return drv
+
+    def test_each_launch_sees_its_addresses_and_scalars(self):
+        image = self.client.kernel("softmax", dtype="fp32", device=H200, rows=64, cols=4096)
+        kernel = ktune.Kernel(image)
+        drv = self.fake(kernel)
+        rows, cols = kernel.description["args"][2]["value"], kernel.description["args"][3]["value"]
+        kernel.launch_addresses((0xA000, 0xB000), 7)
+        kernel.launch_addresses((0xA100, 0xB100), 8, {"rows": 3})
+        kernel.launch_addresses((0xA200, 0xB200), 9)
+        self.assertEqual([l["values"][:2] for l in drv.launches],
+                         [[0xA000, 0xB000], [0xA100, 0xB100], [0xA200, 0xB200]])
+        self.assertEqual([l["values"][2] for l in drv.launches], [rows, 3, rows])
+        self.assertEqual([l["values"][3] for l in drv.launches], [cols] * 3)
+        self.assertEqual([l["stream"] for l in drv.launches], [7, 8, 9])
+        d = kernel.description
+        self.assertEqual(drv.launches[0]["grid"], tuple(d["grid"]))
+        self.assertEqual(drv.launches[0]["block"], tuple(d["block"]))
+        self.assertEqual(drv.loads, [0xC0])
+        drv.ctx = 0xC1                               # another context: its own module
+        kernel.launch_addresses((0xA300, 0xB300), 0)
+        self.assertEqual(drv.loads, [0xC0, 0xC1])
+        self.assertNotEqual(drv.launches[-1]["function"], drv.launches[0]["function"])
+        with self.assertRaises(ktune.KtuneError) as e:
+            kernel.launch_addresses((0xA000,), 0)
+        self.assertIn("2 buffers", e.exception.message)
+        drv.fail_launch = 1
+        with self.assertRaises(ktune.KtuneError) as e:
+            kernel.launch_addresses((0xA000, 0xB000), 0)
+        self.assertIn(image["lowered_name"], e.exception.message)
+        self.assertIn("CUDA_ERROR_INVALID_VALUE", e.exception.message)
+        drv.ctx = 0
+        with self.assertRaises(ktune.KtuneError) as e:
+            kernel.launch_addresses((0xA000, 0xB000), 0)
+        self.assertIn("no CUDA context", e.exception.message)
+
+    def test_workspaces_are_allocated_zeroed_once_per_context_and_passed(self):
+        best = self.client.lookup("gemm", dtype="bf16", layout="rc", device=H200, M=64, N=64, K=64).best
+        image = self.client.kernel("gemm", layout="rc", device=H200, template=best.template,
+                                   params=best.params, M=64, N=64, K=64)
+        kernel = ktune.Kernel(image)
+        drv = self.fake(kernel)
+        spaces = [a for a in kernel.description["args"] if a["kind"] == "workspace" and a.get("pass", True)]
+        buffers = [0xA000 + 0x100 * i for i in range(len(kernel.buffer_names))]
+        kernel.launch_addresses(buffers, 0)
+        kernel.launch_addresses(buffers, 0)
+        self.assertEqual(drv.allocs, [w["bytes"] for w in spaces])
+        self.assertEqual(len(drv.memsets), len(spaces))
+        values = drv.launches[1]["values"]
+        for address in [0x70000 + 0x1000 * (i + 1) for i in range(len(spaces))] + buffers:
+            self.assertIn(address, values)
+
+
 if __name__ == "__main__":
     unittest.main()
