@@ -506,6 +506,103 @@ inline Json to_json(const LookupReply& r) {
   return {{"device", r.device}, {"problem_key", r.problem_key}, {"entries", entries}};
 }
 
+// The text of to_json(r).dump(-1, ' ', false, replace), byte for byte, written straight into
+// one string: a cold lookup answer is serialized once, and building the ordered_json tree first
+// (one allocation per node, the launch description copied into it) was a fifth of its cost
+// (bench/NOTES.md § Cold lookups under traffic). Tests compare the two over many replies.
+namespace detail {
+inline void append_json_string(std::string& out, std::string_view s) {
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {  // escapes, non-ASCII: the library's
+      out += Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace);
+      return;
+    }
+  }
+  out += '"';
+  out += s;
+  out += '"';
+}
+inline void append_json_number(std::string& out, double v) {
+  out += Json(v).dump();
+}
+template <class T>
+inline void append_json_uints(std::string& out, const std::vector<T>& v) {
+  out += '[';
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    out += std::to_string(v[i]);
+  }
+  out += ']';
+}
+}  // namespace detail
+
+inline void append_lookup_entry_text(std::string& out, const LookupEntry& e) {
+  using namespace detail;
+  out += R"({"provenance":)";
+  append_json_string(out, e.provenance);
+  out += R"(,"template":)";
+  append_json_string(out, e.template_name);
+  out += R"(,"template_hash":)";
+  append_json_string(out, e.template_hash);
+  out += R"(,"params":{)";
+  for (size_t i = 0; i < e.params.size(); ++i) {  // unique names: they come from a Params map
+    if (i) out += ',';
+    append_json_string(out, e.params[i].first);
+    out += ':';
+    out += std::to_string(e.params[i].second);
+  }
+  out += '}';
+  const auto number = [&out](const char* name, double v) {
+    out += name;
+    append_json_number(out, v);
+  };
+  if (e.median_us > 0) number(R"(,"median_us":)", e.median_us);
+  if (e.tflops > 0) number(R"(,"tflops":)", e.tflops);
+  if (e.gbps > 0) number(R"(,"gbps":)", e.gbps);
+  if (e.provenance == "nearest") number(R"(,"distance":)", e.distance);
+  if (!e.from.empty()) {
+    out += R"(,"from":)";
+    append_json_string(out, e.from);
+  }
+  out += R"(,"kernel":{"name_expression":)";
+  append_json_string(out, e.name_expression);
+  out += R"(,"arch":)";
+  append_json_string(out, e.arch);
+  out += R"(,"grid":)";
+  append_json_uints(out, e.grid);
+  out += R"(,"block":)";
+  append_json_uints(out, e.block);
+  out += R"(,"smem":)";
+  out += std::to_string(e.smem);
+  if (!e.cluster.empty()) {
+    out += R"(,"cluster":)";
+    append_json_uints(out, e.cluster);
+  }
+  out += '}';
+  if (!e.launch.is_null()) {
+    out += R"(,"launch":)";
+    out += e.launch.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  out += '}';
+}
+
+inline std::string lookup_reply_text(const LookupReply& r) {
+  std::string out;
+  out.reserve(256 + r.entries.size() * 512);
+  out += R"({"device":)";
+  detail::append_json_string(out, r.device);
+  out += R"(,"problem_key":)";
+  detail::append_json_string(out, r.problem_key);
+  out += R"(,"entries":[)";
+  for (size_t i = 0; i < r.entries.size(); ++i) {
+    if (i) out += ',';
+    append_lookup_entry_text(out, r.entries[i]);
+  }
+  out += "]}";
+  return out;
+}
+
 inline Expected<LookupReply> lookup_reply_from_json(const Json& j) {
   LookupReply r;
   if (!j.is_object() || !j.contains("entries") || !j["entries"].is_array())

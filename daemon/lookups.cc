@@ -453,7 +453,7 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
                            "no template implements " + problem.describe() + " on sm_" +
                                std::to_string(dev.cc) + " and nothing was tuned for it");
   fresh->provenance = reply.entries.front().provenance;
-  fresh->result = protocol::to_json(reply).dump(-1, ' ', false, Json::error_handler_t::replace);
+  fresh->result = protocol::lookup_reply_text(reply);
   return std::shared_ptr<const Answer>(std::move(fresh));
 }
 

@@ -269,5 +269,77 @@ TEST_F(AnswerCacheTest, MetricsFollowTheCaches) {
   EXPECT_EQ(status["result"]["answer_cache"]["lines"]["max_bytes"], 16 << 10);
 }
 
+// A cold answer's text is written straight into a string (protocol::lookup_reply_text), not
+// through an ordered_json tree: it must be the library's serialization byte for byte, for
+// replies built here (escapes, non-ASCII and invalid UTF-8, numbers of every magnitude,
+// clusters, launch descriptions) and for every answer LookupService builds, v1 and v2.
+TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
+  const auto library = [](const protocol::LookupReply& r) {
+    return protocol::to_json(r).dump(-1, ' ', false, Json::error_handler_t::replace);
+  };
+  protocol::LookupReply r;
+  r.device = "nvidia-h200.sm90.132sm.140gib";
+  r.problem_key = "gemm bf16->bf16 rc M=1 N=2 K=3";
+  EXPECT_EQ(protocol::lookup_reply_text(r), library(r));
+  const std::vector<std::string> texts = {"", "plain", "q\"uote", "back\\slash", "tab\there",
+                                          "nl\n", "\x01\x1f", "caf\xc3\xa9", "bad \xff\xfe",
+                                          "del\x7f", "ok/slash"};
+  const std::vector<double> numbers = {0.1, 1.0, 10.0, 1e-7, 123456789.125, 1e300, 3.0e-5,
+                                       2.5, 1.0 / 3.0};
+  for (size_t i = 0; i < 40; ++i) {
+    protocol::LookupEntry e;
+    e.provenance = std::vector<std::string>{"exact", "nearest", "heuristic", "stale"}[i % 4];
+    e.template_name = texts[i % texts.size()];
+    e.template_hash = texts[(i + 3) % texts.size()];
+    for (size_t p = 0; p < i % 5; ++p)
+      e.params.emplace_back("P" + std::to_string(p) + texts[(i + p) % 3], std::int64_t(p) - 2);
+    e.median_us = i % 3 ? numbers[i % numbers.size()] : 0;
+    e.tflops = i % 2 ? numbers[(i + 1) % numbers.size()] : 0;
+    e.gbps = i % 5 ? numbers[(i + 2) % numbers.size()] : 0;
+    e.distance = i % 7 ? numbers[(i + 4) % numbers.size()] : 0;
+    e.from = texts[(i + 5) % texts.size()];
+    e.name_expression = "k<" + texts[i % texts.size()] + ">";
+    e.arch = "sm_90a";
+    e.grid = {std::uint32_t(i + 1), 2, 4294967295u};
+    e.block = {128, 1, 1};
+    e.smem = std::uint32_t(i * 1000);
+    if (i % 3 == 0) e.cluster = {2, 1, 1};
+    if (i % 2) e.launch = Json{{"args", Json::array({Json{{"name", texts[i % texts.size()]}}})},
+                               {"smem", i}, {"x", numbers[i % numbers.size()]}};
+    r.entries.push_back(e);
+    ASSERT_EQ(protocol::lookup_reply_text(r), library(r)) << "entry " << i;
+  }
+
+  DaemonConfig config = default_config();
+  NodeIdentity node;
+  node.node_id = "test-node";
+  node.gpu_error = "no GPU in tests";
+  const auto templates = TemplateRegistry::load({builtin_template_dir()});
+  testing::DaemonParts parts(config, templates, node);
+  parts.index.load({testing::winner(testing::gemm_problem(4096, 4096, 4096), 10.0),
+                    testing::winner(testing::gemm_problem(2048, 4096, 4096), 6.0)});
+  int checked = 0;
+  for (const std::string problem :
+       {R"({"op":"gemm","dtype":"bf16","layout":"rr","dims":{"M":4096,"N":4096,"K":4096}})",
+        R"({"op":"gemm","dtype":"bf16","layout":"rr","dims":{"M":3000,"N":4096,"K":4096}})",
+        R"({"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":3000,"N":4096,"K":4096}})",
+        R"({"op":"gemm","dtype":"fp16","layout":"rr","dims":{"M":17,"N":4096,"K":1024}})",
+        R"({"op":"softmax","dtype":"bf16","dims":{"rows":4096,"cols":1000}})",
+        R"({"op":"rmsnorm","dtype":"fp32","dims":{"rows":8,"cols":4096}})",
+        R"({"op":"reduce_sum","dtype":"fp32","dims":{"n":1048576}})"})
+    for (int version : {1, 2}) {
+      const Json body = Json::parse(R"({"device":")" + testing::h200().id() +
+                                    R"(","limit":8,"problem":)" + problem + "}");
+      auto answer = parts.lookups.lookup(body, LookupService::Cold::build, {}, version);
+      ASSERT_TRUE(answer) << answer.error().message;
+      auto parsed = protocol::lookup_reply_from_json(Json::parse((*answer)->result));
+      ASSERT_TRUE(parsed);
+      EXPECT_EQ((*answer)->result, library(*parsed)) << problem << " v" << version;
+      EXPECT_EQ(version >= 2, !parsed->entries.front().launch.is_null());
+      ++checked;
+    }
+  EXPECT_EQ(checked, 14);
+}
+
 }  // namespace
 }  // namespace ktune
