@@ -198,7 +198,7 @@ TEST(GpuTmaTest, GemmTmaVerifiesAcrossShapesDtypesSplitsAndClusters) {
   // Seeded so that the split-K and the cluster shapes surely try one of each.
   const Params split{{"BLOCK_M", 128}, {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                      {"CONSUMERS", 2}, {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
-                     {"PERSISTENT", 0}, {"SPLITS", 4}};
+                     {"PERSISTENT", 0}, {"SPLITS", 4}, {"SCHEDULE", 0}};
   Params cluster = split;
   cluster["CLUSTER_M"] = 2;
   cluster["SPLITS"] = 1;
