@@ -28,8 +28,9 @@
 //     BLOCK_M x BLOCK_N tiles (so BLOCK_M 64 is possible), warpgroup w taking the block's work
 //     units 2 i + w. Two named barriers order the mainloops: a warpgroup issues its tile's wgmmas
 //     only after the other one has issued all of its previous tile's, so the mainloops alternate
-//     and one warpgroup's epilogue runs under the other's MMAs (short-K shapes: 8192x8192x512 has
-//     8 k-tiles per tile, and the serial epilogue was ~10 % of the time). The producer is the same:
+//     and one warpgroup's epilogue runs under the other's MMAs (short-K shapes: 8192x8192x512, 8
+//     k-tiles per tile, went 0.90 -> 1.09x cuBLAS on the H200, bench/NOTES.md "gemm_tma step 2";
+//     long-K shapes gain nothing: the epilogue is 1-2 % there). The producer is the same:
 //     it fills the ring in work-unit order, and each warpgroup steps its ring position over the
 //     other's k-tiles. The ordering is also what keeps the parity waits exact: a warpgroup waits
 //     on a stage only after every earlier fill of the ring has completed.
