@@ -6,9 +6,12 @@
 //   ktune-bench --suite gemm|membound|smoke [--strategy model] [--budget 200] [--out FILE]
 //   ktune-bench --problem gemm:bf16:rc:M=4096,N=4096,K=4096 --strategy exhaustive --record FILE
 //   ktune-bench --suite tma --template gemm_tma      (issue 13's shapes, one template)
+//   ktune-bench ... --seed BLOCK_M=64,BLOCK_N=256,...  (measure this config first, where valid)
+//   ktune-bench ... --cubins DIR     (each winner's cubin, for cuobjdump --dump-sass there)
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -16,6 +19,7 @@
 
 #include "config/log.h"
 #include "store/table_io.h"
+#include "templates/space.h"
 #include "tuner/local_tuner.h"
 #include "tuner/strategy/registry.h"
 
@@ -75,6 +79,14 @@ std::string utc_now() {
   return buf;
 }
 
+// A file name from a problem key: letters, digits, '.', '_' and '-' only.
+std::string file_stem(const std::string& key) {
+  std::string s = key;
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  return s;
+}
+
 Json trial_json(const TrialRecord& t) {
   Json params = Json::object();
   for (const auto& [n, v] : t.params) params[n] = v;
@@ -91,8 +103,8 @@ Json trial_json(const TrialRecord& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string suite_name, strategy = "model", out, record, data_dir, export_table;
-  std::vector<std::string> problems, templates;
+  std::string suite_name, strategy = "model", out, record, data_dir, export_table, cubin_dir;
+  std::vector<std::string> problems, templates, seed_args;
   int budget = 200, device = 0, finalists = 5;
   double seconds = 0, target_ms = 100;
   bool warm_repeat = false, verbose = false;
@@ -102,6 +114,9 @@ int main(int argc, char** argv) {
   app.add_option("--template", templates,
                  "tune only these templates (repeatable; default: every template for the op)");
   app.add_option("--strategy", strategy, strategy_choices())->capture_default_str();
+  app.add_option("--seed", seed_args,
+                 "a config (NAME=V,...) to measure first in every problem whose space holds it, "
+                 "after the heuristic's (repeatable)");
   app.add_option("--budget", budget, "trials per problem (0 = the whole space)")
       ->capture_default_str();
   app.add_option("--seconds", seconds, "wall-clock budget per problem (0 = none)");
@@ -113,6 +128,8 @@ int main(int argc, char** argv) {
                  "RocksDB store (winners, trials, cubin cache); default: in memory");
   app.add_option("--out", out, "results JSON");
   app.add_option("--record", record, "also write every trial here (replay data)");
+  app.add_option("--cubins", cubin_dir,
+                 "write each winner's cubin to DIR/<problem>.cubin (for a SASS check)");
   app.add_option("--export", export_table,
                  "export every winner in the store as a table (JSON) here");
   app.add_flag("--warm-repeat", warm_repeat,
@@ -129,6 +146,13 @@ int main(int argc, char** argv) {
   }
   if (todo.empty() && export_table.empty())
     return std::fprintf(stderr, "ktune-bench: give --suite, --problem or --export\n"), 2;
+  std::vector<Params> seeds;
+  for (const auto& s : seed_args) {
+    auto params = parse_params(s);
+    if (!params)
+      return std::fprintf(stderr, "ktune-bench: --seed: %s\n", params.error().message.c_str()), 2;
+    seeds.push_back(std::move(*params));
+  }
 
   LocalTunerOptions options;
   options.data_dir = data_dir;
@@ -146,6 +170,7 @@ int main(int argc, char** argv) {
               {"node", t.context().node_id},
               {"telemetry_at_start", hello.value("telemetry", Json::object())},
               {"strategy", strategy},
+              {"seeds", seed_args},
               {"templates", templates.empty() ? Json("all") : Json(templates)},
               {"budget_trials", budget},
               {"compile_threads", t.compiler().threads()},
@@ -165,6 +190,7 @@ int main(int argc, char** argv) {
     req.problem = p;
     req.strategy = strategy;
     req.templates = templates;
+    req.seeds = seeds;
     req.budget = Budget{budget, seconds, 0};
     req.finalists = finalists;
     req.timing.target_ms = target_ms;
@@ -233,6 +259,27 @@ int main(int argc, char** argv) {
         row["vs_copy"] = ratio;
       } else {
         row["baseline_error"] = copy.error().message;
+      }
+    }
+    if (!cubin_dir.empty()) {  // a cubin cache hit (the store caches what the search compiled)
+      const KernelTemplate* tmpl = t.templates().find(best.template_name);
+      const DeviceLimits& limits = t.context().limits;
+      auto inst = tmpl ? instantiate(*tmpl, p, limits, best.params)
+                       : fail(ErrorCode::not_found, "no template " + best.template_name);
+      if (inst) {
+        auto c = t.compiler().compile(
+            {tmpl, inst->name_expression, target_arch(tmpl->manifest, limits.cc)});
+        const std::string path = cubin_dir + "/" + file_stem(p.key()) + ".cubin";
+        if (c.ok() && write_file_atomic(path, c.kernel.cubin))
+          row["cubin"] = {{"path", path},
+                          {"registers", c.kernel.registers},
+                          {"spill_stores", c.kernel.spill_stores},
+                          {"spill_loads", c.kernel.spill_loads},
+                          {"stack_bytes", c.kernel.stack_bytes}};
+        else
+          row["cubin_error"] = c.ok() ? "cannot write " + path : c.log.substr(0, 500);
+      } else {
+        row["cubin_error"] = inst.error().message;
       }
     }
     if (warm_repeat) {

@@ -14,11 +14,26 @@
 // walked column by column inside a band), EPILOGUE (0: from registers, 4-byte stores; 1: through a
 // dedicated shared area, 8 rows per warp at a time, 16-byte stores), CLUSTER_M (2: vertically
 // adjacent tiles in a 2-CTA cluster that multicasts the shared B tile), SPLITS (split-K: each
-// tile's K range in SPLITS work units). Persistence is a launch choice: the kernel walks work
+// tile's K range in SPLITS work units), SCHEDULE (how the consumer warpgroups share the work,
+// below). Persistence is a launch choice: the kernel walks work
 // units blockIdx.x, + gridDim.x, ... (in clusters); a grid of one block per unit is the plain
 // kernel, a grid of max_active_clusters clusters the persistent one. The stage ring and its
 // phases carry over from one unit to the next, so the producer fills the next tile's stages while
 // the consumers run the epilogue of the current one.
+//
+// Consumer schedules (SCHEDULE):
+//   0 cooperative: both consumer warpgroups work on every tile, each on BLOCK_M / CONSUMERS rows
+//     of it; the tensor cores idle while the consumers run a tile's epilogue.
+//   1 ping-pong (two consumers, persistent grid, no split-K): each warpgroup owns whole
+//     BLOCK_M x BLOCK_N tiles (so BLOCK_M 64 is possible), warpgroup w taking the block's work
+//     units 2 i + w. Two named barriers order the mainloops: a warpgroup issues its tile's wgmmas
+//     only after the other one has issued all of its previous tile's, so the mainloops alternate
+//     and one warpgroup's epilogue runs under the other's MMAs (short-K shapes: 8192x8192x512, 8
+//     k-tiles per tile, went 0.90 -> 1.09x cuBLAS on the H200, bench/NOTES.md "gemm_tma step 2";
+//     long-K shapes gain nothing: the epilogue is 1-2 % there). The producer is the same:
+//     it fills the ring in work-unit order, and each warpgroup steps its ring position over the
+//     other's k-tiles. The ordering is also what keeps the parity waits exact: a warpgroup waits
+//     on a stage only after every earlier fill of the ring has completed.
 //
 // Shared memory (dynamic, base rounded up to 1024 B): [stage 0 | ... | stage S-1 | epilogue area |
 // full[S] | empty[S] | split-K flag]. A stage is A (BLOCK_M rows) then B (BLOCK_N rows), each as
@@ -27,8 +42,9 @@
 // starts on a 1024-byte boundary. The manifest's `smem` must equal TmaConfig::kSmemBytes.
 //
 // Synchronisation: full[s] (count 1): the producer thread arrives with expect_tx(stage bytes),
-// the TMA loads complete the transaction. empty[s] (count 4 * CONSUMERS * CLUSTER_M): each consumer
-// warp (of each CTA of the cluster) arrives once the wgmmas that read stage s have retired
+// the TMA loads complete the transaction. empty[s] (count 4 * readers * CLUSTER_M, readers =
+// CONSUMERS cooperative, 1 ping-pong): each consumer warp that read the stage (in each CTA of the
+// cluster) arrives once the wgmmas that read stage s have retired
 // (wgmma.wait_group 1 after the next stage's wgmmas are issued; the last stage of a unit after
 // wait_group 0). Use u of a stage (u = 0, 1, ...) waits on full with parity u & 1 and, for u > 0,
 // the producer waits on empty with parity (u - 1) & 1.
@@ -64,10 +80,20 @@ using ktune_tma::tma_load_2d;
 using ktune_tma::tma_load_2d_multicast;
 
 // ---- compile-time configuration -----------------------------------------------------------------
-template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS, int EPILOGUE>
+constexpr int kCooperative = 0;  // SCHEDULE values
+constexpr int kPingpong = 1;
+
+template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS, int EPILOGUE,
+          int SCHEDULE>
 struct TmaConfig {
+  using In = TIn;
+  using Out = TOut;
+  static constexpr int kBlockM = BLOCK_M, kBlockN = BLOCK_N, kStages = STAGES, kEpilogue = EPILOGUE;
   static constexpr int kThreads = (CONSUMERS + 1) * 128;
-  static constexpr int kWgM = BLOCK_M / CONSUMERS;  // rows per consumer warpgroup
+  // Rows of a tile per consumer warpgroup: a share of the tile, or the whole tile (ping-pong).
+  static constexpr int kWgM = SCHEDULE == kPingpong ? BLOCK_M : BLOCK_M / CONSUMERS;
+  // Consumer warpgroups that read each stage (and release it on empty[s]).
+  static constexpr int kReaders = SCHEDULE == kPingpong ? 1 : CONSUMERS;
   static constexpr int kMS = kWgM / 64;             // m64 slices per consumer warpgroup
   static constexpr int kAcc = BLOCK_N / 2;          // fp32 accumulators per slice per thread
   static constexpr int kKK = BLOCK_K / 16;          // k16 steps per stage
@@ -87,7 +113,10 @@ struct TmaConfig {
   static_assert(sizeof(TIn) == 2, "bf16 or fp16 inputs: a 64-element box row is one 128-byte swizzle span");
   static_assert(BLOCK_K % 64 == 0 && BLOCK_K <= 128, "BLOCK_K: one or two 128-byte column blocks");
   static_assert(BLOCK_N == 128 || BLOCK_N == 256, "wgmma n128 or n256");
-  static_assert(BLOCK_M % (64 * CONSUMERS) == 0 && BLOCK_M <= 256, "whole m64 slices per warpgroup; TMA box <= 256");
+  static_assert(kWgM % 64 == 0 && kWgM * kReaders == BLOCK_M && BLOCK_M <= 256,
+                "whole m64 slices per warpgroup; TMA box <= 256");
+  static_assert(SCHEDULE == kCooperative || (SCHEDULE == kPingpong && CONSUMERS == 2),
+                "ping-pong alternates two consumer warpgroups");
   static_assert(kMS * kAcc <= 128, "at most 128 fp32 accumulators per thread");
   static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
   static_assert(STAGES >= 2 && STAGES <= 8, "2..8 stages");
@@ -252,6 +281,144 @@ __device__ __forceinline__ bool splitk_reduce(float (&acc)[MS][ACC], float* __re
   return true;
 }
 
+// What a block's consumers need to walk their work units: the units (u = first, first + step, ...
+// < units), the raster, the K range, the cluster rank and the shared-memory addresses.
+struct BlockWork {
+  int units, first, step, splits;
+  int units_m, tiles_n, group;  // raster of tile groups (rows of clusters x tile columns)
+  int k_tiles;
+  unsigned rank;                // CTA rank in the cluster
+  unsigned stages, full, empty; // shared addresses: the ring, full[0], empty[0]
+  unsigned char* epi;           // this warp's staged-epilogue area
+  unsigned char* flag;          // the split-K "last CTA" flag
+};
+
+// Named barriers 2 and 3 order the ping-pong mainloops (0 is __syncthreads, 1 the consumers'
+// barrier in splitk_reduce): warpgroup w waits on 2 + w with its 128 threads (bar.sync) until the
+// other warpgroup's 128 threads arrive on it (bar.arrive, no wait).
+__device__ __forceinline__ void order_wait(int bar) { asm volatile("bar.sync %0, 256;\n" ::"r"(bar) : "memory"); }
+__device__ __forceinline__ void order_arrive(int bar) { asm volatile("bar.arrive %0, 256;\n" ::"r"(bar) : "memory"); }
+
+// Releases stage `stage` to the producer(s): one arrival per consumer warp on empty[stage] of this
+// CTA and, in a 2-CTA cluster, of the peer (it multicast half of the stage's B into this CTA).
+template <int CLUSTER_M>
+__device__ __forceinline__ void release_stage(const BlockWork& w, int stage) {
+  if ((threadIdx.x & 31) != 0) return;
+  mbar_arrive(w.empty + 8 * stage);
+  if constexpr (CLUSTER_M == 2) mbar_arrive_remote(w.empty + 8 * stage, w.rank ^ 1u);
+}
+
+// One consumer warpgroup's main loop over k-tiles [kt_begin, kt_end) of a work unit, from ring
+// position (s, phase) on, which it advances past them: waits on full[s], issues the stage's
+// wgmmas into acc (zeroed first) for rows [row0, row0 + kWgM) of the tile, and releases the
+// previous stage once its wgmmas have retired (wait_group 1). Returns the last stage, still held,
+// with its wgmmas possibly in flight (finish_mainloop waits for them and releases it).
+template <typename Cfg, int CLUSTER_M, int MS, int ACC>
+__device__ __forceinline__ int mainloop(float (&acc)[MS][ACC], const BlockWork& w, int& s, int& phase, int kt_begin,
+                                        int kt_end, int row0) {
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) acc[ms][i] = 0.0f;
+  int prev = -1;
+  for (int kt = kt_begin; kt < kt_end; ++kt) {
+    mbar_wait(w.full + 8 * s, static_cast<unsigned>(phase));
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
+    wgmma_fence();
+    const unsigned st = w.stages + s * Cfg::kStageBytes;
+    mma_stage<typename Cfg::In, Cfg::kBlockM, Cfg::kBlockN, Cfg::kKK, MS, ACC>(acc, st, st + Cfg::kABytes, row0);
+    wgmma_commit();
+    wgmma_wait<1>();  // the previous stage's wgmmas have retired: release it
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
+    if (prev >= 0) release_stage<CLUSTER_M>(w, prev);
+    prev = s;
+    if (++s == Cfg::kStages) {
+      s = 0;
+      phase ^= 1;
+    }
+  }
+  return prev;
+}
+
+template <int CLUSTER_M, int MS, int ACC>
+__device__ __forceinline__ void finish_mainloop(float (&acc)[MS][ACC], const BlockWork& w, int prev) {
+  wgmma_wait<0>();
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
+  if (prev >= 0) release_stage<CLUSTER_M>(w, prev);
+}
+
+// Writes rows [row0, row0 + kWgM) x columns [col0, col0 + BLOCK_N) of C with the configured epilogue.
+template <typename Cfg, int MS, int ACC>
+__device__ __forceinline__ void store_tile(const float (&acc)[MS][ACC], const BlockWork& w,
+                                           typename Cfg::Out* __restrict__ C, int M, int N, int row0, int col0,
+                                           float alpha, float beta) {
+  if constexpr (Cfg::kEpilogue == 1) {
+    epilogue_staged<typename Cfg::Out, Cfg::kBlockN, Cfg::kEpiPitch, MS, ACC>(acc, w.epi, C, M, N, row0, col0, alpha,
+                                                                            beta);
+  } else {
+    epilogue_direct<typename Cfg::Out, MS, ACC>(acc, C, M, N, row0, col0, alpha, beta);
+  }
+}
+
+// SCHEDULE 0: consumer warpgroup cw computes rows [cw * kWgM, (cw + 1) * kWgM) of every work unit.
+template <typename Cfg, int CLUSTER_M, int MS, int ACC>
+__device__ __forceinline__ void consume_cooperative(const BlockWork& w, typename Cfg::Out* __restrict__ C,
+                                                    float* __restrict__ workspace, int* __restrict__ tile_counters,
+                                                    int M, int N, float alpha, float beta, int cw) {
+  int s = 0, phase = 0;
+  for (int u = w.first; u < w.units; u += w.step) {
+    int um, tn;
+    ktune_gemm_sm90_detail::raster(u / w.splits, w.units_m, w.tiles_n, w.group, um, tn);
+    const int tm = um * CLUSTER_M + static_cast<int>(w.rank);
+    const int split = u % w.splits;
+    const int kt_begin = static_cast<int>((static_cast<long long>(w.k_tiles) * split) / w.splits);
+    const int kt_end = static_cast<int>((static_cast<long long>(w.k_tiles) * (split + 1)) / w.splits);
+    float acc[MS][ACC];
+    const int prev = mainloop<Cfg, CLUSTER_M>(acc, w, s, phase, kt_begin, kt_end, cw * Cfg::kWgM);
+    finish_mainloop<CLUSTER_M>(acc, w, prev);
+    if (w.splits > 1 && !splitk_reduce<Cfg, MS, ACC>(acc, workspace, tile_counters,
+                                                      (u / w.splits) * CLUSTER_M + static_cast<int>(w.rank), split,
+                                                      w.splits, w.flag))
+      continue;  // another CTA finishes this tile
+    store_tile<Cfg>(acc, w, C, M, N, tm * Cfg::kBlockM + cw * Cfg::kWgM, tn * Cfg::kBlockN, alpha, beta);
+  }
+}
+
+// SCHEDULE 1: consumer warpgroup cw computes whole tiles, the block's work units 2 i + cw (no
+// split-K). Its mainloop starts only once the other warpgroup has issued every wgmma of the unit
+// before (order barrier 2 + cw), and it lets the other one go (barrier 2 + (cw ^ 1)) as soon as
+// its own are issued, before waiting for them and running its epilogue: the epilogue overlaps the
+// other warpgroup's MMAs. An arrive is sent only when the other warpgroup has a unit to start, so
+// every bar.arrive meets a bar.sync. Ring positions of the other's units are stepped over; since
+// the units before have all been waited for, each stage's earlier fills are complete when a
+// warpgroup waits on it, and the parity of its wait names the fill it needs.
+template <typename Cfg, int CLUSTER_M, int MS, int ACC>
+__device__ __forceinline__ void consume_pingpong(const BlockWork& w, typename Cfg::Out* __restrict__ C, int M, int N,
+                                                 float alpha, float beta, int cw) {
+  int s = 0, phase = 0;
+  int local = 0;  // index of u among this block's units
+  for (int u = w.first; u < w.units; u += w.step, ++local) {
+    if ((local & 1) != cw) {  // the other warpgroup's unit: step over its k-tiles in the ring
+      s += w.k_tiles;
+      phase ^= (s / Cfg::kStages) & 1;
+      s %= Cfg::kStages;
+      continue;
+    }
+    if (local > 0) order_wait(2 + cw);
+    int um, tn;
+    ktune_gemm_sm90_detail::raster(u, w.units_m, w.tiles_n, w.group, um, tn);
+    const int tm = um * CLUSTER_M + static_cast<int>(w.rank);
+    float acc[MS][ACC];
+    const int prev = mainloop<Cfg, CLUSTER_M>(acc, w, s, phase, 0, w.k_tiles, 0);
+    if (u + w.step < w.units) order_arrive(2 + (cw ^ 1));
+    finish_mainloop<CLUSTER_M>(acc, w, prev);
+    store_tile<Cfg>(acc, w, C, M, N, tm * Cfg::kBlockM, tn * Cfg::kBlockN, alpha, beta);
+  }
+}
+
 }  // namespace ktune_gemm_tma_detail
 
 // grid: any number of blocks, a multiple of CLUSTER_M (units = ceil(tiles_m / CLUSTER_M) * tiles_n
@@ -271,15 +438,16 @@ __device__ __forceinline__ bool splitk_reduce(float (&acc)[MS][ACC], float* __re
 // every store masked).
 
 template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS,
-          int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS>
+          int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS, int SCHEDULE>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     ktune_gemm_tma(const __grid_constant__ ktune_tensor_map tmA, const __grid_constant__ ktune_tensor_map tmB,
                    TOut* __restrict__ C, float* __restrict__ workspace, int* __restrict__ tile_counters, int M,
                    int N, int K, float alpha, float beta) {
   using namespace ktune_gemm_tma_detail;
-  using Cfg = TmaConfig<TIn, TOut, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, CONSUMERS, EPILOGUE>;
+  using Cfg = TmaConfig<TIn, TOut, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, CONSUMERS, EPILOGUE, SCHEDULE>;
   constexpr int splits = SPLITS;
   static_assert(SPLITS >= 1, "at least one k-slice per tile");
+  static_assert(SCHEDULE == kCooperative || SPLITS == 1, "ping-pong: whole tiles, no split-K");
   constexpr int MS = Cfg::kMS, ACC = Cfg::kAcc;
   static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of 1 or 2 CTAs along M");
   constexpr int kBHalf = BLOCK_N / CLUSTER_M;  // B rows each CTA of a cluster loads
@@ -297,7 +465,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, 4 * CONSUMERS * CLUSTER_M);
+      mbar_init(empty + 8 * s, 4 * Cfg::kReaders * CLUSTER_M);
     }
     fence_barrier_init();
   }
@@ -352,60 +520,15 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     // ---- consumers ----
     if constexpr (CONSUMERS == 2) setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;
-    const bool leader = (tid & 31) == 0;
-    int s = 0, phase = 0;
-    for (int u = first; u < units; u += step) {
-      int um, tn;
-      ktune_gemm_sm90_detail::raster(u / splits, units_m, tiles_n, group, um, tn);
-      const int tm = um * CLUSTER_M + static_cast<int>(rank);
-      const int split = u % splits;
-      const int kt_end = static_cast<int>((static_cast<long long>(k_tiles) * (split + 1)) / splits);
-      float acc[MS][ACC];
-#pragma unroll
-      for (int ms = 0; ms < MS; ++ms)
-#pragma unroll
-        for (int i = 0; i < ACC; ++i) acc[ms][i] = 0.0f;
-      int prev = -1;
-      for (int kt = static_cast<int>((static_cast<long long>(k_tiles) * split) / splits); kt < kt_end; ++kt) {
-        mbar_wait(full + 8 * s, static_cast<unsigned>(phase));
-#pragma unroll
-        for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
-        wgmma_fence();
-        const unsigned st = stages + s * Cfg::kStageBytes;
-        mma_stage<TIn, BLOCK_M, BLOCK_N, Cfg::kKK, MS, ACC>(acc, st, st + Cfg::kABytes, cw * Cfg::kWgM);
-        wgmma_commit();
-        wgmma_wait<1>();  // the previous stage's wgmmas have retired: release it
-#pragma unroll
-        for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
-        if (prev >= 0 && leader) {
-          mbar_arrive(empty + 8 * prev);
-          if constexpr (CLUSTER_M == 2) mbar_arrive_remote(empty + 8 * prev, rank ^ 1u);
-        }
-        prev = s;
-        if (++s == STAGES) {
-          s = 0;
-          phase ^= 1;
-        }
-      }
-      wgmma_wait<0>();
-#pragma unroll
-      for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
-      if (prev >= 0 && leader) {
-        mbar_arrive(empty + 8 * prev);
-        if constexpr (CLUSTER_M == 2) mbar_arrive_remote(empty + 8 * prev, rank ^ 1u);
-      }
-      const int row0 = tm * BLOCK_M + cw * Cfg::kWgM, col0 = tn * BLOCK_N;
-      if (splits > 1 && !splitk_reduce<Cfg, MS, ACC>(acc, workspace, tile_counters,
-                                                    (u / splits) * CLUSTER_M + static_cast<int>(rank), split, splits,
-                                                    gemm_tma_smem + (stages - raw) + Cfg::kFlagOffset))
-        continue;  // another CTA finishes this tile
-      if constexpr (EPILOGUE == 1) {
-        unsigned char* area =
-            gemm_tma_smem + (stages - raw) + STAGES * Cfg::kStageBytes + ((tid - 128) >> 5) * Cfg::kEpiWarpBytes;
-        epilogue_staged<TOut, BLOCK_N, Cfg::kEpiPitch, MS, ACC>(acc, area, C, M, N, row0, col0, alpha, beta);
-      } else {
-        epilogue_direct<TOut, MS, ACC>(acc, C, M, N, row0, col0, alpha, beta);
-      }
+    unsigned char* base = gemm_tma_smem + (stages - raw);
+    const BlockWork w{units,   first,   step,  splits, units_m, tiles_n,
+                      group,   k_tiles, rank,  stages, full,    empty,
+                      base + STAGES * Cfg::kStageBytes + ((tid - 128) >> 5) * Cfg::kEpiWarpBytes,
+                      base + Cfg::kFlagOffset};
+    if constexpr (SCHEDULE == kPingpong) {
+      consume_pingpong<Cfg, CLUSTER_M, MS, ACC>(w, C, M, N, alpha, beta, cw);
+    } else {
+      consume_cooperative<Cfg, CLUSTER_M, MS, ACC>(w, C, workspace, tile_counters, M, N, alpha, beta, cw);
     }
   }
   // A CTA of a cluster leaves only when its peer no longer multicasts into it or arrives on its

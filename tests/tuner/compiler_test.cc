@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdio>
 #include <set>
 
 #include "config/config.h"
@@ -182,6 +183,15 @@ TEST(CompilerTest, GemmTmaHeuristicConfigsCompileForSm90aWithoutSpills) {
       reqs.push_back({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
   };
   for (const auto& s : shapes) add("bf16", "bf16", s);
+  {  // short K, large M and N: the heuristic serves the ping-pong schedule
+    const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 8192}, {"N", 8192}, {"K", 512}}};
+    auto h = heuristic_config(*t, p, limits);
+    ASSERT_TRUE(h) << h.error().message;
+    EXPECT_EQ(h->at("SCHEDULE"), 1) << params_to_string(*h);
+    EXPECT_EQ(h->at("BLOCK_M"), 128);
+    EXPECT_EQ(h->at("BLOCK_N"), 128);
+    EXPECT_EQ(h->at("STAGES"), 4);
+  }
   // The other dtype pairings (their heuristic configs differ only where fp32 staging needs room).
   for (const auto& s : {shapes[0], shapes[5], shapes[9]}) {
     add("bf16", "fp32", s);
@@ -196,6 +206,75 @@ TEST(CompilerTest, GemmTmaHeuristicConfigsCompileForSm90aWithoutSpills) {
     EXPECT_EQ(results[i].kernel.spill_loads, 0) << reqs[i].name_expression;
     EXPECT_EQ(results[i].log.find("setmaxnreg"), std::string::npos)
         << reqs[i].name_expression << "\n" << results[i].log.substr(0, 2000);
+  }
+}
+
+// gemm_tma's ping-pong schedule (issue 13 step 2): the space offers it only where it is meant
+// to run (two consumers, persistent, no split-K; BLOCK_M 64 nowhere else), and a spread of its
+// configs, every tile shape and a 2-CTA cluster and fp32 output among them, compiles for sm_90a
+// with NVRTC: no spills, no stack, setmaxnreg honoured (the 40/232 budget holds).
+TEST(CompilerTest, GemmTmaPingpongConfigsCompileForSm90aWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 8192}, {"N", 8192}, {"K", 512}}};
+  auto space = SearchSpace::build(*t, p, limits);
+  ASSERT_TRUE(space) << space.error().message;
+  std::vector<Params> pingpong;
+  std::set<std::pair<std::int64_t, std::int64_t>> tiles;
+  for (const auto& c : space->configs()) {
+    if (c.at("BLOCK_M") == 64) {
+      EXPECT_EQ(c.at("SCHEDULE"), 1) << params_to_string(c);
+    }
+    if (c.at("SCHEDULE") != 1) continue;
+    EXPECT_EQ(c.at("CONSUMERS"), 2) << params_to_string(c);
+    EXPECT_EQ(c.at("PERSISTENT"), 1) << params_to_string(c);
+    EXPECT_EQ(c.at("SPLITS"), 1) << params_to_string(c);
+    // Each warpgroup holds a whole tile's accumulators: at most 128 fp32 per thread.
+    EXPECT_LE(c.at("BLOCK_M") / 64 * c.at("BLOCK_N") / 2, 128) << params_to_string(c);
+    tiles.insert({c.at("BLOCK_M"), c.at("BLOCK_N")});
+    pingpong.push_back(c);
+  }
+  const std::set<std::pair<std::int64_t, std::int64_t>> want_tiles = {
+      {64, 128}, {64, 256}, {128, 128}};
+  EXPECT_EQ(tiles, want_tiles);
+  ASSERT_GE(pingpong.size(), 8u);
+  std::vector<CompileRequest> reqs;
+  std::set<std::string> names;
+  auto add = [&](const Problem& prob, const Params& params) {
+    auto inst = instantiate(*t, prob, limits, params);
+    ASSERT_TRUE(inst) << params_to_string(params) << ": " << inst.error().message;
+    if (names.insert(inst->name_expression).second)
+      reqs.push_back({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
+  };
+  const size_t want = 8;
+  for (size_t i = 0; i < want; ++i) add(p, pingpong[i * pingpong.size() / want]);  // evenly spread
+  Params big{{"BLOCK_M", 64},   {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
+             {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 2},
+             {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}};
+  add(p, big);  // the largest accumulator tile, multicast in a 2-CTA cluster
+  Params fp32 = big;
+  fp32["BLOCK_M"] = 128;
+  fp32["BLOCK_N"] = 128;
+  fp32["CLUSTER_M"] = 1;
+  add(Problem{"gemm", "bf16", "fp32", "rc", {{"M", 8192}, {"N", 8192}, {"K", 512}}}, fp32);
+  Compiler compiler({.threads = 2});
+  auto results = compiler.compile_all(reqs);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string& n = reqs[i].name_expression;
+    ASSERT_TRUE(results[i].ok()) << n << "\n" << results[i].log.substr(0, 2000);
+    std::printf("%s: %d registers, %d B stack\n", n.c_str(), results[i].kernel.registers,
+                results[i].kernel.stack_bytes);
+    EXPECT_EQ(results[i].kernel.spill_stores, 0) << n;
+    EXPECT_EQ(results[i].kernel.spill_loads, 0) << n;
+    EXPECT_EQ(results[i].kernel.stack_bytes, 0) << n;
+    // Registers at launch: the cap of (128 producer + 256 consumer threads) in one block.
+    EXPECT_GT(results[i].kernel.registers, 0) << n;
+    EXPECT_LE(results[i].kernel.registers, 168) << n;
+    EXPECT_EQ(results[i].log.find("setmaxnreg"), std::string::npos)
+        << n << "\n"
+        << results[i].log.substr(0, 2000);
   }
 }
 
