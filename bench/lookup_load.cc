@@ -6,7 +6,8 @@
 //   repeat   one exact lookup, the same line again and again (served by the answer cache)
 //   zipf     GEMM shapes drawn from a Zipf law over --zipf-keys shapes (an LLM server's mix)
 //   novel    a shape no client asked before, every request (M from 1..8192, as in LLM serving)
-//   ops      a rotation of lookup (zipf), status, templates, misses, jobs: mixed daemon traffic
+//   ops      mixed daemon traffic: 15 requests in 16 lookups (zipf, 1 in 64 novel), the 16th a
+//            rotation of status, templates, misses, jobs
 //
 //   ktune-lookup-load --socket S --mix repeat:63,novel:1x16 --seconds 5 [--pipeline 1] [--json]
 //       (63 clients repeating a cached lookup, one client with 16 never-seen lookups in flight)
@@ -91,17 +92,15 @@ class Generator {
         return m_o.redis ? redis_get("key:0")
                          : (m_o.request.empty() ? gemm_lookup(m_o, 4096, 4096, 4096) : m_o.request);
       case Traffic::zipf: return zipf();
-      case Traffic::novel: {
-        const std::uint64_t i = m_o.novel_offset + seq * std::uint64_t(m_clients) + std::uint64_t(client);
-        const long m = long(1 + i % 8192), n = long(64 * (1 + (i / 8192) % 1024)),
-                   k = long(64 * (1 + (i / 8192 / 1024) % 1024));
-        return m_o.redis ? redis_get("novel:" + std::to_string(i)) : gemm_lookup(m_o, m, n, k);
-      }
+      case Traffic::novel: return novel(client, seq);
       case Traffic::ops: {
         static constexpr std::array<const char*, 4> k_other = {
             R"({"v":1,"id":1,"op":"status"})", R"({"v":1,"id":1,"op":"templates"})",
             R"({"v":1,"id":1,"op":"misses","limit":20})", R"({"v":1,"id":1,"op":"jobs","limit":20})"};
-        return seq % 2 == 0 ? zipf() : k_other[(seq / 2) % k_other.size()];
+        // Mostly lookups, as an application node's traffic is: one request in 16 is an
+        // introspection op (each builds its whole reply: ~100-250 us of executor time).
+        if (seq % 16 != 15) return seq % 64 == 7 ? novel(client, seq) : zipf();
+        return k_other[(seq / 16) % k_other.size()];
       }
     }
     return {};
@@ -114,6 +113,12 @@ class Generator {
   }
 
  private:
+  std::string novel(int client, std::uint64_t seq) {
+    const std::uint64_t i = m_o.novel_offset + seq * std::uint64_t(m_clients) + std::uint64_t(client);
+    const long m = long(1 + i % 8192), n = long(64 * (1 + (i / 8192) % 1024)),
+               k = long(64 * (1 + (i / 8192 / 1024) % 1024));
+    return m_o.redis ? redis_get("novel:" + std::to_string(i)) : gemm_lookup(m_o, m, n, k);
+  }
   std::string zipf() {
     const double u = std::uniform_real_distribution<double>(0, 1)(m_rng);
     const size_t rank =

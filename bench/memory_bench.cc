@@ -26,7 +26,9 @@
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <atomic>
 #include <set>
+#include <thread>
 
 #include "templates/registry.h"
 #include "tests/fakes/daemon_parts.h"
@@ -238,7 +240,91 @@ json bench_answers(testing::DaemonParts& parts, int lines) {
           {"rss_growth_mib", rss_mib() - rss0}};
 }
 
-int run(int winners, int queries, int misses, int big_lines, int fast, const std::string& label) {
+// VmRSS in MiB as the daemon would see it (no malloc_trim).
+double rss_untrimmed_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+// `distinct` never-seen gemm lookups from `threads` threads through what a daemon runs for each
+// (parse, LookupService::lookup with its line, reply(): the answer and line caches, the miss
+// tracker), with `winners` winners in the index; the RSS (untrimmed) sampled as keys go by.
+// Everything that grows with distinct keys is in these structures; sockets add per-connection
+// buffers only (issue 10: RSS bounded after 10 million distinct keys).
+json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t distinct, int threads) {
+  std::mt19937_64 rng(7);
+  std::vector<WinnerRecord> records;
+  std::set<std::string> keys;
+  while (records.size() < size_t(winners)) {
+    Problem p = llm_gemm(rng);
+    if (keys.insert(p.key()).second) records.push_back(testing::winner(p, 10.0));
+  }
+  keys.clear();
+  parts.index.load(std::move(records));
+  const double rss0 = rss_untrimmed_mib();
+  std::atomic<std::int64_t> next{0}, done{0}, errors{0};
+  std::atomic<bool> finished{false};
+  json curve = json::array();
+  const auto t0 = Clock::now();
+  std::thread sampler([&] {
+    std::int64_t mark = 0;
+    while (!finished.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a sampling period, not a sync
+      const std::int64_t d = done.load();
+      if (d >= mark) {
+        curve.push_back({{"keys", d}, {"rss_mib", rss_untrimmed_mib()},
+                         {"seconds", micros(t0, Clock::now()) / 1e6}});
+        mark = d + distinct / 20;
+      }
+    }
+  });
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (std::int64_t i = next++; i < distinct; i = next++) {
+        const std::int64_t m = 1 + i % 8192, n = 64 * (1 + (i / 8192) % 256),
+                           k = 64 * (1 + (i / (8192 * 256)) % 256);
+        const std::string line =
+            R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":)" +
+            std::to_string(m) + R"(,"N":)" + std::to_string(n) + R"(,"K":)" + std::to_string(k) +
+            "}}}";
+        const auto s0 = std::chrono::steady_clock::now();
+        auto a = parts.lookups.lookup(protocol::Json::parse(line), LookupService::Cold::build, line);
+        if (a && *a)
+          (void)parts.lookups.reply(protocol::Json(1), **a, s0);
+        else
+          ++errors;
+        ++done;
+      }
+    });
+  for (auto& t : pool) t.join();
+  finished = true;
+  sampler.join();
+  const double seconds = micros(t0, Clock::now()) / 1e6;
+  const auto caches = parts.lookups.cache_stats();
+  const auto m = parts.misses.stats();
+  curve.push_back({{"keys", done.load()}, {"rss_mib", rss_untrimmed_mib()}, {"seconds", seconds}});
+  return {{"distinct", done.load()},
+          {"threads", threads},
+          {"errors", errors.load()},
+          {"seconds", seconds},
+          {"per_second", double(done.load()) / seconds},
+          {"winners", parts.index.size()},
+          {"rss_mib_after_index", rss0},
+          {"rss_mib_end", rss_untrimmed_mib()},
+          {"rss_curve", curve},
+          {"answer_cache", {{"entries", caches.answers.entries}, {"bytes", caches.answers.bytes},
+                            {"evictions", caches.answers.evictions}}},
+          {"line_cache", {{"entries", caches.lines.entries}, {"bytes", caches.lines.bytes}}},
+          {"miss_tracker", {{"distinct", m.distinct}, {"bytes", m.bytes}, {"max_bytes", m.max_bytes},
+                            {"evicted", m.evicted}}}};
+}
+
+int run(int winners, int queries, int misses, int big_lines, int fast, std::int64_t distinct,
+        int threads, const std::string& label) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::time_t now = std::time(nullptr);
@@ -249,6 +335,16 @@ int run(int winners, int queries, int misses, int big_lines, int fast, const std
               {"host", host},
               {"cpu_threads", sysconf(_SC_NPROCESSORS_ONLN)},
               {"date", date}};
+  if (distinct > 0) {  // only the distinct-keys run
+    const auto templates = TemplateRegistry::load({builtin_template_dir()});
+    NodeIdentity node;
+    node.node_id = "bench";
+    node.gpu_error = "no GPU in the bench";
+    testing::DaemonParts parts(default_config(), templates, node);
+    out["distinct"] = bench_distinct(parts, winners, distinct, threads);
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
   out["nearest"] = bench_nearest(winners, queries);
 
   const auto templates = TemplateRegistry::load({builtin_template_dir()});
@@ -292,13 +388,18 @@ int main(int argc, char** argv) {
   int misses = 400'000;
   int big_lines = 40'000;
   int fast = 200'000;
+  std::int64_t distinct = 0;
+  int threads = int(std::max(1u, std::thread::hardware_concurrency()));
   std::string label = "run";
   app.add_option("--winners", winners, "winners in the one family nearest searches");
   app.add_option("--queries", queries, "nearest calls per limit");
   app.add_option("--misses", misses, "distinct missed keys recorded");
   app.add_option("--big-lines", big_lines, "lookups with a unique 60 KB unknown field");
   app.add_option("--fast", fast, "fast-path and key-cache calls");
+  app.add_option("--distinct", distinct,
+                 "only: this many never-seen lookups through LookupService, RSS as they go");
+  app.add_option("--threads", threads, "threads of the --distinct run (default: one per CPU)");
   app.add_option("--label", label, "a name for this run in the output");
   CLI11_PARSE(app, argc, argv);
-  return ktune::run(winners, queries, misses, big_lines, fast, label);
+  return ktune::run(winners, queries, misses, big_lines, fast, distinct, threads, label);
 }

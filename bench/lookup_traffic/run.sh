@@ -10,7 +10,13 @@
 #   distinct    (DISTINCT=10000000 to run) that many never-seen keys from 64 clients, then RSS
 #
 #   bench/lookup_traffic/run.sh [seconds-per-point]      (needs redis-server, redis-tools)
-# Writes bench/results/lookup-traffic-<host>-<date>.json and prints each point.
+# Writes bench/results/lookup-traffic-<host>-<date>[-LABEL].json (or $OUT_JSON) and prints each
+# point. On a machine without the build (the GPU node), name what to run:
+#   KTUNED=bin/ktuned LOAD=bin/ktune-lookup-load TABLE=table.json PIN=0,1 LABEL=after \
+#   COMMIT=abc1234 POINTS="cold cached cached+cold zipf" bench/lookup_traffic/run.sh 5
+# PIN: CPUs (taskset -c) for ktuned, the load generator and redis-server, e.g. 0,1 for a 2-core
+# box; TABLE: an exported table to import instead of asking the daemon for one (make_table.py);
+# POINTS: which points to run (default: all; distinct only with DISTINCT > 0).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-5}
@@ -18,30 +24,40 @@ COUNT=${COUNT:-100000}
 REQUESTS=${REQUESTS:-100000}
 DISTINCT=${DISTINCT:-0}
 BUILD=${BUILD_DIR:-build}
-LOAD="$BUILD/bench/ktune-lookup-load"
-cmake --build "$BUILD" --target ktuned ktune-lookup-load >/dev/null
+POINTS=${POINTS:-cold cached cached+cold zipf mixed distinct redis}
+if [ -z "${KTUNED:-}" ]; then
+  cmake --build "$BUILD" --target ktuned ktune-lookup-load >/dev/null
+fi
+KTUNED=${KTUNED:-$BUILD/daemon/ktuned}
+LOAD_BIN=${LOAD:-$BUILD/bench/ktune-lookup-load}
+RUN=()
+[ -n "${PIN:-}" ] && RUN=(taskset -c "$PIN")
+LOAD=("${RUN[@]}" "$LOAD_BIN")
 TMP=$(mktemp -d /tmp/ktune-traffic-XXXXXX)
 cleanup() { kill "${KPID:-}" "${RPID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$TMP"; }
 trap cleanup EXIT
 
-"$BUILD/daemon/ktuned" --socket "$TMP/k.sock" --data-dir "$TMP/data" --set server.metrics= \
+"${RUN[@]}" "$KTUNED" --socket "$TMP/k.sock" --data-dir "$TMP/data" --set server.metrics= \
   --set log.level=warn --set store.seed_tables= ${KTUNED_ARGS:-} 2>"$TMP/ktuned.log" & KPID=$!
 for _ in $(seq 100); do [ -S "$TMP/k.sock" ] && break; sleep 0.1; done
 t0=$(date +%s.%N)
-python3 bench/lookup_traffic/make_table.py "$TMP/k.sock" "$TMP/table.json" --count "$COUNT"
+TABLE_JSON=${TABLE:-$TMP/table.json}
+[ -n "${TABLE:-}" ] || python3 bench/lookup_traffic/make_table.py "$TMP/k.sock" "$TABLE_JSON" --count "$COUNT"
 PYTHONPATH=client/python python3 -c "
 import ktune, sys
 c = ktune.Client(socket_path='$TMP/k.sock', cache_ttl=0, timeout=600)
-print('import:', {k: v for k, v in c.import_file('$TMP/table.json').items() if k != 'rejected'})
+print('import:', {k: v for k, v in c.import_file('$TABLE_JSON').items() if k != 'rejected'})
 print('winners:', c.status()['winners'])
 "
 echo "table of $COUNT winners built and imported in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
 
 points=()
+want() { [[ " $POINTS " == *" $1 "* ]]; }
 point() {  # name, then ktune-lookup-load arguments
   local name=$1; shift
+  want "$name" || return 0
   local out
-  out=$("$LOAD" --socket "$TMP/k.sock" --json "$@") || { echo "$name: errors (see above)"; }
+  out=$("${LOAD[@]}" --socket "$TMP/k.sock" --json "$@") || { echo "$name: errors (see above)"; }
   echo "$name: $out"
   points+=("{\"name\":\"$name\",\"args\":\"$*\",\"result\":$out}")
 }
@@ -55,8 +71,10 @@ if [ "$DISTINCT" -gt 0 ]; then
 fi
 
 # Redis: the same load generator, GET over the same Zipf law, values the size of ktune's reply.
-if command -v redis-server >/dev/null; then
-  redis-server --port 0 --unixsocket "$TMP/r.sock" --save '' --appendonly no --loglevel warning \
+REDIS_SERVER=${REDIS_SERVER:-redis-server}
+REDIS_CLI=${REDIS_CLI:-redis-cli}
+if want redis && command -v "$REDIS_SERVER" >/dev/null; then
+  "${RUN[@]}" "$REDIS_SERVER" --port 0 --unixsocket "$TMP/r.sock" --save '' --appendonly no --loglevel warning \
     >"$TMP/redis.log" 2>&1 & RPID=$!
   for _ in $(seq 50); do [ -S "$TMP/r.sock" ] && break; sleep 0.1; done
   value=$(python3 -c "print('x' * 600)")
@@ -66,18 +84,18 @@ v = '$value'
 for z in range(10000):
     k = f'zipf:{z}'
     sys.stdout.write(f'*3\r\n\$3\r\nSET\r\n\${len(k)}\r\n{k}\r\n\${len(v)}\r\n{v}\r\n')
-" | redis-cli -s "$TMP/r.sock" --pipe >/dev/null
-  rz=$("$LOAD" --socket "$TMP/r.sock" --redis --json --mix zipf:64 --seconds "$SECS")
+" | "$REDIS_CLI" -s "$TMP/r.sock" --pipe >/dev/null
+  rz=$("${LOAD[@]}" --socket "$TMP/r.sock" --redis --json --mix zipf:64 --seconds "$SECS")
   echo "redis zipf: $rz"
   points+=("{\"name\":\"redis-zipf\",\"args\":\"--redis --mix zipf:64\",\"result\":$rz}")
 fi
 
 mkdir -p bench/results
-OUT=bench/results/lookup-traffic-$(hostname)-$(date -u +%Y%m%d).json
-python3 - "$OUT" "$SECS" "$COUNT" "$(git rev-parse --short HEAD)" "$(redis-server --version 2>/dev/null || echo none)" "${points[@]}" <<'PY'
+OUT=${OUT_JSON:-bench/results/lookup-traffic-$(hostname)-$(date -u +%Y%m%d)${LABEL:+-$LABEL}.json}
+python3 - "$OUT" "$SECS" "$COUNT" "${COMMIT:-$(git rev-parse --short HEAD)}" "$("$REDIS_SERVER" --version 2>/dev/null || echo none)" "${PIN:-all}" "${KTUNED_ARGS:-}" "${points[@]}" <<'PY'
 import datetime, json, os, platform, sys
-out, secs, count, commit, redis = sys.argv[1:6]
-points = [json.loads(p) for p in sys.argv[6:]]
+out, secs, count, commit, redis, pin, ktuned_args = sys.argv[1:8]
+points = [json.loads(p) for p in sys.argv[8:]]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
 by = {p["name"]: p["result"] for p in points}
 summary = {}
@@ -97,7 +115,7 @@ for name in ("mixed", "distinct"):
         summary[f"{name}_rss_kib"] = by[name]["server_rss_kib"]
 doc = {"benchmark": "lookup_traffic", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
        "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
-       "commit": commit, "redis": redis, "seconds_per_point": float(secs), "winners_in_index": int(count),
+       "commit": commit, "redis": redis, "cpus_pinned": pin, "ktuned_args": ktuned_args, "seconds_per_point": float(secs), "winners_in_index": int(count),
        "summary": summary, "points": points}
 json.dump(doc, open(out, "w"), indent=2)
 print(json.dumps(summary, indent=2))
