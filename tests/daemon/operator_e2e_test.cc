@@ -2,10 +2,14 @@
 // (strict exposition format, 405, /readyz apart from /livez), a second daemon that fails before
 // it touches anything, SIGHUP, log levels, config discovery. Label "e2e".
 #include <gtest/gtest.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -273,6 +277,87 @@ TEST_F(OperatorTest, InfoLevelLogsNoRequests) {
   const std::string log = read_file(d->log_path());
   EXPECT_NE(log.find(" stopped"), std::string::npos) << log;
   EXPECT_EQ(log.find(" request "), std::string::npos) << log;
+}
+
+// ---- the node-wide socket ----
+
+// Sets (or unsets, for nullptr) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : m_name(name) {
+    if (const char* old = std::getenv(name)) m_old = old;
+    value ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() { m_old ? ::setenv(m_name, m_old->c_str(), 1) : ::unsetenv(m_name); }
+
+ private:
+  const char* m_name;
+  std::optional<std::string> m_old;
+};
+
+TEST_F(OperatorTest, ClientFallsBackToTheNodeWideSocket) {
+  auto d = daemon({});
+  ASSERT_TRUE(d->start());
+  const std::string runtime = m_dir / "runtime";  // no per-user daemon here
+  ScopedEnv xdg("XDG_RUNTIME_DIR", runtime.c_str());
+  ScopedEnv socket_env("KTUNE_SOCKET", nullptr);
+  ClientOptions o;
+  o.system_socket_path = d->socket();
+  Client c(o);
+  auto status = c.status();
+  ASSERT_TRUE(status) << status.error().message;
+  EXPECT_EQ((*status)["pid"], d->pid());
+  EXPECT_EQ(c.endpoint(), d->socket());
+
+  ClientOptions none;
+  none.system_socket_path = m_dir / "none.sock";
+  auto missing = Client(none).status();
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().message.find(runtime + "/ktune/ktuned.sock"), std::string::npos)
+      << missing.error().message;
+  EXPECT_NE(missing.error().message.find("node-wide " + (m_dir / "none.sock")), std::string::npos)
+      << missing.error().message;
+}
+
+TEST_F(OperatorTest, PermissionDeniedSaysWhichSocketWhichGroupAndHowToJoin) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user";
+  const group* g = ::getgrnam("daemon");
+  if (!g) GTEST_SKIP() << "no group 'daemon'";
+  // As a node-wide daemon's: /run/ktune is mode 0750, group ktune (here: daemon).
+  ::chmod(m_dir.path().c_str(), 0711);
+  const std::string run = m_dir / "run";
+  fs::create_directories(run);
+  ASSERT_EQ(::chown(run.c_str(), 0, g->gr_gid), 0);
+  ::chmod(run.c_str(), 0750);
+  DaemonProcess d(run + "/ktuned.sock", m_dir / "data",
+                  {"--set", "server.metrics=127.0.0.1:0"});
+  ASSERT_TRUE(d.start());
+
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {  // nobody, in no group
+    ::close(fds[0]);
+    if (::setgroups(0, nullptr) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) _exit(2);
+    ClientOptions o;
+    o.socket_path = run + "/ktuned.sock";
+    auto s = Client(o).status();
+    const std::string message = s ? "connected" : s.error().message;
+    (void)!::write(fds[1], message.data(), message.size());
+    _exit(0);
+  }
+  ::close(fds[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) message.append(buf, size_t(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  EXPECT_NE(message.find(run + "/ktuned.sock"), std::string::npos) << message;
+  EXPECT_NE(message.find("Permission denied"), std::string::npos) << message;
+  EXPECT_NE(message.find("group 'daemon'"), std::string::npos) << message;
+  EXPECT_NE(message.find("usermod -aG daemon"), std::string::npos) << message;
 }
 
 // ---- config discovery ----
