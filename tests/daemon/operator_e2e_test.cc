@@ -319,6 +319,15 @@ TEST_F(OperatorTest, ClientFallsBackToTheNodeWideSocket) {
       << missing.error().message;
 }
 
+TEST_F(OperatorTest, CliTriesTheNodeWideSocketToo) {
+  const std::string runtime = m_dir / "runtime";  // no per-user daemon here
+  const auto [rc, out] = testing::run_command("env -u KTUNE_SOCKET XDG_RUNTIME_DIR=" + runtime +
+                                              " " + testing::ktune_cli_path() + " status 2>&1");
+  if (rc == 0) GTEST_SKIP() << "a node-wide ktuned answers on this machine";
+  EXPECT_NE(out.find(runtime + "/ktune/ktuned.sock"), std::string::npos) << out;
+  EXPECT_NE(out.find(std::string("node-wide ") + k_system_socket_path), std::string::npos) << out;
+}
+
 TEST_F(OperatorTest, PermissionDeniedSaysWhichSocketWhichGroupAndHowToJoin) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user";
   const group* g = ::getgrnam("daemon");
