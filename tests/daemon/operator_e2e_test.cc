@@ -1,17 +1,17 @@
 // An operator's view of ktuned (docs/operations.md), against a real daemon: the metrics port
 // (strict exposition format, 405, /readyz apart from /livez), a second daemon that fails before
 // it touches anything, SIGHUP, log levels, config discovery. Label "e2e".
-#include <gtest/gtest.h>
 #include <grp.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <optional>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -338,8 +338,7 @@ TEST_F(OperatorTest, PermissionDeniedSaysWhichSocketWhichGroupAndHowToJoin) {
   fs::create_directories(run);
   ASSERT_EQ(::chown(run.c_str(), 0, g->gr_gid), 0);
   ::chmod(run.c_str(), 0750);
-  DaemonProcess d(run + "/ktuned.sock", m_dir / "data",
-                  {"--set", "server.metrics=127.0.0.1:0"});
+  DaemonProcess d(run + "/ktuned.sock", m_dir / "data", {"--set", "server.metrics=127.0.0.1:0"});
   ASSERT_TRUE(d.start());
 
   int fds[2];
