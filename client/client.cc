@@ -3,11 +3,13 @@
 #include <fstream>
 #include <sstream>
 
+#include <grp.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -47,6 +49,54 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
   }
 }
 
+// connect(2) to a Unix socket; 0 and the descriptor in `fd`, or the errno.
+int connect_unix(const std::string& path, int& fd) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) return ENAMETOOLONG;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return 0;
+  const int err = errno;
+  ::close(fd);
+  fd = -1;
+  return err;
+}
+
+// The group that may open `path`: the socket's own, or, when its directory cannot even be
+// entered, the nearest directory's above it (/run/ktune is the ktune group's, mode 0750).
+std::string socket_group(const std::string& path) {
+  std::string p = path;
+  while (!p.empty()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0) {
+      if (const group* g = ::getgrgid(st.st_gid)) return g->gr_name;
+      return std::to_string(st.st_gid);
+    }
+    const auto slash = p.rfind('/');
+    if (slash == std::string::npos || slash == 0) break;
+    p.resize(slash);
+  }
+  return "";
+}
+
+std::string connect_failure(const std::string& path, int err, const std::string& also_tried) {
+  std::string message = "cannot connect to ktuned at " + path + ": " + std::strerror(err);
+  if (err == EACCES || err == EPERM) {
+    const std::string group = socket_group(path);
+    const std::string name = group.empty() ? "<the daemon's group>" : group;
+    message += " (the socket is for members of " +
+               (group.empty() ? std::string("the daemon's group") : "group '" + group + "'") +
+               ": join it with `sudo usermod -aG " + name +
+               " $USER` and log in again, or ask the node's admin; docs/operations.md)";
+  } else if (err == ENOENT || err == ECONNREFUSED) {
+    message += also_tried.empty() ? "" : "; nor at the node-wide " + also_tried;
+    message += " (is ktuned running? start it with `ktuned`, or set KTUNE_SOCKET to its socket)";
+  }
+  return message;
+}
+
 }  // namespace
 
 std::string Client::default_socket_path() {
@@ -57,8 +107,38 @@ std::string Client::default_socket_path() {
 }
 
 Client::Client(ClientOptions options) : m_options(std::move(options)) {
-  if (m_options.socket_path.empty() && m_options.tcp_address.empty())
+  if (m_options.socket_path.empty() && m_options.tcp_address.empty()) {
     m_options.socket_path = default_socket_path();
+    const char* env = std::getenv("KTUNE_SOCKET");
+    if (!(env && *env) && m_options.system_socket_path != m_options.socket_path)
+      m_fallback_socket = m_options.system_socket_path;
+  }
+}
+
+protocol::Expected<void> Client::connect_unix_locked() {
+  int fd = -1;
+  const int err = connect_unix(m_options.socket_path, fd);
+  if (err == 0) {
+    m_fd = fd;
+    return {};
+  }
+  if ((err == ENOENT || err == ECONNREFUSED) && !m_fallback_socket.empty()) {
+    // No per-user daemon: the node-wide one, if there is one.
+    const int system_err = connect_unix(m_fallback_socket, fd);
+    if (system_err == 0) {
+      m_options.socket_path = m_fallback_socket;  // reconnects go there too
+      m_fallback_socket.clear();
+      m_fd = fd;
+      return {};
+    }
+    if (system_err != ENOENT && system_err != ECONNREFUSED)
+      return protocol::error(ErrorKind::connection_failed,
+                             connect_failure(m_fallback_socket, system_err, ""));
+    return protocol::error(ErrorKind::connection_failed,
+                           connect_failure(m_options.socket_path, err, m_fallback_socket));
+  }
+  return protocol::error(ErrorKind::connection_failed,
+                         connect_failure(m_options.socket_path, err, ""));
 }
 
 Client::~Client() {
@@ -74,56 +154,37 @@ void Client::disconnect_locked() {
 protocol::Expected<void> Client::connect_locked() {
   if (m_fd >= 0) return {};
   const auto deadline = deadline_after(m_options.timeout);
-  std::string where;
+  if (m_options.tcp_address.empty()) return connect_unix_locked();
+  const std::string where = m_options.tcp_address;
   int fd = -1;
-  if (m_options.tcp_address.empty()) {
-    where = m_options.socket_path;
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    if (where.size() >= sizeof addr.sun_path)
-      return protocol::error(ErrorKind::connection_failed, where + ": socket path too long");
-    std::memcpy(addr.sun_path, where.c_str(), where.size() + 1);
-    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-      const std::string reason = std::strerror(errno);
-      if (fd >= 0) ::close(fd);
-      return protocol::error(ErrorKind::connection_failed,
-                             "cannot connect to ktuned at " + where + ": " + reason +
-                                 (errno == ENOENT || errno == ECONNREFUSED
-                                      ? " (is ktuned running? start it with `ktuned`)"
-                                      : ""));
-    }
-  } else {
-    where = m_options.tcp_address;
-    const auto colon = where.rfind(':');
-    if (colon == std::string::npos)
-      return protocol::error(ErrorKind::connection_failed, "expected host:port, got " + where);
-    addrinfo hints{}, *res = nullptr;
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    if (::getaddrinfo(where.substr(0, colon).c_str(), where.substr(colon + 1).c_str(), &hints,
-                      &res) != 0 ||
-        !res)
-      return protocol::error(ErrorKind::connection_failed, "cannot resolve " + where);
-    fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
-    ::freeaddrinfo(res);
-    if (rc != 0 && errno == EINPROGRESS && wait_for(fd, POLLOUT, deadline)) {
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      rc = err == 0 ? 0 : -1;
-      errno = err;
-    }
-    if (rc != 0) {
-      const std::string reason = std::strerror(errno);
-      if (fd >= 0) ::close(fd);
-      return protocol::error(ErrorKind::connection_failed,
-                             "cannot connect to ktuned at " + where + ": " + reason);
-    }
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const auto colon = where.rfind(':');
+  if (colon == std::string::npos)
+    return protocol::error(ErrorKind::connection_failed, "expected host:port, got " + where);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (::getaddrinfo(where.substr(0, colon).c_str(), where.substr(colon + 1).c_str(), &hints,
+                    &res) != 0 ||
+      !res)
+    return protocol::error(ErrorKind::connection_failed, "cannot resolve " + where);
+  fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
+  ::freeaddrinfo(res);
+  if (rc != 0 && errno == EINPROGRESS && wait_for(fd, POLLOUT, deadline)) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    rc = err == 0 ? 0 : -1;
+    errno = err;
   }
+  if (rc != 0) {
+    const std::string reason = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    return protocol::error(ErrorKind::connection_failed,
+                           "cannot connect to ktuned at " + where + ": " + reason);
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   m_fd = fd;
   return {};
 }

@@ -23,10 +23,16 @@
 
 namespace ktune {
 
+// Where a node-wide ktuned (the systemd unit, config/ktuned-node.yaml) listens for every user.
+inline constexpr const char* k_system_socket_path = "/run/ktune/ktuned.sock";
+
 struct ClientOptions {
   // Unix socket of the daemon. Default: $KTUNE_SOCKET, else $XDG_RUNTIME_DIR/ktune/ktuned.sock,
-  // else /tmp/ktune-<uid>/ktuned.sock (the daemon's defaults).
+  // else /tmp/ktune-<uid>/ktuned.sock (the daemon's defaults), then system_socket_path.
   std::string socket_path;
+  // Tried when socket_path and $KTUNE_SOCKET are unset and no daemon listens at the per-user
+  // default: the node-wide daemon's socket. "" never tries one. Default /run/ktune/ktuned.sock.
+  std::string system_socket_path = k_system_socket_path;
   // "host:port" to use TCP instead of the Unix socket. Default "" (Unix socket).
   std::string tcp_address;
   // Token sent with every TCP request. Default "".
@@ -97,6 +103,11 @@ class Client {
   void clear_cache();
   const ClientOptions& options() const { return m_options; }
   static std::string default_socket_path();
+  // The socket the client connects to (the per-user default, or the node-wide one it fell back
+  // to); the TCP address when it uses TCP.
+  const std::string& endpoint() const {
+    return m_options.tcp_address.empty() ? m_options.socket_path : m_options.tcp_address;
+  }
 
  private:
   protocol::Expected<void> connect_locked();
@@ -112,7 +123,11 @@ class Client {
                                                        std::chrono::milliseconds timeout);
   void disconnect_locked();
 
+  // Connects to the Unix socket (or its fallback); sets m_fd.
+  protocol::Expected<void> connect_unix_locked();
+
   ClientOptions m_options;
+  std::string m_fallback_socket;  // system_socket_path when the default path was chosen
   std::mutex m_mutex;
   int m_fd = -1;
   std::string m_pending;  // bytes read past the last reply

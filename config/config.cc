@@ -172,6 +172,8 @@ const std::vector<KeySpec>& key_specs() {
       {{"log.level", "KTUNE_LOG_LEVEL", "debug | info | warn | error | off"},
        &DaemonConfig::log_level},
       {{"log.format", "KTUNE_LOG_FORMAT", "text | json"}, &DaemonConfig::log_format},
+      {{"log.file", "KTUNE_LOG_FILE", "file to log to instead of stderr, reopened on SIGHUP"},
+       &DaemonConfig::log_file},
       {{"fleet.redis", "KTUNE_FLEET_REDIS",
         "the fleet's Redis: a Unix socket path or host:port (\"\" = no fleet)"},
        &DaemonConfig::fleet_redis,

@@ -130,6 +130,9 @@ struct DaemonConfig {
   LogLevel log_level = LogLevel::info;
   // text | json (JSON lines on stderr). Default text.
   LogFormat log_format = LogFormat::text;
+  // File the log goes to instead of stderr (the daemon's stderr is pointed at it, so worker
+  // processes log there too); reopened on SIGHUP, so logrotate can move it away. Default "".
+  std::string log_file;
 
   // ---- fleet (docs/fleet.md; nothing below changes anything while fleet_redis is "") ----
   // The fleet's Redis: a Unix socket path ("/run/redis/redis.sock", or "unix:/path") or

@@ -1,10 +1,13 @@
 #include "config/log.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 
 namespace ktune {
@@ -47,6 +50,19 @@ std::string_view to_string(LogLevel level) {
 void log_setup(LogLevel level, LogFormat format) {
   g_level.store(level);
   g_format.store(format);
+}
+
+Result<void> log_to_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  if (fd < 0)
+    return fail(ErrorCode::io_error, path + ": cannot open log file: " + std::strerror(errno));
+  // dup2 swaps the file behind descriptor 2 atomically: a concurrent write goes whole to the old
+  // file or the new one.
+  const bool ok = ::dup2(fd, STDERR_FILENO) >= 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) return fail(ErrorCode::io_error, path + ": cannot log to it: " + std::strerror(err));
+  return {};
 }
 
 bool log_enabled(LogLevel level) {

@@ -10,6 +10,8 @@
 #include <string_view>
 #include <utility>
 
+#include "config/error.h"
+
 namespace ktune {
 
 enum class LogLevel { debug = 0, info = 1, warn = 2, error = 3, off = 4 };
@@ -33,6 +35,10 @@ struct LogField {
 };
 
 void log_setup(LogLevel level, LogFormat format);
+// Points stderr (the log, and what child processes inherit) at `path`, opened for appending
+// (created 0640). Called again with the same path after logrotate moved the file away, it
+// reopens it: lines written meanwhile went to the old file, none is lost or split.
+Result<void> log_to_file(const std::string& path);
 bool log_enabled(LogLevel level);
 void log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields = {});
 

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -18,11 +20,34 @@
 #include "daemon/lookups.h"
 #include "daemon/server.h"
 #include "daemon/systemd.h"
+#include "ktune_version.h"
 #include "store/rocksdb_store.h"
 #include "store/table_io.h"
 #include "templates/registry.h"
 
 namespace ktune {
+
+ConfigSearch ConfigSearch::from_environment() {
+  ConfigSearch search;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x) search.xdg_config_home = x;
+  if (const char* h = std::getenv("HOME"); h && *h) search.home = h;
+  return search;
+}
+
+std::string find_config_file(const std::string& flag, const ConfigSearch& search) {
+  if (!flag.empty()) return flag;
+  std::vector<std::string> candidates;
+  if (!search.xdg_config_home.empty())
+    candidates.push_back(search.xdg_config_home + "/ktune/ktuned.yaml");
+  else if (!search.home.empty())
+    candidates.push_back(search.home + "/.config/ktune/ktuned.yaml");
+  candidates.push_back(search.system_file);
+  for (const auto& c : candidates) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(c, ec)) return c;
+  }
+  return "";
+}
 
 Result<DaemonConfig> build_config(const DaemonFlags& flags,
                                   const std::map<std::string, std::string>& env) {
@@ -47,7 +72,7 @@ Result<DaemonConfig> build_config(const DaemonFlags& flags,
 namespace {
 
 // Reads a seed table and merges it through the catalog.
-Result<void> seed(Catalog& catalog, const std::string& path) {
+Result<ImportReport> seed(Catalog& catalog, const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return fail(ErrorCode::io_error, path + ": cannot open");
   std::ostringstream text;
@@ -55,12 +80,60 @@ Result<void> seed(Catalog& catalog, const std::string& path) {
   auto report = catalog.import(text.str(), path);
   if (!report) return std::unexpected(report.error());
   if (!report->applied()) return fail(ErrorCode::invalid_argument, report->rejection_summary());
-  return {};
+  return report;
+}
+
+// name@hash of every template, sorted: what a reload compares.
+std::vector<std::string> template_identity(const TemplateRegistry& templates) {
+  std::vector<std::string> out;
+  for (const auto& t : templates.all()) out.push_back(t->name() + "@" + t->hash);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// SIGHUP: reopen the log file, merge the seed tables again, and compare the template
+// directories with what is loaded. Runs on the executor (disk work). Never fails the daemon: a
+// table that does not load is logged and the others still merge.
+void reload(const DaemonConfig& config, Catalog& catalog, const TemplateRegistry& templates) {
+  notify_reloading();
+  if (!config.log_file.empty())
+    if (auto ok = log_to_file(config.log_file); !ok)
+      log(LogLevel::error, "log_reopen_failed", {{"error", ok.error().message}});
+  size_t merged = 0, added = 0, replaced = 0, failed = 0;
+  for (const auto& table : config.seed_tables) {
+    auto report = seed(catalog, table);
+    if (!report) {
+      ++failed;
+      log(LogLevel::error, "reload_table_failed",
+          {{"table", table}, {"error", report.error().message}});
+      continue;
+    }
+    ++merged;
+    added += report->added;
+    replaced += report->replaced;
+  }
+  const TemplateRegistry scanned = TemplateRegistry::load(config.template_dirs);
+  const bool templates_changed = template_identity(scanned) != template_identity(templates);
+  if (templates_changed)
+    log(LogLevel::warn, "templates_changed",
+        {{"loaded", templates.all().size()},
+         {"on_disk", scanned.all().size()},
+         {"action", "restart ktuned to serve the changed templates"}});
+  log(LogLevel::info, "reloaded",
+      {{"tables", merged},
+       {"tables_failed", failed},
+       {"winners_added", added},
+       {"winners_replaced", replaced},
+       {"templates_changed", templates_changed ? "yes" : "no"},
+       {"winners", catalog.index().size()}});
+  notify_ready("reloaded: " + std::to_string(catalog.index().size()) + " winners");
 }
 
 }  // namespace
 
-int run_daemon(const DaemonFlags& flags) {
+int run_daemon(const DaemonFlags& given) {
+  DaemonFlags flags = given;
+  flags.config_file = find_config_file(given.config_file, ConfigSearch::from_environment());
   auto config = build_config(flags, ktune_environment());
   if (!config) {
     std::fprintf(stderr, "ktuned: %s\n", config.error().message.c_str());
@@ -70,14 +143,35 @@ int run_daemon(const DaemonFlags& flags) {
     std::fputs(config_to_yaml(*config).c_str(), stdout);
     return 0;
   }
-  log_setup(config->log_level, config->log_format);
   auto fatal = [](const std::string& what) {
     log(LogLevel::error, "startup_failed", {{"error", what}});
     std::fprintf(stderr, "ktuned: %s\n", what.c_str());
     return 1;
   };
+  if (!config->log_file.empty())
+    if (auto ok = log_to_file(config->log_file); !ok) return fatal(ok.error().message);
+  log_setup(config->log_level, config->log_format);
 
   if (flags.recover) return run_recovery(*config);
+
+  // One io_context for the listeners and signals, plus one per I/O thread for the sessions.
+  boost::asio::io_context io;
+  // Installed first: a SIGHUP while the store opens waits for the handler instead of killing.
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+  ::signal(SIGPIPE, SIG_IGN);
+  std::vector<std::unique_ptr<boost::asio::io_context>> session_contexts;
+  std::vector<boost::asio::io_context*> session_pointers;
+  std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guards;
+  for (int i = 0; i < config->io_threads; ++i) {
+    session_contexts.push_back(std::make_unique<boost::asio::io_context>(1));
+    session_pointers.push_back(session_contexts.back().get());
+    guards.push_back(boost::asio::make_work_guard(*session_contexts.back()));
+  }
+  // Every listener before the store: a second daemon stops here, having touched nothing.
+  Metrics metrics;
+  Server server(io, *config, metrics, session_pointers);
+  if (auto ok = server.bind(); !ok) return fatal(ok.error().message);
+
   auto store = RocksDbStore::open(config->data_dir + "/db");
   if (!store) return fatal(store.error().message);
   for (const auto& w : (*store)->open_warnings())
@@ -97,7 +191,6 @@ int run_daemon(const DaemonFlags& flags) {
     if (auto ok = seed(catalog, table); !ok)
       return fatal("seed table " + table + ": " + ok.error().message);
 
-  Metrics metrics;
   MissTracker misses(size_t(config->miss_tracker_bytes));
   LookupService lookups(*config, templates, catalog, node, metrics, misses);
   JobQueue jobs(**store, config->max_queued_jobs);
@@ -118,37 +211,39 @@ int run_daemon(const DaemonFlags& flags) {
   Executor executor(config->executor_threads, 10);
   Dispatcher dispatcher(ctx, &executor);
 
-  // One io_context for the listeners and signals, plus one per I/O thread for the sessions.
-  boost::asio::io_context io;
-  std::vector<std::unique_ptr<boost::asio::io_context>> session_contexts;
-  std::vector<boost::asio::io_context*> session_pointers;
-  std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> guards;
-  for (int i = 0; i < config->io_threads; ++i) {
-    session_contexts.push_back(std::make_unique<boost::asio::io_context>(1));
-    session_pointers.push_back(session_contexts.back().get());
-    guards.push_back(boost::asio::make_work_guard(*session_contexts.back()));
-  }
-  Server server(io, *config, dispatcher, metrics, session_pointers);
-  if (auto ok = server.start(); !ok) return fatal(ok.error().message);
+  // Ready: the store is open (above) and templates are loaded; stop() adds "shutting down".
+  server.set_readiness([&templates]() -> std::string {
+    if (templates.all().empty()) return "no templates loaded (templates.dirs)";
+    return "";
+  });
+  server.serve(dispatcher);
   if (*fleet) (*fleet)->start();  // before the lanes: they claim keys through it
   if (auto ok = scheduler.start(); !ok) return fatal(ok.error().message);
 
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    log(LogLevel::info, "shutdown", {{"signal", sig}});
-    notify_stopping();
-    server.stop();
-    scheduler.stop();  // lanes end at their next trial; running jobs go back to the queue
-    jobs.stop();
-    for (auto& g : guards) g.reset();  // session threads end when their sessions have closed
-  });
-  ::signal(SIGPIPE, SIG_IGN);
+  std::function<void(const boost::system::error_code&, int)> on_signal =
+      [&](const boost::system::error_code& ec, int sig) {
+        if (ec) return;
+        if (sig == SIGHUP) {
+          log(LogLevel::info, "reload", {{"signal", sig}});
+          executor.post([&] { reload(*config, catalog, templates); });
+          signals.async_wait(on_signal);
+          return;
+        }
+        log(LogLevel::info, "shutdown", {{"signal", sig}});
+        notify_stopping();
+        server.stop();
+        scheduler.stop();  // lanes end at their next trial; running jobs go back to the queue
+        jobs.stop();
+        for (auto& g : guards) g.reset();  // session threads end when their sessions have closed
+      };
+  signals.async_wait(on_signal);
 
   std::string gpus;
   for (const auto& g : node.gpus) gpus += (gpus.empty() ? "" : ",") + g.device_class.id();
   log(LogLevel::info, "ready",
-      {{"socket", config->socket_path},
+      {{"version", k_version},
+       {"config", flags.config_file.empty() ? "none (defaults)" : flags.config_file},
+       {"socket", config->socket_path},
        {"tcp", server.tcp_endpoint()},
        {"metrics", server.metrics_endpoint()},
        {"store", (*store)->describe()},
@@ -167,7 +262,7 @@ int run_daemon(const DaemonFlags& flags) {
   io.run();
   for (auto& t : threads) t.join();
   executor.stop();
-  kernels.stop();  // compiles still running answer nobody: their sessions are gone
+  kernels.stop();                // compiles still running answer nobody: their sessions are gone
   if (*fleet) (*fleet)->stop();  // after the lanes, which give their claims back
   log(LogLevel::info, "stopped");
   return 0;

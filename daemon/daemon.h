@@ -11,7 +11,7 @@
 namespace ktune {
 
 struct DaemonFlags {
-  std::string config_file;
+  std::string config_file;  // --config; "" = find_config_file()'s search
   std::string socket;
   std::string data_dir;
   std::vector<std::string> assignments;  // key=value
@@ -20,12 +20,30 @@ struct DaemonFlags {
   bool print_config = false;
 };
 
-// defaults < file < KTUNE_* environment < flags.
+// Where ktuned looks for its configuration file when --config is not given.
+struct ConfigSearch {
+  std::string xdg_config_home;  // $XDG_CONFIG_HOME; "" = <home>/.config
+  std::string home;             // $HOME
+  std::string system_file = "/etc/ktune/ktuned.yaml";
+  static ConfigSearch from_environment();
+};
+
+// The configuration file ktuned reads: `flag` (--config) when given, else the first of
+// $XDG_CONFIG_HOME/ktune/ktuned.yaml (~/.config/ktune/ktuned.yaml) and /etc/ktune/ktuned.yaml
+// that exists; "" when none does (the embedded defaults alone).
+std::string find_config_file(const std::string& flag, const ConfigSearch& search);
+
+// defaults < file < KTUNE_* environment < flags. flags.config_file is read as given (resolve it
+// with find_config_file first).
 Result<DaemonConfig> build_config(const DaemonFlags& flags,
                                   const std::map<std::string, std::string>& env);
 
 // Runs ktuned until SIGINT/SIGTERM; returns the process exit code (0 clean, 1 startup failure).
-// With flags.recover, runs run_recovery instead and returns its code.
+// Every listener is bound before the store is opened: a second daemon fails having touched
+// nothing. SIGHUP reopens log.file and re-reads what can change without a restart (the seed
+// tables, merged again; the template directories, compared with what is loaded: a change is
+// reported, and needs a restart). With flags.recover, runs run_recovery instead and returns its
+// code.
 int run_daemon(const DaemonFlags& flags);
 
 // `ktuned --recover`: repairs the store if it is damaged, reports what was dropped or rolled back

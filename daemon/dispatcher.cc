@@ -1,5 +1,6 @@
 #include "daemon/dispatcher.h"
 
+#include <chrono>
 #include <future>
 
 #include "config/log.h"
@@ -40,6 +41,43 @@ const OpHandler* find_handler(std::string_view name) {
   return nullptr;
 }
 
+// At log.level debug, every request is logged when its last reply line is emitted (before the
+// client can read it): op, id, peer, time, and the error of a refused one. The request and reply
+// are parsed again for this only when debug is on: the hot path pays one relaxed load.
+Emit logged(std::string_view line, const Peer& peer, Emit emit) {
+  const Json request = Json::parse(line, nullptr, false);
+  std::string op = "?", id = "null";
+  if (request.is_object()) {
+    if (auto it = request.find("op"); it != request.end() && it->is_string())
+      op = it->get<std::string>();
+    if (auto it = request.find("id"); it != request.end()) id = it->dump();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  return [emit = std::move(emit), op, id, start, tcp = peer.tcp](std::string reply, bool last) {
+    if (last) {
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count();
+      const Json parsed = Json::parse(reply, nullptr, false);
+      const Json* error = nullptr;
+      if (parsed.is_object())
+        if (auto it = parsed.find("error"); it != parsed.end() && it->is_object()) error = &*it;
+      if (error)
+        log(LogLevel::debug, "request",
+            {{"op", op},
+             {"id", id},
+             {"peer", tcp ? "tcp" : "unix"},
+             {"us", us},
+             {"error", error->value("code", std::string("?"))},
+             {"message", error->value("message", std::string())}});
+      else
+        log(LogLevel::debug, "request",
+            {{"op", op}, {"id", id}, {"peer", tcp ? "tcp" : "unix"}, {"us", us}, {"ok", "true"}});
+    }
+    return emit(std::move(reply), last);
+  };
+}
+
 }  // namespace
 
 std::span<const OpHandler> op_handlers() {
@@ -70,6 +108,7 @@ void Dispatcher::handle(std::string_view line, std::string attachment, const Pee
   // Nothing a client sends may throw out of here (the session would lose the connection and the
   // replies owed on it); a throw is a bug, answered `internal` for this line alone.
   Json id;
+  if (log_enabled(LogLevel::debug)) emit = logged(line, peer, std::move(emit));
   try {
     policy(line, std::move(attachment), peer, emit, id);
   } catch (const std::exception& e) {
@@ -78,8 +117,8 @@ void Dispatcher::handle(std::string_view line, std::string attachment, const Pee
   }
 }
 
-void Dispatcher::policy(std::string_view line, std::string attachment, const Peer& peer,
-                        Emit& emit, Json& id) {
+void Dispatcher::policy(std::string_view line, std::string attachment, const Peer& peer, Emit& emit,
+                        Json& id) {
   if (attachment.empty())
     if (auto fast = try_fast(line, peer)) return void(emit(std::move(*fast), true));
   // --- policy: parse, version ---

@@ -1,13 +1,19 @@
 // ktuned: the node-level autotuning and kernel-selection daemon. Thin: parse flags, build the
-// pieces (daemon/daemon.h), run until SIGINT/SIGTERM.
+// pieces (daemon/daemon.h), run until SIGINT/SIGTERM (SIGHUP reloads).
 #include <CLI/CLI.hpp>
 
 #include "daemon/daemon.h"
+#include "ktune_version.h"
 
 int main(int argc, char** argv) {
   ktune::DaemonFlags flags;
   CLI::App app{"ktuned — autotuning and kernel-selection service for NVIDIA GPUs"};
-  app.add_option("--config", flags.config_file, "YAML config file (see config/ktuned.yaml)");
+  app.set_version_flag(
+      "--version", std::string("ktuned ") + ktune::k_version + " (" + ktune::k_git_describe + ")");
+  app.add_option("--config", flags.config_file,
+                 "YAML config file (see config/ktuned.yaml). Default: the first that exists of "
+                 "$XDG_CONFIG_HOME/ktune/ktuned.yaml (~/.config/ktune/ktuned.yaml) and "
+                 "/etc/ktune/ktuned.yaml, else none");
   app.add_option("--socket", flags.socket, "Unix socket path (server.socket)");
   app.add_option("--data-dir", flags.data_dir, "store directory (store.data_dir)");
   app.add_option("--set", flags.assignments,

@@ -1,6 +1,9 @@
 #include "daemon/metrics.h"
 
+#include <algorithm>
 #include <sstream>
+
+#include "ktune_version.h"
 
 namespace ktune {
 
@@ -32,6 +35,10 @@ void Metrics::count_lookup(std::string_view provenance, double seconds) {
   for (size_t i = 0; i < k_provenances.size(); ++i)
     if (k_provenances[i] == provenance) m_lookups[i].fetch_add(1, std::memory_order_relaxed);
   m_lookup_nanos.fetch_add(std::uint64_t(seconds * 1e9), std::memory_order_relaxed);
+  const size_t bucket =
+      size_t(std::lower_bound(k_lookup_buckets.begin(), k_lookup_buckets.end(), seconds) -
+             k_lookup_buckets.begin());
+  m_lookup_buckets[bucket].fetch_add(1, std::memory_order_relaxed);
 }
 
 std::uint64_t Metrics::requests() const {
@@ -58,22 +65,31 @@ std::string Metrics::prometheus(const std::string& extra) const {
     os << "ktune_trials_total{outcome=\"" << k_outcomes[i] << "\"} " << m_trials[i].load() << "\n";
   os << "# HELP ktune_errors_total Error replies, by code.\n# TYPE ktune_errors_total counter\n";
   for (size_t i = 0; i < k_errors; ++i)
-    os << "ktune_errors_total{code=\"" << protocol::k_error_names[i].second << "\"} "
-       << m_errors[i].load() << "\n";
+    if (protocol::k_error_names[i].first != protocol::ErrorKind::connection_failed)  // clients'
+      os << "ktune_errors_total{code=\"" << protocol::k_error_names[i].second << "\"} "
+         << m_errors[i].load() << "\n";
   os << "# HELP ktune_lookups_total Lookups answered, by provenance of the best entry.\n"
         "# TYPE ktune_lookups_total counter\n";
-  std::uint64_t lookups = 0;
-  for (size_t i = 0; i < k_provenances.size(); ++i) {
-    lookups += m_lookups[i].load();
+  for (size_t i = 0; i < k_provenances.size(); ++i)
     os << "ktune_lookups_total{provenance=\"" << k_provenances[i] << "\"} " << m_lookups[i].load()
        << "\n";
-  }
   os << "# HELP ktune_lookup_seconds Time spent answering lookups (dispatcher only).\n"
-        "# TYPE ktune_lookup_seconds summary\n"
-     << "ktune_lookup_seconds_sum " << double(m_lookup_nanos.load()) / 1e9 << "\n"
-     << "ktune_lookup_seconds_count " << lookups << "\n";
-  os << "# HELP ktune_connections Open client connections.\n# TYPE ktune_connections gauge\n"
-     << "ktune_connections " << m_connections.load() << "\n";
+        "# TYPE ktune_lookup_seconds histogram\n";
+  std::uint64_t cumulative = 0;
+  for (size_t i = 0; i < m_lookup_buckets.size(); ++i) {
+    cumulative += m_lookup_buckets[i].load();
+    os << "ktune_lookup_seconds_bucket{le=\"";
+    if (i < k_lookup_buckets.size())
+      os << k_lookup_buckets[i];
+    else
+      os << "+Inf";
+    os << "\"} " << cumulative << "\n";
+  }
+  os << "ktune_lookup_seconds_sum " << double(m_lookup_nanos.load()) / 1e9 << "\n"
+     << "ktune_lookup_seconds_count " << cumulative << "\n";
+  os << "# HELP ktune_connections_open Open client connections.\n"
+        "# TYPE ktune_connections_open gauge\n"
+     << "ktune_connections_open " << m_connections.load() << "\n";
   os << "# HELP ktune_connections_total Client connections accepted.\n# TYPE "
         "ktune_connections_total counter\n"
      << "ktune_connections_total " << m_connections_total.load() << "\n";
@@ -88,6 +104,9 @@ std::string Metrics::prometheus(const std::string& extra) const {
         "# TYPE ktune_slow_readers_dropped_total counter\n"
      << "ktune_slow_readers_dropped_total " << m_slow_readers_dropped.load() << "\n";
   os << extra;
+  os << "# HELP ktune_build_info The running ktuned's version (always 1).\n"
+        "# TYPE ktune_build_info gauge\n"
+     << "ktune_build_info{version=\"" << k_version << "\",git=\"" << k_git_describe << "\"} 1\n";
   return os.str();
 }
 

@@ -1,7 +1,9 @@
 // Metrics: ktuned's counters, exported in Prometheus text format on the metrics port.
 //
 // Fixed sets of labels (ops, error codes, provenances) so every counter is a plain atomic: cheap
-// enough to bump on every request from every I/O thread. Thread-safe.
+// enough to bump on every request from every I/O thread. Lookup time is a histogram with fixed
+// buckets (microseconds to a second). Only series the daemon can move are exported (no error
+// code only clients produce, no trial outcome that is a state). Thread-safe.
 #pragma once
 
 #include <array>
@@ -16,6 +18,9 @@ namespace ktune {
 
 // Requests are counted per op of protocol::k_ops, plus "other" (unparsable or unknown).
 inline constexpr size_t k_metric_ops = std::size(protocol::k_ops) + 1;
+// Upper bounds of the lookup-time histogram's buckets, in seconds (+Inf is implied).
+inline constexpr std::array<double, 12> k_lookup_buckets = {1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5,
+                                                            1e-4, 2.5e-4, 1e-3, 1e-2, 0.1,    1};
 inline constexpr std::array<std::string_view, 4> k_provenances = {"exact", "nearest", "heuristic",
                                                                   "stale"};
 
@@ -41,7 +46,8 @@ class Metrics {
   std::uint64_t requests() const;
   std::uint64_t errors() const;
 
-  // Prometheus text exposition; `extra` is appended verbatim (gauges owned by others).
+  // Prometheus text exposition (format 0.0.4); `extra` is appended verbatim (gauges owned by
+  // others), then ktune_build_info.
   std::string prometheus(const std::string& extra = "") const;
 
  private:
@@ -50,9 +56,11 @@ class Metrics {
   std::array<std::atomic<std::uint64_t>, k_errors> m_errors{};
   std::array<std::atomic<std::uint64_t>, k_provenances.size()> m_lookups{};
   std::atomic<std::uint64_t> m_lookup_nanos{0};
-  static constexpr std::array<std::string_view, 8> k_outcomes = {
-      "ok",           "invalid", "compile_error", "resource_error",
-      "wrong_result", "crash",   "timeout",       "in_flight"};
+  // Per bucket (not cumulative); the last is +Inf.
+  std::array<std::atomic<std::uint64_t>, k_lookup_buckets.size() + 1> m_lookup_buckets{};
+  // Outcomes of finished trials ("in_flight" is a trial's state while it runs, never counted).
+  static constexpr std::array<std::string_view, 7> k_outcomes = {
+      "ok", "invalid", "compile_error", "resource_error", "wrong_result", "crash", "timeout"};
   std::array<std::atomic<std::uint64_t>, k_outcomes.size()> m_trials{};
   std::atomic<std::int64_t> m_connections{0};
   std::atomic<std::uint64_t> m_connections_total{0};

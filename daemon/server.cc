@@ -4,7 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <boost/asio/experimental/awaitable_operators.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <filesystem>
 
 #include "config/log.h"
@@ -13,6 +14,8 @@
 namespace ktune {
 
 namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
 using unix_proto = asio::local::stream_protocol;
 using asio::ip::tcp;
 using protocol::ErrorKind;
@@ -52,20 +55,39 @@ Result<tcp::endpoint> parse_endpoint(const std::string& host_port) {
   return tcp::endpoint(addr, static_cast<unsigned short>(std::stoi(host_port.substr(colon + 1))));
 }
 
-Server::Server(asio::io_context& io, const DaemonConfig& config, Dispatcher& dispatcher,
-               Metrics& metrics, std::vector<asio::io_context*> session_contexts)
+Server::Server(asio::io_context& io, const DaemonConfig& config, Metrics& metrics,
+               std::vector<asio::io_context*> session_contexts)
     : m_io(io),
       m_session_contexts(std::move(session_contexts)),
       m_strand(asio::make_strand(io)),
       m_config(config),
-      m_dispatcher(dispatcher),
       m_metrics(metrics) {}
+
+Server::Server(asio::io_context& io, const DaemonConfig& config, Dispatcher& dispatcher,
+               Metrics& metrics, std::vector<asio::io_context*> session_contexts)
+    : Server(io, config, metrics, std::move(session_contexts)) {
+  m_dispatcher = &dispatcher;
+}
 
 Server::~Server() {
   close_all();
 }  // the io_context is no longer running here
 
 Result<void> Server::start() {
+  if (auto ok = bind(); !ok) return ok;
+  serve(*m_dispatcher);
+  return {};
+}
+
+void Server::serve(Dispatcher& dispatcher) {
+  m_dispatcher = &dispatcher;
+  if (m_unix)
+    asio::co_spawn(m_strand, accept_clients(*m_unix, Peer{false, Rights::none}), asio::detached);
+  if (m_tcp) asio::co_spawn(m_strand, accept_clients(*m_tcp, Peer{true}), asio::detached);
+  if (m_http) asio::co_spawn(m_strand, accept_metrics(), asio::detached);
+}
+
+Result<void> Server::bind() {
   auto access = AccessPolicy::create(m_config);
   if (!access) return std::unexpected(access.error());
   m_access.emplace(std::move(*access));
@@ -92,7 +114,10 @@ Result<void> Server::listen_unix() {
   }
   if (fs::exists(fs::symlink_status(path, fec))) {
     if (socket_is_live(path))
-      return fail(ErrorCode::already_exists, path + ": another ktuned is serving on this socket");
+      return fail(ErrorCode::already_exists,
+                  path +
+                      ": another ktuned is serving on this socket (stop it, or give this one "
+                      "another socket: --socket PATH or server.socket)");
     if (!fs::is_socket(fs::symlink_status(path, fec)))
       return fail(ErrorCode::already_exists,
                   path + ": exists and is not a socket; refusing to replace it");
@@ -107,7 +132,6 @@ Result<void> Server::listen_unix() {
   if (ec) return fail(ErrorCode::io_error, path + ": cannot listen: " + ec.message());
   m_owns_socket_file = true;
   ::chmod(path.c_str(), 0660);
-  asio::co_spawn(m_strand, accept_clients(*m_unix, Peer{false, Rights::none}), asio::detached);
   return {};
 }
 
@@ -121,6 +145,11 @@ Result<std::unique_ptr<tcp::acceptor>> Server::open_tcp(const std::string& addre
   if (!ec) acceptor->set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) acceptor->bind(*ep, ec);
   if (!ec) acceptor->listen(backlog, ec);
+  if (ec == asio::error::address_in_use)
+    return fail(ErrorCode::already_exists,
+                address + ": cannot listen: " + ec.message() +
+                    " (another ktuned, or another program, holds this port; give this one a free "
+                    "host:port, port 0 for any)");
   if (ec) return fail(ErrorCode::io_error, address + ": cannot listen: " + ec.message());
   const auto local = acceptor->local_endpoint();
   bound = local.address().to_string() + ":" + std::to_string(local.port());
@@ -130,17 +159,20 @@ Result<std::unique_ptr<tcp::acceptor>> Server::open_tcp(const std::string& addre
 Result<void> Server::listen_tcp() {
   auto acceptor =
       open_tcp(m_config.tcp_address, asio::socket_base::max_listen_connections, m_tcp_endpoint);
-  if (!acceptor) return std::unexpected(acceptor.error());
+  if (!acceptor) return fail(acceptor.error().code, "server.tcp " + acceptor.error().message);
   m_tcp = std::move(*acceptor);
-  asio::co_spawn(m_strand, accept_clients(*m_tcp, Peer{true}), asio::detached);
   return {};
 }
 
 Result<void> Server::listen_metrics() {
   auto acceptor = open_tcp(m_config.metrics_address, 64, m_metrics_endpoint);
-  if (!acceptor) return fail(acceptor.error().code, "metrics " + acceptor.error().message);
+  if (!acceptor)
+    return fail(acceptor.error().code,
+                "server.metrics " + acceptor.error().message +
+                    (acceptor.error().code == ErrorCode::already_exists
+                         ? "; or server.metrics \"\" to turn the metrics port off"
+                         : ""));
   m_http = std::move(*acceptor);
-  asio::co_spawn(m_strand, accept_metrics(), asio::detached);
   return {};
 }
 
@@ -198,12 +230,14 @@ asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
     }
     if (!why.empty()) {
       m_metrics.count_error(kind);
+      log(LogLevel::info, "connection_refused",
+          {{"code", protocol::to_string(kind)}, {"reason", why}});
       asio::co_spawn(socket.get_executor(),
                      refuse(std::move(socket), protocol::reply_error(nullptr, kind, why)),
                      asio::detached);
       continue;
     }
-    auto session = std::make_shared<Session<Socket>>(std::move(socket), m_dispatcher, m_metrics,
+    auto session = std::make_shared<Session<Socket>>(std::move(socket), *m_dispatcher, m_metrics,
                                                      session_peer, limits);
     track(session);
     session->start();
@@ -223,39 +257,58 @@ asio::awaitable<void> Server::accept_metrics() {
   }
 }
 
-asio::awaitable<void> Server::serve_http(tcp::socket s) {
-  // One small request per connection: read the head (bounded in size and time), answer, close.
-  using namespace asio::experimental::awaitable_operators;
-  boost::system::error_code e;
-  std::string head;
-  asio::steady_timer timer(s.get_executor(), std::chrono::seconds(5));
-  auto read = co_await (asio::async_read_until(s, asio::dynamic_buffer(head, 8192), "\r\n\r\n",
-                                               asio::redirect_error(asio::use_awaitable, e)) ||
-                        timer.async_wait(asio::use_awaitable));
-  if (read.index() != 0 || e) {
-    s.close(e);
+asio::awaitable<void> Server::serve_http(tcp::socket socket) {
+  // One small request per connection, bounded in size and time: read it, answer, close.
+  beast::tcp_stream stream(std::move(socket));
+  stream.expires_after(std::chrono::seconds(5));
+  beast::flat_buffer buffer(8192);
+  http::request_parser<http::string_body> parser;
+  parser.header_limit(8192);
+  parser.body_limit(8192);
+  boost::system::error_code ec;
+  co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) {
+    stream.socket().close(ec);
     co_return;
   }
-  const auto sp1 = head.find(' '), sp2 = head.find(' ', sp1 + 1);
-  const std::string path = sp1 == std::string::npos ? "" : head.substr(sp1 + 1, sp2 - sp1 - 1);
-  std::string status = "200 OK", type = "text/plain; charset=utf-8", body;
-  if (path == "/metrics") {
-    type = "text/plain; version=0.0.4; charset=utf-8";
-    body = m_metrics.prometheus(m_dispatcher.metrics_gauges());
-  } else if (path == "/livez" || path == "/readyz") {
-    body = "ok\n";
+  const auto& request = parser.get();
+  http::response<http::string_body> response;
+  response.version(request.version());
+  response.keep_alive(false);
+  std::string content_type = "text/plain; charset=utf-8";
+  if (request.method() != http::verb::get) {
+    response.result(http::status::method_not_allowed);
+    response.set(http::field::allow, "GET");
+    response.body() = "method not allowed: only GET (/metrics, /livez, /readyz)\n";
   } else {
-    status = "404 Not Found";
-    body = "not found; try /metrics, /livez, /readyz\n";
+    auto [status, body] = route_http(request.target(), content_type);
+    response.result(static_cast<http::status>(status));
+    response.body() = std::move(body);
   }
-  const std::string reply = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
-                            "\r\nContent-Length: " + std::to_string(body.size()) +
-                            "\r\nConnection: close\r\n\r\n" + body;
-  co_await asio::async_write(s, asio::buffer(reply), asio::redirect_error(asio::use_awaitable, e));
-  s.close(e);
+  response.set(http::field::content_type, content_type);
+  response.prepare_payload();
+  co_await http::async_write(stream, response, asio::redirect_error(asio::use_awaitable, ec));
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream.socket().close(ec);
+}
+
+std::pair<int, std::string> Server::route_http(std::string_view target, std::string& content_type) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  if (path == "/metrics") {
+    content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return {200, m_metrics.prometheus(m_dispatcher->metrics_gauges())};
+  }
+  if (path == "/livez") return {200, "ok\n"};
+  if (path == "/readyz") {
+    std::string why = m_stopping ? "shutting down" : m_readiness ? m_readiness() : "";
+    if (why.empty()) return {200, "ok\n"};
+    return {503, "not ready: " + why + "\n"};
+  }
+  return {404, "not found; try /metrics, /livez, /readyz\n"};
 }
 
 void Server::stop() {
+  m_stopping = true;
   asio::post(m_strand, [this] { close_all(); });
 }
 

@@ -1,5 +1,11 @@
 // Server: ktuned's listeners — the Unix socket, optional loopback TCP, and the metrics/health
-// HTTP port — on one Asio io_context.
+// HTTP port (Boost.Beast: GET /metrics, /livez, /readyz; other methods 405) — on one Asio
+// io_context.
+//
+// Two phases, so that a second daemon fails before it touches anything: bind() takes every
+// listener (socket file, TCP port, metrics port) and fails with a hint naming what is in use;
+// serve() starts accepting once the daemon behind the listeners is built. Clients that connect in
+// between wait in the listen backlog.
 //
 // Each client connection is a Session (daemon/session.h) that lives on one of the session
 // io_contexts, each run by one thread (one context per thread: no cross-thread handoff per
@@ -10,6 +16,7 @@
 // daemon on the same path is an error. stop() may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <functional>
 #include <list>
@@ -31,13 +38,23 @@ class SessionBase;
 class Server {
  public:
   // `io` runs the listeners; sessions go to `session_contexts` round-robin (or to `io` if none).
+  // Without a dispatcher, serve(dispatcher) names it later.
+  Server(boost::asio::io_context& io, const DaemonConfig& config, Metrics& metrics,
+         std::vector<boost::asio::io_context*> session_contexts = {});
   Server(boost::asio::io_context& io, const DaemonConfig& config, Dispatcher& dispatcher,
          Metrics& metrics, std::vector<boost::asio::io_context*> session_contexts = {});
   ~Server();
 
-  // Binds every configured listener and starts accepting. Fails for an unknown
-  // server.admin_group.
+  // Binds every configured listener without accepting yet. Fails for an unknown
+  // server.admin_group, or a socket or port in use (the message says which and what to do).
+  Result<void> bind();
+  // Starts accepting on the bound listeners. REQUIRES: bind() succeeded.
+  void serve(Dispatcher& dispatcher);
+  // bind() then serve() with the dispatcher given at construction.
   Result<void> start();
+  // Why the daemon is not ready ("" when it is), asked on every GET /readyz; /livez only says
+  // the process answers. Unset: ready while not stopped.
+  void set_readiness(std::function<std::string()> readiness) { m_readiness = std::move(readiness); }
   // Stops accepting, closes every connection, removes the socket file. Safe from any thread
   // (the work is posted to the server's strand); the io_context then runs out of work.
   void stop();
@@ -60,6 +77,8 @@ class Server {
                                                                    int backlog, std::string& bound);
   boost::asio::awaitable<void> accept_metrics();
   boost::asio::awaitable<void> serve_http(boost::asio::ip::tcp::socket socket);
+  // The status and body for one GET of `target`.
+  std::pair<int, std::string> route_http(std::string_view target, std::string& content_type);
   bool at_capacity();
   // Why a new peer may not connect ("" when it may); sets a Unix peer's rights.
   std::string admit(boost::asio::local::stream_protocol::socket& socket, Peer& peer);
@@ -75,8 +94,10 @@ class Server {
   // Acceptors live on one strand: accept loops and stop() never touch them concurrently.
   boost::asio::strand<boost::asio::io_context::executor_type> m_strand;
   const DaemonConfig& m_config;
-  Dispatcher& m_dispatcher;
+  Dispatcher* m_dispatcher = nullptr;  // set by serve()
   Metrics& m_metrics;
+  std::function<std::string()> m_readiness;
+  std::atomic<bool> m_stopping{false};
   std::optional<AccessPolicy> m_access;  // set by start()
   std::unique_ptr<boost::asio::local::stream_protocol::acceptor> m_unix;
   std::unique_ptr<boost::asio::ip::tcp::acceptor> m_tcp;

@@ -39,7 +39,7 @@ ClientOptions Common::client_options() const {
   o.token = token;
   o.timeout = std::chrono::milliseconds(timeout_ms);
   o.cache_capacity = 0;
-  if (o.socket_path.empty() && o.tcp_address.empty()) o.socket_path = Client::default_socket_path();
+  // No --socket: the Client picks $KTUNE_SOCKET, the per-user default, then the node-wide socket.
   return o;
 }
 

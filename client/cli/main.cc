@@ -2,12 +2,15 @@
 #include <CLI/CLI.hpp>
 
 #include "client/cli/commands.h"
+#include "ktune_version.h"
 #include "tuner/strategy/registry.h"
 
 int main(int argc, char** argv) {
   using namespace ktune::cli;
   CLI::App app{"ktune — ask ktuned for the best kernel; manage its tuning tables"};
   app.require_subcommand(1);
+  app.set_version_flag(
+      "--version", std::string("ktune ") + ktune::k_version + " (" + ktune::k_git_describe + ")");
   Common common;
   app.add_option("--socket", common.socket,
                  "ktuned's Unix socket (default: $KTUNE_SOCKET or the daemon's default)");

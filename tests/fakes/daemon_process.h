@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +58,10 @@ class DaemonProcess {
                                        "server.metrics=127.0.0.1:0",
                                        "--set",
                                        "store.seed_tables="};
+      // No configuration file unless the test names one: a developer's
+      // ~/.config/ktune/ktuned.yaml or /etc/ktune/ktuned.yaml must not change the tests.
+      if (std::find(m_extra.begin(), m_extra.end(), "--config") == m_extra.end())
+        args.insert(args.end(), {"--config", "/dev/null"});
       args.insert(args.end(), m_extra.begin(), m_extra.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());

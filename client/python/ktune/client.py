@@ -78,6 +78,43 @@ class LookupReply:
         return self.entries[0]
 
 
+#: Where a node-wide ktuned (the systemd unit) listens for every user; tried after the per-user
+#: default when neither ``socket_path`` nor ``$KTUNE_SOCKET`` names a socket.
+SYSTEM_SOCKET_PATH = "/run/ktune/ktuned.sock"
+
+
+def _socket_group(path: str) -> Optional[str]:
+    """The group that may open ``path``: the socket's, else the nearest enterable directory's."""
+    import grp
+    p = path
+    while p and p != "/":
+        try:
+            gid = os.stat(p).st_gid
+        except OSError:
+            p = os.path.dirname(p)
+            continue
+        try:
+            return grp.getgrgid(gid).gr_name
+        except KeyError:
+            return str(gid)
+    return None
+
+
+def _connect_failure(path: str, e: OSError, also_tried: Optional[str] = None) -> str:
+    message = f"cannot connect to ktuned at {path}: {e.strerror}"
+    if isinstance(e, PermissionError):
+        group = _socket_group(path)
+        who = f"group '{group}'" if group else "the daemon's group"
+        message += (f" (the socket is for members of {who}: join it with "
+                    f"`sudo usermod -aG {group or '<the daemon group>'} $USER` and log in again, "
+                    f"or ask the node's admin; docs/operations.md)")
+    elif isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
+        if also_tried:
+            message += f"; nor at the node-wide {also_tried}"
+        message += " (is ktuned running? start it with `ktuned`, or set KTUNE_SOCKET to its socket)"
+    return message
+
+
 def default_socket_path() -> str:
     """The socket ktuned listens on by default ($KTUNE_SOCKET overrides)."""
     if os.environ.get("KTUNE_SOCKET"):
@@ -97,12 +134,20 @@ class Client:
     :param timeout: seconds per request.
     :param cache_ttl: seconds a lookup answer is reused in process (0 disables the cache).
     :param kernel_timeout: seconds a kernel request may take (it may wait for an NVRTC compile).
+    :param system_socket_path: the node-wide daemon's socket, tried when neither ``socket_path``
+        nor ``$KTUNE_SOCKET`` is given and no daemon listens at the per-user default (None: never).
     """
 
     def __init__(self, socket_path: Optional[str] = None, tcp: Optional[str] = None,
                  token: Optional[str] = None, timeout: float = 2.0, cache_ttl: float = 60.0,
-                 kernel_timeout: float = 60.0):
+                 kernel_timeout: float = 60.0,
+                 system_socket_path: Optional[str] = SYSTEM_SOCKET_PATH):
         self.socket_path = socket_path or (None if tcp else default_socket_path())
+        # The node-wide daemon's socket, tried when the per-user default has no daemon.
+        self._fallback_socket: Optional[str] = None
+        if not socket_path and not tcp and not os.environ.get("KTUNE_SOCKET"):
+            if system_socket_path and self.socket_path != system_socket_path:
+                self._fallback_socket = system_socket_path
         self.tcp = tcp
         self.token = token
         self.timeout = timeout
@@ -340,13 +385,7 @@ class Client:
                 sock = socket.create_connection((host, int(port)), timeout=self.timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             else:
-                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                try:
-                    sock.settimeout(self.timeout)
-                    sock.connect(self.socket_path)
-                except OSError:
-                    sock.close()
-                    raise
+                sock = self._connect_unix()
         except (FileNotFoundError, ConnectionRefusedError) as e:
             where = self.tcp or self.socket_path
             raise KtuneError("connection_failed",
@@ -356,6 +395,37 @@ class Client:
         sock.settimeout(self.timeout)
         self._sock = sock
         self._pending = b""
+
+    def _connect_unix_path(self, path: str) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(path)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+
+    def _connect_unix(self) -> socket.socket:
+        assert self.socket_path is not None
+        try:
+            return self._connect_unix_path(self.socket_path)
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            if not self._fallback_socket:
+                raise KtuneError("connection_failed", _connect_failure(self.socket_path, e)) from None
+            first = e
+        except OSError as e:
+            raise KtuneError("connection_failed", _connect_failure(self.socket_path, e)) from None
+        fallback = self._fallback_socket
+        try:
+            sock = self._connect_unix_path(fallback)
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise KtuneError("connection_failed",
+                             _connect_failure(self.socket_path, first, fallback)) from None
+        except OSError as e:
+            raise KtuneError("connection_failed", _connect_failure(fallback, e)) from None
+        self.socket_path, self._fallback_socket = fallback, None
+        return sock
 
     def _roundtrip(self, line: bytes) -> Dict[str, Any]:
         assert self._sock is not None

@@ -86,6 +86,28 @@ class ClientTest(unittest.TestCase):
         return [self.client.lookup("gemm", dtype="bf16", layout="rc", device="nvidia-h200", M=m, N=4096, K=4096)
                 for m in (4096, 32, 333)]
 
+    def test_falls_back_to_the_node_wide_socket(self):
+        # No per-user daemon (an empty XDG_RUNTIME_DIR, no KTUNE_SOCKET): the node-wide socket.
+        env = {k: os.environ.get(k) for k in ("XDG_RUNTIME_DIR", "KTUNE_SOCKET")}
+        os.environ["XDG_RUNTIME_DIR"] = os.path.join(self.tmp, "runtime")
+        os.environ.pop("KTUNE_SOCKET", None)
+        try:
+            with ktune.Client(system_socket_path=self.sock, cache_ttl=0) as client:
+                self.assertEqual(client.status()["pid"], self.proc.pid)
+                self.assertEqual(client.socket_path, self.sock)
+            missing = os.path.join(self.tmp, "none.sock")
+            with ktune.Client(system_socket_path=missing, cache_ttl=0) as client:
+                with self.assertRaises(ktune.KtuneError) as e:
+                    client.status()
+                self.assertIn(os.path.join(self.tmp, "runtime", "ktune", "ktuned.sock"), str(e.exception))
+                self.assertIn("node-wide " + missing, str(e.exception))
+        finally:
+            for k, v in env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
     def test_import_lookup_restart(self):
         report = self.client.import_file(self.write_table())
         self.assertEqual(report["added"], 2)
