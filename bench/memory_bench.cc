@@ -254,7 +254,8 @@ double rss_untrimmed_mib() {
 // tracker), with `winners` winners in the index; the RSS (untrimmed) sampled as keys go by.
 // Everything that grows with distinct keys is in these structures; sockets add per-connection
 // buffers only (issue 10: RSS bounded after 10 million distinct keys).
-json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t distinct, int threads) {
+json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t distinct, int threads,
+                    double max_seconds) {
   std::mt19937_64 rng(7);
   std::vector<WinnerRecord> records;
   std::set<std::string> keys;
@@ -285,6 +286,10 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&] {
       for (std::int64_t i = next++; i < distinct; i = next++) {
+        if (i % 4096 == 0 && micros(t0, Clock::now()) > max_seconds * 1e6) {
+          next = distinct;  // out of time: every thread stops at its next key
+          break;
+        }
         const std::int64_t m = 1 + i % 8192, n = 64 * (1 + (i / 8192) % 256),
                            k = 64 * (1 + (i / (8192 * 256)) % 256);
         const std::string line =
@@ -324,7 +329,7 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
 }
 
 int run(int winners, int queries, int misses, int big_lines, int fast, std::int64_t distinct,
-        int threads, const std::string& label) {
+        int threads, double max_seconds, const std::string& label) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::time_t now = std::time(nullptr);
@@ -341,7 +346,7 @@ int run(int winners, int queries, int misses, int big_lines, int fast, std::int6
     node.node_id = "bench";
     node.gpu_error = "no GPU in the bench";
     testing::DaemonParts parts(default_config(), templates, node);
-    out["distinct"] = bench_distinct(parts, winners, distinct, threads);
+    out["distinct"] = bench_distinct(parts, winners, distinct, threads, max_seconds);
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -390,6 +395,7 @@ int main(int argc, char** argv) {
   int fast = 200'000;
   std::int64_t distinct = 0;
   int threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  double max_seconds = 1e9;
   std::string label = "run";
   app.add_option("--winners", winners, "winners in the one family nearest searches");
   app.add_option("--queries", queries, "nearest calls per limit");
@@ -399,7 +405,8 @@ int main(int argc, char** argv) {
   app.add_option("--distinct", distinct,
                  "only: this many never-seen lookups through LookupService, RSS as they go");
   app.add_option("--threads", threads, "threads of the --distinct run (default: one per CPU)");
+  app.add_option("--max-seconds", max_seconds, "--distinct: stop issuing keys after this long");
   app.add_option("--label", label, "a name for this run in the output");
   CLI11_PARSE(app, argc, argv);
-  return ktune::run(winners, queries, misses, big_lines, fast, distinct, threads, label);
+  return ktune::run(winners, queries, misses, big_lines, fast, distinct, threads, max_seconds, label);
 }
