@@ -131,7 +131,7 @@ std::string roofline_svg(const std::vector<RooflinePoint>& all, const Ceilings& 
   std::vector<RooflinePoint> points;
   for (const auto& p : all)
     if (p.intensity > 0 && p.tflops > 0) points.push_back(p);
-  const int plot_w = 520, label_w = 430, h = 420, left = 60, top = 14, bottom = 44;
+  const int plot_w = 520, label_w = 480, h = 420, left = 60, top = 14, bottom = 44;
   const int w = left + plot_w + label_w;
   double x_lo = 0.1, x_hi = 10000, y_lo = 0.1, y_hi = 2000;
   for (const auto& p : points) {
