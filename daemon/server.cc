@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "config/log.h"
+#include "daemon/report_page.h"
 #include "daemon/session.h"
 
 namespace ktune {
@@ -244,9 +245,12 @@ asio::awaitable<void> Server::serve_http(tcp::socket s) {
     body = m_metrics.prometheus(m_dispatcher.metrics_gauges());
   } else if (path == "/livez" || path == "/readyz") {
     body = "ok\n";
+  } else if (path == "/report") {  // docs/report.md
+    type = "text/html; charset=utf-8";
+    body = render_report_page(m_dispatcher.context());
   } else {
     status = "404 Not Found";
-    body = "not found; try /metrics, /livez, /readyz\n";
+    body = "not found; try /metrics, /livez, /readyz, /report\n";
   }
   const std::string reply = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
                             "\r\nContent-Length: " + std::to_string(body.size()) +
