@@ -277,6 +277,33 @@ TEST(ReportRender, RendersTheCommittedH200Results) {
   EXPECT_LT(page.size(), 600'000u);
 }
 
+TEST(ReportRender, NodeSectionDrawsMissesJobsAndLanes) {
+  ReportInput in;
+  in.winners.push_back(testing::winner(testing::gemm_problem(512, 512, 512), 20));
+  nlohmann::json top = nlohmann::json::array();
+  for (int i = 0; i < 3; ++i)
+    top.push_back({{"problem", "gemm|bf16|bf16|rc|M=" + std::to_string(64 << i) + ",N=64,K=64"},
+                   {"device", "nvidia-h200.sm90.132sm.140gib"},
+                   {"count", 10 - i},
+                   {"worth_us", 100.0 * (3 - i)},
+                   {"reason", "no winner"}});
+  in.misses = {{"top", top}, {"total", 27}, {"distinct", 3}};
+  // Two jobs ran (on lanes 0 and 1), one is still queued (no bar).
+  in.jobs = {
+      {"jobs",
+       {{{"id", "a"}, {"state", "done"}, {"lane", 0}, {"started", 1000}, {"finished", 1100}},
+        {{"id", "b"}, {"state", "failed"}, {"lane", 1}, {"started", 1050}, {"finished", 1060}},
+        {{"id", "c"}, {"state", "queued"}, {"lane", -1}, {"started", 0}, {"finished", 0}}}},
+      {"counts", {{"done", 1}, {"failed", 1}, {"queued", 1}}}};
+  const std::string page = render_report(in);
+  EXPECT_EQ(count(page, "<rect class=\"miss\""), 3u);
+  EXPECT_EQ(count(page, "<rect class=\"job "), 2u);
+  EXPECT_EQ(count(page, "<rect class=\"job failed\""), 1u);
+  EXPECT_NE(page.find(">lane 0</text>"), std::string::npos);
+  EXPECT_NE(page.find(">lane 1</text>"), std::string::npos);
+  EXPECT_EQ(count(page, "<tr><td>c</td>"), 1u);  // the queued job is in the table
+}
+
 TEST(ReportFilter, KeepsOneOpAndDevice) {
   ReportInput in;
   in.trial_sets.push_back(set_of({ok(64, 64, 3, 1, 10)}));
