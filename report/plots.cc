@@ -50,6 +50,40 @@ std::vector<double> log_ticks(double lo, double hi) {
   return ticks;
 }
 
+// The roofline's points, each labelled: the labels stand in a column right of the plot at
+// `label_x`, in the points' vertical order (never above their point), each joined to its point
+// by a leader, so a dense cluster stays readable.
+std::string labelled_points(const std::vector<RooflinePoint>& points, const LogAxis& x,
+                            const LogAxis& y, const Ceilings& c, int label_x, int top) {
+  std::string s;
+  std::vector<size_t> order(points.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return points[a].tflops > points[b].tflops; });
+  const double line = 13;
+  double next_y = double(top) + 8;
+  for (size_t rank = 0; rank < order.size(); ++rank) {
+    const RooflinePoint& p = points[order[rank]];
+    const double px = x(p.intensity), py = y(p.tflops);
+    const double ly = std::max(next_y, py);
+    next_y = ly + line;
+    const double bound = std::min(c.tensor_tflops, p.intensity * c.copy_tbps);
+    const std::string colour = series_colour(std::hash<std::string>{}(p.op) % 8);
+    const std::string text = p.label + " \u2014 " + num(p.tflops) + " TFLOP/s" +
+                             (p.gbps > 0 ? ", " + num(p.gbps) + " GB/s" : "") +
+                             strf(" (%.0f%% of roof)", 100 * p.tflops / bound);
+    s += strf("<line class=\"leader\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>", px, py,
+              label_x - 3, ly - 4);
+    s += strf("<circle class=\"point\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"><title>", px, py,
+              colour.c_str()) +
+         escape_html(text + "\n" + p.where) + "</title></circle>";
+    s += strf("<text class=\"plabel\" x=\"%d\" y=\"%.1f\" fill=\"%s\">", label_x, ly,
+              colour.c_str()) +
+         escape_html(text) + "</text>";
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string convergence_svg(const std::vector<const TrialSet*>& sets, double table_best_us) {
@@ -131,8 +165,10 @@ std::string roofline_svg(const std::vector<RooflinePoint>& all, const Ceilings& 
   std::vector<RooflinePoint> points;
   for (const auto& p : all)
     if (p.intensity > 0 && p.tflops > 0) points.push_back(p);
+  // The plot is 420 px high; the svg grows when the labels column is longer.
   const int plot_w = 520, label_w = 480, h = 420, left = 60, top = 14, bottom = 44;
   const int w = left + plot_w + label_w;
+  const int svg_h = std::max(h, top + 13 * int(points.size()) + 24);
   double x_lo = 0.1, x_hi = 10000, y_lo = 0.1, y_hi = 2000;
   for (const auto& p : points) {
     x_lo = std::min(x_lo, p.intensity / 2);
@@ -144,7 +180,7 @@ std::string roofline_svg(const std::vector<RooflinePoint>& all, const Ceilings& 
   std::string s = strf(
       "<svg class=\"roofline\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
       "role=\"img\">",
-      w, h, w, h);
+      w, svg_h, w, svg_h);
   for (double v : log_ticks(x_lo, x_hi))
     s += strf(
         "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/>"
@@ -189,37 +225,7 @@ std::string roofline_svg(const std::vector<RooflinePoint>& all, const Ceilings& 
         x(r2), x(x_hi), y(c.mma_sync_tflops), y(c.mma_sync_tflops), x(x_hi) - 4,
         y(c.mma_sync_tflops) + 12, num(c.mma_sync_tflops).c_str());
   }
-  // Points, numbered; the labels stand in a column on the right, in the points' vertical
-  // order, each joined to its point by a leader, so dense clusters stay readable.
-  std::vector<size_t> order(points.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return points[a].tflops > points[b].tflops; });
-  const double line = 13;
-  const double span = std::max(line * double(points.size()), 1.0);
-  double next_y = std::max(
-      double(top) + 8,
-      std::min(y(points.empty() ? 1 : points[order[0]].tflops), double(h - bottom) - span));
-  const int label_x = left + plot_w + 36;
-  for (size_t rank = 0; rank < order.size(); ++rank) {
-    const RooflinePoint& p = points[order[rank]];
-    const double px = x(p.intensity), py = y(p.tflops);
-    const double ly = std::max(next_y, py);
-    next_y = ly + line;
-    const double bound = std::min(c.tensor_tflops, p.intensity * bw_tflops_per_intensity);
-    const std::string colour = series_colour(std::hash<std::string>{}(p.op) % 8);
-    const std::string text = p.label + " \u2014 " + num(p.tflops) + " TFLOP/s" +
-                             (p.gbps > 0 ? ", " + num(p.gbps) + " GB/s" : "") +
-                             strf(" (%.0f%% of roof)", 100 * p.tflops / bound);
-    s += strf("<line class=\"leader\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\"/>", px, py,
-              label_x - 3, ly - 4);
-    s += strf("<circle class=\"point\" cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"><title>", px, py,
-              colour.c_str()) +
-         escape_html(text + "\n" + p.where) + "</title></circle>";
-    s += strf("<text class=\"plabel\" x=\"%d\" y=\"%.1f\" fill=\"%s\">", label_x, ly,
-              colour.c_str()) +
-         escape_html(text) + "</text>";
-  }
+  s += labelled_points(points, x, y, c, left + plot_w + 36, top);
   s += "</svg>";
   return s;
 }

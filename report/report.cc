@@ -1,5 +1,6 @@
 // The page: header and sources, roofline, one section per problem, the node's view.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
