@@ -41,6 +41,9 @@ double flops_per_element(std::string_view op);
 // Plots. Each returns a self-contained fragment.
 std::string heatmap_html(const std::vector<const TrialSet*>& sets);
 std::string convergence_svg(const std::vector<const TrialSet*>& sets, double table_best_us);
+// Replayed strategies: fraction of the sweep's best speed against trials (log), one curve
+// (class `replaycurve`) per strategy.
+std::string replay_svg(const ReplayCurves& replay);
 
 struct RooflinePoint {
   std::string label;  // "gemm M=8192 N=8192 K=8192"

@@ -82,6 +82,52 @@ Result<std::vector<TrialSet>> parse_trials(std::string_view text, std::string_vi
   return sets;
 }
 
+bool is_replay_file(std::string_view text) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return doc.is_object() && doc.value("benchmark", "") == "replay";
+}
+
+Result<std::vector<ReplayCurves>> parse_replay(std::string_view text, std::string_view origin) {
+  const std::string where(origin);
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object() || doc.value("benchmark", "") != "replay")
+    return fail(ErrorCode::invalid_argument, where + ": not a replay file");
+  auto problems = doc.find("problems");
+  if (problems == doc.end() || !problems->is_array())
+    return fail(ErrorCode::invalid_argument, where + ": no \"problems\" array");
+  std::vector<ReplayCurves> out;
+  for (size_t i = 0; i < problems->size(); ++i) {
+    const json& p = (*problems)[i];
+    const std::string at = where + ": problems[" + std::to_string(i) + "]";
+    if (!p.is_object() || !p.contains("problem") || !p["problem"].is_string() ||
+        !p.contains("strategies") || !p["strategies"].is_object())
+      return fail(ErrorCode::invalid_argument, at + ": needs \"problem\" and \"strategies\"");
+    auto problem = parse_problem_key(p["problem"].get<std::string>());
+    if (!problem) return fail(ErrorCode::invalid_argument, at + ": " + problem.error().message);
+    ReplayCurves r{.source = where,
+                   .data = doc.value("data", ""),
+                   .seeds = doc.value("seeds", 0),
+                   .problem = *problem,
+                   .configs = p.value("configs", size_t(0)),
+                   .best_us = p.value("best_us", 0.0),
+                   .curves = {}};
+    for (const auto& [name, s] : p["strategies"].items()) {
+      ReplayCurves::Curve c{.strategy = name, .points = {}, .trials_to_98pct = 0};
+      if (s.is_object()) {
+        c.trials_to_98pct = s.value("median_trials_to_98pct", 0.0);
+        for (const auto& pt : s.value("median_fraction", json::array()))
+          if (pt.is_array() && pt.size() == 2 && pt[0].is_number() && pt[1].is_number())
+            c.points.push_back({pt[0].get<double>(), pt[1].get<double>()});
+      }
+      if (c.points.empty())
+        return fail(ErrorCode::invalid_argument, at + ": strategy " + name + " has no curve");
+      r.curves.push_back(std::move(c));
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 std::vector<TrialSet> trial_sets_from_records(std::vector<TrialRecord> records) {
   std::erase_if(records, [](const TrialRecord& r) { return r.outcome == Outcome::in_flight; });
   std::stable_sort(records.begin(), records.end(),
@@ -118,6 +164,9 @@ void apply_filter(ReportInput& input, const Filter& filter) {
   std::erase_if(input.trial_sets, [&](const TrialSet& s) {
     return !device_matches(s.device_class, filter.device) ||
            (!filter.op.empty() && s.problem.op != filter.op);
+  });
+  std::erase_if(input.replays, [&](const ReplayCurves& r) {
+    return !filter.op.empty() && r.problem.op != filter.op;
   });
   std::erase_if(input.winners, [&](const WinnerRecord& w) {
     return !device_matches(w.device.id(), filter.device) ||

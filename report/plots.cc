@@ -161,6 +161,54 @@ std::string convergence_svg(const std::vector<const TrialSet*>& sets, double tab
   return s;
 }
 
+std::string replay_svg(const ReplayCurves& r) {
+  double lo = 1, max_trials = 2;
+  for (const auto& c : r.curves)
+    for (const auto& [t, f] : c.points) lo = std::min(lo, f), max_trials = std::max(max_trials, t);
+  lo = std::max(0.0, std::floor((lo - 0.02) * 20) / 20);  // a multiple of 0.05 below the data
+  const int w = 560, left = 58, right = 12, top = 12, bottom = 40, plot_h = 220;
+  const int h = plot_h + 13 * int(r.curves.size()) + 4;
+  const LogAxis x{1, max_trials, double(left), double(w - right)};
+  auto y = [&](double f) { return top + (plot_h - bottom - top) * (1 - (f - lo) / (1 - lo)); };
+  std::string s =
+      strf("<svg class=\"replay\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">",
+           w, h, w, h);
+  for (double v : log_ticks(1, max_trials))
+    s += strf("<text class=\"tick\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>", x(v),
+              plot_h - bottom + 14, num(v).c_str());
+  const double step = nice_step(1 - lo, 4);
+  for (double f = std::ceil(lo / step) * step; f <= 1.0001; f += step)
+    s += strf(
+        "<line class=\"grid\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>"
+        "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.2f</text>",
+        left, w - right, y(f), y(f), left - 4, y(f) + 4, f);
+  s += strf(
+      "<line class=\"winner\" x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\"/>"
+      "<text class=\"tick\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">98%% of the best</text>",
+      left, w - right, y(0.98), y(0.98), w - right, y(0.98) + 12);
+  s += strf("<text class=\"axis\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">trials (log)</text>",
+            left + (w - left - right) / 2, plot_h - 8);
+  s += strf(
+      "<text class=\"axis\" x=\"12\" y=\"%d\" transform=\"rotate(-90 12 %d)\" "
+      "text-anchor=\"middle\">best found / best</text>",
+      (plot_h - bottom) / 2, (plot_h - bottom) / 2);
+  for (size_t k = 0; k < r.curves.size(); ++k) {
+    const auto& c = r.curves[k];
+    const std::string colour = series_colour(k);
+    std::string path;
+    for (const auto& [t, f] : c.points)
+      path += strf("%s%.1f %.1f", path.empty() ? "M" : "L", x(t), y(f));
+    s += "<path class=\"replaycurve\" d=\"" + path + "\" stroke=\"" + colour + "\"><title>" +
+         escape_html(c.strategy) + "</title></path>";
+    s += strf("<text class=\"key\" x=\"%d\" y=\"%d\" fill=\"%s\">&#9644; ", left,
+              plot_h + 4 + int(k) * 13, colour.c_str()) +
+         escape_html(c.strategy + ": 98% of the best after " + num(c.trials_to_98pct) +
+                     " trials (median)") +
+         "</text>";
+  }
+  return s + "</svg>";
+}
+
 std::string roofline_svg(const std::vector<RooflinePoint>& all, const Ceilings& c) {
   std::vector<RooflinePoint> points;
   for (const auto& p : all)

@@ -23,7 +23,7 @@ th{background:#f5f5f5}td.n{text-align:right;font-variant-numeric:tabular-nums}tr
 nav a{margin-right:10px;font-size:13px}.panels{display:flex;flex-wrap:wrap;gap:6px 14px}
 svg text{font:10.5px system-ui,sans-serif;fill:#333}svg .ptitle{font-weight:600}svg .axis{font-size:11.5px;fill:#111}
 svg .grid{stroke:#e6e6e6}svg .empty{fill:#f1f1f1}svg .fail{font-weight:700;font-size:13px;fill:#c00}svg .fail.small{font-size:9px}
-svg .curve{fill:none;stroke-width:1.6}svg .winner{stroke:#888;stroke-dasharray:4 3}
+svg .curve,svg .replaycurve{fill:none;stroke-width:1.6}svg .winner{stroke:#888;stroke-dasharray:4 3}
 svg .roof{fill:none;stroke:#111;stroke-width:2}svg .roof2{stroke:#777;stroke-dasharray:5 3}svg .roofkey{font-size:11px;fill:#111}
 svg .leader{stroke:#bbb;stroke-width:.7}svg .point{stroke:#fff;stroke-width:1}svg .plabel{font-size:10.5px}
 svg .bw{fill:#3b82c4}svg .miss{fill:#d97706}svg .job{fill:#2ca02c}svg .job.failed{fill:#d62728}svg .job.cancelled{fill:#999}
@@ -61,6 +61,7 @@ struct ProblemKey {
 struct ProblemView {
   Problem problem;
   std::vector<const TrialSet*> sets;
+  std::vector<const ReplayCurves*> replays;
   const WinnerRecord* winner = nullptr;
 };
 
@@ -173,10 +174,16 @@ std::string problem_section(const ProblemKey& key, const ProblemView& v) {
          convergence_svg(
              v.sets, v.winner && !v.winner->ranked.empty() ? v.winner->ranked[0].median_us : 0) +
          "</div></div>";
-  } else {
+  } else if (v.replays.empty()) {
     s += "<p class=\"note\">no recorded trials for this problem (pass its trials file with "
          "--trials)</p>";
   }
+  for (const ReplayCurves* r : v.replays)
+    s += "<h3>Strategies replayed on the recorded sweep</h3><p class=\"meta\">" +
+         escape_html(r->source + ": " + std::to_string(r->configs) + " configs of " + r->data +
+                     ", best " + num(r->best_us) + " us; median over " + std::to_string(r->seeds) +
+                     " seeds") +
+         "</p>" + replay_svg(*r);
   return s + "</section>";
 }
 
@@ -404,9 +411,21 @@ std::string render_report(const ReportInput& in) {
     v.problem = set.problem;
     v.sets.push_back(&set);
   }
+  for (const auto& r : in.replays) {
+    // A replay names no device class: it joins every view of its problem, or stands alone.
+    bool placed = false;
+    for (auto& [key, v] : views)
+      if (key.key == r.problem.key()) v.replays.push_back(&r), placed = true;
+    if (!placed) {
+      ProblemView& v = views[{"", r.problem.op, r.problem.key()}];
+      v.problem = r.problem;
+      v.replays.push_back(&r);
+    }
+  }
   size_t trials = 0;
   std::set<std::string> sources;
   for (const auto& set : in.trial_sets) trials += set.trials.size(), sources.insert(set.source);
+  for (const auto& r : in.replays) sources.insert(r.source);
 
   std::string page =
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -43,6 +43,23 @@ struct TrialSet {
   std::vector<Trial> trials;
 };
 
+// How strategies converge on one recorded sweep, replayed offline (bench/ktune_replay.cc): for
+// each strategy, the median over seeds of best-found / best-in-sweep after n trials.
+struct ReplayCurves {
+  std::string source;  // the replay file's name
+  std::string data;    // the sweep it replayed, as the file names it
+  int seeds = 0;
+  Problem problem;
+  size_t configs = 0;  // configs in the sweep
+  double best_us = 0;  // the sweep's best
+  struct Curve {
+    std::string strategy;
+    std::vector<std::pair<double, double>> points;  // (trials, fraction of the best speed)
+    double trials_to_98pct = 0;                     // median over seeds
+  };
+  std::vector<Curve> curves;
+};
+
 // A device's measured ceilings, drawn as the roofline's roofs. The page prints `source`.
 struct Ceilings {
   double copy_tbps = 0;        // device-to-device copy, read + write bytes, TB/s
@@ -58,6 +75,7 @@ struct ReportInput {
   std::string generated_by;  // e.g. "ktune report --trials ...", printed under the title
   std::string generated_at;  // ISO-8601 UTC; "" leaves it out (tests, reproducible files)
   std::vector<TrialSet> trial_sets;
+  std::vector<ReplayCurves> replays;
   std::vector<WinnerRecord> winners;
   Ceilings ceilings = h200_ceilings();
   // A live daemon's replies (the status, misses and jobs ops' results); null when absent.
@@ -77,6 +95,11 @@ void apply_filter(ReportInput& input, const Filter& filter);
 // Parses a trials file written by `ktune-bench --record` (one TrialSet per problem). `origin`
 // names the file in errors and becomes TrialSet::source.
 Result<std::vector<TrialSet>> parse_trials(std::string_view text, std::string_view origin);
+
+// Parses a replay file written by ktune-replay (`"benchmark": "replay"`).
+Result<std::vector<ReplayCurves>> parse_replay(std::string_view text, std::string_view origin);
+// Whether `text` is a replay file rather than a trials file (its "benchmark" says so).
+bool is_replay_file(std::string_view text);
 
 // Groups a store's trial records (daemon/ops: the `trials` table) into TrialSets, one per
 // device class and problem, each ordered by timestamp. In-flight records are dropped.

@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   rp->add_option("--device", report.device, "only this device class (id or part of it)");
   rp->add_option("--op", report.op, "only this op, e.g. gemm");
-  rp->add_option("--trials", report.trials, "trials files written by ktune-bench --record")
+  rp->add_option("--trials", report.trials,
+                 "trials files (ktune-bench --record) or replay files (ktune-replay)")
       ->expected(1, -1);
   rp->add_option("--table", report.table, "a winners table (export format JSON)");
   rp->add_option("--title", report.title, "the page's title");

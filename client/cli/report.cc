@@ -77,7 +77,14 @@ int cmd_report(const Common& c, const ReportArgs& a) {
     std::string text;
     if (!read_whole(path, text))
       return std::fprintf(stderr, "ktune: %s: cannot read\n", path.c_str()), 1;
-    auto sets = report::parse_trials(text, path.substr(path.find_last_of('/') + 1));
+    const std::string name = path.substr(path.find_last_of('/') + 1);
+    if (report::is_replay_file(text)) {
+      auto replays = report::parse_replay(text, name);
+      if (!replays) return std::fprintf(stderr, "ktune: %s\n", replays.error().message.c_str()), 1;
+      for (auto& r : *replays) in.replays.push_back(std::move(r));
+      continue;
+    }
+    auto sets = report::parse_trials(text, name);
     if (!sets) return std::fprintf(stderr, "ktune: %s\n", sets.error().message.c_str()), 1;
     for (auto& s : *sets) in.trial_sets.push_back(std::move(s));
   }

@@ -304,6 +304,30 @@ TEST(ReportRender, NodeSectionDrawsMissesJobsAndLanes) {
   EXPECT_EQ(count(page, "<tr><td>c</td>"), 1u);  // the queued job is in the table
 }
 
+TEST(ReportRender, DrawsOneCurvePerReplayedStrategy) {
+  const std::string text =
+      read_file(std::string(KTUNE_SOURCE_DIR) + "/bench/results/replay-h200-gemm-20261129.json");
+  ASSERT_TRUE(is_replay_file(text));
+  EXPECT_FALSE(is_replay_file(R"({"problems":[]})"));
+  auto replays = parse_replay(text, "replay.json");
+  ASSERT_TRUE(replays) << replays.error().message;
+  ASSERT_EQ(replays->size(), 2u);
+  EXPECT_EQ((*replays)[0].seeds, 9);
+  EXPECT_EQ((*replays)[0].configs, 1011u);
+  ReportInput in;
+  in.replays = *replays;
+  size_t curves = 0;
+  for (const auto& r : in.replays) curves += r.curves.size();
+  EXPECT_EQ(curves, 8u);  // exhaustive, random, anneal, model on two problems
+  const std::string page = render_report(in);
+  EXPECT_EQ(count(page, "<path class=\"replaycurve\""), curves);
+  EXPECT_EQ(count(page, "<section class=\"problem\""), 2u);
+  EXPECT_FALSE(
+      parse_replay(R"({"benchmark":"replay","problems":[{"problem":"gemm|bf16|bf16|rc|M=1,N=1,K=1",
+      "strategies":{"model":{"median_fraction":[]}}}]})",
+                   "empty"));
+}
+
 TEST(ReportFilter, KeepsOneOpAndDevice) {
   ReportInput in;
   in.trial_sets.push_back(set_of({ok(64, 64, 3, 1, 10)}));
