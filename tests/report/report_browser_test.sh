@@ -122,16 +122,18 @@ if check_page bad '{}' >/dev/null; then fail "a page with a console error passed
 trials=("$src/bench/data/h200_gemm_sweep.json"
         "$src/bench/results/gemm-tma-pingpong-h200-20261201-run1-trials.json"
         "$src/bench/results/gemm-tma-template-h200-20261201-b120-run3-trials.json")
-"$ktune" report -o "$work/file.html" --table "$src/tables/h200.json" --trials "${trials[@]}"
+replay="$src/bench/results/replay-h200-gemm-20261129.json"
+"$ktune" report -o "$work/file.html" --table "$src/tables/h200.json" --trials "${trials[@]}" "$replay"
 self_contained "$work/file.html"
-expected=$(python3 - "$src/tables/h200.json" "${trials[@]}" <<'EOF'
+expected=$(python3 - "$src/tables/h200.json" "$replay" "${trials[@]}" <<'EOF'
 import json, sys
 table = json.load(open(sys.argv[1]))
+replay = json.load(open(sys.argv[2]))
 winners = {w["problem"]["op"] + "|" + w["problem"]["dtype"] + "|" + w["problem"]["out_dtype"] + "|" +
            w["problem"]["layout"] + "|" + ",".join(f"{k}={v}" for k, v in w["problem"]["dims"].items()): w
            for w in table["winners"]}
 cells, improve, trial_problems = set(), 0, {}
-for path in sys.argv[2:]:
+for path in sys.argv[3:]:
     for p in json.load(open(path))["problems"]:
         best = float("inf")
         for t in p["trials"]:
@@ -144,7 +146,8 @@ only_trials = [k for k in trial_problems if k not in winners]
 memory = [w for w in winners.values() if w["problem"]["op"] != "gemm"]
 points = (len(winners) - sum(w["problem"]["op"] == "transpose" for w in memory)) + len(only_trials)
 print(json.dumps({"cell": len(cells), "improve": improve, "point": points, "plabel": points,
-                  "bw": len(memory), "problem": len(set(winners) | set(trial_problems))}))
+                  "bw": len(memory), "problem": len(set(winners) | set(trial_problems)),
+                  "replaycurve": sum(len(p["strategies"]) for p in replay["problems"])}))
 EOF
 )
 browse "file://$work/file.html" file
