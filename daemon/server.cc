@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "config/log.h"
+#include "daemon/report_page.h"
 #include "daemon/session.h"
 
 namespace ktune {
@@ -279,7 +280,7 @@ asio::awaitable<void> Server::serve_http(tcp::socket socket) {
   if (request.method() != http::verb::get) {
     response.result(http::status::method_not_allowed);
     response.set(http::field::allow, "GET");
-    response.body() = "method not allowed: only GET (/metrics, /livez, /readyz)\n";
+    response.body() = "method not allowed: only GET (/metrics, /livez, /readyz, /report)\n";
   } else {
     auto [status, body] = route_http(request.target(), content_type);
     response.result(static_cast<http::status>(status));
@@ -304,7 +305,11 @@ std::pair<int, std::string> Server::route_http(std::string_view target, std::str
     if (why.empty()) return {200, "ok\n"};
     return {503, "not ready: " + why + "\n"};
   }
-  return {404, "not found; try /metrics, /livez, /readyz\n"};
+  if (path == "/report") {  // docs/report.md
+    content_type = "text/html; charset=utf-8";
+    return {200, render_report_page(m_dispatcher->context())};
+  }
+  return {404, "not found; try /metrics, /livez, /readyz, /report\n"};
 }
 
 void Server::stop() {

@@ -90,6 +90,20 @@ int cmd_cancel(const Common& c, const std::string& id);
 int cmd_misses(const Common& c, int limit);
 int cmd_plan_apply(const Common& c, const std::string& file, const std::string& device);
 
+// `ktune report` (client/cli/report.cc): the HTML tuning report. With --trials or --table it
+// reads only those files (plus the daemon with --daemon); without either, everything comes from
+// the running daemon (the export, status, misses and jobs ops).
+struct ReportArgs {
+  std::string output = "report.html";  // "-" for stdout
+  std::string device;                  // device class id or substring ("" = all)
+  std::string op;                      // one op ("" = all)
+  std::vector<std::string> trials;     // ktune-bench --record files
+  std::string table;                   // a winners table (export format)
+  std::string title;                   // "" = the default title
+  bool daemon = false;                 // with files: add the daemon's winners, misses, jobs
+};
+int cmd_report(const Common& c, const ReportArgs& a);
+
 // `ktune fleet status` (client/cli/fleet.cc).
 int cmd_fleet_status(const Common& c);
 

@@ -120,6 +120,20 @@ int main(int argc, char** argv) {
   pa->add_option("file", plan_file, "plan file (docs/operations.md shows the format)")->required();
   pa->add_option("--device", plan_device, "device class (default: the plan's, or the first GPU)");
   pl->require_subcommand(1);
+  ReportArgs report;
+  auto* rp = app.add_subcommand(
+      "report", "write a self-contained HTML report of what was tuned (files or the daemon)");
+  rp->add_option("-o,--output", report.output, "HTML file to write (- for stdout)")
+      ->capture_default_str();
+  rp->add_option("--device", report.device, "only this device class (id or part of it)");
+  rp->add_option("--op", report.op, "only this op, e.g. gemm");
+  rp->add_option("--trials", report.trials,
+                 "trials files (ktune-bench --record) or replay files (ktune-replay)")
+      ->expected(1, -1);
+  rp->add_option("--table", report.table, "a winners table (export format JSON)");
+  rp->add_option("--title", report.title, "the page's title");
+  rp->add_flag("--daemon", report.daemon,
+               "with --trials/--table: add the daemon's winners, misses and jobs");
   auto* fl = app.add_subcommand("fleet", "the fleet: Redis link, nodes seen, keys tuned, claims");
   auto* fs = fl->add_subcommand("status", "this node's link to the fleet and what the fleet holds");
   fl->require_subcommand(1);
@@ -144,5 +158,6 @@ int main(int argc, char** argv) {
   if (*mi) return cmd_misses(common, misses_limit);
   if (*pa) return cmd_plan_apply(common, plan_file, plan_device);
   if (*fs) return cmd_fleet_status(common);
+  if (*rp) return cmd_report(common, report);
   return 2;
 }
