@@ -1,5 +1,7 @@
 #include "daemon/executor.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -9,6 +11,12 @@ namespace ktune {
 Executor::Executor(int threads, int nice) : m_guard(boost::asio::make_work_guard(m_io)) {
   for (int i = 0; i < threads; ++i)
     m_threads.emplace_back([this, nice] {
+      if (nice > 0) {
+        // SCHED_BATCH: the scheduler treats these threads as CPU-bound and does not let their
+        // wakeups preempt the I/O threads (bench/NOTES.md § Cold lookups under traffic).
+        const sched_param none{};
+        (void)::pthread_setschedparam(::pthread_self(), SCHED_BATCH, &none);  // best effort
+      }
       if (nice != 0) {
         // Linux: a nice value is per thread (setpriority on the thread id).
         const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
