@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "daemon/access.h"
 #include "daemon/session.h"
 #include "tests/fuzz/fuzz_support.h"
 
@@ -45,7 +46,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   };
   read_more();
   io.run();
-  const size_t replies = fuzz::check_replies(output);
+  // A line that looks like HTTP is answered with the HTTP refusal and the connection closes
+  // (issue 9 item 4): that refusal is the last thing sent, after the JSON replies owed before it.
+  std::string_view json_part = output;
+  if (const size_t at = output.find("HTTP/1.1 "); at != std::string::npos) {
+    if (std::string_view(output).substr(at) != http_refusal())
+      fuzz::violated("output after the HTTP refusal, or a malformed refusal", output);
+    json_part = std::string_view(output).substr(0, at);
+  }
+  const size_t replies = fuzz::check_replies(json_part);
   const size_t lines = size_t(std::count(input.begin(), input.end(), '\n')) + 1;
   if (replies > lines) fuzz::violated("more replies than request lines", output);
   return 0;

@@ -83,7 +83,8 @@ inline std::unique_ptr<testing::DaemonParts> make_parts() {
   return parts;
 }
 
-// Every reply line is one JSON object {"v":1,"id":..,"ok":bool,...} in valid UTF-8; a failure
+// Every reply line is one JSON object {"v":V,"id":..,"ok":bool,...} in valid UTF-8, V a version
+// the daemon speaks (the request's, or 1 when it could not be read); a failure
 // names a protocol error code, never "internal" (bad input is the client's error, not a bug of
 // ours: with a MemStore nothing else can fail). Returns the number of lines.
 inline size_t check_replies(std::string_view out) {
@@ -93,7 +94,9 @@ inline size_t check_replies(std::string_view out) {
     ++lines;
     Json j = Json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) violated("reply is not a JSON object", line);
-    if (j.value("v", 0) != 1 || !j.contains("id") || !j.contains("ok") || !j["ok"].is_boolean())
+    const int v = j.value("v", 0);
+    if (v < protocol::k_min_version || v > protocol::k_version || !j.contains("id") ||
+        !j.contains("ok") || !j["ok"].is_boolean())
       violated("reply lacks v/id/ok", line);
     if (j["ok"].get<bool>()) {
       if (!j.contains("result") && !j.contains("event")) violated("ok reply has no result", line);
