@@ -211,8 +211,11 @@ def main() -> None:
             out = torch.empty(a.shape[0], w.shape[0], dtype=bf16, device=dev)
             raw = raw_launch(kernel, stream)
             ptrs = (a.data_ptr(), w.data_ptr(), out.data_ptr())
+            shape = out.shape
             overhead[name] = host_compare({
                 "raw_cuLaunchKernel_ctypes": raw,
+                # What any out-of-place launch pays too: the output tensor torch allocates.
+                "raw_cuLaunchKernel_ctypes_plus_output_alloc": lambda: (a.new_empty(shape), raw()),
                 "ktune_Kernel_launch_addresses": lambda: kernel.launch_addresses(ptrs, stream),
                 "ktune_torch_linear": lambda: kt.linear(a, w),
                 "torch_F_linear": lambda: F.linear(a, w),
@@ -225,6 +228,7 @@ def main() -> None:
         ptrs = (xs.data_ptr(), ys.data_ptr())
         overhead["softmax 64x4096"] = host_compare({
             "raw_cuLaunchKernel_ctypes": raw,
+            "raw_cuLaunchKernel_ctypes_plus_output_alloc": lambda: (torch.empty_like(xs), raw()),
             "ktune_Kernel_launch_addresses": lambda: kernel.launch_addresses(ptrs, stream),
             "ktune_torch_softmax": lambda: kt.softmax(xs),
             "torch_softmax": lambda: torch.softmax(xs, dim=-1),
@@ -232,6 +236,8 @@ def main() -> None:
         for v in overhead.values():
             ktune_key = next(k for k in v if k.startswith("ktune_torch"))
             v["overhead_above_raw_us"] = v[ktune_key] - v["raw_cuLaunchKernel_ctypes"]
+            v["overhead_above_raw_plus_alloc_us"] = (
+                v[ktune_key] - v["raw_cuLaunchKernel_ctypes_plus_output_alloc"])
         # Where the host time of one ktune.torch call goes (the pieces, each alone).
         drv = _Driver.get()
         ctx = ctypes.c_void_p()
