@@ -186,10 +186,10 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
     if (m_node.gpus.empty()) {
       std::string known;
       for (const auto& id : index.device_ids()) known += (known.empty() ? "" : ", ") + id;
+      // Names no field or flag: the CLI says --device, a wire client "device".
       return protocol::error(ErrorKind::unavailable,
                              "this node has no GPU (" + m_node.gpu_error +
-                                 "); name a device class with "
-                                 "\"device\"" +
+                                 "); name the device class to answer for" +
                                  (known.empty() ? std::string() : " (known: " + known + ")"));
     }
     return std::make_pair(m_node.gpus.front().device_class, m_node.gpus.front().limits);
@@ -205,25 +205,43 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
   }
   // An exact id wins; then a prefix that ends where a part of the id ends ("nvidia-h200" is the
   // whole name of nvidia-h200.sm90...), so a known "nvidia-h200-nvl.sm90..." does not make it
-  // ambiguous; then a unique prefix of any kind.
-  std::vector<std::pair<DeviceClass, DeviceLimits>> matches, whole;
+  // ambiguous; then a unique prefix of any kind; then a unique substring ("h200", "sm90"), a
+  // whole part of the id before any part of one. Case does not matter.
+  auto lower = [](std::string s) {
+    for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  const std::string want = lower(name);
+  auto at_boundary = [](const std::string& id, size_t pos, size_t len) {
+    auto sep = [&](size_t i) { return id[i] == '.' || id[i] == '-'; };
+    return (pos == 0 || sep(pos - 1)) && (pos + len == id.size() || sep(pos + len));
+  };
+  std::vector<std::pair<DeviceClass, DeviceLimits>> prefixed, whole, contained, parts;
   for (const auto& k : known) {
-    const std::string id = k.first.id();
-    if (id == name) return k;
-    if (!id.starts_with(name)) continue;
-    matches.push_back(k);
-    if (id[name.size()] == '.') whole.push_back(k);
+    const std::string id = lower(k.first.id());
+    if (id == want) return k;
+    const size_t at = id.find(want);
+    if (at == std::string::npos) continue;
+    contained.push_back(k);
+    if (at_boundary(id, at, want.size())) parts.push_back(k);
+    if (at != 0) continue;
+    prefixed.push_back(k);
+    if (id[want.size()] == '.') whole.push_back(k);
   }
-  if (whole.size() == 1) return whole.front();
-  if (matches.size() == 1) return matches.front();
+  for (const auto* tier : {&whole, &prefixed, &parts, &contained}) {
+    if (tier->size() == 1) return tier->front();
+    if (tier->size() > 1 && tier != &whole) break;  // ambiguous here: no looser tier can decide
+  }
   if (auto d = parse_device_class_id(name)) return std::make_pair(*d, m_node.limits_for(*d));
   std::string list;
-  for (const auto& k : (matches.empty() ? known : matches))
+  for (const auto& k : (contained.empty() ? known : contained))
     list += (list.empty() ? "" : ", ") + k.first.id();
   return protocol::error(ErrorKind::not_found,
                          "device class '" + name + "' " +
-                             (matches.empty() ? "is unknown" : "is ambiguous") +
-                             (list.empty() ? std::string() : " (known: " + list + ")"));
+                             (contained.empty() ? "is unknown" : "is ambiguous: it matches") +
+                             (list.empty() ? std::string()
+                              : contained.empty() ? " (known: " + list + ")"
+                                                  : " " + list));
 }
 
 protocol::Expected<Problem> LookupService::canonical_problem(
@@ -448,10 +466,12 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
     }
   }
   fresh->miss = !exact;
-  if (reply.entries.empty())
-    return protocol::error(ErrorKind::invalid_problem,
-                           "no template implements " + problem.describe() + " on sm_" +
-                               std::to_string(dev.cc) + " and nothing was tuned for it");
+  if (reply.entries.empty()) {
+    std::string why = m_templates.why_unsupported(problem, dev.cc);
+    if (why.empty()) why = "no template implements " + problem.describe() + " on sm_" +
+                           std::to_string(dev.cc);
+    return protocol::error(ErrorKind::invalid_problem, why + ", and nothing was tuned for it");
+  }
   fresh->provenance = reply.entries.front().provenance;
   fresh->result = protocol::lookup_reply_text(reply);
   return std::shared_ptr<const Answer>(std::move(fresh));

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -110,10 +111,88 @@ std::vector<const KernelTemplate*> TemplateRegistry::for_problem(const Problem& 
   return out;
 }
 
+std::string TemplateRegistry::joined_ops() const {
+  std::string s;
+  for (const auto& op : ops()) s += (s.empty() ? "" : ", ") + op;
+  return s;
+}
+
 std::vector<std::string> TemplateRegistry::ops() const {
   std::set<std::string> ops;
   for (const auto& t : m_templates) ops.insert(t->manifest.op);
   return {ops.begin(), ops.end()};
+}
+
+std::string TemplateRegistry::default_layout(std::string_view op) const {
+  std::map<std::string, int> count;
+  std::string first;
+  for (const auto& t : m_templates) {
+    if (t->manifest.op != op) continue;
+    if (first.empty()) first = t->manifest.default_layout;
+    for (const auto& [layout, _] : t->manifest.layouts) ++count[layout];
+  }
+  std::string best = first;
+  for (const auto& [layout, n] : count)
+    if (n > count[best]) best = layout;
+  return best;
+}
+
+namespace {
+
+std::string joined(const std::set<std::string>& items) {
+  std::string s;
+  for (const auto& i : items) s += (s.empty() ? "" : ", ") + i;
+  return s;
+}
+
+}  // namespace
+
+std::string TemplateRegistry::why_unsupported(const Problem& p, int cc) const {
+  std::vector<const Manifest*> of_op;
+  for (const auto& t : m_templates)
+    if (t->manifest.op == p.op) of_op.push_back(&t->manifest);
+  if (of_op.empty()) return "unknown op '" + p.op + "' (ops: " + joined_ops() + ")";
+  // Each property in turn, over the templates of the op that passed the ones before.
+  std::set<std::string> layouts, dtypes, out_dtypes, dims;
+  for (const Manifest* m : of_op)
+    for (const auto& [l, _] : m->layouts) layouts.insert(l);
+  std::erase_if(of_op, [&](const Manifest* m) { return !m->layouts.count(p.layout); });
+  if (of_op.empty())
+    return p.op + " has no layout '" + p.layout + "' (layouts: " + joined(layouts) + ")";
+  for (const Manifest* m : of_op) dtypes.insert(m->dtypes.begin(), m->dtypes.end());
+  std::erase_if(of_op, [&](const Manifest* m) {
+    return std::find(m->dtypes.begin(), m->dtypes.end(), p.dtype) == m->dtypes.end();
+  });
+  if (of_op.empty())
+    return p.op + " layout " + p.layout + " has no dtype '" + p.dtype + "' (dtypes: " +
+           joined(dtypes) + ")";
+  for (const Manifest* m : of_op) {
+    if (m->out_dtypes.empty()) out_dtypes.insert(p.dtype);
+    out_dtypes.insert(m->out_dtypes.begin(), m->out_dtypes.end());
+  }
+  std::erase_if(of_op, [&](const Manifest* m) {
+    return m->out_dtypes.empty() ? p.out_dtype != p.dtype
+                                 : std::find(m->out_dtypes.begin(), m->out_dtypes.end(),
+                                             p.out_dtype) == m->out_dtypes.end();
+  });
+  if (of_op.empty())
+    return p.op + " " + p.dtype + " has no out_dtype '" + p.out_dtype + "' (out_dtypes: " +
+           joined(out_dtypes) + ")";
+  std::string want;
+  for (const auto& d : of_op.front()->dims) want += (want.empty() ? "" : ", ") + d;
+  std::erase_if(of_op, [&](const Manifest* m) {
+    return !m->supports(p, cc >= 0 ? cc : m->min_cc);
+  });
+  if (of_op.empty()) return p.op + " takes dims " + want;
+  if (cc < 0) return "";
+  std::string arches;
+  for (const Manifest* m : of_op) {
+    if (m->supports(p, cc)) return "";
+    arches += std::string(arches.empty() ? "" : ", ") + m->name + " sm_" +
+              std::to_string(m->min_cc) + (m->max_cc ? "-" + std::to_string(m->max_cc) : "+");
+  }
+  return "no template implements " + p.describe() + " on sm_" + std::to_string(cc) + " (" +
+         arches + ")";
 }
 
 }  // namespace ktune

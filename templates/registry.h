@@ -41,9 +41,20 @@ class TemplateRegistry {
   std::vector<const KernelTemplate*> for_problem(const Problem& problem, int cc) const;
   // Distinct ops, sorted.
   std::vector<std::string> ops() const;
+  // The layout a problem of `op` gets when it names none: the layout the most templates of the op
+  // implement, ties going to the first template's first layout. For gemm that is `rc`, the layout
+  // of nn.Linear and the only one the Hopper templates (gemm_sm90, gemm_tma) implement, so a
+  // lookup that names no layout can be answered by every gemm kernel. "" for an unknown op.
+  std::string default_layout(std::string_view op) const;
+  // Why no template implements `problem` on compute capability `cc` (any arch when cc < 0),
+  // naming what is valid: the ops, the op's layouts, dtypes, dims or arch range. "" when a
+  // template implements it.
+  std::string why_unsupported(const Problem& problem, int cc) const;
   const std::vector<Error>& errors() const { return m_errors; }
 
  private:
+  std::string joined_ops() const;  // "gemm, layernorm, ..."
+
   std::vector<std::unique_ptr<KernelTemplate>> m_templates;
   std::vector<Error> m_errors;
 };

@@ -52,7 +52,7 @@ ClientOptions Common::long_op_options() const {
 int cmd_status(const Common& c) {
   Client client(c.client_options());
   auto s = client.status();
-  if (!s) return report_error(s.error());
+  if (!s) return report_error(c.json, s.error());
   if (c.json) return print_json(*s), 0;
   const Json& j = *s;
   std::printf("ktuned %s (protocol %d), pid %d on %s, up %.1f s\n",
@@ -116,7 +116,7 @@ int cmd_status(const Common& c) {
 int cmd_templates(const Common& c) {
   Client client(c.client_options());
   auto t = client.templates();
-  if (!t) return report_error(t.error());
+  if (!t) return report_error(c.json, t.error());
   if (c.json) return print_json(*t), 0;
   TextTable table(
       {"TEMPLATE", "OP", "DTYPES", "LAYOUTS", "DIMS", "PARAMS", "SPACE", "ARCH", "HASH"});
@@ -138,17 +138,14 @@ int cmd_templates(const Common& c) {
 
 int cmd_lookup(const Common& c, const LookupArgs& a) {
   auto dims = parse_dims(a.shape);
-  if (!dims) {
-    std::fprintf(stderr, "ktune: --shape: %s\n", dims.error().message.c_str());
-    return 1;
-  }
+  if (!dims) return usage(c.json, "--shape: " + dims.error().message);
   protocol::LookupRequest req;
   req.problem = {a.op, a.dtype, a.out_dtype, a.layout, *dims};
   req.device = a.device;
   req.limit = a.limit;
   Client client(c.client_options());
   auto reply = client.lookup(req);
-  if (!reply) return report_error(reply.error());
+  if (!reply) return report_device_error(c.json, reply.error(), a.device);
   if (c.json) return print_json(protocol::to_json(*reply)), 0;
   std::printf("%s on %s\n", reply->problem_key.c_str(), reply->device.c_str());
   TextTable table({"#", "PROVENANCE", "TEMPLATE", "PARAMS", "TIME_US", "TFLOP/S", "GB/S", "NOTE"});
@@ -176,16 +173,13 @@ int cmd_export(const Common& c, const std::string& format, const std::string& ou
                const std::string& device) {
   Client client(c.long_op_options());
   auto r = client.export_table(format, device);
-  if (!r) return report_error(r.error());
+  if (!r) return report_error(c.json, r.error());
   const std::string& content = (*r)["content"].get_ref<const std::string&>();
   if (output.empty() || output == "-") {
     std::fputs(content.c_str(), stdout);
     return 0;
   }
-  if (auto ok = write_file_atomic(output, content); !ok) {
-    std::fprintf(stderr, "ktune: %s\n", ok.error().message.c_str());
-    return 1;
-  }
+  if (auto ok = write_file_atomic(output, content); !ok) return failed(c.json, ok.error().message);
   if (c.json)
     return print_json({{"path", output}, {"format", format}, {"count", (*r)["count"]}}), 0;
   std::printf("exported %zu winners to %s (%s)\n", (*r)["count"].get<size_t>(), output.c_str(),
@@ -196,13 +190,10 @@ int cmd_export(const Common& c, const std::string& format, const std::string& ou
 int cmd_import(const Common& c, const std::string& file) {
   std::error_code ec;
   const auto abs = std::filesystem::absolute(file, ec);
-  if (!std::filesystem::is_regular_file(abs, ec)) {
-    std::fprintf(stderr, "ktune: %s: no such file\n", file.c_str());
-    return 1;
-  }
+  if (!std::filesystem::is_regular_file(abs, ec)) return usage(c.json, file + ": no such file");
   Client client(c.long_op_options());
   auto r = client.import_file(abs.string());
-  if (!r) return report_error(r.error());
+  if (!r) return report_error(c.json, r.error());
   if (c.json) return print_json(*r), 0;
   std::printf("imported %s: %zu records, %zu added, %zu replaced, %zu kept\n", file.c_str(),
               (*r)["total"].get<size_t>(), (*r)["added"].get<size_t>(),
@@ -218,19 +209,15 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
   if (!t) {
     std::string names;
     for (const auto& x : reg.all()) names += (names.empty() ? "" : ", ") + x->name();
-    std::fprintf(stderr, "ktune: no template '%s' (have: %s)\n", a.template_name.c_str(),
-                 names.c_str());
-    for (const auto& e : reg.errors()) std::fprintf(stderr, "  skipped: %s\n", e.message.c_str());
-    return 1;
+    std::string message = "no template '" + a.template_name + "' (have: " + names + ")";
+    for (const auto& e : reg.errors()) message += "\n  skipped: " + e.message;
+    return report_failure(c.json, Exit::not_found, "not_found", message);
   }
   const Manifest& m = t->manifest;
   const std::string base_arch =
       a.arch.ends_with("a") ? a.arch.substr(0, a.arch.size() - 1) : a.arch;
   auto limits = DeviceLimits::for_arch(base_arch);
-  if (!limits) {
-    std::fprintf(stderr, "ktune: --arch: %s\n", limits.error().message.c_str());
-    return 1;
-  }
+  if (!limits) return usage(c.json, "--arch: " + limits.error().message);
   Problem p{m.op,
             a.dtype.empty() ? m.dtypes.front() : a.dtype,
             "",
@@ -241,7 +228,7 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
     for (const auto& d : m.dims) p.dims.emplace_back(d, d == "n" ? (1 << 24) : 4096);
   } else {
     auto dims = parse_dims(a.shape);
-    if (!dims) return std::fprintf(stderr, "ktune: --shape: %s\n", dims.error().message.c_str()), 1;
+    if (!dims) return usage(c.json, "--shape: " + dims.error().message);
     p.dims = *dims;
   }
   std::vector<Params> configs;
@@ -249,11 +236,11 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
   if (!a.config.empty()) {
     auto params = parse_params(a.config);
     if (!params)
-      return std::fprintf(stderr, "ktune: --config: %s\n", params.error().message.c_str()), 1;
+      return usage(c.json, "--config: " + params.error().message);
     configs.push_back(*params);
   } else {
     auto space = SearchSpace::build(*t, p, *limits);
-    if (!space) return std::fprintf(stderr, "ktune: %s\n", space.error().message.c_str()), 1;
+    if (!space) return failed(c.json, space.error().message);
     report = space->report();
     const auto& all = space->configs();
     const size_t want =
@@ -264,7 +251,7 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
   std::vector<std::string> invalid;
   for (const auto& params : configs) {
     auto inst = instantiate(*t, p, *limits, params);
-    if (!inst) return std::fprintf(stderr, "ktune: %s\n", inst.error().message.c_str()), 1;
+    if (!inst) return failed(c.json, inst.error().message);
     reqs.push_back({t, inst->name_expression, a.arch});
   }
   if (!c.json)
@@ -323,27 +310,30 @@ namespace {}  // namespace
 
 int cmd_tune_standalone(const Common& c, const TuneArgs& a) {
   auto dims = parse_dims(a.problem.shape);
-  if (!dims) return std::fprintf(stderr, "ktune: --shape: %s\n", dims.error().message.c_str()), 1;
+  if (!dims) return usage(c.json, "--shape: " + dims.error().message);
+  // The problem is checked against the templates before a GPU is looked for: a misspelt op is
+  // the user's to fix whatever this machine has.
+  const auto dirs =
+      a.template_dirs.empty() ? std::vector<std::string>{builtin_template_dir()} : a.template_dirs;
+  const auto reg = TemplateRegistry::load(dirs);
+  TuneRequest req;
+  req.problem = Problem{a.problem.op, a.problem.dtype,
+                        a.problem.out_dtype.empty() ? a.problem.dtype : a.problem.out_dtype,
+                        a.problem.layout.empty() ? reg.default_layout(a.problem.op)
+                                                 : a.problem.layout,
+                        *dims};
+  if (auto ok = validate_problem(req.problem); !ok)
+    return report_failure(c.json, Exit::invalid, "invalid_problem", ok.error().message);
+  if (auto why = reg.why_unsupported(req.problem, -1); !why.empty())
+    return report_failure(c.json, Exit::invalid, "invalid_problem", why);
   LocalTunerOptions o;
   o.template_dirs = a.template_dirs;
   o.device = a.gpu;
   o.data_dir = a.data_dir;
   if (o.data_dir.empty()) o.data_dir = default_config().data_dir + "/standalone";
   auto tuner = LocalTuner::open(o);
-  if (!tuner) return std::fprintf(stderr, "ktune: %s\n", tuner.error().message.c_str()), 1;
+  if (!tuner) return failed(c.json, tuner.error().message);
   LocalTuner& t = **tuner;
-  TuneRequest req;
-  req.problem = Problem{a.problem.op, a.problem.dtype,
-                        a.problem.out_dtype.empty() ? a.problem.dtype : a.problem.out_dtype,
-                        a.problem.layout, *dims};
-  if (req.problem.layout.empty())
-    for (const auto& tmpl : t.templates().all())
-      if (tmpl->manifest.op == req.problem.op) {
-        req.problem.layout = tmpl->manifest.default_layout;
-        break;
-      }
-  if (auto ok = validate_problem(req.problem); !ok)
-    return std::fprintf(stderr, "ktune: %s\n", ok.error().message.c_str()), 1;
   req.strategy = a.strategy;
   req.budget = Budget{a.budget, a.seconds, 0};
   const bool tty = ::isatty(STDERR_FILENO) && !c.json;
@@ -361,7 +351,7 @@ int cmd_tune_standalone(const Common& c, const TuneArgs& a) {
                  clock_text(p.elapsed_s).c_str(), clock_text(p.eta_s).c_str());
   });
   if (tty) std::fprintf(stderr, "\n");
-  if (!r) return std::fprintf(stderr, "ktune: %s\n", r.error().message.c_str()), 1;
+  if (!r) return failed(c.json, r.error().message);
   const WinnerRecord& w = r->winner;
   Json result = {{"problem", req.problem.key()},
                  {"device", w.device.id()},

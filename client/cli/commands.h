@@ -1,5 +1,6 @@
-// The ktune CLI's subcommands. Each returns the process exit code: 0 success, 1 the operation
-// failed (daemon error, bad input), 2 usage (handled by CLI11), 3 the daemon is not reachable.
+// The ktune CLI's subcommands. Each returns the process exit code, one of client/cli/output.h's
+// Exit table (documented in docs/cli.md); failures are reported through output.h, so --json
+// turns them into JSON on stdout.
 #pragma once
 
 #include <string>

@@ -30,7 +30,7 @@ void print_nodes(const Json& nodes) {
 int cmd_fleet_status(const Common& c) {
   Client client(c.client_options());
   auto r = client.call("fleet");
-  if (!r) return report_error(r.error());
+  if (!r) return report_error(c.json, r.error());
   if (c.json) return print_json(*r), 0;
   const Json& j = *r;
   if (!j.value("enabled", false)) {

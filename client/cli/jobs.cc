@@ -57,12 +57,12 @@ std::string read_file(const std::string& path, std::string& error) {
 int cmd_tune(const Common& c, const TuneArgs& a) {
   if (a.standalone) return cmd_tune_standalone(c, a);
   auto dims = parse_dims(a.problem.shape);
-  if (!dims) return std::fprintf(stderr, "ktune: --shape: %s\n", dims.error().message.c_str()), 1;
+  if (!dims) return usage(c.json, "--shape: " + dims.error().message);
   protocol::ProblemSpec spec{a.problem.op, a.problem.dtype, a.problem.out_dtype, a.problem.layout,
                              *dims};
   Client client(c.client_options());
   auto r = client.tune(spec, {a.device, a.strategy, a.budget, a.seconds});
-  if (!r) return report_error(r.error());
+  if (!r) return report_device_error(c.json, r.error(), a.device);
   const Json job = (*r)["job"];
   const std::string id = job["id"].get<std::string>();
   if (!c.json)
@@ -97,7 +97,7 @@ int cmd_tune(const Common& c, const TuneArgs& a) {
         clock_text(elapsed).c_str(), clock_text(eta).c_str());
   });
   if (tty) std::fprintf(stderr, "\n");
-  if (!final_job) return report_error(final_job.error());
+  if (!final_job) return report_error(c.json, final_job.error());
   if (c.json)
     print_json({{"job", *final_job}});
   else
@@ -108,7 +108,7 @@ int cmd_tune(const Common& c, const TuneArgs& a) {
 int cmd_jobs(const Common& c, const std::string& state, int limit) {
   Client client(c.client_options());
   auto r = client.jobs(limit, state);
-  if (!r) return report_error(r.error());
+  if (!r) return report_error(c.json, r.error());
   if (c.json) return print_json(*r), 0;
   TextTable table({"JOB", "STATE", "ORIGIN", "PROBLEM", "DEVICE", "TRIALS", "BEST US", "LANE"});
   for (const auto& j : (*r)["jobs"])
@@ -130,7 +130,7 @@ int cmd_jobs(const Common& c, const std::string& state, int limit) {
 int cmd_job(const Common& c, const std::string& id) {
   Client client(c.client_options());
   auto r = client.job(id);
-  if (!r) return report_error(r.error());
+  if (!r) return report_error(c.json, r.error());
   if (c.json) return print_json({{"job", *r}}), 0;
   print_job(*r);
   return 0;
@@ -139,7 +139,7 @@ int cmd_job(const Common& c, const std::string& id) {
 int cmd_cancel(const Common& c, const std::string& id) {
   Client client(c.client_options());
   auto r = client.cancel(id);
-  if (!r) return report_error(r.error());
+  if (!r) return report_error(c.json, r.error());
   if (c.json) return print_json({{"job", *r}}), 0;
   const std::string state = (*r)["state"].get<std::string>();
   std::printf("job %s: %s\n", id.c_str(),
@@ -150,7 +150,7 @@ int cmd_cancel(const Common& c, const std::string& id) {
 int cmd_misses(const Common& c, int limit) {
   Client client(c.client_options());
   auto r = client.misses(limit);
-  if (!r) return report_error(r.error());
+  if (!r) return report_error(c.json, r.error());
   if (c.json) return print_json(*r), 0;
   TextTable table(
       {"PROBLEM", "DEVICE", "MISSES", "EXPECTED US", "GAIN", "WORTH US", "QUEUED", "WHY"});
@@ -172,10 +172,10 @@ int cmd_misses(const Common& c, int limit) {
 int cmd_plan_apply(const Common& c, const std::string& file, const std::string& device) {
   std::string error;
   const std::string text = read_file(file, error);
-  if (!error.empty()) return std::fprintf(stderr, "ktune: %s\n", error.c_str()), 1;
+  if (!error.empty()) return failed(c.json, error);
   Client client(c.client_options());
   auto r = client.plan(text, device);
-  if (!r) return report_error(r.error());
+  if (!r) return report_error(c.json, r.error());
   if (c.json) return print_json(*r), 0;
   for (const auto& j : (*r)["jobs"]) std::printf("%s\n", job_line(j).c_str());
   std::printf("%d jobs queued, %d already queued or running\n", (*r)["created"].get<int>(),

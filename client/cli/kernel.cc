@@ -34,26 +34,26 @@ std::string arg_text(const protocol::LaunchArg& a) {
 
 int cmd_kernel(const Common& c, const KernelArgs& a) {
   auto dims = parse_dims(a.problem.shape);
-  if (!dims) return std::fprintf(stderr, "ktune: --shape: %s\n", dims.error().message.c_str()), 1;
+  if (!dims) return usage(c.json, "--shape: " + dims.error().message);
   const protocol::ProblemSpec problem{a.problem.op, a.problem.dtype, a.problem.out_dtype,
                                       a.problem.layout, *dims};
   Client client(c.client_options());
   protocol::KernelRequest request;
   if (a.template_name.empty()) {
     auto r = best_entry_request(client, problem, a.problem.device);
-    if (!r) return report_error(r.error());
+    if (!r) return report_device_error(c.json, r.error(), a.problem.device);
     request = std::move(*r);
   } else {
     auto params = parse_params(a.config);
     if (!params)
-      return std::fprintf(stderr, "ktune: --config: %s\n", params.error().message.c_str()), 1;
+      return usage(c.json, "--config: " + params.error().message);
     request = {problem, a.problem.device, a.template_name, {params->begin(), params->end()}, "",
                ""};
   }
   auto image = client.kernel(request);
-  if (!image) return report_error(image.error());
+  if (!image) return report_device_error(c.json, image.error(), a.problem.device);
   if (auto ok = write_file_atomic(a.output, image->cubin); !ok)
-    return std::fprintf(stderr, "ktune: %s\n", ok.error().message.c_str()), 1;
+    return failed(c.json, ok.error().message);
   Json summary = protocol::to_json(*image);
   summary.erase("cubin");
   summary.erase("encoding");

@@ -1,13 +1,20 @@
 // ktune: the command-line client of ktuned. Thin: CLI11 parsing over client/cli/commands.h.
 #include <CLI/CLI.hpp>
 
+#include <climits>
+#include <cstring>
+
 #include "client/cli/commands.h"
+#include "client/cli/output.h"
 #include "ktune_version.h"
 #include "tuner/strategy/registry.h"
 
 int main(int argc, char** argv) {
   using namespace ktune::cli;
   CLI::App app{"ktune — ask ktuned for the best kernel; manage its tuning tables"};
+  app.footer("Global flags work in any position.\n\n" + exit_code_help() +
+             "\nWith --json, a failure is {\"error\": {\"code\", \"message\", \"exit_code\"}} on "
+             "stdout. docs/cli.md has the details.");
   app.require_subcommand(1);
   app.set_version_flag(
       "--version", std::string("ktune ") + ktune::k_version + " (" + ktune::k_git_describe + ")");
@@ -20,7 +27,9 @@ int main(int argc, char** argv) {
   app.add_option("--tcp", common.tcp, "connect over TCP to host:port instead");
   app.add_option("--token", common.token, "token for TCP requests");
   auto* timeout = app.add_option("--timeout-ms", common.timeout_ms,
-                                 "per-request deadline (default 5000; export and import: none)");
+                                 "per-request deadline (default 5000; export and import: none; "
+                                 "0: none)")
+                      ->check(CLI::Range(0, INT_MAX));
   app.add_flag("--json", common.json, "machine-readable output (with schema_version)");
 
   auto* status = app.add_subcommand("status", "show the daemon's state");
@@ -36,7 +45,9 @@ int main(int argc, char** argv) {
                  "layout, e.g. rr rc for gemm (default: the op's first)");
   lk->add_option("--shape", lookup.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
   lk->add_option("--device", lookup.device, "device class id or prefix (default: this node's GPU)");
-  lk->add_option("--limit", lookup.limit, "most entries")->capture_default_str();
+  lk->add_option("--limit", lookup.limit, "most entries (1..64)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
 
   KernelArgs kernel;
   auto* ke = app.add_subcommand(
@@ -54,7 +65,9 @@ int main(int argc, char** argv) {
 
   std::string format = "json", output, device;
   auto* ex = app.add_subcommand("export", "write the tuning table to a file (JSON, YAML or CSV)");
-  ex->add_option("--format", format, "json | yaml | csv")->capture_default_str();
+  ex->add_option("--format", format, "json | yaml | csv")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"json", "yaml", "yml", "csv"}));
   ex->add_option("-o,--output", output, "file to write (- for stdout)")->required();
   ex->add_option("--device", device, "only this device class");
 
@@ -75,7 +88,8 @@ int main(int argc, char** argv) {
   auto* cfg =
       co->add_option("--config", compile.config, "one config, e.g. BLOCK_M=128,BLOCK_N=128,...");
   auto* smp = co->add_option("--sample", compile.sample,
-                             "compile N configs spread over the pruned space (default 8)");
+                             "compile N configs spread over the pruned space (default 8)")
+                  ->check(CLI::PositiveNumber);
   auto* all = co->add_flag("--all", compile.all, "compile every config of the pruned space");
   cfg->excludes(smp)->excludes(all);
   smp->excludes(all);
@@ -90,9 +104,15 @@ int main(int argc, char** argv) {
   tu->add_option("--out-dtype", tune.problem.out_dtype, "output dtype (default: same)");
   tu->add_option("--layout", tune.problem.layout, "layout (default: the op's first)");
   tu->add_option("--shape", tune.problem.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
-  tu->add_option("--strategy", tune.strategy, ktune::strategy_choices())->capture_default_str();
-  tu->add_option("--budget", tune.budget, "most configs measured")->capture_default_str();
-  tu->add_option("--seconds", tune.seconds, "most seconds")->capture_default_str();
+  tu->add_option("--strategy", tune.strategy, ktune::strategy_choices())
+      ->capture_default_str()
+      ->check(CLI::IsMember(ktune::strategy_names()));
+  tu->add_option("--budget", tune.budget, "most configs measured")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 10'000'000));
+  tu->add_option("--seconds", tune.seconds, "most seconds")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   tu->add_option("--device", tune.device, "device class (default: the daemon's first GPU)");
   tu->add_flag("--no-wait", tune.no_wait, "queue the job, print its id and return");
   tu->add_flag("--standalone", tune.standalone,
@@ -107,8 +127,11 @@ int main(int argc, char** argv) {
   std::string job_state;
   int jobs_limit = 50;
   auto* jb = app.add_subcommand("jobs", "tuning jobs, newest first, with progress");
-  jb->add_option("--state", job_state, "queued | running | done | failed | cancelled");
-  jb->add_option("--limit", jobs_limit, "most jobs")->capture_default_str();
+  jb->add_option("--state", job_state, "queued | running | done | failed | cancelled")
+      ->check(CLI::IsMember({"queued", "running", "done", "failed", "cancelled"}));
+  jb->add_option("--limit", jobs_limit, "most jobs")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   std::string job_id;
   auto* jo = app.add_subcommand("job", "one tuning job");
   jo->add_option("id", job_id, "job id")->required();
@@ -116,7 +139,9 @@ int main(int argc, char** argv) {
   ca->add_option("id", job_id, "job id")->required();
   int misses_limit = 20;
   auto* mi = app.add_subcommand("misses", "most-missed problems and what tuning them is worth");
-  mi->add_option("--limit", misses_limit, "most keys")->capture_default_str();
+  mi->add_option("--limit", misses_limit, "most keys")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   std::string plan_file, plan_device;
   auto* pl = app.add_subcommand("plan", "tuning plans: problems an operator wants ready");
   auto* pa = pl->add_subcommand("apply", "queue a job for every problem of a YAML/JSON plan");
@@ -144,7 +169,14 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // A usage error is exit 2 whatever CLI11 numbers it; with --json (wherever it was typed,
+    // the parse may have stopped before it) it is a JSON error like any other.
+    bool json = false;
+    for (int i = 1; i < argc; ++i) json = json || std::strcmp(argv[i], "--json") == 0;
+    if (json) return usage(true, e.what());
+    app.exit(e);
+    return int(Exit::usage);
   }
   common.timeout_given = timeout->count() > 0;
   if (*status) return cmd_status(common);

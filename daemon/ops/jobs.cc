@@ -28,6 +28,9 @@ protocol::Expected<Target> tunable(OpContext& ctx, const protocol::ProblemSpec& 
                                    const std::string& device_name) {
   auto problem = ctx.lookups.canonical_problem(spec);
   if (!problem) return std::unexpected(problem.error());
+  // What is wrong with the request itself comes before what this node lacks.
+  if (auto why = ctx.templates.why_unsupported(*problem, -1); !why.empty())
+    return protocol::error(ErrorKind::invalid_problem, why);
   auto device = ctx.lookups.resolve_device(device_name);
   if (!device) return std::unexpected(device.error());
   const std::string id = device->first.id();
@@ -38,20 +41,13 @@ protocol::Expected<Target> tunable(OpContext& ctx, const protocol::ProblemSpec& 
                            "this node cannot tune for " + id + " (its GPUs: " +
                                (have.empty() ? "none, " + ctx.node.gpu_error : have) + ")");
   }
-  if (ctx.templates.for_problem(*problem, device->first.cc).empty())
-    return protocol::error(ErrorKind::invalid_problem, "no template implements " +
-                                                           problem->describe() + " on sm_" +
-                                                           std::to_string(device->first.cc));
+  if (auto why = ctx.templates.why_unsupported(*problem, device->first.cc); !why.empty())
+    return protocol::error(ErrorKind::invalid_problem, why);
   return Target{device->first, std::move(*problem)};
 }
 
-// Strategy and budget of a tune/plan request, defaulting to the config.
-protocol::Expected<JobSpec> job_spec(OpContext& ctx, const Json& body, Target target,
-                                     std::string origin, double default_priority) {
-  JobSpec s;
-  s.device = std::move(target.device);
-  s.problem = std::move(target.problem);
-  s.origin = std::move(origin);
+// The strategy a tune/plan request names (default: the config's), checked against the registry.
+protocol::Expected<std::string> job_strategy(OpContext& ctx, const Json& body) {
   auto strategy = protocol::get_string(body, "strategy", false, ctx.config.strategy);
   if (!strategy) return std::unexpected(strategy.error());
   const auto names = strategy_names();
@@ -61,6 +57,18 @@ protocol::Expected<JobSpec> job_spec(OpContext& ctx, const Json& body, Target ta
     return protocol::error(ErrorKind::bad_request,
                            "unknown strategy '" + *strategy + "' (" + list + ")");
   }
+  return *strategy;
+}
+
+// Strategy and budget of a tune/plan request, defaulting to the config.
+protocol::Expected<JobSpec> job_spec(OpContext& ctx, const Json& body, Target target,
+                                     std::string origin, double default_priority) {
+  JobSpec s;
+  s.device = std::move(target.device);
+  s.problem = std::move(target.problem);
+  s.origin = std::move(origin);
+  auto strategy = job_strategy(ctx, body);
+  if (!strategy) return std::unexpected(strategy.error());
   s.strategy = *strategy;
   auto trials = protocol::get_int(body, "budget_trials", ctx.config.budget_trials);
   if (!trials) return std::unexpected(trials.error());
@@ -153,6 +161,8 @@ OpReply op_tune(OpContext& ctx, const protocol::Request& req) {
   if (!spec) return std::unexpected(spec.error());
   auto device = protocol::get_string(req.body, "device", false);
   if (!device) return std::unexpected(device.error());
+  if (auto strategy = job_strategy(ctx, req.body); !strategy)
+    return std::unexpected(strategy.error());
   auto target = tunable(ctx, *spec, *device);
   if (!target) return std::unexpected(target.error());
   auto js = job_spec(ctx, req.body, std::move(*target), "request", k_request_priority);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "config/config.h"
@@ -51,7 +52,7 @@ std::vector<WinnerRecord> h200_winners() {
 }
 
 class CliTest : public ::testing::Test {
- protected:
+ public:
   CliTest() : m_daemon(m_dir / "ktuned.sock", m_dir / "data") {}
   void SetUp() override {
     ASSERT_TRUE(m_daemon.start()) << "ktuned did not start; log: " << m_daemon.log_path();
@@ -105,6 +106,86 @@ TEST_F(CliTest, GlobalFlagsWorkInAnyPosition) {
   EXPECT_EQ(out_json()["enabled"], false);
   ASSERT_EQ(run("status --json"), 0) << m_err;
   EXPECT_EQ(out_json()["winners"], 2);
+}
+
+bool daemon_has_gpu(CliTest& t) {
+  EXPECT_EQ(t.run("status --json"), 0);
+  return !t.out_json()["gpus"].empty();
+}
+
+// Errors name what is valid, exit with the documented code, and with --json are JSON on stdout.
+TEST_F(CliTest, ErrorsSayWhatIsValidWithTheDocumentedExitCode) {
+  const std::string shape = " --shape M=64,N=4096,K=4096";
+  EXPECT_EQ(run("lookup gemmm" + shape + " --device h200"), 4) << m_err;
+  EXPECT_NE(m_err.find("unknown op 'gemmm' (ops: gemm, layernorm, reduce_sum, rmsnorm, softmax"),
+            std::string::npos)
+      << m_err;
+  EXPECT_EQ(run("lookup gemm --layout xx" + shape + " --device h200"), 4) << m_err;
+  EXPECT_NE(m_err.find("gemm has no layout 'xx' (layouts: cc, cr, rc, rr)"), std::string::npos)
+      << m_err;
+  EXPECT_EQ(run("lookup gemm --layout rc" + shape + " --device amd-mi300"), 5) << m_err;
+  EXPECT_NE(m_err.find("is unknown (known: " + k_h200), std::string::npos) << m_err;
+
+  // --json: the error is a JSON document on stdout, nothing on stderr.
+  EXPECT_EQ(run("lookup gemmm" + shape + " --device h200 --json"), 4);
+  Json j = out_json();
+  EXPECT_EQ(j["schema_version"], protocol::k_cli_schema_version);
+  EXPECT_EQ(j["error"]["code"], "invalid_problem");
+  EXPECT_EQ(j["error"]["exit_code"], 4);
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("softmax"), std::string::npos);
+  EXPECT_EQ(m_err, "");
+  // Usage errors too, and CLI11's own numbers (106, 109) become 2.
+  EXPECT_EQ(run("lookup gemm" + shape + " --timeout-ms -5"), 2);
+  EXPECT_NE(m_err.find("--timeout-ms"), std::string::npos) << m_err;
+  EXPECT_EQ(run("lookup gemm" + shape + " --frobnicate --json"), 2);
+  EXPECT_EQ(out_json()["error"]["code"], "usage");
+  EXPECT_EQ(run_raw("lookup gemm" + shape + " --json --socket " + (m_dir / "nobody.sock")), 3);
+  EXPECT_EQ(out_json()["error"]["code"], "connection_failed");
+
+  // tune: the op and the strategy are checked before anything about this node's GPUs.
+  EXPECT_EQ(run("tune gemmm" + shape + " --strategy bogus"), 2);
+  EXPECT_NE(m_err.find("--strategy: bogus not in"), std::string::npos) << m_err;
+  EXPECT_EQ(run("tune gemmm" + shape + " --no-wait"), 4);
+  EXPECT_NE(m_err.find("unknown op 'gemmm'"), std::string::npos) << m_err;
+  EXPECT_EQ(run("tune gemm --layout xx" + shape + " --no-wait"), 4);
+  EXPECT_NE(m_err.find("has no layout 'xx'"), std::string::npos) << m_err;
+
+  if (daemon_has_gpu(*this)) GTEST_SKIP() << "the no-GPU errors need a node without a GPU";
+  // No GPU and no --device: the message says which flag names a class, not the wire field.
+  EXPECT_EQ(run("lookup softmax --shape rows=8,cols=8"), 6) << m_err;
+  EXPECT_NE(m_err.find("--device"), std::string::npos) << m_err;
+  EXPECT_EQ(m_err.find("\"device\""), std::string::npos) << m_err;
+  EXPECT_NE(m_err.find("known: " + k_h200), std::string::npos) << m_err;
+}
+
+// --device takes any unique part of a class id, as the daemon resolves it for every op.
+TEST_F(CliTest, DeviceClassesMatchByAnyUniqueSubstring) {
+  for (const char* name : {"h200", "H200", "nvidia-h200", "sm90.132sm", k_h200.c_str()}) {
+    ASSERT_EQ(run(std::string("lookup gemm --layout rc --shape M=4096,N=4096,K=4096 --json "
+                              "--device ") +
+                  name),
+              0)
+        << name << ": " << m_err;
+    EXPECT_EQ(out_json()["device"], k_h200) << name;
+    EXPECT_EQ(out_json()["entries"][0]["provenance"], "exact") << name;
+  }
+}
+
+// docs/cli.md's exit-code table is the one `ktune --help` prints.
+TEST(CliDocTest, ExitCodeTableIsDocumented) {
+  auto [rc, help] = testing::run_command(testing::ktune_cli_path() + " --help");
+  ASSERT_EQ(rc, 0);
+  std::set<int> in_help, in_doc;
+  std::istringstream h(help.substr(help.find("Exit codes:")));
+  for (std::string line; std::getline(h, line);)
+    if (line.size() > 3 && line.starts_with("  ") && std::isdigit(line[2]))
+      in_help.insert(std::stoi(line.substr(2)));
+  std::istringstream d(slurp(std::string(KTUNE_SOURCE_DIR) + "/docs/cli.md"));
+  for (std::string line; std::getline(d, line);)
+    if (line.starts_with("| ") && line.size() > 2 && std::isdigit(line[2]))
+      in_doc.insert(std::stoi(line.substr(2)));
+  EXPECT_EQ(in_help, (std::set<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(in_doc, in_help);
 }
 
 }  // namespace

@@ -224,6 +224,66 @@ TEST_F(DispatcherTest, UnknownDeviceClassNamesTheKnownOnes) {
   EXPECT_NE(j["error"]["message"].get<std::string>().find(k_h200), std::string::npos);
 }
 
+// A device class is named by any part of its id that matches one class only; a part matching
+// several is refused with the candidates, the most specific tier deciding first.
+TEST_F(DispatcherTest, DeviceClassesMatchByUniqueSubstringAndAmbiguityListsCandidates) {
+  auto device_of = [&](const std::string& name) {
+    Json j = call(R"({"v":1,"id":1,"op":"lookup","device":")" + name +
+                  R"(","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":8,"N":8,"K":8}}})");
+    return j["ok"].get<bool>() ? j["result"]["device"].get<std::string>()
+                               : j["error"]["code"].get<std::string>() + ": " +
+                                     j["error"]["message"].get<std::string>();
+  };
+  for (const char* name : {"h200", "H200", "nvidia-h", "132sm", "sm90.132sm.140gib"})
+    EXPECT_EQ(device_of(name), k_h200) << name;
+  // A second class: an H200 NVL winner.
+  auto nvl = testing::winner(
+      Problem{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}}, 180.0);
+  nvl.device = DeviceClass{"NVIDIA H200 NVL", 90, 132, 141};
+  for (auto& c : nvl.ranked) {
+    c.template_hash = gemm_hash();
+    c.params = *heuristic_config(*m_templates.find("gemm"), nvl.problem, DeviceLimits{});
+  }
+  ASSERT_TRUE(put_winner(m_parts->store, nvl));
+  ASSERT_TRUE(m_parts->catalog.load());
+  const std::string k_nvl = "nvidia-h200-nvl.sm90.132sm.141gib";
+  EXPECT_EQ(device_of("nvidia-h200"), k_h200) << "a whole name before '.' wins";
+  EXPECT_EQ(device_of("nvl"), k_nvl);
+  EXPECT_EQ(device_of("141gib"), k_nvl);
+  const std::string ambiguous = device_of("h200");
+  EXPECT_TRUE(ambiguous.starts_with("not_found: device class 'h200' is ambiguous: it matches "))
+      << ambiguous;
+  EXPECT_NE(ambiguous.find(k_h200), std::string::npos) << ambiguous;
+  EXPECT_NE(ambiguous.find(k_nvl), std::string::npos) << ambiguous;
+  EXPECT_EQ(device_of("132sm").substr(0, 40), "not_found: device class '132sm' is ambig");
+  EXPECT_EQ(device_of("a100").substr(0, 43), "not_found: device class 'a100' is unknown (");
+}
+
+// Errors about the problem name what is valid.
+TEST_F(DispatcherTest, ProblemErrorsListWhatIsValid) {
+  auto message = [&](const std::string& problem) {
+    Json j = call(R"({"v":1,"id":1,"op":"lookup","device":"h200","problem":)" + problem + "}");
+    EXPECT_EQ(j["error"]["code"], "invalid_problem") << j.dump();
+    return j["error"]["message"].get<std::string>();
+  };
+  std::string ops;
+  for (const auto& op : m_templates.ops()) ops += (ops.empty() ? "" : ", ") + op;
+  EXPECT_EQ(message(R"({"op":"gemmm","dtype":"bf16","dims":{"M":8,"N":8,"K":8}})"),
+            "unknown op 'gemmm' (ops: " + ops + "), and nothing was tuned for it");
+  EXPECT_EQ(message(R"({"op":"gemm","dtype":"bf16","layout":"xx","dims":{"M":8,"N":8,"K":8}})"),
+            "gemm has no layout 'xx' (layouts: cc, cr, rc, rr), and nothing was tuned for it");
+  // tune: the same, before the device (this node has no GPU).
+  Json t = call(
+      R"({"v":1,"id":1,"op":"tune","strategy":"bogus","problem":{"op":"gemm","dtype":"bf16","dims":{"M":8,"N":8,"K":8}}})");
+  EXPECT_EQ(t["error"]["code"], "bad_request") << t.dump();
+  EXPECT_NE(t["error"]["message"].get<std::string>().find("unknown strategy 'bogus'"),
+            std::string::npos);
+  t = call(
+      R"({"v":1,"id":1,"op":"tune","problem":{"op":"gemmm","dtype":"bf16","dims":{"M":8,"N":8,"K":8}}})");
+  EXPECT_EQ(t["error"]["code"], "invalid_problem") << t.dump();
+  EXPECT_TRUE(t["error"]["message"].get<std::string>().starts_with("unknown op 'gemmm'"));
+}
+
 // Every class of bad input gets its own error code, and the next request is still answered.
 TEST_F(DispatcherTest, BadRequestsGetSpecificErrors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
