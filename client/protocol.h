@@ -498,12 +498,17 @@ struct LookupReply {
   std::string device;                // the device class answered for
   std::string problem_key;           // canonical key of the problem
   std::vector<LookupEntry> entries;  // best first; never empty on success
+  // v2: the layout the daemon assumed because the request named none ("" when it named one);
+  // on the wire {"assumed": {"layout": "rc"}}, absent when nothing was assumed.
+  std::string assumed_layout;
 };
 
 inline Json to_json(const LookupReply& r) {
   Json entries = Json::array();
   for (const auto& e : r.entries) entries.push_back(to_json(e));
-  return {{"device", r.device}, {"problem_key", r.problem_key}, {"entries", entries}};
+  Json j = {{"device", r.device}, {"problem_key", r.problem_key}, {"entries", entries}};
+  if (!r.assumed_layout.empty()) j["assumed"] = {{"layout", r.assumed_layout}};
+  return j;
 }
 
 // The text of to_json(r).dump(-1, ' ', false, replace), byte for byte, written straight into
@@ -609,6 +614,9 @@ inline Expected<LookupReply> lookup_reply_from_json(const Json& j) {
     return error(ErrorKind::bad_request, "malformed lookup reply");
   r.device = j.value("device", "");
   r.problem_key = j.value("problem_key", "");
+  if (auto it = j.find("assumed"); it != j.end() && it->is_object())
+    if (auto l = it->find("layout"); l != it->end() && l->is_string())
+      r.assumed_layout = l->get<std::string>();
   for (const auto& e : j["entries"]) {
     auto entry = lookup_entry_from_json(e);
     if (!entry) return std::unexpected(entry.error());

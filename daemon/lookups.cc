@@ -271,7 +271,7 @@ protocol::Expected<Problem> LookupService::canonical_problem(
     for (const auto& n : names)
       for (const auto& d : spec.dims)
         if (d.first == n) p.dims.push_back(d);
-    if (p.layout.empty()) p.layout = first->manifest.default_layout;
+    if (p.layout.empty()) p.layout = m_templates.default_layout(spec.op);
   } else {
     p.dims = spec.dims;
   }
@@ -326,8 +326,13 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   auto device = resolve_device(req->device);
   if (!device) return std::unexpected(device.error());
   const auto& [dev, limits] = *device;
+  // v2 replies say which layout was assumed for a request that named none (v1 replies stay as
+  // they were): such an answer is cached apart from the one to a request naming that layout.
+  const std::string assumed_layout =
+      version >= 2 && req->problem.layout.empty() ? problem->layout : std::string();
   const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit) +
-                          (version >= 2 ? "\nv2" : "");
+                          (version >= 2 ? "\nv2" : "") +
+                          (assumed_layout.empty() ? "" : "\nassumed");
   std::shared_ptr<const Answer> answer;
   std::shared_ptr<InFlight> flight;
   bool run_it = false;
@@ -342,7 +347,8 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     if (cold == Cold::refuse) return nullptr;
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
     auto built =
-        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit, version)
+        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit, version,
+                           assumed_layout)
                : flight->result.get();
     if (!built) return built;
     answer = *built;
@@ -366,7 +372,7 @@ std::pair<std::shared_ptr<LookupService::InFlight>, bool> LookupService::join_bu
 LookupService::Built LookupService::run_build(const std::string& key, InFlight& flight,
                                               const Problem& problem, const DeviceClass& dev,
                                               const DeviceLimits& limits, int limit,
-                                              int version) {
+                                              int version, const std::string& assumed_layout) {
   if (m_observer.on_build) m_observer.on_build(key);
   // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
   // waiters wake: a lookup arriving after finds the answer cached or starts afresh.
@@ -379,7 +385,7 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
   };
   Built built;
   try {
-    built = build(problem, dev, limits, limit, version);
+    built = build(problem, dev, limits, limit, version, assumed_layout);
   } catch (...) {
     land(nullptr);
     flight.promise.set_exception(std::current_exception());
@@ -391,8 +397,8 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
 }
 
 LookupService::Built LookupService::build(const Problem& problem, const DeviceClass& dev,
-                                          const DeviceLimits& limits, int limit,
-                                          int version) {
+                                          const DeviceLimits& limits, int limit, int version,
+                                          const std::string& assumed_layout) {
   const WinnerIndex& index = m_catalog.index();
   const std::string device_id = dev.id();
   auto fresh = std::make_shared<Answer>();
@@ -403,6 +409,7 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
   protocol::LookupReply reply;
   reply.device = device_id;
   reply.problem_key = problem.key();
+  reply.assumed_layout = assumed_layout;
   std::set<std::string> seen;  // template + params already listed
   auto add = [&](protocol::LookupEntry e) {
     if (reply.entries.size() >= size_t(limit)) return false;

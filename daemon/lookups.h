@@ -90,7 +90,8 @@ class LookupService {
   // Resolves a device class named by id or unique prefix, or this node's first GPU.
   protocol::Expected<std::pair<DeviceClass, DeviceLimits>> resolve_device(
       const std::string& name) const;
-  // Orders dims as the op's templates declare them, fills out_dtype and layout defaults, checks.
+  // Orders dims as the op's templates declare them, fills out_dtype and layout defaults (the
+  // layout: TemplateRegistry::default_layout, `rc` for gemm), checks.
   protocol::Expected<Problem> canonical_problem(const protocol::ProblemSpec& spec) const;
 
   CacheStats cache_stats() const;
@@ -116,10 +117,12 @@ class LookupService {
   std::pair<std::shared_ptr<InFlight>, bool> join_build_locked(const std::string& key,
                                                                std::uint64_t generation);
   // Runs `flight`'s build, caches a success, and hands the result to every thread waiting on it.
+  // `assumed_layout`: the layout filled in for a v2 request that named none ("" otherwise).
   Built run_build(const std::string& key, InFlight& flight, const Problem& problem,
-                  const DeviceClass& device, const DeviceLimits& limits, int limit, int version);
+                  const DeviceClass& device, const DeviceLimits& limits, int limit, int version,
+                  const std::string& assumed_layout);
   Built build(const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
-              int limit, int version);
+              int limit, int version, const std::string& assumed_layout);
   bool complete_entry(protocol::LookupEntry& entry, const Problem& problem,
                       const DeviceClass& device, const DeviceLimits& limits, int version) const;
   // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates.

@@ -148,6 +148,9 @@ int cmd_lookup(const Common& c, const LookupArgs& a) {
   if (!reply) return report_device_error(c.json, reply.error(), a.device);
   if (c.json) return print_json(protocol::to_json(*reply)), 0;
   std::printf("%s on %s\n", reply->problem_key.c_str(), reply->device.c_str());
+  if (!reply->assumed_layout.empty())
+    std::printf("layout %s assumed (none given; --layout chooses another)\n",
+                reply->assumed_layout.c_str());
   TextTable table({"#", "PROVENANCE", "TEMPLATE", "PARAMS", "TIME_US", "TFLOP/S", "GB/S", "NOTE"});
   int rank = 1;
   for (const auto& e : reply->entries) {
@@ -218,11 +221,10 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
       a.arch.ends_with("a") ? a.arch.substr(0, a.arch.size() - 1) : a.arch;
   auto limits = DeviceLimits::for_arch(base_arch);
   if (!limits) return usage(c.json, "--arch: " + limits.error().message);
-  Problem p{m.op,
-            a.dtype.empty() ? m.dtypes.front() : a.dtype,
-            "",
-            a.layout.empty() ? m.default_layout : a.layout,
-            {}};
+  // No --layout: the op's default (what lookups assume) when this template implements it.
+  std::string layout = a.layout.empty() ? reg.default_layout(m.op) : a.layout;
+  if (a.layout.empty() && !m.layouts.count(layout)) layout = m.default_layout;
+  Problem p{m.op, a.dtype.empty() ? m.dtypes.front() : a.dtype, "", layout, {}};
   p.out_dtype = a.out_dtype.empty() ? p.dtype : a.out_dtype;
   if (a.shape.empty()) {
     for (const auto& d : m.dims) p.dims.emplace_back(d, d == "n" ? (1 << 24) : 4096);

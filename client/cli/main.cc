@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   lk->add_option("--dtype", lookup.dtype, "input dtype: bf16 fp16 fp32")->capture_default_str();
   lk->add_option("--out-dtype", lookup.out_dtype, "output dtype (default: same as --dtype)");
   lk->add_option("--layout", lookup.layout,
-                 "layout, e.g. rr rc for gemm (default: the op's first)");
+                 "layout, e.g. rr rc for gemm (default: the op's usual one, rc for gemm)");
   lk->add_option("--shape", lookup.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
   lk->add_option("--device", lookup.device, "device class id or prefix (default: this node's GPU)");
   lk->add_option("--limit", lookup.limit, "most entries (1..64)")
@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   ke->add_option("op", kernel.problem.op, "operation, e.g. gemm")->required();
   ke->add_option("--dtype", kernel.problem.dtype, "input dtype")->capture_default_str();
   ke->add_option("--out-dtype", kernel.problem.out_dtype, "output dtype (default: same)");
-  ke->add_option("--layout", kernel.problem.layout, "layout (default: the op's first)");
+  ke->add_option("--layout", kernel.problem.layout, "layout (default: the op's usual one, rc for gemm)");
   ke->add_option("--shape", kernel.problem.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
   ke->add_option("--device", kernel.problem.device, "device class (default: the daemon's GPU)");
   auto* kt =
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   co->add_option("--arch", compile.arch, "sm_80 | sm_90 | sm_90a")->capture_default_str();
   co->add_option("--dtype", compile.dtype, "input dtype (default: the template's first)");
   co->add_option("--out-dtype", compile.out_dtype, "output dtype");
-  co->add_option("--layout", compile.layout, "layout (default: the template's first)");
+  co->add_option("--layout", compile.layout, "layout (default: the op's usual one if the template has it)");
   co->add_option("--shape", compile.shape,
                  "problem dims used to prune the space (default: 4096 each)");
   auto* cfg =
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   tu->add_option("op", tune.problem.op, "operation, e.g. gemm")->required();
   tu->add_option("--dtype", tune.problem.dtype, "input dtype")->capture_default_str();
   tu->add_option("--out-dtype", tune.problem.out_dtype, "output dtype (default: same)");
-  tu->add_option("--layout", tune.problem.layout, "layout (default: the op's first)");
+  tu->add_option("--layout", tune.problem.layout, "layout (default: the op's usual one, rc for gemm)");
   tu->add_option("--shape", tune.problem.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
   tu->add_option("--strategy", tune.strategy, ktune::strategy_choices())
       ->capture_default_str()

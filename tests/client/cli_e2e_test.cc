@@ -171,6 +171,22 @@ TEST_F(CliTest, DeviceClassesMatchByAnyUniqueSubstring) {
   }
 }
 
+// A gemm lookup without --layout is answered for rc, the tuned layout, and says it assumed it.
+TEST_F(CliTest, GemmLayoutDefaultsToRcAndTheReplySaysSo) {
+  ASSERT_EQ(run("lookup gemm --shape M=4096,N=4096,K=4096 --device h200"), 0) << m_err;
+  EXPECT_NE(m_out.find("gemm|bf16|bf16|rc|M=4096,N=4096,K=4096 on " + k_h200), std::string::npos)
+      << m_out;
+  EXPECT_NE(m_out.find("layout rc assumed"), std::string::npos) << m_out;
+  EXPECT_NE(m_out.find("exact"), std::string::npos) << m_out;
+  ASSERT_EQ(run("lookup gemm --shape M=4096,N=4096,K=4096 --device h200 --json"), 0) << m_err;
+  Json j = out_json();
+  EXPECT_EQ(j["assumed"]["layout"], "rc");
+  EXPECT_EQ(j["entries"][0]["provenance"], "exact");
+  ASSERT_EQ(run("lookup gemm --layout rr --shape M=4096,N=4096,K=4096 --device h200 --json"), 0);
+  EXPECT_FALSE(out_json().contains("assumed"));
+  EXPECT_EQ(out_json()["problem_key"], "gemm|bf16|bf16|rr|M=4096,N=4096,K=4096");
+}
+
 // docs/cli.md's exit-code table is the one `ktune --help` prints.
 TEST(CliDocTest, ExitCodeTableIsDocumented) {
   auto [rc, help] = testing::run_command(testing::ktune_cli_path() + " --help");

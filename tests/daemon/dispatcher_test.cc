@@ -462,6 +462,31 @@ TEST_F(DispatcherTest, V1LookupIsAnsweredAsBefore) {
   EXPECT_EQ(*fast, cold);
 }
 
+// A gemm lookup naming no layout is answered for rc (nn.Linear's layout, the tuned one here);
+// a v2 reply says so in "assumed", a v1 reply is unchanged, and the two are cached apart from a
+// request that names the layout.
+TEST_F(DispatcherTest, GemmWithoutLayoutAssumesRcAndV2SaysSo) {
+  EXPECT_EQ(m_templates.default_layout("gemm"), "rc");
+  EXPECT_EQ(m_templates.default_layout("softmax"), "");  // its one layout is unnamed
+  const std::string no_layout =
+      R"("op":"lookup","device":"h200","problem":{"op":"gemm","dtype":"bf16","dims":{"M":4096,"N":4096,"K":4096}}})";
+  for (int pass = 0; pass < 2; ++pass) {  // cold, then from the caches
+    Json v2 = ok(R"({"v":2,"id":1,)" + no_layout);
+    EXPECT_EQ(v2["problem_key"], "gemm|bf16|bf16|rc|M=4096,N=4096,K=4096");
+    EXPECT_EQ(v2["entries"][0]["provenance"], "exact");
+    EXPECT_EQ(v2["assumed"], (Json{{"layout", "rc"}})) << v2.dump();
+    Json named = ok(lookup_line(R"({"M":4096,"N":4096,"K":4096})").replace(0, 7, R"({"v":2,)"));
+    EXPECT_FALSE(named.contains("assumed")) << "the request named its layout";
+    Json v1 = ok(R"({"v":1,"id":1,)" + no_layout);
+    EXPECT_EQ(v1["problem_key"], "gemm|bf16|bf16|rc|M=4096,N=4096,K=4096");
+    EXPECT_FALSE(v1.contains("assumed")) << "v1 replies are as they were";
+  }
+  auto reply = protocol::lookup_reply_from_json(ok(R"({"v":2,"id":1,)" + no_layout));
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(reply->assumed_layout, "rc");
+  EXPECT_EQ(protocol::to_json(*reply)["assumed"]["layout"], "rc");
+}
+
 // A v2 lookup answers the same ranking, each entry with its launch description; the reply says
 // "v":2, and removing "launch" gives the v1 reply. v1 and v2 answers are cached apart.
 TEST_F(DispatcherTest, V2LookupAddsLaunchDescriptionsAndEchoesTheVersion) {

@@ -72,6 +72,8 @@ class LookupReply:
     device: str
     problem_key: str
     entries: List[Entry]
+    # What the daemon filled in for fields the request left out, e.g. {"layout": "rc"}.
+    assumed: Dict[str, str] = field(default_factory=dict)
 
     @property
     def best(self) -> Entry:
@@ -184,7 +186,8 @@ class Client:
                 return hit[1]
         result = self.call("lookup", **body)
         reply = LookupReply(result["device"], result["problem_key"],
-                            [Entry.from_json(e) for e in result["entries"]])
+                            [Entry.from_json(e) for e in result["entries"]],
+                            dict(result.get("assumed", {})))
         if self.cache_ttl > 0:
             if len(self._cache) > 4096:
                 self._cache.clear()

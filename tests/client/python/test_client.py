@@ -120,6 +120,11 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(near.best.source, "gemm|bf16|bf16|rc|M=16,N=4096,K=4096")
         self.assertEqual(near.best.distance, 1.0)
         self.assertEqual(heur.best.provenance, "heuristic")
+        # No layout: gemm assumes rc (the tuned one) and the reply says so.
+        assumed = self.client.lookup("gemm", device="h200", M=4096, N=4096, K=4096)
+        self.assertEqual(assumed.assumed, {"layout": "rc"})
+        self.assertEqual(assumed.best.provenance, "exact")
+        self.assertEqual(exact.assumed, {})
 
         self.assertEqual(stop_daemon(self.proc), 0)
         self.proc, _ = start_daemon(self.tmp)
