@@ -65,7 +65,8 @@ class Client {
   // Returns the rendered table ("json", "yaml", "csv"), optionally one device class only.
   protocol::Expected<protocol::Json> export_table(const std::string& format,
                                                   const std::string& device = "");
-  // Imports a JSON table given as text (the daemon never opens a path a client names).
+  // Imports a table (JSON, YAML or CSV, as export writes them) given as text (the daemon never
+  // opens a path a client names).
   protocol::Expected<protocol::Json> import_table(const std::string& table);
   // Reads a table file here and imports its content.
   protocol::Expected<protocol::Json> import_file(const std::string& path);

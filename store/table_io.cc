@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "store/record_json.h"
+#include "store/table_readers.h"
 #include "store/yaml_writer.h"
 
 namespace ktune {
@@ -29,7 +30,7 @@ std::string utc_now() {
 }
 
 std::string csv_field(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string out = "\"";
   for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
   return out + "\"";
@@ -42,10 +43,13 @@ std::string number(double v) {
   return os.str();
 }
 
+// One row per ranked config; every field of the record, numbers exact, so the CSV imports back
+// to the same winners (store/table_readers.h).
 std::string render_csv(const std::vector<WinnerRecord>& winners) {
-  std::string out =
-      "device,op,dtype,out_dtype,layout,dims,rank,template,template_hash,params,median_us,"
-      "spread_pct,tflops,gbps,driver,nvrtc,node_id,timestamp,strategy,trials\n";
+  std::string out;
+  for (auto name : detail::k_csv_columns) out += (out.empty() ? "" : ",") + std::string(name);
+  out += "\n";
+  using detail::exact_number;
   for (const auto& w : winners) {
     std::string dims;
     for (const auto& [n, v] : w.problem.dims)
@@ -62,16 +66,23 @@ std::string render_csv(const std::vector<WinnerRecord>& winners) {
                                             c.template_name,
                                             c.template_hash,
                                             params_to_string(c.params),
-                                            number(c.median_us),
-                                            number(c.spread_pct),
-                                            number(c.tflops),
-                                            number(c.gbps),
+                                            exact_number(c.median_us),
+                                            exact_number(c.spread_pct),
+                                            exact_number(c.tflops),
+                                            exact_number(c.gbps),
                                             w.validators.driver,
                                             w.validators.nvrtc,
                                             w.node_id,
                                             std::to_string(w.timestamp),
                                             w.strategy,
-                                            std::to_string(w.trials)};
+                                            std::to_string(w.trials),
+                                            w.device.name,
+                                            exact_number(w.ref_error),
+                                            std::to_string(w.sm_clock_mhz),
+                                            std::to_string(w.mem_clock_mhz),
+                                            exact_number(w.power_w),
+                                            std::to_string(w.validators.store_format)};
+      static_assert(detail::k_csv_columns.size() == 26, "a row has one field per column");
       for (size_t k = 0; k < row.size(); ++k) out += (k ? "," : "") + csv_field(row[k]);
       out += "\n";
     }
@@ -181,8 +192,17 @@ std::string error_position(std::string_view text, const std::string& origin) {
   return origin + ":" + std::to_string(line) + ":" + std::to_string(std::max<size_t>(column, 1));
 }
 
-// Parses a table document; every way the text can fail is an Error naming file:line:column.
+// Parses a table document in any format; every way the text can fail is an Error naming
+// file:line[:column].
 Result<Json> parse_document(std::string_view text, const std::string& origin) {
+  switch (detect_table_format(text)) {
+    case TableFormat::yaml:
+      return detail::yaml_table_to_json(text, origin);
+    case TableFormat::csv:
+      return detail::csv_table_to_json(text, origin);
+    case TableFormat::json:
+      break;
+  }
   if (nests_deeper_than(text, k_max_table_depth))
     return fail(ErrorCode::invalid_argument,
                 origin + ": not a ktune table: arrays and objects nest deeper than " +
@@ -233,6 +253,15 @@ Result<std::string> read_file(const std::string& path) {
 }
 
 }  // namespace
+
+TableFormat detect_table_format(std::string_view text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return TableFormat::json;  // empty: JSON's error says so
+  const std::string_view rest = text.substr(first);
+  if (rest.front() == '{' || rest.front() == '[') return TableFormat::json;
+  if (rest.starts_with("device,")) return TableFormat::csv;
+  return TableFormat::yaml;
+}
 
 Result<TableFormat> parse_table_format(std::string_view name) {
   if (name == "json") return TableFormat::json;

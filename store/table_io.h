@@ -1,7 +1,7 @@
 // Export and import of tuning tables: how winners travel between nodes.
 //
-// JSON is canonical (it imports); YAML and CSV are export-only views for people and spreadsheets.
-// docs/store-format.md specifies the JSON document. Rendering writes the text record by record
+// JSON is canonical; YAML and CSV are views for people and spreadsheets that import back to the
+// same winners (the format is detected from the text). docs/store-format.md specifies them. Rendering writes the text record by record
 // (no tree of the whole table: 50,000 winners are ~70 MB of JSON, not gigabytes of nodes).
 // Exports are written to a temporary file in
 // the target directory and renamed, so a reader never sees half a table. Imports validate every
@@ -24,6 +24,9 @@ inline constexpr int k_max_table_depth = 64;
 
 enum class TableFormat { json, yaml, csv };
 Result<TableFormat> parse_table_format(std::string_view name);
+// The format of a table document, by its first bytes: JSON starts with '{', CSV with the export's
+// header ("device,"), anything else is read as YAML.
+TableFormat detect_table_format(std::string_view text);
 
 // Renders winners as a table document; the text is the only copy of the table it builds.
 std::string render_table(const std::vector<WinnerRecord>& winners, TableFormat format);
@@ -73,14 +76,15 @@ struct ImportReport {
   std::string rejection_summary(size_t max_reasons = 20) const;
 };
 
-// Parses a JSON table document. A document that is not JSON or lacks the header is an Error;
+// Parses a table document (JSON, YAML or CSV, detected). A document that does not parse or lacks
+// the header is an Error;
 // bad records are listed in `rejected` (the valid ones are returned all the same).
 // Every record passes validate_imported_winner and `check` (when given).
 Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string_view origin,
                                               std::vector<ImportRejection>& rejected,
                                               const RecordCheck& check = {});
 
-// Validates and merges a JSON table into the store. A malformed document is an Error; a
+// Validates and merges a table (any format) into the store. A malformed document is an Error; a
 // well-formed one with bad records returns a report listing them, having written nothing.
 Result<ImportReport> import_table(Store& store, std::string_view text, std::string_view origin,
                                   const RecordCheck& check = {});

@@ -69,11 +69,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"json", "yaml", "yml", "csv"}));
   ex->add_option("-o,--output", output, "file to write (- for stdout)")->required();
-  ex->add_option("--device", device, "only this device class");
+  ex->add_option("--device", device, "only this device class (id or any unique part of one)");
 
   std::string import_file;
-  auto* im = app.add_subcommand("import", "merge a JSON tuning table into the daemon's store");
-  im->add_option("file", import_file, "table file (export format)")->required();
+  auto* im = app.add_subcommand("import", "merge a tuning table into the daemon's store");
+  im->add_option("file", import_file, "table file as export writes it: JSON, YAML or CSV")
+      ->required();
 
   CompileArgs compile;
   auto* co =

@@ -15,7 +15,15 @@ OpReply op_export(OpContext& ctx, const protocol::Request& req) {
   if (!format) return protocol::error(ErrorKind::bad_request, format.error().message);
   auto device = protocol::get_string(req.body, "device", false);
   if (!device) return std::unexpected(device.error());
-  auto winners = scan_winners(ctx.store, *device);
+  // The device is named as in a lookup (any unique part of a class id); one that names no class
+  // is not_found, not an empty table.
+  std::string device_id;
+  if (!device->empty()) {
+    auto resolved = ctx.lookups.resolve_device(*device);
+    if (!resolved) return std::unexpected(resolved.error());
+    device_id = resolved->first.id();
+  }
+  auto winners = scan_winners(ctx.store, device_id);
   if (!winners) return protocol::error(ErrorKind::internal, winners.error().message);
   Json result = {{"format", *format_name}, {"count", winners->size()}};
   result["content"] = render_table(*winners, *format);  // moved in: the table's one copy

@@ -4,6 +4,7 @@
 // format. Label "e2e".
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -185,6 +186,37 @@ TEST_F(CliTest, GemmLayoutDefaultsToRcAndTheReplySaysSo) {
   ASSERT_EQ(run("lookup gemm --layout rr --shape M=4096,N=4096,K=4096 --device h200 --json"), 0);
   EXPECT_FALSE(out_json().contains("assumed"));
   EXPECT_EQ(out_json()["problem_key"], "gemm|bf16|bf16|rr|M=4096,N=4096,K=4096");
+}
+
+// A table exported as JSON, YAML or CSV imports into another daemon as the same winners; export
+// names devices as lookup does, and one that names no class is an error.
+TEST_F(CliTest, EveryExportFormatImportsBackToTheSameWinners) {
+  ASSERT_EQ(run("export --format json -o " + (m_dir / "all.json")), 0) << m_err;
+  std::vector<ImportRejection> rejected;
+  const auto original = parse_table(slurp(m_dir / "all.json"), "all.json", rejected);
+  ASSERT_TRUE(original) << original.error().message;
+  ASSERT_EQ(original->size(), 2u);
+  for (const char* format : {"yaml", "csv"}) {
+    const std::string file = m_dir / (std::string("t.") + format);
+    ASSERT_EQ(run(std::string("export --format ") + format + " --device h200 -o " + file), 0)
+        << m_err;
+    TempDir other;
+    DaemonProcess second(other / "ktuned.sock", other / "data");
+    ASSERT_TRUE(second.start()) << "second ktuned did not start";
+    const std::string socket = " --socket " + second.socket();
+    ASSERT_EQ(run_raw("import " + file + socket), 0) << format << ": " << m_err;
+    EXPECT_NE(m_out.find("2 added"), std::string::npos) << m_out;
+    ASSERT_EQ(run_raw("export --format json -o " + (other / "back.json") + socket), 0) << m_err;
+    const auto back = parse_table(slurp(other / "back.json"), "back.json", rejected);
+    ASSERT_TRUE(back) << back.error().message;
+    EXPECT_EQ(*back, *original) << format;
+  }
+  EXPECT_TRUE(rejected.empty());
+  // Devices as in lookup: a part of an id selects, a name of no class is not_found (exit 5).
+  EXPECT_EQ(run("export --device a100 -o " + (m_dir / "none.json")), 5) << m_err;
+  EXPECT_NE(m_err.find("device class 'a100' is unknown"), std::string::npos) << m_err;
+  EXPECT_FALSE(std::filesystem::exists(m_dir / "none.json"));
+  EXPECT_EQ(run("lookup gemm --shape M=8,N=8,K=8 --device a100"), 5) << "consistent with lookup";
 }
 
 // docs/cli.md's exit-code table is the one `ktune --help` prints.

@@ -353,6 +353,18 @@ TEST_F(DispatcherTest, ExportThenImportThroughTheDispatcher) {
   EXPECT_EQ(third.index.size(), 2u);
   Json csv = ok(R"({"v":1,"id":1,"op":"export","format":"csv"})");
   EXPECT_TRUE(csv["content"].get<std::string>().starts_with("device,op,dtype"));
+  // YAML and CSV exports import too.
+  for (const char* format : {"yaml", "csv"}) {
+    Json text = ok(R"({"v":1,"id":1,"op":"export","format":")" + std::string(format) + "\"}");
+    testing::DaemonParts fourth(m_parts->config, m_templates, m_parts->node);
+    Json imp = {{"v", 1}, {"id", 5}, {"op", "import"}, {"table", text["content"]}};
+    r = Json::parse(fourth.dispatcher.handle(imp.dump()).line);
+    ASSERT_TRUE(r["ok"].get<bool>()) << format << ": " << r.dump();
+    EXPECT_EQ(r["result"]["added"], 2) << format;
+  }
+  // export's device is resolved as lookup's: a part of an id, or not_found.
+  EXPECT_EQ(ok(R"({"v":1,"id":1,"op":"export","device":"h200"})")["count"], 2);
+  EXPECT_EQ(error_code(R"({"v":1,"id":1,"op":"export","device":"a100"})"), "not_found");
 }
 
 TEST_F(DispatcherTest, TcpPeersNeedTheToken) {

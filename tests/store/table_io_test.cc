@@ -192,6 +192,67 @@ TEST(TableIoTest, YamlAndCsvExports) {
   EXPECT_FALSE(parse_table_format("xml"));
 }
 
+// Every export format imports back to the same winners: strings that read as numbers or
+// booleans stay strings, numbers keep every digit, text with commas and quotes survives CSV.
+TEST(TableIoTest, YamlAndCsvExportsImportBackToTheSameWinners) {
+  std::vector<WinnerRecord> winners = sample();
+  winners[0].ranked[0].median_us = 180.123456789012;
+  winners[0].validators.nvrtc = "13.0";
+  winners[0].node_id = "yes";                   // YAML 1.1 would read a plain yes as true
+  winners[1].strategy = "null";                 // and a plain null as nothing
+  winners[1].validators.driver = "580.159.03";  // not a number either
+  winners[2].node_id = "rack 3, \"node\" 7";    // CSV quoting
+  winners[2].ranked[0].template_hash = "0000000000001e10";  // a float if unquoted
+  winners[2].power_w = 0.1 + 0.2;
+  std::sort(winners.begin(), winners.end(),
+            [](const WinnerRecord& a, const WinnerRecord& b) { return a.key() < b.key(); });
+  for (auto format : {TableFormat::json, TableFormat::yaml, TableFormat::csv}) {
+    const std::string text = render_table(winners, format);
+    EXPECT_EQ(detect_table_format(text), format) << text.substr(0, 80);
+    std::vector<ImportRejection> rejected;
+    auto parsed = parse_table(text, "t", rejected);
+    ASSERT_TRUE(parsed) << parsed.error().message;
+    for (const auto& r : rejected) ADD_FAILURE() << r.reason;
+    EXPECT_EQ(*parsed, winners) << text;
+    MemStore store;
+    auto report = import_table(store, text, "t");
+    ASSERT_TRUE(report) << report.error().message;
+    EXPECT_EQ(report->added, winners.size());
+    EXPECT_EQ(*scan_winners(store), winners);
+  }
+}
+
+// A YAML or CSV table that cannot be read says where; a bad cell is a rejected record naming the
+// field, as in JSON.
+TEST(TableIoTest, UnreadableYamlAndCsvSayWhere) {
+  MemStore dst;
+  auto r = import_table(dst, "ktune_table: 1\nwinners: [\n  {a: 1\n", "t.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(r.error().message.starts_with("t.yaml:")) << r.error().message;
+  r = import_table(dst, "ktune_table: 1\nwinners: " + std::string(5000, '[') +
+                            std::string(5000, ']') + "\n", "t.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("t.yaml"), std::string::npos);
+  const std::string csv = render_table(sample(), TableFormat::csv);
+  r = import_table(dst, csv.substr(0, csv.find('\n')) + "\nnvidia-h200,gemm\n", "t.csv");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("t.csv:2: 2 fields, the header has 26"), std::string::npos)
+      << r.error().message;
+  r = import_table(dst, "device,op\nx,y\n", "t.csv");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("no column 'dtype'"), std::string::npos);
+  std::string bad = csv;
+  const size_t at = bad.find(",180,");
+  ASSERT_NE(at, std::string::npos) << csv;
+  bad.replace(at, 5, ",fast,");
+  r = import_table(dst, bad, "t.csv");
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(r->rejected.size(), 1u);
+  EXPECT_NE(r->rejected[0].reason.find("median_us: expected a number"), std::string::npos)
+      << r->rejected[0].reason;
+  EXPECT_TRUE(scan_winners(dst)->empty());
+}
+
 TEST(TableIoTest, ExportIsAtomic) {
   TempDir dir;
   MemStore s;
