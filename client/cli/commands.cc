@@ -221,6 +221,9 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
       a.arch.ends_with("a") ? a.arch.substr(0, a.arch.size() - 1) : a.arch;
   auto limits = DeviceLimits::for_arch(base_arch);
   if (!limits) return usage(c.json, "--arch: " + limits.error().message);
+  // The template's arch suffix applies as in lookups: --arch sm_90 compiles gemm_sm90 (wgmma,
+  // arch_suffix: a) for sm_90a, the only target its instructions exist on.
+  const std::string arch = a.arch.ends_with("a") ? a.arch : target_arch(m, limits->cc);
   // No --layout: the op's default (what lookups assume) when this template implements it.
   std::string layout = a.layout.empty() ? reg.default_layout(m.op) : a.layout;
   if (a.layout.empty() && !m.layouts.count(layout)) layout = m.default_layout;
@@ -254,11 +257,11 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
   for (const auto& params : configs) {
     auto inst = instantiate(*t, p, *limits, params);
     if (!inst) return failed(c.json, inst.error().message);
-    reqs.push_back({t, inst->name_expression, a.arch});
+    reqs.push_back({t, inst->name_expression, arch});
   }
   if (!c.json)
     std::fprintf(stderr, "compiling %zu config%s of %s for %s (%s)%s...\n", reqs.size(),
-                 reqs.size() == 1 ? "" : "s", m.name.c_str(), a.arch.c_str(), p.describe().c_str(),
+                 reqs.size() == 1 ? "" : "s", m.name.c_str(), arch.c_str(), p.describe().c_str(),
                  report.total > 0 ? (", space " + fixed(report.total, 0) + " -> " +
                                      fixed(report.valid, 0) + " after constraints")
                                         .c_str()
@@ -289,7 +292,7 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
   }
   if (c.json) {
     print_json({{"template", m.name},
-                {"arch", a.arch},
+                {"arch", arch},
                 {"problem", p.key()},
                 {"threads", compiler.threads()},
                 {"wall_s", wall},

@@ -219,6 +219,23 @@ TEST_F(CliTest, EveryExportFormatImportsBackToTheSameWinners) {
   EXPECT_EQ(run("lookup gemm --shape M=8,N=8,K=8 --device a100"), 5) << "consistent with lookup";
 }
 
+// `ktune compile` (NVRTC here, no daemon, no GPU) honours a template's arch suffix as lookups do:
+// the default --arch sm_90 compiles gemm_sm90 (wgmma) for sm_90a.
+TEST(CliCompileTest, DefaultArchGetsTheTemplatesSuffix) {
+  auto [rc, out] =
+      testing::run_command(testing::ktune_cli_path() + " compile gemm_sm90 --sample 1 --json");
+  ASSERT_EQ(rc, 0) << out;
+  Json j = Json::parse(out);
+  EXPECT_EQ(j["arch"], "sm_90a");
+  ASSERT_EQ(j["results"].size(), 1u);
+  EXPECT_EQ(j["results"][0]["status"], "ok") << j["results"][0]["log"];
+  // A template without a suffix keeps the arch as given.
+  std::tie(rc, out) =
+      testing::run_command(testing::ktune_cli_path() + " compile softmax --sample 1 --json");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(Json::parse(out)["arch"], "sm_90");
+}
+
 // docs/cli.md's exit-code table is the one `ktune --help` prints.
 TEST(CliDocTest, ExitCodeTableIsDocumented) {
   auto [rc, help] = testing::run_command(testing::ktune_cli_path() + " --help");
