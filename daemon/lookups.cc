@@ -239,7 +239,7 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
   return protocol::error(ErrorKind::not_found,
                          "device class '" + name + "' " +
                              (contained.empty() ? "is unknown" : "is ambiguous: it matches") +
-                             (list.empty() ? std::string()
+                             (list.empty()        ? std::string()
                               : contained.empty() ? " (known: " + list + ")"
                                                   : " " + list));
 }
@@ -347,8 +347,7 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     if (cold == Cold::refuse) return nullptr;
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
     auto built =
-        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit, version,
-                           assumed_layout)
+        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit, version, assumed_layout)
                : flight->result.get();
     if (!built) return built;
     answer = *built;
@@ -371,8 +370,8 @@ std::pair<std::shared_ptr<LookupService::InFlight>, bool> LookupService::join_bu
 
 LookupService::Built LookupService::run_build(const std::string& key, InFlight& flight,
                                               const Problem& problem, const DeviceClass& dev,
-                                              const DeviceLimits& limits, int limit,
-                                              int version, const std::string& assumed_layout) {
+                                              const DeviceLimits& limits, int limit, int version,
+                                              const std::string& assumed_layout) {
   if (m_observer.on_build) m_observer.on_build(key);
   // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
   // waiters wake: a lookup arriving after finds the answer cached or starts afresh.
@@ -475,8 +474,8 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
   fresh->miss = !exact;
   if (reply.entries.empty()) {
     std::string why = m_templates.why_unsupported(problem, dev.cc);
-    if (why.empty()) why = "no template implements " + problem.describe() + " on sm_" +
-                           std::to_string(dev.cc);
+    if (why.empty())
+      why = "no template implements " + problem.describe() + " on sm_" + std::to_string(dev.cc);
     return protocol::error(ErrorKind::invalid_problem, why + ", and nothing was tuned for it");
   }
   fresh->provenance = reply.entries.front().provenance;

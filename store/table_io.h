@@ -1,12 +1,12 @@
 // Export and import of tuning tables: how winners travel between nodes.
 //
 // JSON is canonical; YAML and CSV are views for people and spreadsheets that import back to the
-// same winners (the format is detected from the text). docs/store-format.md specifies them. Rendering writes the text record by record
-// (no tree of the whole table: 50,000 winners are ~70 MB of JSON, not gigabytes of nodes).
-// Exports are written to a temporary file in
-// the target directory and renamed, so a reader never sees half a table. Imports validate every
-// record first and write nothing unless all pass; merging is deterministic (the same inputs give
-// the same store in any order), so every rank of a job that imports one table answers alike.
+// same winners (the format is detected from the text). docs/store-format.md specifies them.
+// Rendering writes the text record by record (no tree of the whole table: 50,000 winners are ~70 MB
+// of JSON, not gigabytes of nodes). Exports are written to a temporary file in the target directory
+// and renamed, so a reader never sees half a table. Imports validate every record first and write
+// nothing unless all pass; merging is deterministic (the same inputs give the same store in any
+// order), so every rank of a job that imports one table answers alike.
 #pragma once
 
 #include <functional>

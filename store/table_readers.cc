@@ -127,7 +127,8 @@ Json number_cell(const std::string& s, bool integer) {
   const char* end = s.data() + s.size();
   if (integer) {
     std::int64_t i = 0;
-    if (auto r = std::from_chars(s.data(), end, i); !s.empty() && r.ec == std::errc() && r.ptr == end)
+    if (auto r = std::from_chars(s.data(), end, i);
+        !s.empty() && r.ec == std::errc() && r.ptr == end)
       return i;
     return s;
   }
@@ -160,9 +161,9 @@ Result<Json> yaml_table_to_json(std::string_view text, const std::string& origin
     const YAML::Node root = YAML::Load(std::string(text));
     return yaml_node_to_json(root, 0);
   } catch (const YAML::Exception& e) {
-    return fail(ErrorCode::invalid_argument,
-                origin + ":" + std::to_string(e.mark.line + 1) + ":" +
-                    std::to_string(e.mark.column + 1) + ": not a YAML table: " + e.msg);
+    return fail(ErrorCode::invalid_argument, origin + ":" + std::to_string(e.mark.line + 1) + ":" +
+                                                 std::to_string(e.mark.column + 1) +
+                                                 ": not a YAML table: " + e.msg);
   } catch (const JsonFieldError& e) {
     return fail(ErrorCode::invalid_argument, origin + ": not a ktune table: " + e.what());
   }
@@ -185,10 +186,10 @@ Result<Json> csv_table_to_json(std::string_view text, const std::string& origin)
   for (size_t r = 1; r < rows->size(); ++r) {
     const CsvRow& row = (*rows)[r];
     if (row.fields.size() != header.size())
-      return fail(ErrorCode::invalid_argument,
-                  origin + ":" + std::to_string(row.line) + ": " +
-                      std::to_string(row.fields.size()) + " fields, the header has " +
-                      std::to_string(header.size()));
+      return fail(ErrorCode::invalid_argument, origin + ":" + std::to_string(row.line) + ": " +
+                                                   std::to_string(row.fields.size()) +
+                                                   " fields, the header has " +
+                                                   std::to_string(header.size()));
     auto cell = [&](std::string_view name) -> std::string {
       auto it = column.find(name);
       return it == column.end() ? std::string() : row.fields[it->second];
@@ -216,13 +217,11 @@ Result<Json> csv_table_to_json(std::string_view text, const std::string& origin)
           {"validators",
            {{"driver", cell("driver")},
             {"nvrtc", cell("nvrtc")},
-            {"store_format",
-             has("store_format") ? number_cell(cell("store_format"), true)
-                                 : Json(k_store_format_version)}}},
+            {"store_format", has("store_format") ? number_cell(cell("store_format"), true)
+                                                 : Json(k_store_format_version)}}},
           {"ranked", Json::array()},
           {"ref_error", has("ref_error") ? number_cell(cell("ref_error"), false) : Json(0.0)},
-          {"sm_clock_mhz",
-           has("sm_clock_mhz") ? number_cell(cell("sm_clock_mhz"), true) : Json(0)},
+          {"sm_clock_mhz", has("sm_clock_mhz") ? number_cell(cell("sm_clock_mhz"), true) : Json(0)},
           {"mem_clock_mhz",
            has("mem_clock_mhz") ? number_cell(cell("mem_clock_mhz"), true) : Json(0)},
           {"power_w", has("power_w") ? number_cell(cell("power_w"), false) : Json(0.0)},
@@ -237,15 +236,14 @@ Result<Json> csv_table_to_json(std::string_view text, const std::string& origin)
     if (!rank.is_number_integer())
       return fail(ErrorCode::invalid_argument,
                   origin + ":" + std::to_string(row.line) + ": rank: expected an integer");
-    ranked[it->second].emplace_back(
-        rank.get<std::int64_t>(),
-        Json{{"template", cell("template")},
-             {"template_hash", cell("template_hash")},
-             {"params", assignments_cell(cell("params"))},
-             {"median_us", number_cell(cell("median_us"), false)},
-             {"spread_pct", number_cell(cell("spread_pct"), false)},
-             {"tflops", number_cell(cell("tflops"), false)},
-             {"gbps", number_cell(cell("gbps"), false)}});
+    ranked[it->second].emplace_back(rank.get<std::int64_t>(),
+                                    Json{{"template", cell("template")},
+                                         {"template_hash", cell("template_hash")},
+                                         {"params", assignments_cell(cell("params"))},
+                                         {"median_us", number_cell(cell("median_us"), false)},
+                                         {"spread_pct", number_cell(cell("spread_pct"), false)},
+                                         {"tflops", number_cell(cell("tflops"), false)},
+                                         {"gbps", number_cell(cell("gbps"), false)}});
   }
   for (size_t i = 0; i < winners.size(); ++i) {
     auto& configs = ranked[i];

@@ -22,11 +22,11 @@ namespace ktune::detail {
 
 // The CSV export's header, in order. Columns are only ever appended.
 inline constexpr std::array<std::string_view, 26> k_csv_columns = {
-    "device",     "op",        "dtype",     "out_dtype", "layout",       "dims",
-    "rank",       "template",  "template_hash", "params", "median_us",   "spread_pct",
-    "tflops",     "gbps",      "driver",    "nvrtc",     "node_id",      "timestamp",
-    "strategy",   "trials",    "device_name", "ref_error", "sm_clock_mhz", "mem_clock_mhz",
-    "power_w",    "store_format"};
+    "device",   "op",          "dtype",         "out_dtype", "layout",       "dims",
+    "rank",     "template",    "template_hash", "params",    "median_us",    "spread_pct",
+    "tflops",   "gbps",        "driver",        "nvrtc",     "node_id",      "timestamp",
+    "strategy", "trials",      "device_name",   "ref_error", "sm_clock_mhz", "mem_clock_mhz",
+    "power_w",  "store_format"};
 // The first optional column: tables written before it was added lack it and those after.
 inline constexpr size_t k_csv_first_optional = 20;
 

@@ -164,8 +164,8 @@ std::string TemplateRegistry::why_unsupported(const Problem& p, int cc) const {
     return std::find(m->dtypes.begin(), m->dtypes.end(), p.dtype) == m->dtypes.end();
   });
   if (of_op.empty())
-    return p.op + " layout " + p.layout + " has no dtype '" + p.dtype + "' (dtypes: " +
-           joined(dtypes) + ")";
+    return p.op + " layout " + p.layout + " has no dtype '" + p.dtype +
+           "' (dtypes: " + joined(dtypes) + ")";
   for (const Manifest* m : of_op) {
     if (m->out_dtypes.empty()) out_dtypes.insert(p.dtype);
     out_dtypes.insert(m->out_dtypes.begin(), m->out_dtypes.end());
@@ -176,13 +176,12 @@ std::string TemplateRegistry::why_unsupported(const Problem& p, int cc) const {
                                              p.out_dtype) == m->out_dtypes.end();
   });
   if (of_op.empty())
-    return p.op + " " + p.dtype + " has no out_dtype '" + p.out_dtype + "' (out_dtypes: " +
-           joined(out_dtypes) + ")";
+    return p.op + " " + p.dtype + " has no out_dtype '" + p.out_dtype +
+           "' (out_dtypes: " + joined(out_dtypes) + ")";
   std::string want;
   for (const auto& d : of_op.front()->dims) want += (want.empty() ? "" : ", ") + d;
-  std::erase_if(of_op, [&](const Manifest* m) {
-    return !m->supports(p, cc >= 0 ? cc : m->min_cc);
-  });
+  std::erase_if(of_op,
+                [&](const Manifest* m) { return !m->supports(p, cc >= 0 ? cc : m->min_cc); });
   if (of_op.empty()) return p.op + " takes dims " + want;
   if (cc < 0) return "";
   std::string arches;
@@ -191,8 +190,8 @@ std::string TemplateRegistry::why_unsupported(const Problem& p, int cc) const {
     arches += std::string(arches.empty() ? "" : ", ") + m->name + " sm_" +
               std::to_string(m->min_cc) + (m->max_cc ? "-" + std::to_string(m->max_cc) : "+");
   }
-  return "no template implements " + p.describe() + " on sm_" + std::to_string(cc) + " (" +
-         arches + ")";
+  return "no template implements " + p.describe() + " on sm_" + std::to_string(cc) + " (" + arches +
+         ")";
 }
 
 }  // namespace ktune

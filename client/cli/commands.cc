@@ -240,8 +240,7 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
   SpaceReport report;
   if (!a.config.empty()) {
     auto params = parse_params(a.config);
-    if (!params)
-      return usage(c.json, "--config: " + params.error().message);
+    if (!params) return usage(c.json, "--config: " + params.error().message);
     configs.push_back(*params);
   } else {
     auto space = SearchSpace::build(*t, p, *limits);
@@ -322,11 +321,10 @@ int cmd_tune_standalone(const Common& c, const TuneArgs& a) {
       a.template_dirs.empty() ? std::vector<std::string>{builtin_template_dir()} : a.template_dirs;
   const auto reg = TemplateRegistry::load(dirs);
   TuneRequest req;
-  req.problem = Problem{a.problem.op, a.problem.dtype,
-                        a.problem.out_dtype.empty() ? a.problem.dtype : a.problem.out_dtype,
-                        a.problem.layout.empty() ? reg.default_layout(a.problem.op)
-                                                 : a.problem.layout,
-                        *dims};
+  req.problem = Problem{
+      a.problem.op, a.problem.dtype,
+      a.problem.out_dtype.empty() ? a.problem.dtype : a.problem.out_dtype,
+      a.problem.layout.empty() ? reg.default_layout(a.problem.op) : a.problem.layout, *dims};
   if (auto ok = validate_problem(req.problem); !ok)
     return report_failure(c.json, Exit::invalid, "invalid_problem", ok.error().message);
   if (auto why = reg.why_unsupported(req.problem, -1); !why.empty())

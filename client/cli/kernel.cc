@@ -45,8 +45,7 @@ int cmd_kernel(const Common& c, const KernelArgs& a) {
     request = std::move(*r);
   } else {
     auto params = parse_params(a.config);
-    if (!params)
-      return usage(c.json, "--config: " + params.error().message);
+    if (!params) return usage(c.json, "--config: " + params.error().message);
     request = {problem, a.problem.device, a.template_name, {params->begin(), params->end()}, "",
                ""};
   }

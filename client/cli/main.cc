@@ -55,7 +55,8 @@ int main(int argc, char** argv) {
   ke->add_option("op", kernel.problem.op, "operation, e.g. gemm")->required();
   ke->add_option("--dtype", kernel.problem.dtype, "input dtype")->capture_default_str();
   ke->add_option("--out-dtype", kernel.problem.out_dtype, "output dtype (default: same)");
-  ke->add_option("--layout", kernel.problem.layout, "layout (default: the op's usual one, rc for gemm)");
+  ke->add_option("--layout", kernel.problem.layout,
+                 "layout (default: the op's usual one, rc for gemm)");
   ke->add_option("--shape", kernel.problem.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
   ke->add_option("--device", kernel.problem.device, "device class (default: the daemon's GPU)");
   auto* kt =
@@ -86,7 +87,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   co->add_option("--dtype", compile.dtype, "input dtype (default: the template's first)");
   co->add_option("--out-dtype", compile.out_dtype, "output dtype");
-  co->add_option("--layout", compile.layout, "layout (default: the op's usual one if the template has it)");
+  co->add_option("--layout", compile.layout,
+                 "layout (default: the op's usual one if the template has it)");
   co->add_option("--shape", compile.shape,
                  "problem dims used to prune the space (default: 4096 each)");
   auto* cfg =
@@ -106,7 +108,8 @@ int main(int argc, char** argv) {
   tu->add_option("op", tune.problem.op, "operation, e.g. gemm")->required();
   tu->add_option("--dtype", tune.problem.dtype, "input dtype")->capture_default_str();
   tu->add_option("--out-dtype", tune.problem.out_dtype, "output dtype (default: same)");
-  tu->add_option("--layout", tune.problem.layout, "layout (default: the op's usual one, rc for gemm)");
+  tu->add_option("--layout", tune.problem.layout,
+                 "layout (default: the op's usual one, rc for gemm)");
   tu->add_option("--shape", tune.problem.shape, "dims, e.g. M=4096,N=4096,K=4096")->required();
   tu->add_option("--strategy", tune.strategy, ktune::strategy_choices())
       ->capture_default_str()

@@ -14,9 +14,9 @@ namespace ktune::cli {
 // test checks the two agree). Scripts branch on these; never renumber.
 enum class Exit : int {
   ok = 0,
-  failed = 1,       // the operation ran and failed: a compile error, a failed job, a file I/O error,
-                    // a daemon error not listed below (bad_request, internal)
-  usage = 2,        // the command line: unknown flag, missing or malformed argument, bad value
+  failed = 1,  // the operation ran and failed: a compile error, a failed job, a file I/O error,
+               // a daemon error not listed below (bad_request, internal)
+  usage = 2,   // the command line: unknown flag, missing or malformed argument, bad value
   unreachable = 3,  // ktuned is not reachable (no socket, refused) or did not answer in time
   invalid = 4,      // ktuned refused the problem: unknown op, layout, dtype, dims
   not_found = 5,    // no such device class, job or template

@@ -57,8 +57,8 @@ class CliTest : public ::testing::Test {
   CliTest() : m_daemon(m_dir / "ktuned.sock", m_dir / "data") {}
   void SetUp() override {
     ASSERT_TRUE(m_daemon.start()) << "ktuned did not start; log: " << m_daemon.log_path();
-    ASSERT_TRUE(write_file_atomic(m_dir / "h200.json",
-                                  render_table(h200_winners(), TableFormat::json)));
+    ASSERT_TRUE(
+        write_file_atomic(m_dir / "h200.json", render_table(h200_winners(), TableFormat::json)));
     ASSERT_EQ(run("import " + (m_dir / "h200.json")), 0) << m_err;
   }
 
@@ -66,8 +66,8 @@ class CliTest : public ::testing::Test {
   // stderr in m_err; returns the exit code.
   int run(const std::string& args) { return run_raw(args + " --socket " + m_daemon.socket()); }
   int run_raw(const std::string& args) {
-    auto [rc, out] = testing::run_command(testing::ktune_cli_path() + " " + args + " 2>" +
-                                          (m_dir / "stderr"));
+    auto [rc, out] =
+        testing::run_command(testing::ktune_cli_path() + " " + args + " 2>" + (m_dir / "stderr"));
     m_out = out;
     m_err = slurp(m_dir / "stderr");
     return rc;

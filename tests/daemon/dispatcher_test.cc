@@ -228,8 +228,9 @@ TEST_F(DispatcherTest, UnknownDeviceClassNamesTheKnownOnes) {
 // several is refused with the candidates, the most specific tier deciding first.
 TEST_F(DispatcherTest, DeviceClassesMatchByUniqueSubstringAndAmbiguityListsCandidates) {
   auto device_of = [&](const std::string& name) {
-    Json j = call(R"({"v":1,"id":1,"op":"lookup","device":")" + name +
-                  R"(","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":8,"N":8,"K":8}}})");
+    Json j = call(
+        R"({"v":1,"id":1,"op":"lookup","device":")" + name +
+        R"(","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":8,"N":8,"K":8}}})");
     return j["ok"].get<bool>() ? j["result"]["device"].get<std::string>()
                                : j["error"]["code"].get<std::string>() + ": " +
                                      j["error"]["message"].get<std::string>();

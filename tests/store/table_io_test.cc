@@ -229,8 +229,9 @@ TEST(TableIoTest, UnreadableYamlAndCsvSayWhere) {
   auto r = import_table(dst, "ktune_table: 1\nwinners: [\n  {a: 1\n", "t.yaml");
   ASSERT_FALSE(r);
   EXPECT_TRUE(r.error().message.starts_with("t.yaml:")) << r.error().message;
-  r = import_table(dst, "ktune_table: 1\nwinners: " + std::string(5000, '[') +
-                            std::string(5000, ']') + "\n", "t.yaml");
+  r = import_table(
+      dst, "ktune_table: 1\nwinners: " + std::string(5000, '[') + std::string(5000, ']') + "\n",
+      "t.yaml");
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("t.yaml"), std::string::npos);
   const std::string csv = render_table(sample(), TableFormat::csv);
