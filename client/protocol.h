@@ -604,7 +604,13 @@ inline std::string lookup_reply_text(const LookupReply& r) {
     if (i) out += ',';
     append_lookup_entry_text(out, r.entries[i]);
   }
-  out += "]}";
+  out += ']';
+  if (!r.assumed_layout.empty()) {
+    out += R"(,"assumed":{"layout":)";
+    detail::append_json_string(out, r.assumed_layout);
+    out += '}';
+  }
+  out += '}';
   return out;
 }
 

@@ -309,6 +309,8 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
     r.entries.push_back(e);
     ASSERT_EQ(protocol::lookup_reply_text(r), library(r)) << "entry " << i;
   }
+  r.assumed_layout = "rc";  // v2: what the daemon filled in
+  EXPECT_EQ(protocol::lookup_reply_text(r), library(r));
 
   DaemonConfig config = default_config();
   NodeIdentity node;
@@ -324,6 +326,7 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
         R"({"op":"gemm","dtype":"bf16","layout":"rr","dims":{"M":3000,"N":4096,"K":4096}})",
         R"({"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":3000,"N":4096,"K":4096}})",
         R"({"op":"gemm","dtype":"fp16","layout":"rr","dims":{"M":17,"N":4096,"K":1024}})",
+        R"({"op":"gemm","dtype":"bf16","dims":{"M":4096,"N":4096,"K":4096}})",  // layout assumed
         R"({"op":"softmax","dtype":"bf16","dims":{"rows":4096,"cols":1000}})",
         R"({"op":"rmsnorm","dtype":"fp32","dims":{"rows":8,"cols":4096}})",
         R"({"op":"reduce_sum","dtype":"fp32","dims":{"n":1048576}})"})
@@ -338,7 +341,7 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
       EXPECT_EQ(version >= 2, !parsed->entries.front().launch.is_null());
       ++checked;
     }
-  EXPECT_EQ(checked, 14);
+  EXPECT_EQ(checked, 16);
 }
 
 }  // namespace
