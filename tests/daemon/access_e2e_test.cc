@@ -176,7 +176,7 @@ TEST_F(AccessEndToEndTest, UnixGroupsGrantReadOrAdmin) {
   auto [rc, out] = run_cli_as(46001, 46001, {daemon_gid}, {"--socket", sock, "status"});
   EXPECT_EQ(rc, 0) << out;
   std::tie(rc, out) = run_cli_as(46001, 46001, {daemon_gid}, {"--socket", sock, "import", table});
-  EXPECT_EQ(rc, 1) << out;
+  EXPECT_EQ(rc, 7) << out;  // denied (docs/cli.md, exit codes)
   EXPECT_NE(out.find("forbidden: 'import' is an admin op"), std::string::npos) << out;
   EXPECT_NE(out.find("members of group '46101' (server.admin_group)"), std::string::npos) << out;
   EXPECT_EQ(status()["winners"], 0);

@@ -349,7 +349,7 @@ TEST_F(BackgroundTest, PlanQueuesEveryProblemOnceAndTheCliFollowsIt) {
   std::ofstream(plan)
       << "- {op: fault, dtype: fp32, dims: {n: 0}}\n- {op: nosuchop, dtype: fp32, dims: {n: 8}}\n";
   std::tie(rc, out) = testing::run_command(cli + " plan apply " + plan + " 2>&1");
-  EXPECT_EQ(rc, 1) << out;
+  EXPECT_EQ(rc, 4) << out;  // invalid_problem (docs/cli.md, exit codes)
   EXPECT_NE(out.find("problems[0]"), std::string::npos) << out;
   EXPECT_NE(out.find("problems[1]"), std::string::npos) << out;
 }
