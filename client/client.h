@@ -18,8 +18,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "client/launch.h"
-#include "client/protocol.h"
+#include "launch.h"
+#include "protocol.h"
 
 namespace ktune {
 

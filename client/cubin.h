@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "client/protocol.h"
+#include "protocol.h"
 
 namespace ktune {
 

@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "client/launch.h"
+#include "launch.h"
 
 namespace ktune {
 

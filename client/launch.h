@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "client/base64.h"
-#include "client/protocol.h"
+#include "base64.h"
+#include "protocol.h"
 
 namespace ktune::protocol {
 

@@ -18,8 +18,8 @@
 #include <string>
 #include <unordered_map>
 
-#include "client/client.h"
-#include "client/kernel.h"
+#include "client.h"
+#include "kernel.h"
 
 namespace ktune {
 

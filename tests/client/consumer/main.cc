@@ -1,8 +1,8 @@
 // Links ktune::client and asks a daemon that is not there: must fail cleanly with
 // connection_failed (exit 3), proving the installed headers, library and package config work —
 // the launch API included, which links and starts without libcuda (it is dlopen'ed on launch).
-#include <client/client.h>
-#include <client/launcher.h>
+#include <ktune/client.h>
+#include <ktune/launcher.h>
 
 #include <cstdio>
 
