@@ -83,14 +83,22 @@ Problem llm_gemm(std::mt19937_64& rng) {
       {{"M", uniform(1, 8192)}, {"N", 64 * uniform(1, 256)}, {"K", 64 * uniform(1, 256)}}};
 }
 
-json bench_nearest(int winners, int queries) {
-  std::mt19937_64 rng(7);
+// `winners` distinct llm_gemm() shapes, each a winner (the next draws of `rng` follow them).
+std::vector<WinnerRecord> llm_winners(std::mt19937_64& rng, int winners) {
   std::vector<WinnerRecord> records;
   std::set<std::string> keys;
   while (records.size() < size_t(winners)) {
     Problem p = llm_gemm(rng);
     if (keys.insert(p.key()).second) records.push_back(testing::winner(p, 10.0));
   }
+  return records;
+}
+
+json bench_nearest(int winners, int queries) {
+  std::mt19937_64 rng(7);
+  std::vector<WinnerRecord> records = llm_winners(rng, winners);
+  std::set<std::string> keys;  // queries are shapes outside the index
+  for (const auto& r : records) keys.insert(r.problem.key());
   const std::string device = testing::h200().id();
   WinnerIndex index;
   const auto l0 = Clock::now();
@@ -165,12 +173,7 @@ json bench_misses(testing::DaemonParts& parts, int misses) {
 
 json bench_cold(testing::DaemonParts& parts, int winners, int queries) {
   std::mt19937_64 rng(7);
-  std::vector<WinnerRecord> records;
-  std::set<std::string> keys;
-  while (records.size() < size_t(winners)) {
-    Problem p = llm_gemm(rng);
-    if (keys.insert(p.key()).second) records.push_back(testing::winner(p, 10.0));
-  }
+  std::vector<WinnerRecord> records = llm_winners(rng, winners);
   parts.index.load(std::move(records));
   std::vector<std::string> lines;
   for (int i = 0; i < queries; ++i) {
@@ -257,13 +260,7 @@ double rss_untrimmed_mib() {
 json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t distinct, int threads,
                     double max_seconds) {
   std::mt19937_64 rng(7);
-  std::vector<WinnerRecord> records;
-  std::set<std::string> keys;
-  while (records.size() < size_t(winners)) {
-    Problem p = llm_gemm(rng);
-    if (keys.insert(p.key()).second) records.push_back(testing::winner(p, 10.0));
-  }
-  keys.clear();
+  std::vector<WinnerRecord> records = llm_winners(rng, winners);
   parts.index.load(std::move(records));
   const double rss0 = rss_untrimmed_mib();
   std::atomic<std::int64_t> next{0}, done{0}, errors{0};

@@ -9,15 +9,6 @@ namespace ktune {
 
 namespace {
 
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 // An op's result for a request with no arguments (defaults apply), or null when it failed.
 protocol::Json op_result(OpReply (*op)(OpContext&, const protocol::Request&), OpContext& ctx,
                          protocol::Json body) {
@@ -33,7 +24,7 @@ std::string render_report_page(OpContext& ctx) {
   report::ReportInput in;
   in.title = "ktuned " + ctx.node.node_id + ": tuning report";
   in.generated_by = "ktuned /report";
-  in.generated_at = utc_now();
+  in.generated_at = report::utc_now();
   if (auto winners = scan_winners(ctx.store)) in.winners = std::move(*winners);
   if (auto trials = scan_trials(ctx.store))
     in.trial_sets = report::trial_sets_from_records(std::move(*trials));

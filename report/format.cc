@@ -79,6 +79,15 @@ std::string params_text(const Params& params) {
   return s;
 }
 
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
 std::string utc_text(std::int64_t unix_seconds) {
   if (unix_seconds <= 0) return "";
   const std::time_t t = std::time_t(unix_seconds);

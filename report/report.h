@@ -73,7 +73,7 @@ Ceilings h200_ceilings();
 struct ReportInput {
   std::string title = "ktune tuning report";
   std::string generated_by;  // e.g. "ktune report --trials ...", printed under the title
-  std::string generated_at;  // ISO-8601 UTC; "" leaves it out (tests, reproducible files)
+  std::string generated_at;  // ISO-8601 UTC (utc_now()); "" leaves it out (tests, reproducible files)
   std::vector<TrialSet> trial_sets;
   std::vector<ReplayCurves> replays;
   std::vector<WinnerRecord> winners;
@@ -110,5 +110,8 @@ std::string render_report(const ReportInput& input);
 
 // Text escaped for HTML/SVG text and attribute values (& < > " ').
 std::string escape_html(std::string_view text);
+
+// Now as ISO-8601 UTC ("2026-12-01T21:13:09Z"), for Inputs::generated_at.
+std::string utc_now();
 
 }  // namespace ktune::report

@@ -23,15 +23,6 @@ bool read_whole(const std::string& path, std::string& text) {
   return true;
 }
 
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 // Winners from a table document (the export format); false after printing why.
 bool add_table(const Common& c, std::string_view text, const std::string& origin,
                report::ReportInput& in) {
@@ -68,7 +59,7 @@ int add_daemon(const Common& c, const std::string& device, report::ReportInput& 
 
 int cmd_report(const Common& c, const ReportArgs& a) {
   report::ReportInput in;
-  in.generated_at = utc_now();
+  in.generated_at = report::utc_now();
   in.generated_by = "ktune report";
   if (!a.title.empty()) in.title = a.title;
   const bool from_files = !a.trials.empty() || !a.table.empty();
