@@ -3,8 +3,10 @@
 
 #include <climits>
 #include <cstring>
+#include <iostream>
 
 #include "client/cli/commands.h"
+#include "client/cli/completion.h"
 #include "client/cli/output.h"
 #include "ktune_version.h"
 #include "tuner/strategy/registry.h"
@@ -172,6 +174,10 @@ int main(int argc, char** argv) {
   auto* fl = app.add_subcommand("fleet", "the fleet: Redis link, nodes seen, keys tuned, claims");
   auto* fs = fl->add_subcommand("status", "this node's link to the fleet and what the fleet holds");
   fl->require_subcommand(1);
+  std::string shell;
+  auto* cm = app.add_subcommand("completion",
+                                "print a shell completion script: source <(ktune completion bash)");
+  cm->add_option("shell", shell, "bash | zsh")->required()->check(CLI::IsMember({"bash", "zsh"}));
 
   try {
     app.parse(argc, argv);
@@ -201,5 +207,10 @@ int main(int argc, char** argv) {
   if (*pa) return cmd_plan_apply(common, plan_file, plan_device);
   if (*fs) return cmd_fleet_status(common);
   if (*rp) return cmd_report(common, report);
+  if (*cm) {
+    // Generated from `app` as built above, so every command and flag is in it.
+    std::cout << completion_script(app, "ktune", shell == "zsh" ? Shell::zsh : Shell::bash);
+    return 0;
+  }
   return 2;
 }

@@ -236,6 +236,108 @@ TEST(CliCompileTest, DefaultArchGetsTheTemplatesSuffix) {
   EXPECT_EQ(Json::parse(out)["arch"], "sm_90");
 }
 
+// `ktune completion bash`, sourced in bash, completes as a user's <TAB> would: the test sets
+// COMP_WORDS/COMP_CWORD and calls _ktune as bash-completion does, then reads COMPREPLY.
+class CliCompletionTest : public ::testing::Test {
+ public:
+  void SetUp() override {
+    auto [rc, script] = testing::run_command(testing::ktune_cli_path() + " completion bash");
+    ASSERT_EQ(rc, 0) << script;
+    ASSERT_TRUE(write_file_atomic(m_dir / "ktune.bash", script));
+    ASSERT_TRUE(write_file_atomic(m_dir / "h200.json", "{}"));
+    ASSERT_TRUE(write_file_atomic(m_dir / "plan.yaml", "{}"));
+  }
+
+  // COMPREPLY, sorted, for the command line WORDS whose last word is being completed.
+  std::set<std::string> complete(const std::vector<std::string>& words) {
+    std::string line = "cd '" + m_dir.path() + "' && source ktune.bash && COMP_WORDS=(";
+    for (const auto& w : words) line += " '" + w + "'";
+    line += " ); COMP_CWORD=" + std::to_string(words.size() - 1) +
+            "; _ktune && printf '%s\\n' \"${COMPREPLY[@]}\"";
+    EXPECT_TRUE(write_file_atomic(m_dir / "complete.sh", line));
+    auto [rc, out] = testing::run_command("bash " + (m_dir / "complete.sh") + " 2>&1");
+    EXPECT_EQ(rc, 0) << out;
+    std::set<std::string> reply;
+    std::istringstream in(out);
+    for (std::string w; std::getline(in, w);)
+      if (!w.empty()) reply.insert(w);
+    return reply;
+  }
+
+  // The first word of each entry of SECTION ("Subcommands:", "Options:") of `ktune PATH --help`,
+  // the list CLI11 itself prints; "-h,--help" gives -h and --help.
+  static std::set<std::string> help_section(const std::string& path, const std::string& section) {
+    auto [rc, help] = testing::run_command(testing::ktune_cli_path() + " " + path + " --help");
+    EXPECT_EQ(rc, 0) << help;
+    std::set<std::string> names;
+    const auto at = help.find("\n" + section + "\n");
+    if (at == std::string::npos) return names;
+    std::istringstream in(help.substr(at + section.size() + 2));
+    for (std::string line; std::getline(in, line) && !line.empty();) {
+      if (line.size() < 3 || !line.starts_with("  ") || line[2] == ' ') continue;  // wrapped
+      std::istringstream names_in(line.substr(2, line.find(' ', 2) - 2));
+      for (std::string n; std::getline(names_in, n, ',');) names.insert(n);
+    }
+    return names;
+  }
+
+ protected:
+  TempDir m_dir;
+};
+
+TEST_F(CliCompletionTest, CompletesCommandsOptionsAndValues) {
+  using Words = std::set<std::string>;
+  EXPECT_EQ(complete({"ktune", "lo"}), Words{"lookup"});
+  EXPECT_EQ(complete({"ktune", "lookup", "--sh"}), Words{"--shape"});
+  EXPECT_EQ(complete({"ktune", "lookup", "gemm", "--la"}), Words{"--layout"});
+  EXPECT_EQ(complete({"ktune", "lookup", "--js"}), Words{"--json"}) << "global flags anywhere";
+  EXPECT_EQ(complete({"ktune", "export", "--format", ""}), (Words{"json", "yaml", "yml", "csv"}));
+  EXPECT_EQ(complete({"ktune", "export", "--format", "=", "y"}), (Words{"yaml", "yml"}));
+  EXPECT_EQ(complete({"ktune", "lookup", "--layout", "r"}), (Words{"rc", "rr"}));
+  EXPECT_EQ(complete({"ktune", "jobs", "--state", "r"}), Words{"running"});
+  EXPECT_EQ(complete({"ktune", "completion", ""}), (Words{"bash", "zsh"}));
+  // Nested subcommands, after global flags and their values.
+  EXPECT_EQ(complete({"ktune", "--timeout-ms", "5", "plan", ""}), Words{"apply"});
+  EXPECT_EQ(complete({"ktune", "--json", "fleet", "st"}), Words{"status"});
+  // Files where an option or positional takes one.
+  EXPECT_EQ(complete({"ktune", "plan", "apply", "pl"}), Words{"plan.yaml"});
+  EXPECT_EQ(complete({"ktune", "import", "h2"}), Words{"h200.json"});
+  EXPECT_EQ(complete({"ktune", "export", "-o", "h"}), Words{"h200.json"});
+  EXPECT_EQ(complete({"ktune", "lookup", "--shape", ""}), Words{}) << "free text: nothing";
+}
+
+// Every subcommand and option CLI11 lists in --help (nested commands too) completes, so a new
+// command or flag is covered without touching the completion.
+TEST_F(CliCompletionTest, CoversEveryCommandAndOptionOfTheHelp) {
+  std::vector<std::vector<std::string>> paths = {{}};
+  for (size_t i = 0; i < paths.size(); ++i) {
+    std::string path;
+    for (const auto& w : paths[i]) path += (path.empty() ? "" : " ") + w;
+    std::vector<std::string> words = {"ktune"};
+    words.insert(words.end(), paths[i].begin(), paths[i].end());
+    const auto subs = help_section(path, "Subcommands:");
+    words.push_back("");
+    const auto commands = complete(words);  // plus positional values (files, choices)
+    for (const auto& sub : subs)
+      EXPECT_TRUE(commands.contains(sub)) << "ktune " << path << " " << sub;
+    words.back() = "-";
+    const auto options = complete(words);
+    for (const auto& o : help_section(path, "Options:"))
+      EXPECT_TRUE(options.contains(o)) << "ktune " << path << " " << o;
+    for (const auto& sub : subs) {
+      paths.push_back(paths[i]);
+      paths.back().push_back(sub);
+    }
+  }
+  EXPECT_GE(paths.size(), 19u) << "16 commands and the nested plan apply, fleet status";
+  // The global flags complete after any subcommand (they work in any position).
+  const auto options = complete({"ktune", "fleet", "status", "--"});
+  for (const auto& o : help_section("", "Options:"))
+    if (o.starts_with("--")) {
+      EXPECT_TRUE(options.contains(o)) << o;
+    }
+}
+
 // docs/cli.md's exit-code table is the one `ktune --help` prints.
 TEST(CliDocTest, ExitCodeTableIsDocumented) {
   auto [rc, help] = testing::run_command(testing::ktune_cli_path() + " --help");

@@ -27,6 +27,10 @@ unset KTUNE_HOME  # which would point the binaries elsewhere
 [ -f "$P/share/ktune/templates/common/ktune_common.cuh" ] || fail "template headers not installed"
 [ -f "$P/share/ktune/tables/h200.json" ] || fail "tables not installed"
 [ -f "$P/share/ktune/config/ktuned-node.yaml" ] || fail "example configuration not installed"
+C=$P/share/bash-completion/completions/ktune
+[ -f "$C" ] || fail "bash completion not installed"
+bash -c "source '$C'; COMP_WORDS=(ktune lo); COMP_CWORD=1; _ktune; [ \"\${COMPREPLY[*]}\" = lookup ]" ||
+  fail "installed bash completion does not complete 'ktune lo'"
 grep -q "^ExecStart=$P/bin/ktuned --config" "$P/lib/systemd/system/ktuned.service" ||
   fail "systemd unit missing or not pointing at $P/bin/ktuned"
 
