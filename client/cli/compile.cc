@@ -122,7 +122,7 @@ class ProgressLine {
   }
   // Ends the in-place line so that what follows starts on its own.
   void finish(size_t done, size_t failed) {
-    if (done > 0) print(done, failed, seconds_since(m_t0));
+    if (done > 0 && done != m_last_done) print(done, failed, seconds_since(m_t0));
     if (m_tty && m_printed) std::fputc('\n', stderr);
   }
 
@@ -136,6 +136,7 @@ class ProgressLine {
     std::fflush(stderr);
     m_printed = true;
     m_last = now;
+    m_last_done = done;
   }
 
   size_t m_total;
@@ -143,6 +144,7 @@ class ProgressLine {
   Clock::time_point m_t0;
   bool m_printed = false;
   double m_last = 0;
+  size_t m_last_done = 0;
 };
 
 // What cmd_compile compiles: the template, target and problem, and one request per config.

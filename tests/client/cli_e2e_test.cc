@@ -309,7 +309,7 @@ TEST(CliCompileTest, SigtermPrintsResultsSoFar) {
   std::istringstream lines(out);
   for (std::string line; std::getline(lines, line);)
     if (line.starts_with("BLOCK_K=") && (line.find("  ok  ") != std::string::npos ||
-                                          line.find("  compile_error  ") != std::string::npos))
+                                         line.find("  compile_error  ") != std::string::npos))
       ++rows;
   EXPECT_GE(rows, 1u) << out;
   const std::string summary = "interrupted by SIGTERM: " + std::to_string(rows) + " of 2700";
