@@ -22,6 +22,10 @@ enum class Exit : int {
   not_found = 5,    // no such device class, job or template
   unavailable = 6,  // ktuned cannot do it here: no GPU for this device class, queue full
   denied = 7,       // unauthorized (token, uid) or forbidden (an admin op with read rights)
+  // 128 + the signal (the shell's convention): a long local command (`ktune compile`) stopped by
+  // SIGINT or SIGTERM, after printing what it finished.
+  interrupted = 130,  // SIGINT
+  terminated = 143,   // SIGTERM
 };
 
 struct ExitCodeRow {
@@ -37,6 +41,8 @@ inline constexpr ExitCodeRow k_exit_codes[] = {
     {Exit::not_found, "not found: device class, job or template"},
     {Exit::unavailable, "unavailable here: no GPU of that device class, job queue full"},
     {Exit::denied, "denied: token or uid not allowed, or an admin op with read rights"},
+    {Exit::interrupted, "interrupted by SIGINT (compile: results so far printed)"},
+    {Exit::terminated, "terminated by SIGTERM (compile: results so far printed)"},
 };
 
 // The exit-code table as `ktune --help` prints it.

@@ -2,10 +2,17 @@
 // position, errors that say what is valid (and, with --json, are JSON with the documented exit
 // code), the default GEMM layout, device classes by substring, export/import round trips in every
 // format. Label "e2e".
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -338,6 +345,79 @@ TEST_F(CliCompletionTest, CoversEveryCommandAndOptionOfTheHelp) {
     }
 }
 
+// Reads `fd` until `done(text)` holds, EOF, or `deadline`; returns what it read.
+std::string read_until(int fd, std::chrono::steady_clock::time_point deadline,
+                       const std::function<bool(const std::string&)>& done) {
+  std::string text;
+  char buf[4096];
+  while (!done(text)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, int(left.count())) <= 0) continue;
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;  // EOF: the process exited
+    text.append(buf, size_t(n));
+  }
+  return text;
+}
+
+// `ktune compile gemm --all` (2,700 configs) shows progress on stderr while it runs and, on
+// SIGTERM, stops within seconds, prints every config it compiled and says it was interrupted,
+// exiting 143 (docs/cli.md § Errors and exit codes).
+TEST(CliCompileTest, SigtermPrintsResultsSoFar) {
+  TempDir dir;
+  int err_pipe[2];
+  ASSERT_EQ(::pipe2(err_pipe, O_CLOEXEC), 0);
+  const std::string out_path = dir / "stdout";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(err_pipe[1], STDERR_FILENO);
+    const std::string cli = testing::ktune_cli_path();
+    ::execl(cli.c_str(), cli.c_str(), "compile", "gemm", "--all", (char*)nullptr);
+    ::_exit(127);
+  }
+  ::close(err_pipe[1]);
+  using std::chrono::steady_clock;
+  // Wait for the first progress line (one compile finished), however long the box takes.
+  std::string err = read_until(err_pipe[0], steady_clock::now() + std::chrono::seconds(120),
+                               [](const std::string& t) {
+                                 const auto at = t.find("compiled ");
+                                 return at != std::string::npos && t.find('\n', at) != t.npos;
+                               });
+  const bool progressed = err.find("compiled ") != std::string::npos;
+  ::kill(pid, SIGTERM);
+  const auto killed = steady_clock::now();
+  err += read_until(err_pipe[0], killed + std::chrono::seconds(30),
+                    [](const std::string&) { return false; });
+  const double exit_s = std::chrono::duration<double>(steady_clock::now() - killed).count();
+  ::close(err_pipe[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(progressed) << err;
+  EXPECT_NE(err.find(" (0 failed), "), std::string::npos) << err;
+  EXPECT_NE(err.find("/2700 "), std::string::npos) << err;
+  EXPECT_NE(err.find(" configs/s, ETA "), std::string::npos) << err;
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << "\n" << err;
+  EXPECT_EQ(WEXITSTATUS(status), 143) << err;
+  EXPECT_LT(exit_s, 5.0) << "in-flight compiles are abandoned, not waited for";
+  const std::string out = slurp(out_path);
+  // At least one complete result row: the config, its status and resources.
+  size_t rows = 0;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.starts_with("BLOCK_K=") && (line.find("  ok  ") != std::string::npos ||
+                                         line.find("  compile_error  ") != std::string::npos))
+      ++rows;
+  EXPECT_GE(rows, 1u) << out;
+  const std::string summary = "interrupted by SIGTERM: " + std::to_string(rows) + " of 2700";
+  EXPECT_NE(out.find(summary), std::string::npos) << out;
+}
+
 // docs/cli.md's exit-code table is the one `ktune --help` prints.
 TEST(CliDocTest, ExitCodeTableIsDocumented) {
   auto [rc, help] = testing::run_command(testing::ktune_cli_path() + " --help");
@@ -351,7 +431,7 @@ TEST(CliDocTest, ExitCodeTableIsDocumented) {
   for (std::string line; std::getline(d, line);)
     if (line.starts_with("| ") && line.size() > 2 && std::isdigit(line[2]))
       in_doc.insert(std::stoi(line.substr(2)));
-  EXPECT_EQ(in_help, (std::set<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(in_help, (std::set<int>{0, 1, 2, 3, 4, 5, 6, 7, 130, 143}));
   EXPECT_EQ(in_doc, in_help);
 }
 
