@@ -231,6 +231,12 @@ constexpr std::string_view k_template_name_chars =
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
 constexpr std::int64_t k_max_timestamp = 4'102'444'800;  // 2100-01-01T00:00:00Z
 
+bool is_identifier(const std::string& s) {
+  const auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  return !s.empty() && s.size() <= 64 && alpha(s.front()) &&
+         std::all_of(s.begin(), s.end(), [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
+}
+
 bool is_short_printable(const std::string& s) {
   return s.size() <= 128 &&
          std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c <= 0x7e; });
@@ -394,6 +400,11 @@ Result<void> validate_imported_winner(const WinnerRecord& r) {
         c.template_name.find_first_not_of(k_template_name_chars) != std::string::npos)
       return bad(at + ".template: '" + printable(c.template_name) + "' is not a template name");
     if (c.params.size() > 64) return bad(at + ".params: at most 64");
+    // Param names are template arguments of CUDA source: C identifiers. Anything else is no
+    // template's and would not survive a CSV export (found by fuzz_table's round trip).
+    for (const auto& [name, _] : c.params)
+      if (!is_identifier(name))
+        return bad(at + ".params: '" + printable(name) + "' is not a parameter name (a C identifier)");
     if (!(c.median_us >= k_min_median_us && c.median_us <= k_max_median_us))
       return bad(at + ".median_us: " + number(c.median_us) + " is outside [" +
                  number(k_min_median_us) + ", " + number(k_max_median_us) + "] us");
