@@ -28,12 +28,7 @@ using testing::loopback_connect;
 using testing::read_to_eof;
 using testing::TempDir;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::read_file;
 
 std::string one_winner_table() {
   return render_table({testing::winner(testing::gemm_problem(64, 64, 64), 5.0)}, TableFormat::json);

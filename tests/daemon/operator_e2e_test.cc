@@ -34,12 +34,7 @@ using testing::http_get;
 using testing::ready_field;
 using testing::TempDir;
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::read_file;
 
 void write_file(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";

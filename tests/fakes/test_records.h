@@ -3,11 +3,21 @@
 
 #include <unistd.h>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "store/records.h"
 
 namespace ktune::testing {
+
+// A whole file's bytes ("" when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 inline DeviceClass h200() {
   return DeviceClass{"NVIDIA H200", 90, 132, 140};

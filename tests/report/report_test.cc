@@ -21,12 +21,7 @@ size_t count(const std::string& text, const std::string& needle) {
   return n;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::read_file;
 
 Trial ok(std::int64_t bm, std::int64_t bn, std::int64_t stages, std::int64_t group, double us) {
   return Trial{"gemm_tma",
