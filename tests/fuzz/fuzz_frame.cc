@@ -48,8 +48,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   io.run();
   // A line that looks like HTTP is answered with the HTTP refusal and the connection closes
   // (issue 9 item 4): that refusal is the last thing sent, after the JSON replies owed before it.
+  // Only at the start of a line: a JSON reply may quote "HTTP/1.1 " from the request inside an
+  // error message (a parse error's "last read: ..."), which is not the refusal.
   std::string_view json_part = output;
-  if (const size_t at = output.find("HTTP/1.1 "); at != std::string::npos) {
+  size_t at = output.starts_with("HTTP/1.1 ") ? 0 : output.find("\nHTTP/1.1 ");
+  if (at != std::string::npos) {
+    if (at > 0) ++at;  // past the newline (JSON replies escape theirs, so this one ends a reply)
     if (std::string_view(output).substr(at) != http_refusal())
       fuzz::violated("output after the HTTP refusal, or a malformed refusal", output);
     json_part = std::string_view(output).substr(0, at);
