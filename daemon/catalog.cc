@@ -5,8 +5,7 @@
 
 namespace ktune {
 
-Catalog::Catalog(Store& store, WinnerIndex& index, const TemplateRegistry& templates,
-                 const NodeIdentity& node)
+Catalog::Catalog(Store& store, WinnerIndex& index, TemplateSet& templates, const NodeIdentity& node)
     : m_store(store), m_index(index), m_templates(templates), m_node(node) {}
 
 Result<void> Catalog::load() {
@@ -18,8 +17,9 @@ Result<void> Catalog::load() {
 
 Result<ImportReport> Catalog::import(std::string_view text, std::string_view origin) {
   std::lock_guard lock(m_write_mutex);
+  const auto templates = m_templates.current();  // one set judges the whole table
   auto report = import_table(m_store, text, origin,
-                             [this](const WinnerRecord& r) { return check_record(r); });
+                             [&](const WinnerRecord& r) { return check_record(r, *templates); });
   if (!report || !report->applied()) return report;
   m_index.upsert(report->written);
   for (const auto& w : report->written) publish_locked(w);
@@ -32,13 +32,17 @@ Result<ImportReport> Catalog::import(std::string_view text, std::string_view ori
 }
 
 Result<void> Catalog::check_record(const WinnerRecord& r) const {
+  return check_record(r, *m_templates.current());
+}
+
+Result<void> Catalog::check_record(const WinnerRecord& r, const TemplateRegistry& templates) const {
   auto bad = [](const std::string& what) { return fail(ErrorCode::invalid_argument, what); };
   const Problem& p = r.problem;
-  const auto implementing = m_templates.for_problem(p, r.device.cc);
+  const auto implementing = templates.for_problem(p, r.device.cc);
   if (implementing.empty()) {
     // Say what is wrong: the op, its dims, or the problem on this device.
     const KernelTemplate* any = nullptr;
-    for (const auto& t : m_templates.all())
+    for (const auto& t : templates.all())
       if (t->manifest.op == p.op) {
         any = t.get();
         break;
@@ -48,7 +52,8 @@ Result<void> Catalog::check_record(const WinnerRecord& r) const {
     for (const auto& n : any->manifest.dims) want += (want.empty() ? "" : ", ") + n;
     std::string got;
     for (const auto& [n, _] : p.dims) got += (got.empty() ? "" : ", ") + n;
-    if (got != want) return bad("problem.dims: " + p.op + " takes dims " + want + ", in that order");
+    if (got != want)
+      return bad("problem.dims: " + p.op + " takes dims " + want + ", in that order");
     return bad("problem: no installed template implements " + p.describe() + " on sm_" +
                std::to_string(r.device.cc));
   }
@@ -56,7 +61,7 @@ Result<void> Catalog::check_record(const WinnerRecord& r) const {
   for (size_t i = 0; i < r.ranked.size(); ++i) {
     const RankedConfig& c = r.ranked[i];
     const std::string at = "ranked[" + std::to_string(i) + "]";
-    const KernelTemplate* t = m_templates.find(c.template_name);
+    const KernelTemplate* t = templates.find(c.template_name);
     if (!t) return bad(at + ".template: '" + c.template_name + "' is not installed here");
     if (t->manifest.op != p.op)
       return bad(at + ".template: " + c.template_name + " implements " + t->manifest.op + ", not " +
@@ -89,8 +94,13 @@ Result<bool> Catalog::commit(const WinnerRecord& record, std::string_view origin
 }
 
 std::string Catalog::staleness(const WinnerRecord& r, bool own_device) const {
+  return staleness(r, own_device, *m_templates.current());
+}
+
+std::string Catalog::staleness(const WinnerRecord& r, bool own_device,
+                               const TemplateRegistry& templates) const {
   for (const auto& c : r.ranked) {
-    const KernelTemplate* t = m_templates.find(c.template_name);
+    const KernelTemplate* t = templates.find(c.template_name);
     if (t && t->hash != c.template_hash)
       return "template " + c.template_name + " changed since it was measured";
   }
@@ -99,6 +109,25 @@ std::string Catalog::staleness(const WinnerRecord& r, bool own_device) const {
   if (own_device && m_node.driver != "none" && r.validators.driver != m_node.driver)
     return "measured with driver " + r.validators.driver + ", this node has " + m_node.driver;
   return "";
+}
+
+Result<TemplateChanges> Catalog::replace_templates(TemplateRegistry next) {
+  if (!next.errors().empty()) {
+    std::string why;
+    for (const auto& e : next.errors()) why += (why.empty() ? "" : "; ") + e.message;
+    return fail(ErrorCode::invalid_argument, why);
+  }
+  std::lock_guard lock(m_write_mutex);  // no import is judged half by one set, half by the other
+  const auto loaded = m_templates.current();
+  TemplateChanges changes = compare_templates(*loaded, next);
+  // A clean scan also replaces a set loaded with errors (a template skipped at start, now fixed
+  // and listed as added, or a directory that came back empty).
+  if (changes.empty() && loaded->errors().empty()) return changes;
+  // Swap, then move the generation: a lookup that reads the new generation also reads the new
+  // templates, so no answer built from the old ones is cached as current (lookups.cc).
+  m_templates.replace(std::make_shared<const TemplateRegistry>(std::move(next)));
+  m_index.invalidate_answers();
+  return changes;
 }
 
 void Catalog::on_change(std::function<void(const WinnerRecord&)> listener) {

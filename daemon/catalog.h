@@ -4,7 +4,9 @@
 // through here, under one merge rule (store/table_io.h prefer_incoming, plus: a record that is
 // stale on this node always yields to a fresh measurement), so every path that records a winner
 // is one path. Each change bumps the index generation, which invalidates cached answers.
-// Writers are serialized; readers use index() (thread-safe). Thread-safe.
+// The catalog also swaps the templates it and every reader judge winners by (replace_templates,
+// on reload), bumping the generation the same way. Writers are serialized; readers use index()
+// (thread-safe). Thread-safe.
 #pragma once
 
 #include <functional>
@@ -22,8 +24,8 @@ namespace ktune {
 
 class Catalog {
  public:
-  Catalog(Store& store, WinnerIndex& index, const TemplateRegistry& templates,
-          const NodeIdentity& node);
+  // REQUIRES: every reference outlives the catalog.
+  Catalog(Store& store, WinnerIndex& index, TemplateSet& templates, const NodeIdentity& node);
 
   // Fills the index from the store (at start).
   Result<void> load();
@@ -37,12 +39,25 @@ class Catalog {
   // param domains and passes the constraints for the problem on the device's limits. A config
   // of another template version is accepted unchecked: it is never served as exact.
   Result<void> check_record(const WinnerRecord& record) const;
+  Result<void> check_record(const WinnerRecord& record, const TemplateRegistry& templates) const;
   // Commits a winner measured on this node. Returns whether it is now the served record.
   Result<bool> commit(const WinnerRecord& record, std::string_view origin);
 
   // Why `record` cannot be served as exact on this node ("" when it can). `own_device`: the
   // record is for one of this node's GPUs (then the driver must match too).
+  // Judged by the templates served now, or by a snapshot the caller holds.
   std::string staleness(const WinnerRecord& record, bool own_device) const;
+  std::string staleness(const WinnerRecord& record, bool own_device,
+                        const TemplateRegistry& templates) const;
+
+  // Serves `next` instead of the templates loaded now, all or nothing: a registry with load
+  // errors (a manifest that did not parse, a missing directory) is refused and the loaded one
+  // stays. On a change, moves the index generation so no answer built from the old templates is
+  // served again; winners measured with a changed template are stale from then on. Requests,
+  // compiles and jobs that hold a snapshot keep theirs. Returns what changed.
+  Result<TemplateChanges> replace_templates(TemplateRegistry next);
+  // The templates served now (TemplateSet::current).
+  TemplateSet::Snapshot templates() const { return m_templates.current(); }
 
   const WinnerIndex& index() const { return m_index; }
   Store& store() { return m_store; }
@@ -54,7 +69,7 @@ class Catalog {
 
   Store& m_store;
   WinnerIndex& m_index;
-  const TemplateRegistry& m_templates;
+  TemplateSet& m_templates;
   const NodeIdentity& m_node;
   std::mutex m_write_mutex;
   std::vector<std::function<void(const WinnerRecord&)>> m_listeners;

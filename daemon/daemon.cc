@@ -83,22 +83,40 @@ Result<ImportReport> seed(Catalog& catalog, const std::string& path) {
   return report;
 }
 
-// name@hash of every template, sorted: what a reload compares.
-std::vector<std::string> template_identity(const TemplateRegistry& templates) {
-  std::vector<std::string> out;
-  for (const auto& t : templates.all()) out.push_back(t->name() + "@" + t->hash);
-  std::sort(out.begin(), out.end());
-  return out;
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : ",") + n;
+  return s;
 }
 
-// SIGHUP: reopen the log file, merge the seed tables again, and compare the template
-// directories with what is loaded. Runs on the executor (disk work). Never fails the daemon: a
-// table that does not load is logged and the others still merge.
-void reload(const DaemonConfig& config, Catalog& catalog, const TemplateRegistry& templates) {
+}  // namespace
+
+void reload(const DaemonConfig& config, Catalog& catalog, Metrics& metrics) {
   notify_reloading();
+  bool ok = true;
   if (!config.log_file.empty())
-    if (auto ok = log_to_file(config.log_file); !ok)
-      log(LogLevel::error, "log_reopen_failed", {{"error", ok.error().message}});
+    if (auto reopened = log_to_file(config.log_file); !reopened) {
+      ok = false;
+      log(LogLevel::error, "log_reopen_failed", {{"error", reopened.error().message}});
+    }
+  // Templates first (the directories scanned afresh, served all or nothing): a seed table
+  // deployed with a new template names it.
+  auto changes = catalog.replace_templates(TemplateRegistry::load(config.template_dirs));
+  std::string templates_result = "unchanged";
+  if (!changes) {
+    ok = false;
+    templates_result = "kept";
+    log(LogLevel::error, "reload_templates_failed",
+        {{"error", changes.error().message},
+         {"action", "kept the " + std::to_string(catalog.templates()->all().size()) +
+                        " templates loaded; fix the template directory and reload again"}});
+  } else if (!changes->empty()) {
+    templates_result = "swapped";
+    log(LogLevel::info, "templates_swapped",
+        {{"added", joined(changes->added)},
+         {"changed", joined(changes->changed)},
+         {"removed", joined(changes->removed)}});
+  }
   size_t merged = 0, added = 0, replaced = 0, failed = 0;
   for (const auto& table : config.seed_tables) {
     auto report = seed(catalog, table);
@@ -112,24 +130,22 @@ void reload(const DaemonConfig& config, Catalog& catalog, const TemplateRegistry
     added += report->added;
     replaced += report->replaced;
   }
-  const TemplateRegistry scanned = TemplateRegistry::load(config.template_dirs);
-  const bool templates_changed = template_identity(scanned) != template_identity(templates);
-  if (templates_changed)
-    log(LogLevel::warn, "templates_changed",
-        {{"loaded", templates.all().size()},
-         {"on_disk", scanned.all().size()},
-         {"action", "restart ktuned to serve the changed templates"}});
+  ok = ok && failed == 0;
+  metrics.count_reload(ok ? Metrics::Reload::ok : Metrics::Reload::failed);
   log(LogLevel::info, "reloaded",
       {{"tables", merged},
        {"tables_failed", failed},
        {"winners_added", added},
        {"winners_replaced", replaced},
-       {"templates_changed", templates_changed ? "yes" : "no"},
-       {"winners", catalog.index().size()}});
-  notify_ready("reloaded: " + std::to_string(catalog.index().size()) + " winners");
+       {"winners", catalog.index().size()},
+       {"templates", templates_result},
+       {"templates_added", changes ? changes->added.size() : 0},
+       {"templates_changed", changes ? changes->changed.size() : 0},
+       {"templates_removed", changes ? changes->removed.size() : 0},
+       {"templates_served", catalog.templates()->all().size()}});
+  notify_ready("reloaded: " + std::to_string(catalog.index().size()) + " winners, " +
+               std::to_string(catalog.templates()->all().size()) + " templates");
 }
-
-}  // namespace
 
 int run_daemon(const DaemonFlags& given) {
   DaemonFlags flags = given;
@@ -177,8 +193,8 @@ int run_daemon(const DaemonFlags& given) {
   for (const auto& w : (*store)->open_warnings())
     log(LogLevel::warn, "store_log_tail_dropped", {{"store", (*store)->describe()}, {"detail", w}});
 
-  const TemplateRegistry templates = TemplateRegistry::load(config->template_dirs);
-  for (const auto& e : templates.errors())
+  TemplateSet templates(TemplateRegistry::load(config->template_dirs));
+  for (const auto& e : templates.current()->errors())
     log(LogLevel::warn, "template_skipped", {{"error", e.message}});
 
   NodeIdentity detected = NodeIdentity::detect(*config);
@@ -213,7 +229,7 @@ int run_daemon(const DaemonFlags& given) {
 
   // Ready: the store is open (above) and templates are loaded; stop() adds "shutting down".
   server.set_readiness([&templates]() -> std::string {
-    if (templates.all().empty()) return "no templates loaded (templates.dirs)";
+    if (templates.current()->all().empty()) return "no templates loaded (templates.dirs)";
     return "";
   });
   server.serve(dispatcher);
@@ -225,7 +241,7 @@ int run_daemon(const DaemonFlags& given) {
         if (ec) return;
         if (sig == SIGHUP) {
           log(LogLevel::info, "reload", {{"signal", sig}});
-          executor.post([&] { reload(*config, catalog, templates); });
+          executor.post([&] { reload(*config, catalog, metrics); });
           signals.async_wait(on_signal);
           return;
         }
@@ -248,7 +264,7 @@ int run_daemon(const DaemonFlags& given) {
        {"metrics", server.metrics_endpoint()},
        {"store", (*store)->describe()},
        {"winners", index.size()},
-       {"templates", templates.all().size()},
+       {"templates", templates.current()->all().size()},
        {"gpus", gpus.empty() ? "none (" + node.gpu_error + ")" : gpus},
        {"gpu_policy", config->gpu_policy},
        {"jobs_resumed", *resumed},

@@ -10,6 +10,9 @@
 
 namespace ktune {
 
+class Catalog;
+class Metrics;
+
 struct DaemonFlags {
   std::string config_file;  // --config; "" = find_config_file()'s search
   std::string socket;
@@ -40,11 +43,17 @@ Result<DaemonConfig> build_config(const DaemonFlags& flags,
 
 // Runs ktuned until SIGINT/SIGTERM; returns the process exit code (0 clean, 1 startup failure).
 // Every listener is bound before the store is opened: a second daemon fails having touched
-// nothing. SIGHUP reopens log.file and re-reads what can change without a restart (the seed
-// tables, merged again; the template directories, compared with what is loaded: a change is
-// reported, and needs a restart). With flags.recover, runs run_recovery instead and returns its
-// code.
+// nothing. SIGHUP runs reload() on the executor. With flags.recover, runs run_recovery instead
+// and returns its code.
 int run_daemon(const DaemonFlags& flags);
+
+// What SIGHUP does: reopens log.file, merges the seed tables again and serves the template
+// directories as they are now (Catalog::replace_templates: all or nothing; a manifest that does
+// not load keeps every loaded template). Logs `reloaded templates=swapped|unchanged|kept
+// templates_added=.. templates_changed=.. templates_removed=..` and counts the reload in
+// `metrics` (failed when anything did not load). Never fails the daemon. Runs disk work: call it
+// off the I/O threads.
+void reload(const DaemonConfig& config, Catalog& catalog, Metrics& metrics);
 
 // `ktuned --recover`: repairs the store if it is damaged, reports what was dropped or rolled back
 // (log lines and a summary on stderr) and returns the exit code: 0 nothing was lost (or the store

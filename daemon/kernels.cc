@@ -48,7 +48,7 @@ protocol::Expected<Params> checked_params(
 
 }  // namespace
 
-KernelService::KernelService(const TemplateRegistry& templates, const LookupService& lookups,
+KernelService::KernelService(const TemplateSet& templates, const LookupService& lookups,
                              Store* cubins, CompileFn compile)
     : m_templates(templates), m_lookups(lookups), m_cubins(cubins), m_compile(std::move(compile)) {}
 
@@ -65,15 +65,16 @@ void KernelService::stop() {
 
 protocol::Expected<KernelService::Validated> KernelService::validate(
     const protocol::KernelRequest& r) const {
-  auto problem = m_lookups.canonical_problem(r.problem);
+  TemplateSet::Snapshot templates = m_templates.current();
+  auto problem = m_lookups.canonical_problem(r.problem, *templates);
   if (!problem) return std::unexpected(problem.error());
   auto device = m_lookups.resolve_device(r.device);
   if (!device) return std::unexpected(device.error());
   const auto& [dev, limits] = *device;
-  const KernelTemplate* t = m_templates.find(r.template_name);
+  const KernelTemplate* t = templates->find(r.template_name);
   if (!t) {
     std::string names;
-    for (const auto& x : m_templates.all()) names += (names.empty() ? "" : ", ") + x->name();
+    for (const auto& x : templates->all()) names += (names.empty() ? "" : ", ") + x->name();
     return protocol::error(ErrorKind::not_found,
                            "unknown template '" + r.template_name + "' (installed: " + names + ")");
   }
@@ -100,6 +101,7 @@ protocol::Expected<KernelService::Validated> KernelService::validate(
         ErrorKind::bad_request,
         "params not valid for " + problem->key() + " on " + dev.id() + ": " + inst.error().message);
   Validated v;
+  v.templates = std::move(templates);
   v.compile = CompileRequest{t, inst->name_expression, arch};
   v.image.template_name = t->name();
   v.image.template_hash = t->hash;
@@ -142,8 +144,9 @@ void KernelService::fetch(const protocol::KernelRequest& request, Done done) {
     }
     ++s.stats.compiles;
   }
-  m_compile(std::move(v->compile),
-            [shared = m_shared, id](CompileResult result) { finish(*shared, id, result); });
+  // The callback holds the snapshot: the template compiled stays alive until the compile ends.
+  m_compile(std::move(v->compile), [shared = m_shared, id, keep = std::move(v->templates)](
+                                       CompileResult result) { finish(*shared, id, result); });
 }
 
 void KernelService::finish(Shared& s, const std::string& cubin_id, const CompileResult& result) {

@@ -8,7 +8,9 @@
 // runs on the Compiler's pool and the reply is sent from there when it finishes, so no executor
 // thread waits on NVRTC; requests for a cubin whose compile is already running join it (one
 // NVRTC compile however many ask), each still answered with its own launch description (the same
-// cubin serves every shape of a config). Thread-safe. Compiles may finish after the service is
+// cubin serves every shape of a config). A request is validated and compiled with one snapshot of
+// the templates, held until its compile has finished: a reload meanwhile changes nothing under
+// it. Thread-safe. Compiles may finish after the service is
 // gone (the pool outlives it at shutdown): their callbacks hold only shared state, and after
 // stop() they answer nobody.
 #pragma once
@@ -47,7 +49,7 @@ class KernelService {
 
   // `cubins` is the store holding the cubins family (may be null: always compile).
   // REQUIRES: every reference outlives the service and every reply in flight.
-  KernelService(const TemplateRegistry& templates, const LookupService& lookups, Store* cubins,
+  KernelService(const TemplateSet& templates, const LookupService& lookups, Store* cubins,
                 CompileFn compile);
   ~KernelService();  // stop()s
 
@@ -69,6 +71,7 @@ class KernelService {
     Done done;
   };
   struct Validated {
+    TemplateSet::Snapshot templates;  // compile.tmpl points into it
     CompileRequest compile;
     protocol::KernelImage image;
   };
@@ -89,7 +92,7 @@ class KernelService {
   static protocol::Expected<protocol::Json> reply(protocol::KernelImage image,
                                                   const CubinEntry& cubin, std::string source);
 
-  const TemplateRegistry& m_templates;
+  const TemplateSet& m_templates;
   const LookupService& m_lookups;
   Store* m_cubins;
   CompileFn m_compile;

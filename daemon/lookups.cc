@@ -102,7 +102,7 @@ std::optional<SplitLine> split_lookup_line(std::string_view line) {
 
 }  // namespace
 
-LookupService::LookupService(const DaemonConfig& config, const TemplateRegistry& templates,
+LookupService::LookupService(const DaemonConfig& config, const TemplateSet& templates,
                              const Catalog& catalog, const NodeIdentity& node, Metrics& metrics,
                              MissTracker& misses)
     : m_config(config),
@@ -175,8 +175,8 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return R"({"v":)" + std::to_string(answer.version) + R"(,"id":)" +
-         id.dump(-1, ' ', false, Json::error_handler_t::replace) +
-         R"(,"ok":true,"result":)" + answer.result + "}\n";
+         id.dump(-1, ' ', false, Json::error_handler_t::replace) + R"(,"ok":true,"result":)" +
+         answer.result + "}\n";
 }
 
 protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_device(
@@ -246,6 +246,11 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
 
 protocol::Expected<Problem> LookupService::canonical_problem(
     const protocol::ProblemSpec& spec) const {
+  return canonical_problem(spec, *m_templates.current());
+}
+
+protocol::Expected<Problem> LookupService::canonical_problem(
+    const protocol::ProblemSpec& spec, const TemplateRegistry& templates) const {
   Problem p;
   p.op = spec.op;
   p.dtype = spec.dtype;
@@ -253,7 +258,7 @@ protocol::Expected<Problem> LookupService::canonical_problem(
   p.layout = spec.layout;
   // The op's dims order and default layout come from its templates.
   const KernelTemplate* first = nullptr;
-  for (const auto& t : m_templates.all())
+  for (const auto& t : templates.all())
     if (t->manifest.op == spec.op) {
       first = t.get();
       break;
@@ -271,7 +276,7 @@ protocol::Expected<Problem> LookupService::canonical_problem(
     for (const auto& n : names)
       for (const auto& d : spec.dims)
         if (d.first == n) p.dims.push_back(d);
-    if (p.layout.empty()) p.layout = m_templates.default_layout(spec.op);
+    if (p.layout.empty()) p.layout = templates.default_layout(spec.op);
   } else {
     p.dims = spec.dims;
   }
@@ -280,12 +285,13 @@ protocol::Expected<Problem> LookupService::canonical_problem(
   return p;
 }
 
-bool LookupService::complete_entry(protocol::LookupEntry& e, const Problem& problem,
-                                   const DeviceClass& device, const DeviceLimits& limits,
-                                   int version) const {
-  const KernelTemplate* t = m_templates.find(e.template_name);
-  if (!t)
-    return true;  // not installed here: the config is still the answer, without kernel details
+bool LookupService::complete_entry(const TemplateRegistry& templates, protocol::LookupEntry& e,
+                                   const Problem& problem, const DeviceClass& device,
+                                   const DeviceLimits& limits, int version) const {
+  // A template not installed here (removed by a reload, or never here) is not offered: nothing
+  // here could compile its config, and the kernel op would refuse it.
+  const KernelTemplate* t = templates.find(e.template_name);
+  if (!t) return false;
   Params params(e.params.begin(), e.params.end());
   auto inst = instantiate(*t, problem, limits, params);
   if (!inst) return false;
@@ -300,11 +306,12 @@ bool LookupService::complete_entry(protocol::LookupEntry& e, const Problem& prob
   return true;
 }
 
-double LookupService::estimate_us(const Problem& problem, const DeviceLimits& limits) const {
+double LookupService::estimate_us(const TemplateRegistry& templates, const Problem& problem,
+                                  const DeviceLimits& limits) const {
   // Rates of a current data-centre part by generation; only the order of magnitude matters.
   const double flops_per_us = (limits.cc >= 90 ? 600e12 : 250e12) / 1e6;
   const double bytes_per_us = (limits.cc >= 90 ? 3.5e12 : 1.5e12) / 1e6;
-  for (const KernelTemplate* t : m_templates.for_problem(problem, limits.cc)) {
+  for (const KernelTemplate* t : templates.for_problem(problem, limits.cc)) {
     auto h = heuristic_config(*t, problem, limits);
     if (!h) continue;
     auto inst = instantiate(*t, problem, limits, *h);
@@ -317,11 +324,13 @@ double LookupService::estimate_us(const Problem& problem, const DeviceLimits& li
 
 protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::lookup(
     const Json& body, Cold cold, std::string_view line, int version) {
-  // Read first: what the key and answer are computed from is at least this new.
+  // Read first: what the key and answer are computed from (the index, then the templates) is at
+  // least this new.
   const std::uint64_t generation = m_catalog.index().generation();
+  const TemplateSet::Snapshot templates = m_templates.current();
   auto req = protocol::lookup_from_json(body);
   if (!req) return std::unexpected(req.error());
-  auto problem = canonical_problem(req->problem);
+  auto problem = canonical_problem(req->problem, *templates);
   if (!problem) return std::unexpected(problem.error());
   auto device = resolve_device(req->device);
   if (!device) return std::unexpected(device.error());
@@ -346,9 +355,9 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   if (!answer) {
     if (cold == Cold::refuse) return nullptr;
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
-    auto built =
-        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit, version, assumed_layout)
-               : flight->result.get();
+    auto built = run_it ? run_build(key, *flight, {generation, *templates}, *problem, dev, limits,
+                                    req->limit, version, assumed_layout)
+                        : flight->result.get();
     if (!built) return built;
     answer = *built;
   }
@@ -369,8 +378,9 @@ std::pair<std::shared_ptr<LookupService::InFlight>, bool> LookupService::join_bu
 }
 
 LookupService::Built LookupService::run_build(const std::string& key, InFlight& flight,
-                                              const Problem& problem, const DeviceClass& dev,
-                                              const DeviceLimits& limits, int limit, int version,
+                                              const BuildInput& in, const Problem& problem,
+                                              const DeviceClass& dev, const DeviceLimits& limits,
+                                              int limit, int version,
                                               const std::string& assumed_layout) {
   if (m_observer.on_build) m_observer.on_build(key);
   // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
@@ -384,7 +394,7 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
   };
   Built built;
   try {
-    built = build(problem, dev, limits, limit, version, assumed_layout);
+    built = build(in, problem, dev, limits, limit, version, assumed_layout);
   } catch (...) {
     land(nullptr);
     flight.promise.set_exception(std::current_exception());
@@ -395,13 +405,17 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
   return built;
 }
 
-LookupService::Built LookupService::build(const Problem& problem, const DeviceClass& dev,
-                                          const DeviceLimits& limits, int limit, int version,
+LookupService::Built LookupService::build(const BuildInput& in, const Problem& problem,
+                                          const DeviceClass& dev, const DeviceLimits& limits,
+                                          int limit, int version,
                                           const std::string& assumed_layout) {
   const WinnerIndex& index = m_catalog.index();
+  const TemplateRegistry& templates = in.templates;
   const std::string device_id = dev.id();
   auto fresh = std::make_shared<Answer>();
-  fresh->generation = index.generation();
+  // Not the index's generation now: the templates were read before it, and an answer is only
+  // valid at a generation no newer than what it was built from.
+  fresh->generation = in.generation;
   fresh->version = version;
   fresh->device = dev;
   fresh->problem = problem;
@@ -415,14 +429,14 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
     const std::string k =
         e.template_name + "/" + params_to_string(Params(e.params.begin(), e.params.end()));
     if (!seen.insert(k).second) return false;
-    if (!complete_entry(e, problem, dev, limits, version)) return false;
+    if (!complete_entry(templates, e, problem, dev, limits, version)) return false;
     reply.entries.push_back(std::move(e));
     return true;
   };
   const bool own = m_node.owns(device_id);
   bool exact = false;
   if (auto record = index.exact(device_id, problem)) {
-    const std::string stale = m_catalog.staleness(*record, own);
+    const std::string stale = m_catalog.staleness(*record, own, templates);
     size_t served = 0;
     for (const auto& c : record->ranked) {
       auto e = measured_entry(c, stale.empty() ? "exact" : "stale");
@@ -445,7 +459,7 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
     if (fresh->miss_reason.empty()) fresh->miss_reason = "no winner";
     for (const auto& near :
          index.nearest(device_id, problem, m_config.nearest_radius, size_t(limit))) {
-      if (!m_catalog.staleness(*near.record, own).empty()) continue;
+      if (!m_catalog.staleness(*near.record, own, templates).empty()) continue;
       auto e = measured_entry(near.record->ranked.front(), "nearest");
       e.distance = near.distance;
       e.from = near.record->problem.key();
@@ -456,7 +470,7 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
         fresh->gain = gain_nearest(near.distance);
       }
     }
-    for (const KernelTemplate* t : m_templates.for_problem(problem, dev.cc)) {
+    for (const KernelTemplate* t : templates.for_problem(problem, dev.cc)) {
       auto h = heuristic_config(*t, problem, limits);
       if (!h) continue;
       protocol::LookupEntry e;
@@ -467,13 +481,13 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
       add(std::move(e));
     }
     if (fresh->gain == 0) {
-      fresh->expected_us = estimate_us(problem, limits);
+      fresh->expected_us = estimate_us(templates, problem, limits);
       fresh->gain = k_gain_heuristic;
     }
   }
   fresh->miss = !exact;
   if (reply.entries.empty()) {
-    std::string why = m_templates.why_unsupported(problem, dev.cc);
+    std::string why = templates.why_unsupported(problem, dev.cc);
     if (why.empty())
       why = "no template implements " + problem.describe() + " on sm_" + std::to_string(dev.cc);
     return protocol::error(ErrorKind::invalid_problem, why + ", and nothing was tuned for it");

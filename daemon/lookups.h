@@ -11,7 +11,9 @@
 // share one build (the first builds, the others wait for its result). Lookups answered without
 // an exact, valid winner are counted as misses, with their expected worth. A v2 request's answer
 // also carries each entry's launch description (daemon/launch.h) and is cached apart from the v1
-// answer, which stays exactly as it was. Thread-safe; one
+// answer, which stays exactly as it was. Each lookup builds from one snapshot of the templates
+// (TemplateSet), taken after the generation it is cached at: the catalog moves the generation
+// when it swaps the templates, so no answer of the old ones outlives a reload. Thread-safe; one
 // mutex guards both caches and the builds in flight, held only for hash probes and list splices.
 #pragma once
 
@@ -71,9 +73,8 @@ class LookupService {
     std::function<void(const std::string& key)> on_join;
   };
 
-  LookupService(const DaemonConfig& config, const TemplateRegistry& templates,
-                const Catalog& catalog, const NodeIdentity& node, Metrics& metrics,
-                MissTracker& misses);
+  LookupService(const DaemonConfig& config, const TemplateSet& templates, const Catalog& catalog,
+                const NodeIdentity& node, Metrics& metrics, MissTracker& misses);
 
   // The answer for a lookup body, or nullptr when it is not cached and `cold` is refuse. With a
   // `line`, the answer is also remembered under its text for fast_reply.
@@ -92,7 +93,10 @@ class LookupService {
       const std::string& name) const;
   // Orders dims as the op's templates declare them, fills out_dtype and layout defaults (the
   // layout: TemplateRegistry::default_layout, `rc` for gemm), checks.
+  // By the templates served now, or by a snapshot the caller holds.
   protocol::Expected<Problem> canonical_problem(const protocol::ProblemSpec& spec) const;
+  protocol::Expected<Problem> canonical_problem(const protocol::ProblemSpec& spec,
+                                                const TemplateRegistry& templates) const;
 
   CacheStats cache_stats() const;
   void set_build_observer(BuildObserver observer) { m_observer = std::move(observer); }
@@ -118,18 +122,27 @@ class LookupService {
                                                                std::uint64_t generation);
   // Runs `flight`'s build, caches a success, and hands the result to every thread waiting on it.
   // `assumed_layout`: the layout filled in for a v2 request that named none ("" otherwise).
-  Built run_build(const std::string& key, InFlight& flight, const Problem& problem,
-                  const DeviceClass& device, const DeviceLimits& limits, int limit, int version,
-                  const std::string& assumed_layout);
-  Built build(const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
-              int limit, int version, const std::string& assumed_layout);
-  bool complete_entry(protocol::LookupEntry& entry, const Problem& problem,
-                      const DeviceClass& device, const DeviceLimits& limits, int version) const;
+  // What one build works from: the generation its answer is cached at and the templates read
+  // after it.
+  struct BuildInput {
+    std::uint64_t generation = 0;
+    const TemplateRegistry& templates;
+  };
+  Built run_build(const std::string& key, InFlight& flight, const BuildInput& in,
+                  const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
+                  int limit, int version, const std::string& assumed_layout);
+  Built build(const BuildInput& in, const Problem& problem, const DeviceClass& device,
+              const DeviceLimits& limits, int limit, int version,
+              const std::string& assumed_layout);
+  bool complete_entry(const TemplateRegistry& templates, protocol::LookupEntry& entry,
+                      const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
+                      int version) const;
   // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates.
-  double estimate_us(const Problem& problem, const DeviceLimits& limits) const;
+  double estimate_us(const TemplateRegistry& templates, const Problem& problem,
+                     const DeviceLimits& limits) const;
 
   const DaemonConfig& m_config;
-  const TemplateRegistry& m_templates;
+  const TemplateSet& m_templates;
   const Catalog& m_catalog;
   const NodeIdentity& m_node;
   Metrics& m_metrics;

@@ -103,6 +103,11 @@ std::string Metrics::prometheus(const std::string& extra) const {
         "reply for server.write_stall_timeout_ms.\n"
         "# TYPE ktune_slow_readers_dropped_total counter\n"
      << "ktune_slow_readers_dropped_total " << m_slow_readers_dropped.load() << "\n";
+  os << "# HELP ktune_reloads_total SIGHUP reloads, by result: failed when a template directory "
+        "or a seed table did not load (what was served stays served).\n"
+        "# TYPE ktune_reloads_total counter\n"
+     << "ktune_reloads_total{result=\"ok\"} " << reloads(Reload::ok) << "\n"
+     << "ktune_reloads_total{result=\"failed\"} " << reloads(Reload::failed) << "\n";
   os << extra;
   os << "# HELP ktune_build_info The running ktuned's version (always 1).\n"
         "# TYPE ktune_build_info gauge\n"

@@ -41,6 +41,11 @@ class Metrics {
   void http_refused() { m_http_refused.fetch_add(1, std::memory_order_relaxed); }
   // A connection closed because its client took no reply byte for server.write_stall_timeout_ms.
   void slow_reader_dropped() { m_slow_readers_dropped.fetch_add(1, std::memory_order_relaxed); }
+  // A SIGHUP reload finished. failed: a template directory or a seed table did not load (what
+  // was served before stays served).
+  enum class Reload { ok, failed };
+  void count_reload(Reload result) { m_reloads[size_t(result)].fetch_add(1); }
+  std::uint64_t reloads(Reload result) const { return m_reloads[size_t(result)].load(); }
 
   std::int64_t connections() const { return m_connections.load(); }
   std::uint64_t requests() const;
@@ -67,6 +72,7 @@ class Metrics {
   std::atomic<std::uint64_t> m_connections_refused{0};
   std::atomic<std::uint64_t> m_http_refused{0};
   std::atomic<std::uint64_t> m_slow_readers_dropped{0};
+  std::array<std::atomic<std::uint64_t>, 2> m_reloads{};  // by Reload
 };
 
 }  // namespace ktune

@@ -48,6 +48,9 @@ class WinnerIndex {
   std::vector<std::string> device_ids() const;
   // Incremented on every change; lets callers cache answers derived from the index.
   std::uint64_t generation() const { return m_generation.load(std::memory_order_acquire); }
+  // Moves the generation with no record changed: something else answers are built from (the
+  // templates) changed, so every cached answer is invalid.
+  void invalidate_answers() { m_generation.fetch_add(1, std::memory_order_release); }
 
   // "device/op|dtype|out|layout|M,N,K": records that can answer for each other.
   static std::string family_key(const std::string& device_id, const Problem& problem);

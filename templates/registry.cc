@@ -97,6 +97,22 @@ TemplateRegistry TemplateRegistry::load(const std::vector<std::string>& dirs) {
   return reg;
 }
 
+TemplateChanges compare_templates(const TemplateRegistry& from, const TemplateRegistry& to) {
+  TemplateChanges changes;
+  for (const auto& t : to.all()) {
+    const KernelTemplate* old = from.find(t->name());
+    if (!old)
+      changes.added.push_back(t->name());
+    else if (old->hash != t->hash)
+      changes.changed.push_back(t->name());
+  }
+  for (const auto& t : from.all())
+    if (!to.find(t->name())) changes.removed.push_back(t->name());
+  for (auto* list : {&changes.added, &changes.changed, &changes.removed})
+    std::sort(list->begin(), list->end());
+  return changes;
+}
+
 const KernelTemplate* TemplateRegistry::find(std::string_view name) const {
   for (const auto& t : m_templates)
     if (t->name() == name) return t.get();

@@ -4,8 +4,14 @@
 // manifest, source and headers; the hash goes into every cubin key and winner record, so editing
 // a template retires what was measured with the old one). A bad manifest is reported and skipped;
 // the others still load. Immutable after load: share it freely between threads.
+//
+// TemplateSet: the registry a daemon serves, replaced whole when it reloads (SIGHUP). Readers take
+// a snapshot at the start of a request, a compile or a tuning job and keep it to the end, so a
+// reload never changes the templates under them; an old registry lives until its last snapshot
+// is gone. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +63,36 @@ class TemplateRegistry {
 
   std::vector<std::unique_ptr<KernelTemplate>> m_templates;
   std::vector<Error> m_errors;
+};
+
+// What differs between two registries, by template name, each list sorted: a changed template
+// has another hash (its manifest, source or a header was edited).
+struct TemplateChanges {
+  std::vector<std::string> added, changed, removed;
+
+  bool empty() const { return added.empty() && changed.empty() && removed.empty(); }
+};
+TemplateChanges compare_templates(const TemplateRegistry& from, const TemplateRegistry& to);
+
+class TemplateSet {
+ public:
+  using Snapshot = std::shared_ptr<const TemplateRegistry>;
+
+  explicit TemplateSet(TemplateRegistry registry)
+      : m_current(std::make_shared<const TemplateRegistry>(std::move(registry))) {}
+  // REQUIRES: `registry` is not null.
+  explicit TemplateSet(Snapshot registry) : m_current(std::move(registry)) {}
+
+  // The registry served now. Keep the snapshot for as long as anything taken from it is used
+  // (a KernelTemplate* included).
+  Snapshot current() const { return m_current.load(std::memory_order_acquire); }
+  // Serves `next` from now on (REQUIRES: not null); returns the registry it replaced.
+  Snapshot replace(Snapshot next) {
+    return m_current.exchange(std::move(next), std::memory_order_acq_rel);
+  }
+
+ private:
+  std::atomic<Snapshot> m_current;
 };
 
 }  // namespace ktune

@@ -113,17 +113,21 @@ std::string join(const std::vector<std::string>& words) {
 // The fixed part: find the command path in COMP_WORDS (skipping options and their values), then
 // complete an option's value, an option, a subcommand or a positional file.
 constexpr const char* k_driver = R"sh(
-# Completes KIND ($1: "words ...", "file", "dir") for the word $2.
+# Completes KIND ($1: "words ...", "file", "dir") for the word $2. zsh's compgen (bashcompinit)
+# lists files for the whole word on the command line, not for $2 (the part after "--opt="), and
+# has no compopt: there the files are a glob of $2.
 _@F@_complete_value() {
   case "$1" in
     words\ *) COMPREPLY+=($(compgen -W "${1#words }" -- "$2")) ;;
-    file) compopt -o filenames 2>/dev/null; COMPREPLY+=($(compgen -f -- "$2")) ;;
-    dir) compopt -o filenames 2>/dev/null; COMPREPLY+=($(compgen -d -- "$2")) ;;
+    file) if [[ -n ${ZSH_VERSION-} ]]; then COMPREPLY+=($(compgen -G "$2*"))
+          else compopt -o filenames 2>/dev/null; COMPREPLY+=($(compgen -f -- "$2")); fi ;;
+    dir) if [[ -n ${ZSH_VERSION-} ]]; then COMPREPLY+=($(compgen -G "$2*/"))
+         else compopt -o filenames 2>/dev/null; COMPREPLY+=($(compgen -d -- "$2")); fi ;;
   esac
 }
 
 _@F@() {
-  local cur="${COMP_WORDS[COMP_CWORD]}" path='' i w opt='' kind
+  local cur="${COMP_WORDS[COMP_CWORD]}" path='' i w opt='' kind head=''
   COMPREPLY=()
   for ((i = 1; i < COMP_CWORD; i++)); do
     w="${COMP_WORDS[i]}"
@@ -133,11 +137,15 @@ _@F@() {
     fi
     [[ " $(_@F@_subcommands "$path") " == *" $w "* ]] && path="${path:+$path }$w"
   done
-  # An option's value: after "--opt", or after "--opt=" (bash splits "=" into a word of its own).
+  # An option's value: after "--opt", or after "--opt=" (bash splits "=" into a word of its own;
+  # zsh, and bash without "=" in COMP_WORDBREAKS, keep "--opt=value" one word: the candidates
+  # then carry the "--opt=" head).
   if [[ $cur == = ]]; then
     opt="${COMP_WORDS[COMP_CWORD-1]}"; cur=''
   elif ((COMP_CWORD > 1)) && [[ ${COMP_WORDS[COMP_CWORD-1]} == = ]]; then
     opt="${COMP_WORDS[COMP_CWORD-2]}"
+  elif [[ $cur == --*=* ]]; then
+    opt="${cur%%=*}"; head="$opt="; cur="${cur#*=}"
   elif ((COMP_CWORD > 1)) && [[ ${COMP_WORDS[COMP_CWORD-1]} == -* ]]; then
     opt="${COMP_WORDS[COMP_CWORD-1]}"
   fi
@@ -145,6 +153,7 @@ _@F@() {
     kind=$(_@F@_value "$path" "$opt")
     if [[ -n $kind ]]; then
       _@F@_complete_value "$kind" "$cur"
+      [[ -n $head ]] && COMPREPLY=("${COMPREPLY[@]/#/$head}")
       return 0
     fi
   fi
@@ -202,11 +211,21 @@ std::string bash_script(const CLI::App& app, const std::string& program) {
 
 std::string completion_script(const CLI::App& app, const std::string& program, Shell shell) {
   std::string script = bash_script(app, program);
-  if (shell == Shell::zsh)
+  if (shell == Shell::zsh) {
+    const std::string fn = "_" + replace_all(program, "-", "_");
     script = "#compdef " + program +
-             "\n# zsh runs the bash completion through bashcompinit.\n"
+             "\n# zsh runs the bash completion through bashcompinit. Load it with `source <(" +
+             program + " completion zsh)` after compinit, or save it as " + fn +
+             " in a directory of $fpath.\n"
              "autoload -U +X bashcompinit && bashcompinit\n" +
-             script;
+             script + "# Autoloaded from $fpath, this file is the body of " + fn +
+             "'s first call: answer that <TAB> too\n# (the calls after it go to the functions "
+             "above).\nif [[ ${funcstack[1]-} == " +
+             fn +
+             " && ${zsh_eval_context[-1]-} == (loadautofunc|shfunc) ]]; then\n"
+             "  _bash_complete -F " +
+             fn + "\nfi\n";
+  }
   return script;
 }
 

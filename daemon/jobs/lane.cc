@@ -119,7 +119,10 @@ void Lane::run_job(const JobRecord& job) {
 
   const TuneContext ctx{m_gpu.device_class, m_gpu.limits, m_deps.node.driver, m_deps.node.nvrtc,
                         m_deps.node.node_id};
-  TuningJob tuning(m_deps.templates, m_deps.compiler, &m_deps.store, m_runner, ctx);
+  // The job keeps the templates it started with to its end (its compiles point into them), even
+  // if a reload serves others meanwhile; a winner of a template changed since commits as stale.
+  const TemplateSet::Snapshot templates = m_deps.templates.current();
+  TuningJob tuning(*templates, m_deps.compiler, &m_deps.store, m_runner, ctx);
   auto result = tuning.run(req, [this, id, c = claim.get()](const TuneProgress& p) {
     if (p.last_outcome) m_deps.metrics.count_trial(to_string(*p.last_outcome));
     if (p.last_outcome) c->trial_recorded();

@@ -35,7 +35,7 @@ class WorkClaims;
 // What background tuning works with; owned by the daemon, outliving the scheduler and its lanes.
 struct TuningDeps {
   const DaemonConfig& config;
-  const TemplateRegistry& templates;
+  const TemplateSet& templates;  // each job runs with the snapshot it started with
   Store& store;
   Catalog& catalog;
   JobQueue& jobs;

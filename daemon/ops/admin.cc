@@ -28,8 +28,9 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
                       {"count", m.count},
                       {"worth_us", m.worth_us},
                       {"reason", m.reason}});
+  const auto templates = ctx.templates.current();
   Json template_errors = Json::array();
-  for (const auto& e : ctx.templates.errors()) template_errors.push_back(e.message);
+  for (const auto& e : templates->errors()) template_errors.push_back(e.message);
   Json jobs = Json::object();
   for (const auto& [state, n] : ctx.jobs.counts()) jobs[std::string(to_string(state))] = n;
   Json lanes = Json::array();
@@ -53,7 +54,7 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
               {"store", ctx.store.describe()},
               {"winners", ctx.catalog.index().size()},
               {"device_classes", ctx.catalog.index().device_ids()},
-              {"templates", ctx.templates.all().size()},
+              {"templates", templates->all().size()},
               {"template_errors", template_errors},
               {"gpus", gpus},
               {"gpu_error", ctx.node.gpu_error},
@@ -66,6 +67,9 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
                 {"store_format", k_store_format_version}}},
               {"connections", ctx.metrics.connections()},
               {"requests", ctx.metrics.requests()},
+              {"reloads",
+               {{"ok", ctx.metrics.reloads(Metrics::Reload::ok)},
+                {"failed", ctx.metrics.reloads(Metrics::Reload::failed)}}},
               {"answer_cache",
                {{"answers", cache_json(caches.answers)}, {"lines", cache_json(caches.lines)}}},
               {"misses",
@@ -79,8 +83,9 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
 }
 
 OpReply op_templates(OpContext& ctx, const protocol::Request&) {
+  const auto templates = ctx.templates.current();
   Json list = Json::array();
-  for (const auto& t : ctx.templates.all()) {
+  for (const auto& t : templates->all()) {
     const Manifest& m = t->manifest;
     Json params = Json::array();
     for (const auto& p : m.params) params.push_back({{"name", p.name}, {"values", p.values}});
@@ -102,7 +107,7 @@ OpReply op_templates(OpContext& ctx, const protocol::Request&) {
                     {"path", m.path}});
   }
   Json errors = Json::array();
-  for (const auto& e : ctx.templates.errors()) errors.push_back(e.message);
+  for (const auto& e : templates->errors()) errors.push_back(e.message);
   return Json{{"templates", list}, {"errors", errors}};
 }
 
@@ -157,7 +162,8 @@ std::string op_metrics_gauges(OpContext& ctx) {
   };
   gauge("ktune_winners", "Winner records in the index.", "gauge",
         double(ctx.catalog.index().size()));
-  gauge("ktune_templates", "Templates loaded.", "gauge", double(ctx.templates.all().size()));
+  gauge("ktune_templates", "Templates served (a reload may change them).", "gauge",
+        double(ctx.templates.current()->all().size()));
   gauge("ktune_lookup_misses_total", "Lookups with no exact answer.", "counter",
         double(ctx.misses.total()));
   const MissTracker::Stats tracked = ctx.misses.stats();

@@ -26,10 +26,11 @@ struct Target {
 // Resolves the device and the canonical problem and checks this node can tune them.
 protocol::Expected<Target> tunable(OpContext& ctx, const protocol::ProblemSpec& spec,
                                    const std::string& device_name) {
-  auto problem = ctx.lookups.canonical_problem(spec);
+  const auto templates = ctx.templates.current();
+  auto problem = ctx.lookups.canonical_problem(spec, *templates);
   if (!problem) return std::unexpected(problem.error());
   // What is wrong with the request itself comes before what this node lacks.
-  if (auto why = ctx.templates.why_unsupported(*problem, -1); !why.empty())
+  if (auto why = templates->why_unsupported(*problem, -1); !why.empty())
     return protocol::error(ErrorKind::invalid_problem, why);
   auto device = ctx.lookups.resolve_device(device_name);
   if (!device) return std::unexpected(device.error());
@@ -41,7 +42,7 @@ protocol::Expected<Target> tunable(OpContext& ctx, const protocol::ProblemSpec& 
                            "this node cannot tune for " + id + " (its GPUs: " +
                                (have.empty() ? "none, " + ctx.node.gpu_error : have) + ")");
   }
-  if (auto why = ctx.templates.why_unsupported(*problem, device->first.cc); !why.empty())
+  if (auto why = templates->why_unsupported(*problem, device->first.cc); !why.empty())
     return protocol::error(ErrorKind::invalid_problem, why);
   return Target{device->first, std::move(*problem)};
 }

@@ -29,7 +29,7 @@ class KernelService;
 struct OpContext {
   const DaemonConfig& config;
   Store& store;
-  const TemplateRegistry& templates;
+  const TemplateSet& templates;  // take one snapshot (current()) per request
   Catalog& catalog;
   const NodeIdentity& node;
   Metrics& metrics;

@@ -300,6 +300,8 @@ TEST_F(CliCompletionTest, CompletesCommandsOptionsAndValues) {
   EXPECT_EQ(complete({"ktune", "lookup", "--js"}), Words{"--json"}) << "global flags anywhere";
   EXPECT_EQ(complete({"ktune", "export", "--format", ""}), (Words{"json", "yaml", "yml", "csv"}));
   EXPECT_EQ(complete({"ktune", "export", "--format", "=", "y"}), (Words{"yaml", "yml"}));
+  // Without "=" in COMP_WORDBREAKS (and in zsh) "--format=y" is one word: candidates keep the head.
+  EXPECT_EQ(complete({"ktune", "export", "--format=y"}), (Words{"--format=yaml", "--format=yml"}));
   EXPECT_EQ(complete({"ktune", "lookup", "--layout", "r"}), (Words{"rc", "rr"}));
   EXPECT_EQ(complete({"ktune", "jobs", "--state", "r"}), Words{"running"});
   EXPECT_EQ(complete({"ktune", "completion", ""}), (Words{"bash", "zsh"}));
@@ -343,6 +345,115 @@ TEST_F(CliCompletionTest, CoversEveryCommandAndOptionOfTheHelp) {
     if (o.starts_with("--")) {
       EXPECT_TRUE(options.contains(o)) << o;
     }
+}
+
+// `ktune completion zsh` in a real `zsh -f`, loaded both ways docs/cli.md gives: sourced after
+// compinit, and saved as _ktune on $fpath (compinit autoloads it at the first <TAB>). The test
+// calls the handler compinit registered for `ktune` ($_comps[ktune]) with the completion
+// parameters ZLE would set (words, CURRENT, PREFIX). Outside ZLE the compadd builtin refuses to
+// run, so a function stands in for it and prints what zsh's default matcher would offer: each
+// candidate that starts with the word being completed.
+class CliZshCompletionTest : public CliCompletionTest {
+ public:
+  enum class Load { source, fpath };
+
+  void SetUp() override {
+    if (testing::run_command("command -v zsh >/dev/null 2>&1").first != 0)
+      GTEST_SKIP() << "zsh is not installed (.ci/bootstrap installs it)";
+    CliCompletionTest::SetUp();
+    auto [rc, script] = testing::run_command(testing::ktune_cli_path() + " completion zsh");
+    ASSERT_EQ(rc, 0) << script;
+    ASSERT_TRUE(script.starts_with("#compdef ktune\n")) << script;
+    ASSERT_TRUE(write_file_atomic(m_dir / "ktune.zsh", script));
+    std::filesystem::create_directories(m_dir / "fpath");
+    ASSERT_TRUE(write_file_atomic(m_dir / "fpath/_ktune", script));
+    ASSERT_TRUE(write_file_atomic(m_dir / "complete.zsh", R"zsh(
+load=$1; shift
+autoload -U compinit
+[[ $load == fpath ]] && fpath=($PWD/fpath $fpath)
+compinit -u -D
+[[ $load == source ]] && source ./ktune.zsh
+compadd() {
+  local arr='' m
+  local -a out
+  while (($#)); do
+    case $1 in
+      -) shift; break ;;
+      -a) arr=$2; shift 2 ;;
+      -[SPJXMpsiIWFr]) shift 2 ;;
+      *) shift ;;
+    esac
+  done
+  if [[ -n $arr ]]; then out=("${(@P)arr}"); else out=("$@"); fi
+  for m in "${out[@]}"; do [[ $m == ${PREFIX}* ]] && print -r -- "$m"; done
+  return 0
+}
+print -r -- "handler: $_comps[ktune]"
+words=("$@"); CURRENT=$#; PREFIX=${words[CURRENT]}; IPREFIX=''; SUFFIX=''; ISUFFIX=''; QIPREFIX=''
+eval "$_comps[ktune]" || :  # 1 when nothing matched
+)zsh"));
+  }
+
+  // What <TAB> offers for WORDS (the last one being completed), sorted; m_handler gets what
+  // compinit registered for ktune.
+  std::set<std::string> complete_zsh(const std::vector<std::string>& words,
+                                     Load load = Load::source) {
+    std::string line = "cd '" + m_dir.path() + "' && zsh -f complete.zsh " +
+                       (load == Load::source ? "source" : "fpath");
+    for (const auto& w : words) line += " '" + w + "'";
+    auto [rc, out] = testing::run_command(line + " 2>&1");
+    EXPECT_EQ(rc, 0) << out;
+    std::set<std::string> reply;
+    std::istringstream in(out);
+    for (std::string w; std::getline(in, w);)
+      if (w.starts_with("handler: "))
+        m_handler = w.substr(9);
+      else if (!w.empty())
+        reply.insert(w);
+    return reply;
+  }
+
+  std::string m_handler;
+};
+
+TEST_F(CliZshCompletionTest, CompletesCommandsOptionsAndValues) {
+  using Words = std::set<std::string>;
+  EXPECT_EQ(complete_zsh({"ktune", "lo"}), Words{"lookup"});
+  EXPECT_EQ(m_handler, "_bash_complete -F _ktune") << "sourced: registered through bashcompinit";
+  EXPECT_EQ(complete_zsh({"ktune", "completion", ""}), (Words{"bash", "zsh"}));
+  EXPECT_EQ(complete_zsh({"ktune", "lookup", "--sh"}), Words{"--shape"});
+  EXPECT_EQ(complete_zsh({"ktune", "lookup", "gemm", "--la"}), Words{"--layout"});
+  EXPECT_EQ(complete_zsh({"ktune", "lookup", "--js"}), Words{"--json"}) << "global flags anywhere";
+  EXPECT_EQ(complete_zsh({"ktune", "lookup", "--layout", "r"}), (Words{"rc", "rr"}));
+  EXPECT_EQ(complete_zsh({"ktune", "export", "--format", ""}),
+            (Words{"json", "yaml", "yml", "csv"}));
+  // zsh keeps "--format=y" one word: the candidates carry the head, or zsh would match none.
+  EXPECT_EQ(complete_zsh({"ktune", "export", "--format=y"}),
+            (Words{"--format=yaml", "--format=yml"}));
+  EXPECT_EQ(complete_zsh({"ktune", "--timeout-ms", "5", "plan", ""}), Words{"apply"});
+  EXPECT_EQ(complete_zsh({"ktune", "--json", "fleet", "st"}), Words{"status"});
+  EXPECT_EQ(complete_zsh({"ktune", "import", "h2"}), Words{"h200.json"});
+  EXPECT_EQ(complete_zsh({"ktune", "plan", "apply", "pl"}), Words{"plan.yaml"});
+  EXPECT_EQ(complete_zsh({"ktune", "export", "-o", "h"}), Words{"h200.json"});
+  EXPECT_EQ(complete_zsh({"ktune", "export", "--output=h2"}), Words{"--output=h200.json"});
+  EXPECT_EQ(complete_zsh({"ktune", "lookup", "--shape", ""}), Words{}) << "free text: nothing";
+}
+
+TEST_F(CliZshCompletionTest, OffersEveryTopLevelCommandAndOptionOfTheHelp) {
+  const auto commands = complete_zsh({"ktune", ""});
+  const auto subs = help_section("", "Subcommands:");
+  EXPECT_GE(subs.size(), 16u);
+  for (const auto& sub : subs) EXPECT_TRUE(commands.contains(sub)) << sub;
+  const auto options = complete_zsh({"ktune", "-"});
+  for (const auto& o : help_section("", "Options:")) EXPECT_TRUE(options.contains(o)) << o;
+}
+
+// Saved on $fpath, the script is autoloaded as _ktune at the first <TAB>, which it answers too.
+TEST_F(CliZshCompletionTest, FromFpathTheFirstTabCompletes) {
+  using Words = std::set<std::string>;
+  EXPECT_EQ(complete_zsh({"ktune", "lo"}, Load::fpath), Words{"lookup"});
+  EXPECT_EQ(m_handler, "_ktune") << "compinit read #compdef ktune";
+  EXPECT_EQ(complete_zsh({"ktune", "export", "--format", "c"}, Load::fpath), Words{"csv"});
 }
 
 // Reads `fd` until `done(text)` holds, EOF, or `deadline`; returns what it read.

@@ -67,7 +67,8 @@ struct Node {
 
   MemStore store;
   WinnerIndex index;
-  const TemplateRegistry& templates = builtin_templates();
+  // Borrowed (an empty owner): the static registry outlives every node.
+  TemplateSet templates{TemplateSet::Snapshot(std::shared_ptr<void>(), &builtin_templates())};
   NodeIdentity identity;
   Catalog catalog;
   FleetCounters counters;

@@ -108,8 +108,8 @@ class KernelOpTest : public ::testing::Test {
   }
 
   void serve(KernelService::CompileFn fn) {
-    m_kernels = std::make_unique<KernelService>(m_templates, m_parts->lookups, &m_parts->store,
-                                                std::move(fn));
+    m_kernels = std::make_unique<KernelService>(m_parts->template_set, m_parts->lookups,
+                                                &m_parts->store, std::move(fn));
     m_parts->ctx.kernels = m_kernels.get();
   }
   void serve_with_compiler() {

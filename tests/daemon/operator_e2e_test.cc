@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -232,7 +233,34 @@ TEST_F(OperatorTest, SighupReopensTheLogAndMergesTheSeedTablesAgain) {
   EXPECT_EQ(d->stop(), 0);
 }
 
-TEST_F(OperatorTest, SighupReportsChangedTemplatesAndKeepsServing) {
+// How many times `needle` occurs in the file at `path`.
+size_t count_text(const std::string& path, const std::string& needle) {
+  const std::string text = read_file(path);
+  size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// Waits (5 s at most) until the file at `path` holds `needle` `n` times.
+bool wait_for_count(const std::string& path, const std::string& needle, size_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (count_text(path, needle) >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// softmax again, as template `name` of the same op, in the template directory `dir`.
+void add_softmax_copy(const std::string& dir, const std::string& name) {
+  fs::create_directories(dir + "/" + name);
+  fs::copy(dir + "/softmax/softmax.cuh", dir + "/" + name + "/softmax.cuh");
+  std::string manifest = read_file(dir + "/softmax/softmax.yaml");
+  manifest.replace(manifest.find("name: softmax"), 13, "name: " + name);
+  write_file(dir + "/" + name + "/" + name + ".yaml", manifest);
+}
+
+TEST_F(OperatorTest, SighupServesChangedTemplatesAndKeepsThemWhenAManifestIsBroken) {
   const std::string dir = m_dir / "templates";
   fs::create_directories(dir);
   fs::copy(std::string(KTUNE_SOURCE_DIR) + "/templates/softmax", dir + "/softmax",
@@ -242,11 +270,68 @@ TEST_F(OperatorTest, SighupReportsChangedTemplatesAndKeepsServing) {
   const std::string log = m_dir / "ktuned.log";
   auto d = daemon({"templates.dirs=" + dir, "log.file=" + log});
   ASSERT_TRUE(d->start());
+  ClientOptions o;
+  o.socket_path = d->socket();
+  o.timeout = std::chrono::seconds(10);
+  Client client(o);
+  const Json lookup_body = {
+      {"device", testing::h200().id()},
+      {"problem",
+       {{"op", "softmax"}, {"dtype", "bf16"}, {"dims", {{"rows", 64}, {"cols", 1024}}}}}};
+  // What the daemon offers: template -> hash, from `templates` and from a lookup's heuristics.
+  auto listed = [&] {
+    std::map<std::string, std::string> out;
+    auto r = client.templates();
+    EXPECT_TRUE(r) << r.error().message;
+    if (r)
+      for (const auto& t : (*r)["templates"]) out[t["name"]] = t["hash"];
+    return out;
+  };
+  auto offered = [&] {
+    std::map<std::string, std::string> out;
+    auto r = client.call("lookup", lookup_body);
+    EXPECT_TRUE(r) << r.error().message;
+    if (r)
+      for (const auto& e : (*r)["entries"]) out[e["template"]] = e["template_hash"];
+    return out;
+  };
+  const auto before = listed();
+  ASSERT_EQ(before.size(), 1u);
+  EXPECT_EQ(offered(), before);
+
+  // A changed template and a new one: served after the reload, without a restart.
   std::ofstream(dir + "/softmax/softmax.cuh", std::ios::app) << "\n// edited\n";
+  add_softmax_copy(dir, "softmax_b");
   ASSERT_EQ(::kill(d->pid(), SIGHUP), 0);
-  ASSERT_TRUE(wait_for_text(log, " reloaded ")) << read_file(log);
-  EXPECT_NE(read_file(log).find("templates_changed=yes"), std::string::npos) << read_file(log);
-  EXPECT_TRUE(call(d->socket(), "status").contains("pid"));
+  ASSERT_TRUE(wait_for_count(log, " reloaded ", 1)) << read_file(log);
+  EXPECT_NE(read_file(log).find("templates=swapped templates_added=1 templates_changed=1 "
+                                "templates_removed=0"),
+            std::string::npos)
+      << read_file(log);
+  const auto after = listed();
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_NE(after.at("softmax"), before.at("softmax"));
+  EXPECT_EQ(offered(), after) << "the cached answer of the old templates is not served";
+  Json status = call(d->socket(), "status");
+  EXPECT_EQ(status["templates"], 2);
+  EXPECT_EQ(status["reloads"]["ok"], 1);
+
+  // A manifest that does not parse: the error with its file and line, and nothing changes.
+  fs::create_directories(dir + "/broken");
+  write_file(dir + "/broken/broken.yaml", "name: broken\nop: [unclosed\n");
+  std::ofstream(dir + "/softmax_b/softmax.cuh", std::ios::app) << "\n// edited\n";
+  ASSERT_EQ(::kill(d->pid(), SIGHUP), 0);
+  ASSERT_TRUE(wait_for_count(log, " reloaded ", 2)) << read_file(log);
+  const std::string text = read_file(log);
+  EXPECT_NE(text.find("reload_templates_failed"), std::string::npos) << text;
+  EXPECT_NE(text.find("broken/broken.yaml:"), std::string::npos) << text;
+  EXPECT_NE(text.find("templates=kept"), std::string::npos) << text;
+  EXPECT_EQ(listed(), after);
+  EXPECT_EQ(offered(), after);
+  status = call(d->socket(), "status");
+  EXPECT_EQ(status["reloads"]["failed"], 1);
+  EXPECT_EQ(status["templates"], 2);
+  EXPECT_EQ(d->stop(), 0);
 }
 
 // ---- log levels ----

@@ -14,12 +14,15 @@ struct DaemonParts {
   DaemonParts(DaemonConfig config_in, const TemplateRegistry& templates_in, NodeIdentity node_in)
       : config(std::move(config_in)),
         templates(templates_in),
+        // Borrowed, not owned (an empty owner): the test's registry outlives the parts. A test
+        // that reloads hands catalog.replace_templates a registry of its own.
+        template_set(TemplateSet::Snapshot(std::shared_ptr<void>(), &templates_in)),
         node(std::move(node_in)),
-        catalog(store, index, templates, node),
+        catalog(store, index, template_set, node),
         misses(size_t(config.miss_tracker_bytes)),
-        lookups(config, templates, catalog, node, metrics, misses),
+        lookups(config, template_set, catalog, node, metrics, misses),
         jobs(store, config.max_queued_jobs),
-        ctx{config, store, templates, catalog, node, metrics, misses, lookups, jobs, nullptr},
+        ctx{config, store, template_set, catalog, node, metrics, misses, lookups, jobs, nullptr},
         dispatcher(ctx, nullptr) {
     (void)check_store_format(store, false);
   }
@@ -27,6 +30,7 @@ struct DaemonParts {
   DaemonConfig config;
   MemStore store;
   const TemplateRegistry& templates;
+  TemplateSet template_set;  // starts as `templates`
   NodeIdentity node;
   WinnerIndex index;
   Catalog catalog;
