@@ -27,6 +27,11 @@ for s in "$@"; do
     membound) TAIL=60 step membound 240 .gpu/membound_check ;;
     gemmcheck) TAIL=60 step gemmcheck 240 .gpu/gemm_check ;;
     gputests) TAIL=40 step gputests 300 .gpu/gpu_tests ;;
+    clientgputests) TAIL=30 step clientgputests 240 env KTUNED="$PWD/.gpu/ktuned" .gpu/client_gpu_tests ;;
+    # CPU only (issue 10): RSS of LookupService after 10M never-seen lookups; pin it with taskset
+    # away from the CPUs the GPU steps use when both run in one call.
+    memdistinct) TAIL=5 step memdistinct 280 bash -c ".gpu/ktune-memory-bench --distinct 10000000 \
+        --threads ${MEM_THREADS:-12} --max-seconds 240 --label h200-node-cpu > $OUT/memory-distinct.json" ;;
     smoke) step smoke 180 .gpu/ktune-bench --suite smoke --budget 30 --out "$OUT/smoke.json" ;;
     compilebench) step compilebench 120 .gpu/ktune-compile-bench --configs 64 --out "$OUT/compile-h200.json" ;;
     membound-suite) TAIL=12 step membound-suite 300 .gpu/ktune-bench --suite membound --strategy model \
