@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 #include <set>
 
 #include "daemon/launch.h"
@@ -38,6 +39,17 @@ auto current(std::uint64_t generation) {
       return v.generation >= generation;
   };
 }
+
+// CPU time of the calling thread, in microseconds: what a build costs, without the time it spent
+// preempted (executor threads run at a lower priority).
+double thread_cpu_us() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e6 + double(ts.tv_nsec) / 1e3;
+}
+
+// Weight of the newest build in an op's average build cost (about the last 8 builds).
+constexpr double k_build_cost_weight = 1.0 / 8;
 
 // Expected fraction of a kernel's time tuning saves, by what the lookup could answer.
 constexpr double k_gain_heuristic = 0.3;
@@ -163,7 +175,31 @@ void LookupService::remember_line(std::string_view line, const std::string& key,
 
 LookupService::CacheStats LookupService::cache_stats() const {
   std::lock_guard lock(m_mutex);
-  return {m_by_key.stats(), m_by_text.stats(), m_lines_too_long, m_built, m_joined};
+  CacheStats stats{m_by_key.stats(),
+                   m_by_text.stats(),
+                   m_lines_too_long,
+                   m_built,
+                   m_joined,
+                   m_built_inline,
+                   {m_build_cpu_us.begin(), m_build_cpu_us.end()}};
+  std::sort(stats.build_cpu_us.begin(), stats.build_cpu_us.end());
+  return stats;
+}
+
+std::optional<double> LookupService::build_cpu_us(const std::string& op) const {
+  std::lock_guard lock(m_mutex);
+  if (auto it = m_build_cpu_us.find(op); it != m_build_cpu_us.end()) return it->second;
+  return std::nullopt;
+}
+
+bool LookupService::cheap_locked(const std::string& key, const std::string& op, int limit,
+                                 std::uint64_t generation) const {
+  if (m_config.inline_build_us <= 0 || limit > k_inline_max_limit) return false;
+  if (auto it = m_building.find(key);
+      it != m_building.end() && it->second->generation >= generation)
+    return false;  // joining would wait for another thread
+  const auto cost = m_build_cpu_us.find(op);
+  return cost != m_build_cpu_us.end() && cost->second <= double(m_config.inline_build_us);
 }
 
 std::string LookupService::reply(const Json& id, const Answer& answer,
@@ -175,8 +211,8 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return R"({"v":)" + std::to_string(answer.version) + R"(,"id":)" +
-         id.dump(-1, ' ', false, Json::error_handler_t::replace) +
-         R"(,"ok":true,"result":)" + answer.result + "}\n";
+         id.dump(-1, ' ', false, Json::error_handler_t::replace) + R"(,"ok":true,"result":)" +
+         answer.result + "}\n";
 }
 
 protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_device(
@@ -282,13 +318,17 @@ protocol::Expected<Problem> LookupService::canonical_problem(
 
 bool LookupService::complete_entry(protocol::LookupEntry& e, const Problem& problem,
                                    const DeviceClass& device, const DeviceLimits& limits,
-                                   int version) const {
+                                   int version, const Instance* ready) const {
   const KernelTemplate* t = m_templates.find(e.template_name);
   if (!t)
     return true;  // not installed here: the config is still the answer, without kernel details
-  Params params(e.params.begin(), e.params.end());
-  auto inst = instantiate(*t, problem, limits, params);
-  if (!inst) return false;
+  std::optional<Instance> made;
+  if (!ready) {
+    auto r = instantiate(*t, problem, limits, Params(e.params.begin(), e.params.end()));
+    if (!r) return false;
+    ready = &made.emplace(std::move(*r));
+  }
+  const Instance* inst = ready;
   e.name_expression = inst->name_expression;
   e.arch = target_arch(t->manifest, device.cc);
   e.grid.assign(inst->launch.grid.begin(), inst->launch.grid.end());
@@ -300,17 +340,21 @@ bool LookupService::complete_entry(protocol::LookupEntry& e, const Problem& prob
   return true;
 }
 
-double LookupService::estimate_us(const Problem& problem, const DeviceLimits& limits) const {
+double LookupService::kernel_us(const Instance& inst, const DeviceLimits& limits) {
   // Rates of a current data-centre part by generation; only the order of magnitude matters.
   const double flops_per_us = (limits.cc >= 90 ? 600e12 : 250e12) / 1e6;
   const double bytes_per_us = (limits.cc >= 90 ? 3.5e12 : 1.5e12) / 1e6;
+  return inst.metric_kind == MetricSpec::Kind::flops ? inst.metric / flops_per_us
+                                                     : inst.metric / bytes_per_us;
+}
+
+double LookupService::estimate_us(const Problem& problem, const DeviceLimits& limits) const {
   for (const KernelTemplate* t : m_templates.for_problem(problem, limits.cc)) {
     auto h = heuristic_config(*t, problem, limits);
     if (!h) continue;
     auto inst = instantiate(*t, problem, limits, *h);
     if (!inst) continue;
-    return inst->metric_kind == MetricSpec::Kind::flops ? inst->metric / flops_per_us
-                                                        : inst->metric / bytes_per_us;
+    return kernel_us(*inst, limits);
   }
   return 0;
 }
@@ -336,19 +380,23 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   std::shared_ptr<const Answer> answer;
   std::shared_ptr<InFlight> flight;
   bool run_it = false;
+  bool inline_build = false;
   {
     std::lock_guard lock(m_mutex);
-    if (const auto* cached = m_by_key.find(key, current(generation)))
+    if (const auto* cached = m_by_key.find(key, current(generation))) {
       answer = *cached;
-    else if (cold == Cold::build)
+    } else if (cold == Cold::build || (cold == Cold::build_if_cheap &&
+                                       cheap_locked(key, problem->op, req->limit, generation))) {
+      inline_build = cold == Cold::build_if_cheap;
       std::tie(flight, run_it) = join_build_locked(key, generation);
+    }
   }
   if (!answer) {
-    if (cold == Cold::refuse) return nullptr;
+    if (!flight) return nullptr;  // refuse, or not cheap enough to build here
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
-    auto built =
-        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit, version, assumed_layout)
-               : flight->result.get();
+    auto built = run_it ? run_build(key, *flight, *problem, dev, limits, req->limit, version,
+                                    assumed_layout, inline_build)
+                        : flight->result.get();
     if (!built) return built;
     answer = *built;
   }
@@ -371,13 +419,21 @@ std::pair<std::shared_ptr<LookupService::InFlight>, bool> LookupService::join_bu
 LookupService::Built LookupService::run_build(const std::string& key, InFlight& flight,
                                               const Problem& problem, const DeviceClass& dev,
                                               const DeviceLimits& limits, int limit, int version,
-                                              const std::string& assumed_layout) {
+                                              const std::string& assumed_layout,
+                                              bool inline_build) {
   if (m_observer.on_build) m_observer.on_build(key);
+  const double cpu0 = thread_cpu_us();
   // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
   // waiters wake: a lookup arriving after finds the answer cached or starts afresh.
   auto land = [&](const Built* built) {
+    const double cpu = thread_cpu_us() - cpu0;
     std::lock_guard lock(m_mutex);
     ++m_built;
+    if (inline_build) ++m_built_inline;
+    if (limit <= k_inline_max_limit && built && *built) {  // ops that answered: a bounded set
+      auto [it, first] = m_build_cpu_us.try_emplace(problem.op, cpu);
+      if (!first) it->second += (cpu - it->second) * k_build_cost_weight;
+    }
     if (built && *built) m_by_key.put(key, **built, answer_bytes(***built));
     if (auto it = m_building.find(key); it != m_building.end() && it->second.get() == &flight)
       m_building.erase(it);
@@ -410,12 +466,12 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
   reply.problem_key = problem.key();
   reply.assumed_layout = assumed_layout;
   std::set<std::string> seen;  // template + params already listed
-  auto add = [&](protocol::LookupEntry e) {
+  auto add = [&](protocol::LookupEntry e, const Instance* ready = nullptr) {
     if (reply.entries.size() >= size_t(limit)) return false;
     const std::string k =
         e.template_name + "/" + params_to_string(Params(e.params.begin(), e.params.end()));
     if (!seen.insert(k).second) return false;
-    if (!complete_entry(e, problem, dev, limits, version)) return false;
+    if (!complete_entry(e, problem, dev, limits, version, ready)) return false;
     reply.entries.push_back(std::move(e));
     return true;
   };
@@ -456,18 +512,27 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
         fresh->gain = gain_nearest(near.distance);
       }
     }
-    for (const KernelTemplate* t : m_templates.for_problem(problem, dev.cc)) {
-      auto h = heuristic_config(*t, problem, limits);
-      if (!h) continue;
+    // estimate_us() is the first template's heuristic config, instantiated: the instances below,
+    // in the same order, so it is taken from there (when the loop runs for the same cc).
+    std::optional<double> estimate;
+    // Nearest shapes filled the reply and gave the estimate: a heuristic entry could only be
+    // refused by add(), so none is computed.
+    const bool full = reply.entries.size() >= size_t(limit) && fresh->gain != 0;
+    for (const KernelTemplate* t :
+         full ? std::vector<const KernelTemplate*>{} : m_templates.for_problem(problem, dev.cc)) {
+      // heuristic_config() and instantiate() sharing one evaluation of the rule's constraints.
+      auto inst = heuristic_instance(*t, problem, limits);
+      if (!inst) continue;
+      if (!estimate && dev.cc == limits.cc) estimate = kernel_us(*inst, limits);
       protocol::LookupEntry e;
       e.provenance = "heuristic";
       e.template_name = t->name();
       e.template_hash = t->hash;
-      e.params = params_list(*h);
-      add(std::move(e));
+      e.params = params_list(inst->params);
+      add(std::move(e), &*inst);
     }
     if (fresh->gain == 0) {
-      fresh->expected_us = estimate_us(problem, limits);
+      fresh->expected_us = estimate ? *estimate : estimate_us(problem, limits);
       fresh->gain = k_gain_heuristic;
     }
   }

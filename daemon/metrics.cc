@@ -103,6 +103,10 @@ std::string Metrics::prometheus(const std::string& extra) const {
         "reply for server.write_stall_timeout_ms.\n"
         "# TYPE ktune_slow_readers_dropped_total counter\n"
      << "ktune_slow_readers_dropped_total " << m_slow_readers_dropped.load() << "\n";
+  os << "# HELP ktune_session_yields_total Times a connection let the others on its I/O thread run "
+        "after using it for more than 50 us in one turn.\n"
+        "# TYPE ktune_session_yields_total counter\n"
+     << "ktune_session_yields_total " << m_session_yields.load() << "\n";
   os << extra;
   os << "# HELP ktune_build_info The running ktuned's version (always 1).\n"
         "# TYPE ktune_build_info gauge\n"

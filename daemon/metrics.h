@@ -41,6 +41,8 @@ class Metrics {
   void http_refused() { m_http_refused.fetch_add(1, std::memory_order_relaxed); }
   // A connection closed because its client took no reply byte for server.write_stall_timeout_ms.
   void slow_reader_dropped() { m_slow_readers_dropped.fetch_add(1, std::memory_order_relaxed); }
+  // A session let the others on its I/O thread run before its next line (daemon/session.h).
+  void session_yielded() { m_session_yields.fetch_add(1, std::memory_order_relaxed); }
 
   std::int64_t connections() const { return m_connections.load(); }
   std::uint64_t requests() const;
@@ -67,6 +69,7 @@ class Metrics {
   std::atomic<std::uint64_t> m_connections_refused{0};
   std::atomic<std::uint64_t> m_http_refused{0};
   std::atomic<std::uint64_t> m_slow_readers_dropped{0};
+  std::atomic<std::uint64_t> m_session_yields{0};
 };
 
 }  // namespace ktune
