@@ -212,29 +212,39 @@ Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const 
 }
 
 // Evaluates derived values then constraints for a full config; the first failure is returned.
-Result<void> check_config(Evaluator& ev, const Manifest& m, const Params& params) {
+// `explain`: build the error's text (a caller that only asks whether the config fits, trying
+// heuristic rules one after another, skips the allocations).
+Result<void> check_config(Evaluator& ev, const Manifest& m, const Params& params,
+                          bool explain = true) {
   for (const auto& p : m.params) {
     auto it = params.find(p.name);
-    if (it == params.end()) return fail(ErrorCode::invalid_argument, "missing param " + p.name);
+    if (it == params.end())
+      return fail(ErrorCode::invalid_argument, explain ? "missing param " + p.name : std::string());
     // Constraints are written for the declared values only: 7 may pass them and still not be
     // a config the kernel was written for (or overflow an expression).
-    if (std::find(p.values.begin(), p.values.end(), it->second) == p.values.end())
+    if (std::find(p.values.begin(), p.values.end(), it->second) == p.values.end()) {
+      if (!explain) return fail(ErrorCode::invalid_argument, std::string());
       return fail(ErrorCode::invalid_argument,
                   "param " + p.name + "=" + std::to_string(it->second) + " is not in its domain");
+    }
     ev.set(m.symbols.find(p.name), double(it->second));
   }
   for (const auto& [name, _] : params)
-    if (!m.param(name))
+    if (!m.param(name)) {
+      if (!explain) return fail(ErrorCode::invalid_argument, std::string());
       return fail(ErrorCode::invalid_argument, "template " + m.name + " has no param " + name);
+    }
   for (const auto& d : m.derived) {
     auto v = ev.eval(d.expr);
     if (!v) return std::unexpected(v.error());
     ev.set(m.symbols.find(d.name), *v);
   }
   for (const auto& c : m.constraints)
-    if (!truthy(ev.eval(c.expr)))
+    if (!truthy(ev.eval(c.expr))) {
+      if (!explain) return fail(ErrorCode::invalid_argument, std::string());
       return fail(ErrorCode::invalid_argument,
                   "constraint at " + m.path + ":" + std::to_string(c.line) + " fails: " + c.why);
+    }
   return {};
 }
 
@@ -453,7 +463,8 @@ Result<Instance> heuristic_instance(const KernelTemplate& tmpl, const Problem& p
   for (const auto& rule : m.heuristic) {
     if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
     // The evaluator holds what instantiate() would bind and derive for these params.
-    if (check_config(ev, m, rule.params)) return finish_instance(ev, m, problem, rule.params, {});
+    if (check_config(ev, m, rule.params, /*explain=*/false))
+      return finish_instance(ev, m, problem, rule.params, {});
   }
   auto params = heuristic_config(tmpl, problem, limits);  // the search-space fallback
   if (!params) return std::unexpected(params.error());
