@@ -1,6 +1,7 @@
 #include "daemon/lookups.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <ctime>
 #include <set>
@@ -192,14 +193,24 @@ std::optional<double> LookupService::build_cpu_us(const std::string& op) const {
   return std::nullopt;
 }
 
-bool LookupService::cheap_locked(const std::string& key, const std::string& op, int limit,
+std::string LookupService::cost_class(const Problem& p) {
+  // Heuristic rules and nearest-shape searches switch on dim thresholds: shapes whose dims have
+  // the same power of two build at about the same cost. A few thousand classes per family at most.
+  std::string c = p.op + "|" + p.dtype + "|" + p.out_dtype + "|" + p.layout;
+  for (const auto& [name, v] : p.dims)
+    c += "|" +
+         std::to_string(std::bit_width(static_cast<std::uint64_t>(std::max<std::int64_t>(v, 0))));
+  return c;
+}
+
+bool LookupService::cheap_locked(const std::string& key, const std::string& cost_key, int limit,
                                  std::uint64_t generation) const {
   if (m_config.inline_build_us <= 0 || limit > k_inline_max_limit) return false;
   if (auto it = m_building.find(key);
       it != m_building.end() && it->second->generation >= generation)
     return false;  // joining would wait for another thread
-  const auto cost = m_build_cpu_us.find(op);
-  return cost != m_build_cpu_us.end() && cost->second <= double(m_config.inline_build_us);
+  const auto cost = m_class_cpu_us.find(cost_key);
+  return cost != m_class_cpu_us.end() && cost->second <= double(m_config.inline_build_us);
 }
 
 std::string LookupService::reply(const Json& id, const Answer& answer,
@@ -385,8 +396,9 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     std::lock_guard lock(m_mutex);
     if (const auto* cached = m_by_key.find(key, current(generation))) {
       answer = *cached;
-    } else if (cold == Cold::build || (cold == Cold::build_if_cheap &&
-                                       cheap_locked(key, problem->op, req->limit, generation))) {
+    } else if (cold == Cold::build ||
+               (cold == Cold::build_if_cheap &&
+                cheap_locked(key, cost_class(*problem), req->limit, generation))) {
       inline_build = cold == Cold::build_if_cheap;
       std::tie(flight, run_it) = join_build_locked(key, generation);
     }
@@ -433,6 +445,11 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
     if (limit <= k_inline_max_limit && built && *built) {  // ops that answered: a bounded set
       auto [it, first] = m_build_cpu_us.try_emplace(problem.op, cpu);
       if (!first) it->second += (cpu - it->second) * k_build_cost_weight;
+      const std::string cost_key = cost_class(problem);
+      if (auto c = m_class_cpu_us.find(cost_key); c != m_class_cpu_us.end())
+        c->second += (cpu - c->second) * k_build_cost_weight;
+      else if (m_class_cpu_us.size() < k_max_cost_classes)
+        m_class_cpu_us.emplace(cost_key, cpu);
     }
     if (built && *built) m_by_key.put(key, **built, answer_bytes(***built));
     if (auto it = m_building.find(key); it != m_building.end() && it->second.get() == &flight)

@@ -11,8 +11,10 @@
 // (below), and hand the other cold keys to the executor, where concurrent cold lookups of one key
 // share one build (the first builds, the others wait for its result). Cheap: the request's limit
 // is at most k_inline_max_limit, no build of the key is in flight (the caller never waits), and
-// the CPU time of this op's recent builds (an average over the last ~8 builds with such a limit,
-// wherever they ran; none measured yet = not cheap) is within `server.inline_build_us`. Lookups
+// the CPU time of recent builds of its cost class (the op, types, layout and each dim's power of
+// two: an average over the last ~8 builds with such a limit, wherever they ran; none measured yet
+// = not cheap) is within `server.inline_build_us`. A gemm whose heuristic rules all miss costs
+// ~10x one whose first rule fits, and which one it is follows the dims' magnitudes. Lookups
 // answered without an exact, valid winner are counted as misses, with their expected worth. A v2
 // request's answer also carries each entry's launch description (daemon/launch.h) and is cached
 // apart from the v1 answer, which stays exactly as it was. Thread-safe; one mutex guards both
@@ -60,6 +62,8 @@ class LookupService {
   // Requests with a larger limit are never built on an I/O thread: the build instantiates up to
   // `limit` entries, so its cost grows with it.
   static constexpr int k_inline_max_limit = 8;
+  // Cost classes measured at most (~100 bytes each); a class past it is never built inline.
+  static constexpr size_t k_max_cost_classes = 16384;
 
   // Request text (after the id) longer than this is never cached by text: a line padded with a
   // large unknown field must not pin its size in memory for every distinct padding.
@@ -141,8 +145,10 @@ class LookupService {
                   const std::string& assumed_layout, bool inline_build);
   // Whether a cold build of `key` may run on the caller's thread now (see the header comment).
   // REQUIRES: m_mutex held.
-  bool cheap_locked(const std::string& key, const std::string& op, int limit,
+  bool cheap_locked(const std::string& key, const std::string& cost_key, int limit,
                     std::uint64_t generation) const;
+  // The cost class of a problem (see the header comment).
+  static std::string cost_class(const Problem& p);
   Built build(const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
               int limit, int version, const std::string& assumed_layout);
   // Fills the entry's kernel details from `ready` when given, else from instantiate().
@@ -163,7 +169,7 @@ class LookupService {
 
   BuildObserver m_observer;
 
-  mutable std::mutex m_mutex;  // guards the eight below
+  mutable std::mutex m_mutex;  // guards the nine below
   ByteLru<std::shared_ptr<const Answer>> m_by_key;
   ByteLru<LineEntry> m_by_text;
   std::unordered_map<std::string, std::shared_ptr<InFlight>> m_building;
@@ -172,6 +178,7 @@ class LookupService {
   std::uint64_t m_joined = 0;
   std::uint64_t m_built_inline = 0;
   std::unordered_map<std::string, double> m_build_cpu_us;  // op -> recent builds' CPU time
+  std::unordered_map<std::string, double> m_class_cpu_us;  // cost class -> the same
 };
 
 }  // namespace ktune

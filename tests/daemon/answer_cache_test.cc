@@ -302,13 +302,16 @@ TEST_F(AnswerCacheTest, BuildIfCheapBuildsOnlyMeasuredCheapOps) {
   EXPECT_EQ(ask(line_for(3), LookupService::Cold::refuse), a);
   ASSERT_EQ(s.build_cpu_us.size(), 1u);
   EXPECT_EQ(s.build_cpu_us[0].first, "gemm");
-  // A limit over k_inline_max_limit: refused, even though gemm is cheap.
-  EXPECT_EQ(ask(with_limit(4, LookupService::k_inline_max_limit + 1),
+  // A limit over k_inline_max_limit: refused, even though this class is cheap.
+  EXPECT_EQ(ask(with_limit(2, LookupService::k_inline_max_limit + 1),
                 LookupService::Cold::build_if_cheap),
             nullptr);
   EXPECT_NE(
-      ask(with_limit(4, LookupService::k_inline_max_limit), LookupService::Cold::build_if_cheap),
+      ask(with_limit(2, LookupService::k_inline_max_limit), LookupService::Cold::build_if_cheap),
       nullptr);
+  // M=2 and M=3 share a cost class (dims of the same power of two); M=1000 does not, even though
+  // gemm builds were measured.
+  EXPECT_EQ(ask(line_for(1000), LookupService::Cold::build_if_cheap), nullptr);
   // An op measured for gemm says nothing about softmax.
   const std::string softmax =
       R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
