@@ -82,7 +82,7 @@ const std::vector<KeySpec>& key_specs() {
        1,
        256},
       {{"server.inline_build_us", "KTUNE_INLINE_BUILD_US",
-        "cold lookups whose op's builds average at most this CPU time (us) run on the I/O thread"},
+        "cold lookups whose cost class builds in at most this CPU time (us) run on the I/O thread"},
        &DaemonConfig::inline_build_us,
        0,
        1000},
