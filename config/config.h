@@ -55,6 +55,12 @@ struct DaemonConfig {
   // Threads for work that must never run on an I/O thread: imports, exports, cold lookups, job
   // control. Cached lookups never queue behind them. Default 2.
   int executor_threads = 2;
+  // A lookup of a shape not asked before is answered on its I/O thread, without the round trip
+  // through the executor, when the recent builds of its cost class (op, types, layout, each dim's
+  // power of two) averaged at most this many microseconds of CPU and it asks for at most 8
+  // entries; anything else (and every class until one build of it was measured) goes to the
+  // executor. 0 = always the executor. Default 30.
+  int inline_build_us = 30;
   // Unsent reply bytes per connection past which the daemon stops reading that connection's
   // requests until the client reads. Default 4194304 (4 MiB).
   int max_output_bytes = 4 << 20;

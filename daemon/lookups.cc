@@ -1,7 +1,9 @@
 #include "daemon/lookups.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <ctime>
 #include <set>
 
 #include "daemon/launch.h"
@@ -38,6 +40,17 @@ auto current(std::uint64_t generation) {
       return v.generation >= generation;
   };
 }
+
+// CPU time of the calling thread, in microseconds: what a build costs, without the time it spent
+// preempted (executor threads run at a lower priority).
+double thread_cpu_us() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) * 1e6 + double(ts.tv_nsec) / 1e3;
+}
+
+// Weight of the newest build in an op's average build cost (about the last 8 builds).
+constexpr double k_build_cost_weight = 1.0 / 8;
 
 // Expected fraction of a kernel's time tuning saves, by what the lookup could answer.
 constexpr double k_gain_heuristic = 0.3;
@@ -163,7 +176,41 @@ void LookupService::remember_line(std::string_view line, const std::string& key,
 
 LookupService::CacheStats LookupService::cache_stats() const {
   std::lock_guard lock(m_mutex);
-  return {m_by_key.stats(), m_by_text.stats(), m_lines_too_long, m_built, m_joined};
+  CacheStats stats{m_by_key.stats(),
+                   m_by_text.stats(),
+                   m_lines_too_long,
+                   m_built,
+                   m_joined,
+                   m_built_inline,
+                   {m_build_cpu_us.begin(), m_build_cpu_us.end()}};
+  std::sort(stats.build_cpu_us.begin(), stats.build_cpu_us.end());
+  return stats;
+}
+
+std::optional<double> LookupService::build_cpu_us(const std::string& op) const {
+  std::lock_guard lock(m_mutex);
+  if (auto it = m_build_cpu_us.find(op); it != m_build_cpu_us.end()) return it->second;
+  return std::nullopt;
+}
+
+std::string LookupService::cost_class(const Problem& p) {
+  // Heuristic rules and nearest-shape searches switch on dim thresholds: shapes whose dims have
+  // the same power of two build at about the same cost. A few thousand classes per family at most.
+  std::string c = p.op + "|" + p.dtype + "|" + p.out_dtype + "|" + p.layout;
+  for (const auto& [name, v] : p.dims)
+    c += "|" +
+         std::to_string(std::bit_width(static_cast<std::uint64_t>(std::max<std::int64_t>(v, 0))));
+  return c;
+}
+
+bool LookupService::cheap_locked(const std::string& key, const std::string& cost_key, int limit,
+                                 std::uint64_t generation) const {
+  if (m_config.inline_build_us <= 0 || limit > k_inline_max_limit) return false;
+  if (auto it = m_building.find(key);
+      it != m_building.end() && it->second->generation >= generation)
+    return false;  // joining would wait for another thread
+  const auto cost = m_class_cpu_us.find(cost_key);
+  return cost != m_class_cpu_us.end() && cost->second <= double(m_config.inline_build_us);
 }
 
 std::string LookupService::reply(const Json& id, const Answer& answer,
@@ -287,14 +334,19 @@ protocol::Expected<Problem> LookupService::canonical_problem(
 
 bool LookupService::complete_entry(const TemplateRegistry& templates, protocol::LookupEntry& e,
                                    const Problem& problem, const DeviceClass& device,
-                                   const DeviceLimits& limits, int version) const {
+                                   const DeviceLimits& limits, int version,
+                                   const Instance* ready) const {
   // A template not installed here (removed by a reload, or never here) is not offered: nothing
   // here could compile its config, and the kernel op would refuse it.
   const KernelTemplate* t = templates.find(e.template_name);
   if (!t) return false;
-  Params params(e.params.begin(), e.params.end());
-  auto inst = instantiate(*t, problem, limits, params);
-  if (!inst) return false;
+  std::optional<Instance> made;
+  if (!ready) {
+    auto r = instantiate(*t, problem, limits, Params(e.params.begin(), e.params.end()));
+    if (!r) return false;
+    ready = &made.emplace(std::move(*r));
+  }
+  const Instance* inst = ready;
   e.name_expression = inst->name_expression;
   e.arch = target_arch(t->manifest, device.cc);
   e.grid.assign(inst->launch.grid.begin(), inst->launch.grid.end());
@@ -306,18 +358,22 @@ bool LookupService::complete_entry(const TemplateRegistry& templates, protocol::
   return true;
 }
 
-double LookupService::estimate_us(const TemplateRegistry& templates, const Problem& problem,
-                                  const DeviceLimits& limits) const {
+double LookupService::kernel_us(const Instance& inst, const DeviceLimits& limits) {
   // Rates of a current data-centre part by generation; only the order of magnitude matters.
   const double flops_per_us = (limits.cc >= 90 ? 600e12 : 250e12) / 1e6;
   const double bytes_per_us = (limits.cc >= 90 ? 3.5e12 : 1.5e12) / 1e6;
+  return inst.metric_kind == MetricSpec::Kind::flops ? inst.metric / flops_per_us
+                                                     : inst.metric / bytes_per_us;
+}
+
+double LookupService::estimate_us(const TemplateRegistry& templates, const Problem& problem,
+                                  const DeviceLimits& limits) const {
   for (const KernelTemplate* t : templates.for_problem(problem, limits.cc)) {
     auto h = heuristic_config(*t, problem, limits);
     if (!h) continue;
     auto inst = instantiate(*t, problem, limits, *h);
     if (!inst) continue;
-    return inst->metric_kind == MetricSpec::Kind::flops ? inst->metric / flops_per_us
-                                                        : inst->metric / bytes_per_us;
+    return kernel_us(*inst, limits);
   }
   return 0;
 }
@@ -345,18 +401,23 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   std::shared_ptr<const Answer> answer;
   std::shared_ptr<InFlight> flight;
   bool run_it = false;
+  bool inline_build = false;
   {
     std::lock_guard lock(m_mutex);
-    if (const auto* cached = m_by_key.find(key, current(generation)))
+    if (const auto* cached = m_by_key.find(key, current(generation))) {
       answer = *cached;
-    else if (cold == Cold::build)
+    } else if (cold == Cold::build ||
+               (cold == Cold::build_if_cheap &&
+                cheap_locked(key, cost_class(*problem), req->limit, generation))) {
+      inline_build = cold == Cold::build_if_cheap;
       std::tie(flight, run_it) = join_build_locked(key, generation);
+    }
   }
   if (!answer) {
-    if (cold == Cold::refuse) return nullptr;
+    if (!flight) return nullptr;  // refuse, or not cheap enough to build here
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
     auto built = run_it ? run_build(key, *flight, {generation, *templates}, *problem, dev, limits,
-                                    req->limit, version, assumed_layout)
+                                    req->limit, version, assumed_layout, inline_build)
                         : flight->result.get();
     if (!built) return built;
     answer = *built;
@@ -381,13 +442,26 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
                                               const BuildInput& in, const Problem& problem,
                                               const DeviceClass& dev, const DeviceLimits& limits,
                                               int limit, int version,
-                                              const std::string& assumed_layout) {
+                                              const std::string& assumed_layout,
+                                              bool inline_build) {
   if (m_observer.on_build) m_observer.on_build(key);
+  const double cpu0 = thread_cpu_us();
   // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
   // waiters wake: a lookup arriving after finds the answer cached or starts afresh.
   auto land = [&](const Built* built) {
+    const double cpu = thread_cpu_us() - cpu0;
     std::lock_guard lock(m_mutex);
     ++m_built;
+    if (inline_build) ++m_built_inline;
+    if (limit <= k_inline_max_limit && built && *built) {  // ops that answered: a bounded set
+      auto [it, first] = m_build_cpu_us.try_emplace(problem.op, cpu);
+      if (!first) it->second += (cpu - it->second) * k_build_cost_weight;
+      const std::string cost_key = cost_class(problem);
+      if (auto c = m_class_cpu_us.find(cost_key); c != m_class_cpu_us.end())
+        c->second += (cpu - c->second) * k_build_cost_weight;
+      else if (m_class_cpu_us.size() < k_max_cost_classes)
+        m_class_cpu_us.emplace(cost_key, cpu);
+    }
     if (built && *built) m_by_key.put(key, **built, answer_bytes(***built));
     if (auto it = m_building.find(key); it != m_building.end() && it->second.get() == &flight)
       m_building.erase(it);
@@ -424,12 +498,12 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
   reply.problem_key = problem.key();
   reply.assumed_layout = assumed_layout;
   std::set<std::string> seen;  // template + params already listed
-  auto add = [&](protocol::LookupEntry e) {
+  auto add = [&](protocol::LookupEntry e, const Instance* ready = nullptr) {
     if (reply.entries.size() >= size_t(limit)) return false;
     const std::string k =
         e.template_name + "/" + params_to_string(Params(e.params.begin(), e.params.end()));
     if (!seen.insert(k).second) return false;
-    if (!complete_entry(templates, e, problem, dev, limits, version)) return false;
+    if (!complete_entry(templates, e, problem, dev, limits, version, ready)) return false;
     reply.entries.push_back(std::move(e));
     return true;
   };
@@ -470,18 +544,27 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
         fresh->gain = gain_nearest(near.distance);
       }
     }
-    for (const KernelTemplate* t : templates.for_problem(problem, dev.cc)) {
-      auto h = heuristic_config(*t, problem, limits);
-      if (!h) continue;
+    // estimate_us() is the first template's heuristic config, instantiated: the instances below,
+    // in the same order, so it is taken from there (when the loop runs for the same cc).
+    std::optional<double> estimate;
+    // Nearest shapes filled the reply and gave the estimate: a heuristic entry could only be
+    // refused by add(), so none is computed.
+    const bool full = reply.entries.size() >= size_t(limit) && fresh->gain != 0;
+    for (const KernelTemplate* t :
+         full ? std::vector<const KernelTemplate*>{} : templates.for_problem(problem, dev.cc)) {
+      // heuristic_config() and instantiate() sharing one evaluation of the rule's constraints.
+      auto inst = heuristic_instance(*t, problem, limits);
+      if (!inst) continue;
+      if (!estimate && dev.cc == limits.cc) estimate = kernel_us(*inst, limits);
       protocol::LookupEntry e;
       e.provenance = "heuristic";
       e.template_name = t->name();
       e.template_hash = t->hash;
-      e.params = params_list(*h);
-      add(std::move(e));
+      e.params = params_list(inst->params);
+      add(std::move(e), &*inst);
     }
     if (fresh->gain == 0) {
-      fresh->expected_us = estimate_us(templates, problem, limits);
+      fresh->expected_us = estimate ? *estimate : estimate_us(templates, problem, limits);
       fresh->gain = k_gain_heuristic;
     }
   }

@@ -7,14 +7,21 @@
 // already trusts); lines over k_max_cached_line are never cached by text. Together they hold at
 // most `server.answer_cache_bytes`; both are invalid once the index generation moves. Building
 // an answer costs tens of microseconds to milliseconds: callers on an I/O thread ask with
-// Cold::refuse and hand cold keys to the executor, where concurrent cold lookups of one key
-// share one build (the first builds, the others wait for its result). Lookups answered without
-// an exact, valid winner are counted as misses, with their expected worth. A v2 request's answer
-// also carries each entry's launch description (daemon/launch.h) and is cached apart from the v1
-// answer, which stays exactly as it was. Each lookup builds from one snapshot of the templates
-// (TemplateSet), taken after the generation it is cached at: the catalog moves the generation
-// when it swaps the templates, so no answer of the old ones outlives a reload. Thread-safe; one
-// mutex guards both caches and the builds in flight, held only for hash probes and list splices.
+// Cold::build_if_cheap, which builds on the calling thread only what is measured to be cheap
+// (below), and hand the other cold keys to the executor, where concurrent cold lookups of one key
+// share one build (the first builds, the others wait for its result). Cheap: the request's limit
+// is at most k_inline_max_limit, no build of the key is in flight (the caller never waits), and
+// the CPU time of recent builds of its cost class (the op, types, layout and each dim's power of
+// two: an average over the last ~8 builds with such a limit, wherever they ran; none measured yet
+// = not cheap) is within `server.inline_build_us`. A gemm whose heuristic rules all miss costs
+// ~10x one whose first rule fits, and which one it is follows the dims' magnitudes. Lookups
+// answered without an exact, valid winner are counted as misses, with their expected worth. A v2
+// request's answer also carries each entry's launch description (daemon/launch.h) and is cached
+// apart from the v1 answer, which stays exactly as it was. Each lookup builds from one snapshot
+// of the templates (TemplateSet), taken after the generation it is cached at: the catalog moves
+// the generation when it swaps the templates, so no answer of the old ones outlives a reload.
+// Thread-safe; one mutex guards both caches and the builds in flight, held only for hash probes
+// and list splices.
 #pragma once
 
 #include <chrono>
@@ -37,6 +44,8 @@
 
 namespace ktune {
 
+struct Instance;  // templates/space.h
+
 class LookupService {
  public:
   struct Answer {
@@ -51,7 +60,13 @@ class LookupService {
     double expected_us = 0;  // for the miss tracker
     double gain = 0;
   };
-  enum class Cold { build, refuse };
+  enum class Cold { build, refuse, build_if_cheap };
+
+  // Requests with a larger limit are never built on an I/O thread: the build instantiates up to
+  // `limit` entries, so its cost grows with it.
+  static constexpr int k_inline_max_limit = 8;
+  // Cost classes measured at most (~100 bytes each); a class past it is never built inline.
+  static constexpr size_t k_max_cost_classes = 16384;
 
   // Request text (after the id) longer than this is never cached by text: a line padded with a
   // large unknown field must not pin its size in memory for every distinct padding.
@@ -64,6 +79,9 @@ class LookupService {
     std::uint64_t lines_too_long = 0;  // not cached by text: over k_max_cached_line
     std::uint64_t built = 0;           // answers built (cold lookups that did the work)
     std::uint64_t joined = 0;          // cold lookups that waited for another's build of their key
+    std::uint64_t built_inline = 0;  // of `built`: on the asking thread under Cold::build_if_cheap
+    // Per op: the average CPU time of its recent builds (limit <= k_inline_max_limit), us.
+    std::vector<std::pair<std::string, double>> build_cpu_us;
   };
 
   // Test seam: on_build runs on the building thread before it builds `key`; on_join runs on a
@@ -76,7 +94,8 @@ class LookupService {
   LookupService(const DaemonConfig& config, const TemplateSet& templates, const Catalog& catalog,
                 const NodeIdentity& node, Metrics& metrics, MissTracker& misses);
 
-  // The answer for a lookup body, or nullptr when it is not cached and `cold` is refuse. With a
+  // The answer for a lookup body, or nullptr when it is not cached and `cold` is refuse (or
+  // build_if_cheap and the build is not cheap). With a
   // `line`, the answer is also remembered under its text for fast_reply.
   protocol::Expected<std::shared_ptr<const Answer>> lookup(const protocol::Json& body, Cold cold,
                                                            std::string_view line = {},
@@ -99,6 +118,9 @@ class LookupService {
                                                 const TemplateRegistry& templates) const;
 
   CacheStats cache_stats() const;
+  // The average CPU time of a recent build of `op` with a limit <= k_inline_max_limit, in us;
+  // nullopt before the first.
+  std::optional<double> build_cpu_us(const std::string& op) const;
   void set_build_observer(BuildObserver observer) { m_observer = std::move(observer); }
 
  private:
@@ -128,18 +150,29 @@ class LookupService {
     std::uint64_t generation = 0;
     const TemplateRegistry& templates;
   };
+  // `inline_build`: on the asking thread under Cold::build_if_cheap (counted apart).
   Built run_build(const std::string& key, InFlight& flight, const BuildInput& in,
                   const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
-                  int limit, int version, const std::string& assumed_layout);
+                  int limit, int version, const std::string& assumed_layout, bool inline_build);
+  // Whether a cold build of `key` may run on the caller's thread now (see the header comment).
+  // REQUIRES: m_mutex held.
+  bool cheap_locked(const std::string& key, const std::string& cost_key, int limit,
+                    std::uint64_t generation) const;
+  // The cost class of a problem (see the header comment).
+  static std::string cost_class(const Problem& p);
   Built build(const BuildInput& in, const Problem& problem, const DeviceClass& device,
               const DeviceLimits& limits, int limit, int version,
               const std::string& assumed_layout);
+  // Fills the entry's kernel details from `ready` when given, else from instantiate(); false
+  // when the template is not installed here or the config does not instantiate.
   bool complete_entry(const TemplateRegistry& templates, protocol::LookupEntry& entry,
                       const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
-                      int version) const;
-  // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates.
+                      int version, const Instance* ready = nullptr) const;
+  // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates,
+  // for the first template's heuristic config.
   double estimate_us(const TemplateRegistry& templates, const Problem& problem,
                      const DeviceLimits& limits) const;
+  static double kernel_us(const Instance& inst, const DeviceLimits& limits);
 
   const DaemonConfig& m_config;
   const TemplateSet& m_templates;
@@ -150,13 +183,16 @@ class LookupService {
 
   BuildObserver m_observer;
 
-  mutable std::mutex m_mutex;  // guards the six below
+  mutable std::mutex m_mutex;  // guards the nine below
   ByteLru<std::shared_ptr<const Answer>> m_by_key;
   ByteLru<LineEntry> m_by_text;
   std::unordered_map<std::string, std::shared_ptr<InFlight>> m_building;
   std::uint64_t m_lines_too_long = 0;
   std::uint64_t m_built = 0;
   std::uint64_t m_joined = 0;
+  std::uint64_t m_built_inline = 0;
+  std::unordered_map<std::string, double> m_build_cpu_us;  // op -> recent builds' CPU time
+  std::unordered_map<std::string, double> m_class_cpu_us;  // cost class -> the same
 };
 
 }  // namespace ktune

@@ -108,6 +108,10 @@ std::string Metrics::prometheus(const std::string& extra) const {
         "# TYPE ktune_reloads_total counter\n"
      << "ktune_reloads_total{result=\"ok\"} " << reloads(Reload::ok) << "\n"
      << "ktune_reloads_total{result=\"failed\"} " << reloads(Reload::failed) << "\n";
+  os << "# HELP ktune_session_yields_total Times a connection let the others on its I/O thread run "
+        "after using it for more than 50 us in one turn.\n"
+        "# TYPE ktune_session_yields_total counter\n"
+     << "ktune_session_yields_total " << m_session_yields.load() << "\n";
   os << extra;
   os << "# HELP ktune_build_info The running ktuned's version (always 1).\n"
         "# TYPE ktune_build_info gauge\n"

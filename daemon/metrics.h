@@ -46,6 +46,8 @@ class Metrics {
   enum class Reload { ok, failed };
   void count_reload(Reload result) { m_reloads[size_t(result)].fetch_add(1); }
   std::uint64_t reloads(Reload result) const { return m_reloads[size_t(result)].load(); }
+  // A session let the others on its I/O thread run before its next line (daemon/session.h).
+  void session_yielded() { m_session_yields.fetch_add(1, std::memory_order_relaxed); }
 
   std::int64_t connections() const { return m_connections.load(); }
   std::uint64_t requests() const;
@@ -73,6 +75,7 @@ class Metrics {
   std::atomic<std::uint64_t> m_http_refused{0};
   std::atomic<std::uint64_t> m_slow_readers_dropped{0};
   std::array<std::atomic<std::uint64_t>, 2> m_reloads{};  // by Reload
+  std::atomic<std::uint64_t> m_session_yields{0};
 };
 
 }  // namespace ktune

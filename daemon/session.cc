@@ -120,11 +120,23 @@ asio::awaitable<void> Session<Socket>::read_loop() {
       // Answer every complete line in the buffer, in order.
       size_t pos = 0;
       bool fatal = false;
+      auto turn = std::chrono::steady_clock::now();
       for (size_t nl; !fatal && (nl = in.find('\n', pos)) != std::string::npos;) {
         std::string_view line(in.data() + pos, nl - pos);
         pos = nl + 1;
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // keep-alive
+        // Fairness: lines that took more than k_turn_budget of this thread (cold lookups built
+        // here) let the other connections' handlers run before the next one.
+        if (const auto now = std::chrono::steady_clock::now(); now - turn > k_turn_budget) {
+          m_metrics.session_yielded();
+          co_await asio::post(m_socket.get_executor(), asio::use_awaitable);
+          turn = std::chrono::steady_clock::now();
+          if (m_done) {
+            fatal = true;
+            break;
+          }
+        }
         if (looks_like_http(line)) {  // a browser or curl: never run what follows
           m_metrics.http_refused();
           push_ready(http_refusal(), true);

@@ -15,6 +15,10 @@
 // A line that looks like HTTP (a browser or curl on the protocol port) is answered with a 400
 // and the connection closed. An oversized frame or the read deadline (counted only while no
 // request is outstanding) ends the connection after the replies before it and an error line.
+// Fairness on the I/O thread: once the lines of one read have taken more than k_turn_budget
+// (lookups of never-seen shapes cheap enough to build there: daemon/lookups.h), the session
+// yields to the other handlers queued on its thread before it takes the next line, so one client
+// flooding cold lookups delays another's cached lookup by about one budget.
 // Everything runs on the session's io_context thread; the executor posts its replies there.
 // No exception leaves a session.
 #pragma once
@@ -50,6 +54,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
  public:
   static constexpr size_t k_max_in_flight = 256;  // requests outstanding
   static constexpr size_t k_max_running = 4;      // requests not yet fully answered
+  // Time on the I/O thread after which a session lets the others run (see above).
+  static constexpr std::chrono::microseconds k_turn_budget{50};
 
   Session(Socket socket, Dispatcher& dispatcher, Metrics& metrics, Peer peer, SessionLimits limits);
   ~Session() override;

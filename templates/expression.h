@@ -19,6 +19,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "config/error.h"
@@ -36,8 +37,13 @@ class SymbolTable {
   const std::string& name(int slot) const { return m_names[size_t(slot)]; }
 
  private:
+  // Hashed, looked up by string_view: a cold lookup binds ~30 names per instantiate().
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
   std::vector<std::string> m_names;
-  std::map<std::string, int, std::less<>> m_slots;
+  std::unordered_map<std::string, int, Hash, std::equal_to<>> m_slots;
 };
 
 // The compiled form of one expression (defined in expression.cc).

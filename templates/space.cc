@@ -148,9 +148,8 @@ Result<std::vector<T>> eval_list(Evaluator& ev, const std::vector<Expression>& e
     auto v = as_integer(ev.eval(exprs[i]), w);
     if (!v) return std::unexpected(v.error());
     if (*v < lo || *v > hi)
-      return fail(ErrorCode::invalid_argument, w + ": " + std::to_string(*v) +
-                                                   " is out of range " + std::to_string(lo) +
-                                                   ".." + std::to_string(hi));
+      return fail(ErrorCode::invalid_argument, w + ": " + std::to_string(*v) + " is out of range " +
+                                                   std::to_string(lo) + ".." + std::to_string(hi));
     out.push_back(T(*v));
   }
   return out;
@@ -213,30 +212,39 @@ Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const 
 }
 
 // Evaluates derived values then constraints for a full config; the first failure is returned.
-Result<void> check_config(Evaluator& ev, const Manifest& m, const Params& params) {
+// `explain`: build the error's text (a caller that only asks whether the config fits, trying
+// heuristic rules one after another, skips the allocations).
+Result<void> check_config(Evaluator& ev, const Manifest& m, const Params& params,
+                          bool explain = true) {
   for (const auto& p : m.params) {
     auto it = params.find(p.name);
-    if (it == params.end()) return fail(ErrorCode::invalid_argument, "missing param " + p.name);
+    if (it == params.end())
+      return fail(ErrorCode::invalid_argument, explain ? "missing param " + p.name : std::string());
     // Constraints are written for the declared values only: 7 may pass them and still not be
     // a config the kernel was written for (or overflow an expression).
-    if (std::find(p.values.begin(), p.values.end(), it->second) == p.values.end())
-      return fail(ErrorCode::invalid_argument, "param " + p.name + "=" +
-                                                   std::to_string(it->second) +
-                                                   " is not in its domain");
+    if (std::find(p.values.begin(), p.values.end(), it->second) == p.values.end()) {
+      if (!explain) return fail(ErrorCode::invalid_argument, std::string());
+      return fail(ErrorCode::invalid_argument,
+                  "param " + p.name + "=" + std::to_string(it->second) + " is not in its domain");
+    }
     ev.set(m.symbols.find(p.name), double(it->second));
   }
   for (const auto& [name, _] : params)
-    if (!m.param(name))
+    if (!m.param(name)) {
+      if (!explain) return fail(ErrorCode::invalid_argument, std::string());
       return fail(ErrorCode::invalid_argument, "template " + m.name + " has no param " + name);
+    }
   for (const auto& d : m.derived) {
     auto v = ev.eval(d.expr);
     if (!v) return std::unexpected(v.error());
     ev.set(m.symbols.find(d.name), *v);
   }
   for (const auto& c : m.constraints)
-    if (!truthy(ev.eval(c.expr)))
+    if (!truthy(ev.eval(c.expr))) {
+      if (!explain) return fail(ErrorCode::invalid_argument, std::string());
       return fail(ErrorCode::invalid_argument,
                   "constraint at " + m.path + ":" + std::to_string(c.line) + " fails: " + c.why);
+    }
   return {};
 }
 
@@ -355,6 +363,13 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
   return space;
 }
 
+namespace {
+// instantiate() after the params passed check_config() in `ev`.
+Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem& problem,
+                                 const Params& params,
+                                 std::optional<std::int64_t> max_active_clusters);
+}  // namespace
+
 Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
                              const DeviceLimits& limits, const Params& params,
                              std::optional<std::int64_t> max_active_clusters) {
@@ -365,6 +380,14 @@ Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
   if (auto ok = check_config(ev, m, params); !ok)
     return fail(ok.error().code,
                 m.name + " {" + params_to_string(params) + "}: " + ok.error().message);
+  return finish_instance(ev, m, problem, params, max_active_clusters);
+}
+
+namespace {
+
+Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem& problem,
+                                 const Params& params,
+                                 std::optional<std::int64_t> max_active_clusters) {
   Instance inst;
   inst.params = params;
   auto name = name_expression(ev, m, problem, m.entry, m.template_args);
@@ -384,6 +407,8 @@ Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
   inst.metric_kind = m.metric.kind;
   return inst;
 }
+
+}  // namespace
 
 Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& problem,
                                     const DeviceLimits& limits) {
@@ -427,6 +452,23 @@ Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& probl
   auto space = SearchSpace::build(tmpl, problem, limits);
   if (!space) return fail(ErrorCode::invalid_argument, space.error().message + tried);
   return space->configs().front();
+}
+
+Result<Instance> heuristic_instance(const KernelTemplate& tmpl, const Problem& problem,
+                                    const DeviceLimits& limits) {
+  if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());
+  const Manifest& m = tmpl.manifest;
+  Evaluator ev(m.symbols);
+  bind_problem(ev, m, problem, limits);
+  for (const auto& rule : m.heuristic) {
+    if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
+    // The evaluator holds what instantiate() would bind and derive for these params.
+    if (check_config(ev, m, rule.params, /*explain=*/false))
+      return finish_instance(ev, m, problem, rule.params, {});
+  }
+  auto params = heuristic_config(tmpl, problem, limits);  // the search-space fallback
+  if (!params) return std::unexpected(params.error());
+  return instantiate(tmpl, problem, limits, *params);
 }
 
 }  // namespace ktune

@@ -44,10 +44,10 @@ struct LaunchGeometry {
 // A tensor map's fields evaluated for one problem and config (cuTensorMapEncodeTiled's inputs
 // but the base address, which is the mapped buffer's, per input set).
 struct TensorMapValue {
-  std::string buffer;                           // the buffer argument it maps
-  std::vector<std::uint64_t> dims;              // elements, innermost first
-  std::vector<std::uint64_t> strides;           // bytes, one per dimension after the first
-  std::vector<std::uint32_t> box;               // elements
+  std::string buffer;                  // the buffer argument it maps
+  std::vector<std::uint64_t> dims;     // elements, innermost first
+  std::vector<std::uint64_t> strides;  // bytes, one per dimension after the first
+  std::vector<std::uint32_t> box;      // elements
   std::vector<std::uint32_t> element_strides;
   TensorMapSwizzle swizzle = TensorMapSwizzle::none;
   TensorMapL2Promotion l2_promotion = TensorMapL2Promotion::b256;
@@ -128,5 +128,10 @@ Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& p
 // through to later rules when a rule's config is invalid for this problem.
 Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& problem,
                                 const DeviceLimits& limits);
+
+// instantiate(heuristic_config()), evaluating the fitting rule's constraints once (a cold lookup's
+// heuristic entries). Fails as either would; the Instance's params are the config picked.
+Result<Instance> heuristic_instance(const KernelTemplate& tmpl, const Problem& problem,
+                                    const DeviceLimits& limits);
 
 }  // namespace ktune

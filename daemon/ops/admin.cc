@@ -149,6 +149,15 @@ std::string answer_cache_metrics(const LookupService::CacheStats& c) {
        "their key.\n# TYPE ktune_answer_builds_joined_total counter\n"
        "ktune_answer_builds_joined_total " +
        std::to_string(c.joined) + "\n";
+  s += "# HELP ktune_answers_built_inline_total Of the answers built, those built on an I/O thread "
+       "(server.inline_build_us).\n# TYPE ktune_answers_built_inline_total counter\n"
+       "ktune_answers_built_inline_total " +
+       std::to_string(c.built_inline) + "\n";
+  s += "# HELP ktune_answer_build_cpu_us Average CPU time of an op's recent answer builds "
+       "(limit <= 8), compared with server.inline_build_us.\n"
+       "# TYPE ktune_answer_build_cpu_us gauge\n";
+  for (const auto& [op, us] : c.build_cpu_us)
+    s += "ktune_answer_build_cpu_us{op=\"" + op + "\"} " + std::to_string(us) + "\n";
   return s;
 }
 

@@ -12,9 +12,9 @@ std::string op_lookup(OpContext& ctx, const protocol::Request& req) {
 
 std::optional<std::string> op_lookup_cached(OpContext& ctx, const protocol::Request& req) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto answer = ctx.lookups.lookup(req.body, LookupService::Cold::refuse, req.raw, req.v);
+  auto answer = ctx.lookups.lookup(req.body, LookupService::Cold::build_if_cheap, req.raw, req.v);
   if (!answer) return reply_line(ctx, req, std::unexpected(answer.error()));
-  if (!*answer) return std::nullopt;  // cold: the executor builds it
+  if (!*answer) return std::nullopt;  // cold and not cheap: the executor builds it
   return ctx.lookups.reply(req.id, **answer, t0);
 }
 

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <fstream>
 #include <latch>
+#include <mutex>
 #include <thread>
 
 #include "daemon/lookups.h"
@@ -269,6 +270,111 @@ TEST_F(AnswerCacheTest, MetricsFollowTheCaches) {
   EXPECT_EQ(status["result"]["answer_cache"]["lines"]["max_bytes"], 16 << 10);
 }
 
+// Cold::build_if_cheap (the I/O thread's ask) builds only what is measured to be cheap: never an
+// op no build of which was measured, never past inline_build_us, never a limit over 8, never 0.
+TEST_F(AnswerCacheTest, BuildIfCheapBuildsOnlyMeasuredCheapOps) {
+  auto with_limit = [](int m, int limit) {
+    return line_for(m, R"(,"limit":)" + std::to_string(limit));
+  };
+  // Budget large enough for any build on any test machine: what is tested is the policy.
+  DaemonConfig config = default_config();
+  config.inline_build_us = 1000;
+  NodeIdentity node;
+  node.node_id = "test-node";
+  node.gpu_error = "no GPU in tests";
+  m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
+  EXPECT_FALSE(lookups().build_cpu_us("gemm"));
+  // Nothing measured yet: refused, nothing built.
+  EXPECT_EQ(ask(line_for(1), LookupService::Cold::build_if_cheap), nullptr);
+  EXPECT_EQ(lookups().cache_stats().built, 0u);
+  ask(line_for(2), LookupService::Cold::build);  // as the executor would
+  const auto cost = lookups().build_cpu_us("gemm");
+  ASSERT_TRUE(cost);
+  EXPECT_GT(*cost, 0);
+  EXPECT_LT(*cost, 1000);
+  // Measured and cheap: built here, counted as inline, then cached like any answer.
+  const auto a = ask(line_for(3), LookupService::Cold::build_if_cheap);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->problem.dims[0].second, 3);
+  auto s = lookups().cache_stats();
+  EXPECT_EQ(s.built, 2u);
+  EXPECT_EQ(s.built_inline, 1u);
+  EXPECT_EQ(ask(line_for(3), LookupService::Cold::refuse), a);
+  ASSERT_EQ(s.build_cpu_us.size(), 1u);
+  EXPECT_EQ(s.build_cpu_us[0].first, "gemm");
+  // A limit over k_inline_max_limit: refused, even though this class is cheap.
+  EXPECT_EQ(ask(with_limit(2, LookupService::k_inline_max_limit + 1),
+                LookupService::Cold::build_if_cheap),
+            nullptr);
+  EXPECT_NE(
+      ask(with_limit(2, LookupService::k_inline_max_limit), LookupService::Cold::build_if_cheap),
+      nullptr);
+  // M=2 and M=3 share a cost class (dims of the same power of two); M=1000 does not, even though
+  // gemm builds were measured.
+  EXPECT_EQ(ask(line_for(1000), LookupService::Cold::build_if_cheap), nullptr);
+  // An op measured for gemm says nothing about softmax.
+  const std::string softmax =
+      R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
+      R"(","problem":{"op":"softmax","dtype":"bf16","dims":{"rows":64,"cols":4096}}})";
+  EXPECT_EQ(ask(softmax, LookupService::Cold::build_if_cheap), nullptr);
+  s = lookups().cache_stats();
+  EXPECT_EQ(s.built_inline, 2u);
+  const std::string text = op_metrics_gauges(m_parts->ctx);
+  EXPECT_EQ(sample(text, "ktune_answers_built_inline_total"), 2);
+  EXPECT_GT(sample(text, R"(ktune_answer_build_cpu_us{op="gemm"})"), 0);
+
+  // A budget below any build: measured, never cheap. 0: never.
+  for (int budget : {1, 0}) {
+    config.inline_build_us = budget;
+    m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
+    ask(line_for(2), LookupService::Cold::build);
+    if (budget > 0) {
+      ASSERT_TRUE(lookups().build_cpu_us("gemm"));
+    }
+    EXPECT_EQ(ask(line_for(3), LookupService::Cold::build_if_cheap), nullptr) << budget;
+    EXPECT_EQ(lookups().cache_stats().built_inline, 0u);
+  }
+}
+
+// A build in flight on another thread is never joined by build_if_cheap (the I/O thread must not
+// wait): the ask is refused and the executor's lookup joins it instead.
+TEST_F(AnswerCacheTest, BuildIfCheapNeverWaitsForABuildInFlight) {
+  DaemonConfig config = default_config();
+  config.inline_build_us = 1000;
+  NodeIdentity node;
+  node.node_id = "test-node";
+  node.gpu_error = "no GPU in tests";
+  m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
+  ask(line_for(2), LookupService::Cold::build);  // gemm measured: cheap
+  const std::string line = line_for(5);
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool building = false, release = false;
+  lookups().set_build_observer({[&](const std::string&) {
+                                  std::unique_lock lock(mutex);
+                                  building = true;
+                                  cv.notify_all();
+                                  cv.wait(lock, [&] { return release; });
+                                },
+                                {}});
+  std::thread executor([&] { ask(line, LookupService::Cold::build); });
+  {
+    std::unique_lock lock(mutex);
+    cv.wait(lock, [&] { return building; });
+  }
+  EXPECT_EQ(ask(line, LookupService::Cold::build_if_cheap), nullptr);  // returns while held
+  {
+    std::lock_guard lock(mutex);
+    release = true;
+  }
+  cv.notify_all();
+  executor.join();
+  lookups().set_build_observer({});
+  EXPECT_NE(ask(line, LookupService::Cold::build_if_cheap), nullptr);  // now cached
+  EXPECT_EQ(lookups().cache_stats().built, 2u);
+  EXPECT_EQ(lookups().cache_stats().built_inline, 0u);
+}
+
 // A cold answer's text is written straight into a string (protocol::lookup_reply_text), not
 // through an ordered_json tree: it must be the library's serialization byte for byte, for
 // replies built here (escapes, non-ASCII and invalid UTF-8, numbers of every magnitude,
@@ -281,11 +387,11 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
   r.device = "nvidia-h200.sm90.132sm.140gib";
   r.problem_key = "gemm bf16->bf16 rc M=1 N=2 K=3";
   EXPECT_EQ(protocol::lookup_reply_text(r), library(r));
-  const std::vector<std::string> texts = {"", "plain", "q\"uote", "back\\slash", "tab\there",
-                                          "nl\n", "\x01\x1f", "caf\xc3\xa9", "bad \xff\xfe",
-                                          "del\x7f", "ok/slash"};
-  const std::vector<double> numbers = {0.1, 1.0, 10.0, 1e-7, 123456789.125, 1e300, 3.0e-5,
-                                       2.5, 1.0 / 3.0};
+  const std::vector<std::string> texts = {
+      "",         "plain",       "q\"uote",      "back\\slash", "tab\there", "nl\n",
+      "\x01\x1f", "caf\xc3\xa9", "bad \xff\xfe", "del\x7f",     "ok/slash"};
+  const std::vector<double> numbers = {0.1,   1.0,    10.0, 1e-7,     123456789.125,
+                                       1e300, 3.0e-5, 2.5,  1.0 / 3.0};
   for (size_t i = 0; i < 40; ++i) {
     protocol::LookupEntry e;
     e.provenance = std::vector<std::string>{"exact", "nearest", "heuristic", "stale"}[i % 4];
@@ -304,8 +410,10 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
     e.block = {128, 1, 1};
     e.smem = std::uint32_t(i * 1000);
     if (i % 3 == 0) e.cluster = {2, 1, 1};
-    if (i % 2) e.launch = Json{{"args", Json::array({Json{{"name", texts[i % texts.size()]}}})},
-                               {"smem", i}, {"x", numbers[i % numbers.size()]}};
+    if (i % 2)
+      e.launch = Json{{"args", Json::array({Json{{"name", texts[i % texts.size()]}}})},
+                      {"smem", i},
+                      {"x", numbers[i % numbers.size()]}};
     r.entries.push_back(e);
     ASSERT_EQ(protocol::lookup_reply_text(r), library(r)) << "entry " << i;
   }

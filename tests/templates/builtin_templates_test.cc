@@ -9,8 +9,8 @@
 namespace ktune {
 namespace {
 
-const std::vector<std::string> k_builtin = {"gemm",    "gemm_sm90",  "gemm_tma", "softmax", "layernorm",
-                                            "rmsnorm", "reduce_sum", "transpose"};
+const std::vector<std::string> k_builtin = {"gemm",      "gemm_sm90", "gemm_tma",   "softmax",
+                                            "layernorm", "rmsnorm",   "reduce_sum", "transpose"};
 
 // A representative problem per op (the shapes the benchmarks use).
 Problem problem_for(const Manifest& m) {
@@ -60,6 +60,40 @@ TEST(BuiltinTemplatesTest, EverySpaceEnumeratesPrunesAndHasAValidHeuristic) {
       }
     }
   }
+}
+
+// heuristic_instance() (a cold lookup's heuristic entries) is instantiate(heuristic_config())
+// for every template and problems small and large, where a rule fits and where none does.
+TEST(BuiltinTemplatesTest, HeuristicInstanceIsInstantiateOfHeuristicConfig) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  int compared = 0;
+  for (const auto& t : reg.all())
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      const auto limits = *DeviceLimits::for_arch(arch);
+      if (t->manifest.min_cc > limits.cc || (t->manifest.max_cc && t->manifest.max_cc < limits.cc))
+        continue;
+      for (const std::int64_t scale : {1, 7, 64, 1000, 4096, 1 << 20}) {
+        Problem p = problem_for(t->manifest);
+        for (auto& [name, v] : p.dims) v = std::max<std::int64_t>(1, v * scale / 1024);
+        auto h = heuristic_config(*t, p, limits);
+        auto both = heuristic_instance(*t, p, limits);
+        const auto inst = h ? instantiate(*t, p, limits, *h) : Result<Instance>();
+        ASSERT_EQ(bool(both), h && inst) << t->name() << " " << p.describe();
+        if (!both) continue;
+        ++compared;
+        EXPECT_EQ(both->params, *h) << t->name() << " " << p.describe();
+        EXPECT_EQ(both->name_expression, inst->name_expression);
+        EXPECT_EQ(both->launch, inst->launch);
+        EXPECT_EQ(both->metric, inst->metric);
+        ASSERT_EQ(both->args.size(), inst->args.size());
+        for (size_t i = 0; i < both->args.size(); ++i) {
+          EXPECT_EQ(both->args[i].name, inst->args[i].name);
+          EXPECT_EQ(both->args[i].count, inst->args[i].count);
+          EXPECT_EQ(both->args[i].value, inst->args[i].value);
+        }
+      }
+    }
+  EXPECT_GT(compared, 50);
 }
 
 TEST(BuiltinTemplatesTest, GemmSpaceIsLargeEnoughToTune) {
