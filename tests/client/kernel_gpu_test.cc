@@ -230,7 +230,7 @@ TEST_F(KernelGpuTest, GemmTmaThroughClientTensorMapsMatchesTheHostReference) {
     DeviceBuffer da(m_api, a.size() * 2), dw(m_api, w.size() * 2), dc(m_api, size_t(M * N) * 2);
     da.upload(bf16(a));
     dw.upload(bf16(w));
-    for (const Params* params : {&base, &cluster}) {
+    for (const Params* params : std::array<const Params*, 2>{&base, &cluster}) {
       const std::string what = std::to_string(M) + "x" + std::to_string(N) + "x" +
                                std::to_string(K) + (params == &base ? " plain" : " cluster");
       protocol::KernelRequest r;
