@@ -48,7 +48,8 @@ namespace ktune::cuda {
   X(cuEventDestroy, "cuEventDestroy_v2")                  \
   X(cuEventRecord, "cuEventRecord")                       \
   X(cuEventSynchronize, "cuEventSynchronize")             \
-  X(cuEventElapsedTime, "cuEventElapsedTime_v2")
+  X(cuEventElapsedTime, "cuEventElapsedTime_v2")          \
+  X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 
 struct CudaApi {
 #define KTUNE_DECLARE(name, symbol) decltype(&::name) name = nullptr;

@@ -12,6 +12,7 @@ namespace {
 using protocol::ErrorKind;
 
 constexpr size_t k_max_params = 64;  // on-stack argument storage per launch
+constexpr size_t k_max_maps = 4;     // on-stack tensor maps per launch (gemm_tma has 2)
 
 std::uint64_t scalar_bits(std::string_view dtype, double value) {
   std::uint64_t bits = 0;
@@ -51,12 +52,17 @@ protocol::Expected<std::shared_ptr<Kernel>> Kernel::create(protocol::KernelImage
 
 protocol::Expected<void> Kernel::plan_slots() {
   const auto& args = m_image.launch.args;
+  // launch()'s buffers first: every in/out/inout argument, passed or not (a tensor map's buffer
+  // is not, but the map is encoded from its address).
+  for (const auto& a : args)
+    if (a.kind == protocol::ArgKind::in || a.kind == protocol::ArgKind::out ||
+        a.kind == protocol::ArgKind::inout)
+      m_buffer_names.push_back(a.name);
+  int buffer = 0;
   for (const auto& a : args) {
-    if (a.kind == protocol::ArgKind::tensor_map)
-      return protocol::error(ErrorKind::bad_request,
-                             "argument '" + a.name +
-                                 "' is a tensor_map, which this client "
-                                 "cannot build yet; use a template without tensor maps");
+    const bool is_buffer = a.kind == protocol::ArgKind::in || a.kind == protocol::ArgKind::out ||
+                           a.kind == protocol::ArgKind::inout;
+    const int index = is_buffer ? buffer++ : 0;
     if (!a.pass) continue;  // memory only tensor maps refer to
     Slot s;
     s.name = a.name;
@@ -68,10 +74,18 @@ protocol::Expected<void> Kernel::plan_slots() {
       s.from = Slot::From::workspace;
       s.index = int(m_workspace_args.size());
       m_workspace_args.push_back(&a);
+    } else if (a.kind == protocol::ArgKind::tensor_map) {
+      auto plan = parse_tensor_map(a, args, m_buffer_names);
+      if (!plan) return std::unexpected(plan.error());
+      if (m_maps.size() == k_max_maps)
+        return protocol::error(ErrorKind::bad_request,
+                               "more than " + std::to_string(k_max_maps) + " tensor_map arguments");
+      s.from = Slot::From::tensor_map;
+      s.index = int(m_maps.size());
+      m_maps.push_back(std::move(*plan));
     } else {
       s.from = Slot::From::buffer;
-      s.index = int(m_buffer_names.size());
-      m_buffer_names.push_back(a.name);
+      s.index = index;
     }
     m_slots.push_back(s);
   }
@@ -207,8 +221,11 @@ protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, 
     l = *cur;
     if (auto ok = ensure_workspaces(*l); !ok) return ok;
   }
+  const cuda::CudaApi& api = **cuda::CudaApi::get();
   std::array<std::uint64_t, k_max_params> storage;
   std::array<void*, k_max_params> params;
+  std::array<CUtensorMap, k_max_maps> maps;  // CUtensorMap is alignas(64), 128 bytes
+  static_assert(sizeof(CUtensorMap) == 128 && alignof(CUtensorMap) >= 64);
   for (size_t i = 0; i < m_slots.size(); ++i) {
     const Slot& s = m_slots[i];
     switch (s.from) {
@@ -223,6 +240,22 @@ protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, 
         for (const auto& o : scalars)
           if (o.name == s.name) storage[i] = scalar_bits(s.dtype, o.value);
         break;
+      case Slot::From::tensor_map: {
+        const TensorMapPlan& m = m_maps[size_t(s.index)];
+        CUtensorMap* map = &maps[size_t(s.index)];
+        if (CUresult r = api.cuTensorMapEncodeTiled(
+                map, CUtensorMapDataType(m.data_type), m.rank,
+                reinterpret_cast<void*>(buffers[size_t(m.buffer)]), m.dims.data(), m.strides.data(),
+                m.box.data(), m.element_strides.data(), CUtensorMapInterleave(m.interleave),
+                CUtensorMapSwizzle(m.swizzle), CUtensorMapL2promotion(m.l2_promotion),
+                CUtensorMapFloatOOBfill(m.oob_fill));
+            r != CUDA_SUCCESS)
+          return std::unexpected(api.error(r, "encoding tensor_map '" + m.name + "' over buffer '" +
+                                                  m_buffer_names[size_t(m.buffer)] +
+                                                  "' (cuTensorMapEncodeTiled)"));
+        params[i] = map;
+        continue;
+      }
     }
     params[i] = &storage[i];
   }
@@ -245,7 +278,6 @@ protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, 
     config.attrs = &cluster;
     config.numAttrs = 1;
   }
-  const cuda::CudaApi& api = **cuda::CudaApi::get();
   if (CUresult r = api.cuLaunchKernelEx(&config, static_cast<CUfunction>(l->function),
                                         params.data(), nullptr);
       r != CUDA_SUCCESS)

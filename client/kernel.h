@@ -13,6 +13,14 @@
 // shared-memory limit is raised as the description asks. Workspaces are allocated and zeroed
 // once per context and owned by the Kernel, unless the application lends its own
 // (borrow_workspace). Thread-safe: launches from several threads are fine.
+//
+// Tensor maps (sm_90 templates such as gemm_tma): a `tensor_map` argument is parsed at create()
+// (client/tensor_map.h) and encoded on every launch with cuTensorMapEncodeTiled from the address
+// of the buffer it maps, into 64-byte-aligned storage on the launching thread's stack (no
+// allocation). That buffer is `"pass": false` — no kernel parameter of its own — but it is one
+// of launch()'s buffers all the same: launch() takes every in/out/inout argument in order,
+// passed or not (gemm_tma: A, B, C). Only templates with tensor maps have unpassed buffers, so
+// this changes nothing for the others.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +33,7 @@
 #include <vector>
 
 #include "launch.h"
+#include "tensor_map.h"
 
 namespace ktune {
 
@@ -38,14 +47,16 @@ struct ScalarArg {
 class Kernel {
  public:
   // Checks the image — the cubin is a CUDA ELF for the arch the description names and holds the
-  // entry symbol; every argument kind is one this client can pass — and loads nothing yet.
+  // entry symbol; every argument kind is one this client can pass; every tensor_map's fields are
+  // well-formed and name one of the buffers — and loads nothing yet.
   static protocol::Expected<std::shared_ptr<Kernel>> create(protocol::KernelImage image);
   ~Kernel();  // unloads the modules and frees the owned workspaces
   Kernel(const Kernel&) = delete;
   Kernel& operator=(const Kernel&) = delete;
 
   // Launches on `stream` (a CUstream; nullptr = the legacy default stream) with the device
-  // addresses of the buffer arguments that are not workspaces, in argument order.
+  // addresses of the buffer arguments that are not workspaces (in, out, inout; passed or only
+  // reached through a tensor map), in argument order.
   // REQUIRES: a CUDA context is current on this thread; each buffer holds at least the bytes the
   // description gives for it.
   protocol::Expected<void> launch(std::span<const std::uint64_t> buffers, void* stream,
@@ -67,8 +78,9 @@ class Kernel {
  private:
   // How one kernel parameter is filled at launch.
   struct Slot {
-    enum class From { buffer, workspace, scalar } from = From::scalar;
-    int index = 0;           // buffer: into launch()'s buffers; workspace: into workspaces
+    enum class From { buffer, workspace, scalar, tensor_map } from = From::scalar;
+    int index = 0;  // buffer: into launch()'s buffers; workspace: into workspaces; tensor_map:
+                    // into m_maps
     std::uint64_t bits = 0;  // scalar: its bytes (i32 and f32 in the low 4)
     std::string_view dtype;  // scalar: i32 i64 f32
     std::string_view name;
@@ -97,6 +109,7 @@ class Kernel {
   std::vector<Slot> m_slots;
   std::vector<std::string> m_buffer_names;
   std::vector<const protocol::LaunchArg*> m_workspace_args;
+  std::vector<TensorMapPlan> m_maps;
   std::mutex m_mutex;
   std::vector<std::unique_ptr<Loaded>> m_loaded;  // few: one per context used
 };

@@ -24,8 +24,8 @@ enum class ArgKind {
   inout,       // buffer read and written
   workspace,   // scratch memory the caller provides; see zero_before_first_use / left_zeroed
   scalar,      // a value passed by copy (dtype i32, i64 or f32)
-  tensor_map,  // a CUtensorMap (128 bytes, by value) describing a buffer; templates that declare
-               // one carry its fields in LaunchArg::tensor_map (reserved: no built-in uses it yet)
+  tensor_map,  // a CUtensorMap (128 bytes, by value) describing a buffer; its fields are in
+               // LaunchArg::tensor_map (gemm_tma; client/tensor_map.h parses them)
 };
 
 inline constexpr std::pair<ArgKind, std::string_view> k_arg_kind_names[] = {

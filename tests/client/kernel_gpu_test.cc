@@ -4,6 +4,7 @@
 // ./client_gpu_tests
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -115,6 +116,14 @@ class KernelGpuTest : public ::testing::Test {
       ASSERT_TRUE(ok) << ok.error().message;
     }
     ASSERT_EQ(m_api->cuStreamSynchronize(m_stream), CUDA_SUCCESS);
+    const auto ref = gemm_reference(a, w, M, N, K);
+    EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref), 1e-2);
+  }
+
+  // C[M,N] = A[M,K] * W[N,K]^T in double.
+  static std::vector<double> gemm_reference(const std::vector<float>& a,
+                                            const std::vector<float>& w, std::int64_t M,
+                                            std::int64_t N, std::int64_t K) {
     std::vector<double> ref(size_t(M * N));
     for (std::int64_t i = 0; i < M; ++i)
       for (std::int64_t j = 0; j < N; ++j) {
@@ -123,7 +132,7 @@ class KernelGpuTest : public ::testing::Test {
           s += double(a[size_t(i * K + k)]) * w[size_t(j * K + k)];
         ref[size_t(i * N + j)] = s;
       }
-    EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref), 1e-2);
+    return ref;
   }
 
   TempDir m_dir;
@@ -190,6 +199,58 @@ TEST_F(KernelGpuTest, RowOpsMatchTheHostReference) {
   ASSERT_TRUE(ok) << ok.error().message;
   m_api->cuStreamSynchronize(m_stream);
   EXPECT_LT(rel_error(dy.download<std::uint16_t>(x.size()), ln), 1e-2);
+}
+
+// gemm_tma (sm_90a, A and B fed by TMA) asked by name through the kernel op and launched with
+// ktune::Kernel, which encodes the two tensor maps from A's and B's addresses on every launch:
+// an aligned shape and a tail shape (M, N not multiples of the tile; K % 8 == 0 for the 16-byte
+// row stride TMA needs), a plain config and a 2-CTA cluster with B multicast and a staged
+// epilogue.
+TEST_F(KernelGpuTest, GemmTmaThroughClientTensorMapsMatchesTheHostReference) {
+  CUdevice dev = 0;
+  int major = 0, minor = 0;
+  m_api->cuDeviceGet(&dev, 0);
+  m_api->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
+  m_api->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
+  if (major * 10 + minor != 90) GTEST_SKIP() << "gemm_tma is sm_90a only";
+  using Params = std::vector<std::pair<std::string, std::int64_t>>;
+  const Params base = {{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 3},
+                       {"CONSUMERS", 2},  {"GROUP_M", 1},   {"EPILOGUE", 0}, {"CLUSTER_M", 1},
+                       {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}};
+  Params cluster = base;
+  for (auto& [n, v] : cluster) {
+    if (n == "CLUSTER_M") v = 2;
+    if (n == "BLOCK_N") v = 256;
+    if (n == "EPILOGUE") v = 1;
+    if (n == "STAGES") v = 2;
+  }
+  for (auto [M, N, K] : {std::array<std::int64_t, 3>{256, 512, 128}, {200, 300, 136}}) {
+    const auto a = random(size_t(M * K), -1, 1, 7), w = random(size_t(N * K), -1, 1, 8);
+    const auto ref = gemm_reference(a, w, M, N, K);
+    DeviceBuffer da(m_api, a.size() * 2), dw(m_api, w.size() * 2), dc(m_api, size_t(M * N) * 2);
+    da.upload(bf16(a));
+    dw.upload(bf16(w));
+    for (const Params* params : std::array<const Params*, 2>{&base, &cluster}) {
+      const std::string what = std::to_string(M) + "x" + std::to_string(N) + "x" +
+                               std::to_string(K) + (params == &base ? " plain" : " cluster");
+      protocol::KernelRequest r;
+      r.problem = {"gemm", "bf16", "", "rc", {{"M", M}, {"N", N}, {"K", K}}};
+      r.template_name = "gemm_tma";
+      r.params = *params;
+      auto image = m_client->kernel(r);
+      ASSERT_TRUE(image) << what << ": " << image.error().message;
+      auto k = Kernel::create(std::move(*image));
+      ASSERT_TRUE(k) << what << ": " << k.error().message;
+      ASSERT_EQ((*k)->buffer_names(), (std::vector<std::string>{"A", "B", "C"})) << what;
+      m_api->cuMemsetD8(dc.ptr, 0xff, dc.bytes);  // NaN in bf16: every element must be written
+      for (int run = 0; run < 2; ++run) {
+        auto ok = (*k)->launch({da.ptr, dw.ptr, dc.ptr}, m_stream);
+        ASSERT_TRUE(ok) << what << ": " << ok.error().message;
+      }
+      ASSERT_EQ(m_api->cuStreamSynchronize(m_stream), CUDA_SUCCESS) << what;
+      EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref), 1e-2) << what;
+    }
+  }
 }
 
 // A kernel served for another compute capability is refused at launch, before loading.

@@ -1,13 +1,18 @@
 // ktune::Kernel without a GPU: what it refuses before touching the driver (a cubin that is not
-// what its description says, argument kinds it cannot pass, the wrong number of buffers), the
-// clear error where there is no driver, and the wire helpers it relies on (base64, cubin ELF).
+// what its description says, malformed tensor maps, the wrong number of buffers), the clear
+// error where there is no driver, the wire helpers it relies on (base64, cubin ELF), and the
+// cuTensorMapEncodeTiled inputs it plans from the daemon's description of a gemm_tma config.
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <stdexcept>
 
 #include "client/base64.h"
 #include "client/cubin.h"
 #include "client/cuda_api.h"
 #include "client/kernel.h"
 #include "config/config.h"
+#include "daemon/launch.h"
 #include "templates/registry.h"
 #include "templates/space.h"
 #include "tuner/compiler.h"
@@ -109,11 +114,6 @@ TEST(KernelTest, RefusesACubinThatIsNotWhatItsDescriptionSays) {
   auto garbage = image;
   garbage.cubin = "garbage";
   EXPECT_FALSE(Kernel::create(garbage));
-  auto tensor_map = image;
-  tensor_map.launch.args.push_back(arg("tmA", ArgKind::tensor_map, "", 0));
-  k = Kernel::create(tensor_map);
-  ASSERT_FALSE(k);
-  EXPECT_NE(k.error().message.find("tensor_map"), std::string::npos);
 }
 
 TEST(KernelTest, TakesItsBuffersInOrderAndCountsThem) {
@@ -127,6 +127,178 @@ TEST(KernelTest, TakesItsBuffersInOrderAndCountsThem) {
   EXPECT_EQ(r.error().kind, protocol::ErrorKind::bad_request);
   EXPECT_NE(r.error().message.find("takes 2 buffers (x, y), 3 given"), std::string::npos)
       << r.error().message;
+}
+
+// The daemon's description of a gemm_tma config (what the kernel op sends), for M x N x K bf16.
+protocol::LaunchDescription gemm_tma_description(std::int64_t m, std::int64_t n, std::int64_t k,
+                                                 Instance* instance = nullptr) {
+  static const TemplateRegistry templates = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate& t = *templates.find("gemm_tma");
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", n}, {"K", k}}};
+  auto limits = *DeviceLimits::for_arch("sm_90a");
+  auto config = heuristic_config(t, p, limits);
+  EXPECT_TRUE(config) << config.error().message;
+  auto inst = instantiate(t, p, limits, *config);
+  EXPECT_TRUE(inst) << inst.error().message;
+  if (instance) *instance = *inst;
+  return describe_launch(t, *inst, "sm_90a");
+}
+
+// A Kernel over a gemm_tma description. The cubin is softmax's (create() checks the cubin's arch
+// and entry, not the arguments against it), so no gemm_tma compile is needed.
+protocol::KernelImage gemm_tma_image(std::int64_t m, std::int64_t n, std::int64_t k) {
+  static const protocol::KernelImage softmax = softmax_image("sm_90");
+  auto image = softmax;
+  image.template_name = "gemm_tma";
+  image.launch.args = gemm_tma_description(m, n, k).args;
+  return image;
+}
+
+protocol::LaunchArg& named(protocol::LaunchDescription& d, std::string_view name) {
+  for (auto& a : d.args)
+    if (a.name == name) return a;
+  throw std::runtime_error("no argument " + std::string(name));
+}
+
+// The inputs the tuner's worker passes cuTensorMapEncodeTiled (tuner/gpu_worker.cc
+// GpuWorker::tensor_map), restated here with cuda.h's names: the plan must hold exactly these.
+TEST(TensorMapTest, PlansWhatTheWorkerEncodesForTheSameConfig) {
+  for (auto [m, n, k] : {std::array<std::int64_t, 3>{256, 512, 128}, {200, 300, 136}}) {
+    Instance inst;
+    auto d = gemm_tma_description(m, n, k, &inst);
+    std::vector<std::string> buffers;
+    for (const auto& a : d.args)
+      if (a.kind == ArgKind::in || a.kind == ArgKind::out || a.kind == ArgKind::inout)
+        buffers.push_back(a.name);
+    EXPECT_EQ(buffers, (std::vector<std::string>{"A", "B", "C"}));
+    int maps = 0;
+    for (const auto& v : inst.args) {
+      if (v.kind != ktune::ArgKind::tensor_map) continue;
+      ++maps;
+      auto plan = parse_tensor_map(named(d, v.name), d.args, buffers);
+      ASSERT_TRUE(plan) << plan.error().message;
+      EXPECT_EQ(plan->name, v.name);
+      EXPECT_EQ(buffers[size_t(plan->buffer)], v.map.buffer);
+      EXPECT_EQ(plan->data_type, std::uint32_t(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16));
+      ASSERT_EQ(plan->rank, v.map.dims.size());
+      EXPECT_EQ(plan->rank, 2u);
+      for (size_t i = 0; i < plan->rank; ++i) {
+        EXPECT_EQ(plan->dims[i], v.map.dims[i]);
+        EXPECT_EQ(plan->box[i], v.map.box[i]);
+        EXPECT_EQ(plan->element_strides[i], v.map.element_strides[i]);
+      }
+      EXPECT_EQ(plan->strides[0], v.map.strides[0]);
+      EXPECT_EQ(plan->strides[0], std::uint64_t(k) * 2) << "K-major rows of bf16";
+      EXPECT_EQ(plan->dims[0], std::uint64_t(k));
+      EXPECT_EQ(plan->dims[1], std::uint64_t(v.map.buffer == "A" ? m : n));
+      EXPECT_EQ(plan->interleave, std::uint32_t(CU_TENSOR_MAP_INTERLEAVE_NONE));
+      EXPECT_EQ(plan->swizzle, std::uint32_t(CU_TENSOR_MAP_SWIZZLE_128B));
+      EXPECT_EQ(plan->l2_promotion, std::uint32_t(CU_TENSOR_MAP_L2_PROMOTION_L2_256B));
+      EXPECT_EQ(plan->oob_fill, std::uint32_t(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    }
+    EXPECT_EQ(maps, 2);
+  }
+  // The other enum values map in the driver's order; the dtypes to the driver's types.
+  auto d = gemm_tma_description(256, 512, 128);
+  const std::vector<std::string> buffers{"A", "B", "C"};
+  const std::pair<const char*, std::uint32_t> swizzles[] = {{"none", CU_TENSOR_MAP_SWIZZLE_NONE},
+                                                            {"32B", CU_TENSOR_MAP_SWIZZLE_32B},
+                                                            {"64B", CU_TENSOR_MAP_SWIZZLE_64B}};
+  for (auto [text, code] : swizzles) {
+    named(d, "tmA").tensor_map["swizzle"] = text;
+    EXPECT_EQ(parse_tensor_map(named(d, "tmA"), d.args, buffers)->swizzle, code) << text;
+  }
+  const std::pair<const char*, std::uint32_t> l2s[] = {
+      {"none", CU_TENSOR_MAP_L2_PROMOTION_NONE},
+      {"64B", CU_TENSOR_MAP_L2_PROMOTION_L2_64B},
+      {"128B", CU_TENSOR_MAP_L2_PROMOTION_L2_128B}};
+  for (auto [text, code] : l2s) {
+    named(d, "tmA").tensor_map["l2_promotion"] = text;
+    EXPECT_EQ(parse_tensor_map(named(d, "tmA"), d.args, buffers)->l2_promotion, code) << text;
+  }
+  named(d, "tmA").tensor_map["oob_fill"] = "nan";
+  EXPECT_EQ(parse_tensor_map(named(d, "tmA"), d.args, buffers)->oob_fill,
+            std::uint32_t(CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA));
+  const std::pair<const char*, std::uint32_t> types[] = {{"fp16", CU_TENSOR_MAP_DATA_TYPE_FLOAT16},
+                                                         {"fp32", CU_TENSOR_MAP_DATA_TYPE_FLOAT32},
+                                                         {"i32", CU_TENSOR_MAP_DATA_TYPE_INT32}};
+  for (auto [dtype, code] : types) {
+    named(d, "A").dtype = dtype;
+    named(d, "A").bytes = named(d, "A").count * protocol::dtype_bytes(dtype);
+    auto plan = parse_tensor_map(named(d, "tmA"), d.args, buffers);
+    ASSERT_TRUE(plan) << dtype << ": " << plan.error().message;
+    EXPECT_EQ(plan->data_type, code) << dtype;
+  }
+}
+
+TEST(TensorMapTest, AGemmTmaImageTakesABCAndPassesTheMaps) {
+  auto k = Kernel::create(gemm_tma_image(200, 300, 136));
+  ASSERT_TRUE(k) << k.error().message;
+  EXPECT_EQ((*k)->buffer_names(), (std::vector<std::string>{"A", "B", "C"}))
+      << "A and B are no kernel parameters, but the maps are encoded from their addresses";
+  auto r = (*k)->launch({1, 2}, nullptr);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("takes 3 buffers (A, B, C), 2 given"), std::string::npos)
+      << r.error().message;
+}
+
+TEST(TensorMapTest, MalformedMapsAreRefusedNamingTheArgument) {
+  struct Case {
+    const char* what;
+    std::function<void(protocol::LaunchDescription&)> edit;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"no object", [](auto& d) { named(d, "tmB").tensor_map = nullptr; },
+       "tensor_map argument 'tmB': no \"tensor_map\" object"},
+      {"no dims", [](auto& d) { named(d, "tmB").tensor_map.erase("dims"); }, "'tmB': malformed"},
+      {"dims not numbers",
+       [](auto& d) {
+         named(d, "tmB").tensor_map["dims"] = {"K", "N"};
+       },
+       "'tmB': malformed"},
+      {"rank 0",
+       [](auto& d) {
+         auto& t = named(d, "tmB").tensor_map;
+         t["dims"] = protocol::Json::array();
+         t["strides"] = t["box"] = t["element_strides"] = protocol::Json::array();
+       },
+       "'tmB': rank 0 (dims) is not 1 to 5"},
+      {"rank 6", [](auto& d) { named(d, "tmB").tensor_map["dims"] = {1, 1, 1, 1, 1, 1}; },
+       "'tmB': rank 6"},
+      {"strides",
+       [](auto& d) {
+         named(d, "tmB").tensor_map["strides"] = {256, 256};
+       },
+       "'tmB': 2 strides for rank 2 (needs rank - 1)"},
+      {"box", [](auto& d) { named(d, "tmB").tensor_map["box"] = {64}; },
+       "'tmB': box and element_strides need 2 entries each (have 1 and 2)"},
+      {"swizzle", [](auto& d) { named(d, "tmB").tensor_map["swizzle"] = "256B"; },
+       "'tmB': unknown swizzle '256B'"},
+      {"l2", [](auto& d) { named(d, "tmB").tensor_map["l2_promotion"] = "1K"; },
+       "'tmB': unknown l2_promotion '1K'"},
+      {"oob", [](auto& d) { named(d, "tmB").tensor_map["oob_fill"] = "ones"; },
+       "'tmB': unknown oob_fill 'ones'"},
+      {"no buffer", [](auto& d) { named(d, "tmB").tensor_map["buffer"] = "Z"; },
+       "'tmB': maps 'Z', which is no argument"},
+      {"a scalar", [](auto& d) { named(d, "tmB").tensor_map["buffer"] = "K"; },
+       "'tmB': maps 'K', which is not an in/out/inout buffer"},
+      {"a workspace", [](auto& d) { named(d, "tmB").tensor_map["buffer"] = "tile_counters"; },
+       "'tmB': maps 'tile_counters', which is not an in/out/inout buffer"},
+      {"dtype", [](auto& d) { named(d, "B").dtype = "i64"; },
+       "buffer 'B' has dtype 'i64', which TMA cannot map"},
+      {"past the buffer", [](auto& d) { named(d, "B").bytes -= 2; },
+       "'tmB': spans 139264 bytes but 'B' holds 139262"},
+  };
+  for (const auto& c : cases) {
+    auto image = gemm_tma_image(256, 512, 136);
+    c.edit(image.launch);
+    auto k = Kernel::create(image);
+    ASSERT_FALSE(k) << c.what;
+    EXPECT_EQ(k.error().kind, protocol::ErrorKind::bad_request) << c.what;
+    EXPECT_NE(k.error().message.find(c.says), std::string::npos)
+        << c.what << ": " << k.error().message;
+  }
 }
 
 // Without a driver (CI), creating a Kernel works and launching says why it cannot.

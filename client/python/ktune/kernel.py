@@ -30,6 +30,13 @@ _ARG_KINDS = ("in", "out", "inout", "workspace", "scalar", "tensor_map")
 _CC_MAJOR, _CC_MINOR = 75, 76                # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
 _FUNC_MAX_DYNAMIC_SMEM = 8                   # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4      # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+# CUtensorMapDataType of the dtypes a tensor map can cover (as tuner/gpu_worker.cc maps them), and
+# the wire strings of CUtensorMapSwizzle / CUtensorMapL2promotion in the driver's enum order.
+_TENSOR_MAP_TYPES = {"bf16": 9, "fp16": 6, "fp32": 7, "i32": 3}
+_SWIZZLES = ("none", "32B", "64B", "128B")
+_L2_PROMOTIONS = ("none", "64B", "128B", "256B")
+_OOB_FILLS = ("zeros", "nan")                # CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE, ..._NAN_REQUEST_ZERO_FMA
+_TENSOR_MAP_BYTES, _TENSOR_MAP_ALIGN = 128, 64  # sizeof / alignof(CUtensorMap)
 
 
 # ---- the cubin ---------------------------------------------------------------------------------
@@ -113,31 +120,115 @@ def buffer_bytes(obj: Any) -> Optional[int]:
     return None
 
 
+class _TensorMap:
+    """A tensor_map argument parsed once: cuTensorMapEncodeTiled's inputs but the base address
+    (the mapped buffer's, per launch), and 64-byte-aligned storage for the encoded map."""
+
+    def __init__(self, a: Dict[str, Any], args: Sequence[Dict[str, Any]], buffers: List[str]):
+        name = a["name"]
+
+        def fail(why: str) -> KtuneError:
+            return KtuneError("bad_request", f"tensor_map argument '{name}': {why}")
+
+        t = a.get("tensor_map")
+        if not isinstance(t, dict):
+            raise fail('no "tensor_map" object')
+        try:
+            buffer = str(t["buffer"])
+            dims = [int(v) for v in t["dims"]]
+            strides = [int(v) for v in t["strides"]]
+            box = [int(v) for v in t["box"]]
+            element_strides = [int(v) for v in t.get("element_strides", [1] * len(dims))]
+        except (KeyError, TypeError, ValueError) as e:
+            raise fail(f"malformed: {type(e).__name__} {e}") from None
+        rank = len(dims)
+        if not 1 <= rank <= 5:
+            raise fail(f"rank {rank} (dims) is not 1 to 5")
+        if len(strides) != rank - 1:
+            raise fail(f"{len(strides)} strides for rank {rank} (needs rank - 1)")
+        if len(box) != rank or len(element_strides) != rank:
+            raise fail(f"box and element_strides need {rank} entries each (have {len(box)} and "
+                       f"{len(element_strides)})")
+        swizzle, l2, oob = t.get("swizzle", "none"), t.get("l2_promotion", "256B"), t.get("oob_fill", "zeros")
+        if swizzle not in _SWIZZLES:
+            raise fail(f"unknown swizzle '{swizzle}' (none, 32B, 64B, 128B)")
+        if l2 not in _L2_PROMOTIONS:
+            raise fail(f"unknown l2_promotion '{l2}' (none, 64B, 128B, 256B)")
+        if oob not in _OOB_FILLS:
+            raise fail(f"unknown oob_fill '{oob}' (zeros, nan)")
+        target = next((b for b in args if b["name"] == buffer), None)
+        if target is None:
+            raise fail(f"maps '{buffer}', which is no argument")
+        if target["kind"] not in ("in", "out", "inout"):
+            raise fail(f"maps '{buffer}', which is not an in/out/inout buffer")
+        dtype = target.get("dtype", "")
+        if dtype not in _TENSOR_MAP_TYPES:
+            raise fail(f"buffer '{buffer}' has dtype '{dtype}', which TMA cannot map here "
+                       "(bf16, fp16, fp32, i32)")
+        span = dims[0] * _DTYPE_BYTES[dtype] if rank == 1 else strides[-1] * dims[-1]
+        if span > int(target.get("bytes", 0)):
+            raise fail(f"spans {span} bytes but '{buffer}' holds {target.get('bytes', 0)}")
+        self.name, self.buffer_name = name, buffer
+        self.buffer = buffers.index(buffer)            # position among launch()'s buffers
+        self.data_type, self.rank = _TENSOR_MAP_TYPES[dtype], rank
+        self.dims = (ctypes.c_uint64 * rank)(*dims)
+        self.strides = (ctypes.c_uint64 * max(rank - 1, 1))(*strides)
+        self.box = (ctypes.c_uint32 * rank)(*box)
+        self.element_strides = (ctypes.c_uint32 * rank)(*element_strides)
+        self.interleave = 0                            # CU_TENSOR_MAP_INTERLEAVE_NONE
+        self.swizzle, self.l2_promotion = _SWIZZLES.index(swizzle), _L2_PROMOTIONS.index(l2)
+        self.oob_fill = _OOB_FILLS.index(oob)
+        raw = ctypes.create_string_buffer(_TENSOR_MAP_BYTES + _TENSOR_MAP_ALIGN)
+        offset = -ctypes.addressof(raw) % _TENSOR_MAP_ALIGN
+        self.storage = (ctypes.c_ubyte * _TENSOR_MAP_BYTES).from_buffer(raw, offset)  # keeps raw
+        self.address = ctypes.addressof(self.storage)
+
+    def encode(self, drv: Any, base: int) -> None:
+        rc = drv.cuTensorMapEncodeTiled(self.address, self.data_type, self.rank, base, self.dims,
+                                        self.strides, self.box, self.element_strides,
+                                        self.interleave, self.swizzle, self.l2_promotion,
+                                        self.oob_fill)
+        if rc:
+            drv.check(rc, f"encoding tensor_map '{self.name}' over buffer '{self.buffer_name}' "
+                          "(cuTensorMapEncodeTiled)")
+
+
 class ArgPlan:
     """How each kernel parameter is filled at launch, and the ctypes storage it is packed into.
 
-    Buffers (in/out/inout) come from launch()'s arguments in order, workspaces from the Kernel,
-    scalars from the description unless a launch names them. Built once per Kernel; pack() only
-    writes the slots that change. Not thread-safe by itself (Kernel holds a lock around it).
+    Buffers (in/out/inout) come from launch()'s arguments in order — every one, passed or only
+    reached through a tensor map (``"pass": false``; gemm_tma's A and B) — workspaces from the
+    Kernel, scalars from the description unless a launch names them, tensor maps (128-byte
+    CUtensorMaps passed by value) encoded per launch from their buffer's address. Built once per
+    Kernel; pack() only writes the slots that change. Not thread-safe by itself (Kernel holds a
+    lock around it).
     """
 
     def __init__(self, description: Dict[str, Any]):
         self.buffers: List[Dict[str, Any]] = []      # the args launch() takes, in order
         self.workspaces: List[Dict[str, Any]] = []
+        self.maps: List[_TensorMap] = []
         self.slots: List[Any] = []                    # one ctypes value per parameter
-        self._buffer_slots: List[int] = []
+        self._buffer_slots: List[int] = []            # slots of passed buffers ...
+        self._buffer_positions: List[int] = []        # ... and their positions in launch()'s
         self._workspace_slots: List[int] = []
         self._scalars: Dict[str, Tuple[int, Any]] = {}  # name -> (slot, default value)
-        for a in description["args"]:
+        args = description["args"]
+        for a in args:
+            if a["kind"] not in _ARG_KINDS:
+                raise KtuneError("bad_request", f"argument '{a['name']}' has unknown kind '{a['kind']}'")
+        names = [a["name"] for a in args if a["kind"] in ("in", "out", "inout")]
+        for a in args:
             kind = a["kind"]
-            if kind not in _ARG_KINDS:
-                raise KtuneError("bad_request", f"argument '{a['name']}' has unknown kind '{kind}'")
-            if kind == "tensor_map":
-                raise KtuneError("bad_request", f"argument '{a['name']}' is a tensor_map, which "
-                                 "this client cannot build yet; use a template without tensor maps")
+            if kind in ("in", "out", "inout"):
+                self.buffers.append(a)
             if not a.get("pass", True):
                 continue
-            if kind == "scalar":
+            if kind == "tensor_map":
+                m = _TensorMap(a, args, names)
+                self.maps.append(m)
+                self.slots.append(m.storage)
+            elif kind == "scalar":
                 ctype = {"i32": ctypes.c_int32, "i64": ctypes.c_int64, "f32": ctypes.c_float}.get(a["dtype"])
                 if ctype is None:
                     raise KtuneError("bad_request", f"scalar '{a['name']}' has unknown dtype {a['dtype']}")
@@ -150,8 +241,10 @@ class ArgPlan:
                 self.slots.append(ctypes.c_uint64(0))
             else:
                 self._buffer_slots.append(len(self.slots))
-                self.buffers.append(a)
+                self._buffer_positions.append(len(self.buffers) - 1)
                 self.slots.append(ctypes.c_uint64(0))
+        # Every buffer a parameter of its own and no maps: launch_addresses' direct path applies.
+        self.direct = not self.maps and len(self._buffer_slots) == len(self.buffers)
         n = len(self.slots)
         self.params = (ctypes.c_void_p * n)(*[ctypes.addressof(v) for v in self.slots])
         self._overridden: List[str] = []
@@ -164,8 +257,8 @@ class ArgPlan:
             raise KtuneError("bad_request", f"the kernel takes {len(self.buffers)} buffers ({names}), "
                              f"{len(addresses)} given")
         slots = self.slots
-        for i, address in zip(self._buffer_slots, addresses):
-            slots[i].value = address
+        for i, position in zip(self._buffer_slots, self._buffer_positions):
+            slots[i].value = addresses[position]
         for i, address in zip(self._workspace_slots, workspaces):
             slots[i].value = address
         for name in self._overridden:       # scalars a previous launch changed
@@ -180,9 +273,15 @@ class ArgPlan:
                 slots[i].value = value
                 self._overridden.append(name)
 
+    def encode_maps(self, drv: Any, addresses: Sequence[int]) -> None:
+        """Encodes each tensor map from its buffer's address (after pack())."""
+        for m in self.maps:
+            m.encode(drv, addresses[m.buffer])
+
     def values(self) -> List[Any]:
-        """The packed values, in parameter order (for tests and debugging)."""
-        return [v.value for v in self.slots]
+        """The packed values, in parameter order (tensor maps as their 128 bytes; for tests and
+        debugging)."""
+        return [bytes(v) if isinstance(v, ctypes.Array) else v.value for v in self.slots]
 
 
 # ---- the driver --------------------------------------------------------------------------------
@@ -230,6 +329,9 @@ class _Driver:
         self.cuLaunchKernel = fn("cuLaunchKernel", vp, u32, u32, u32, u32, u32, u32, u32, vp,
                                  ctypes.POINTER(vp), ctypes.POINTER(vp))
         self.cuLaunchKernelEx = fn("cuLaunchKernelEx", vp, vp, ctypes.POINTER(vp), ctypes.POINTER(vp))
+        u64p, u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
+        self.cuTensorMapEncodeTiled = fn("cuTensorMapEncodeTiled", vp, i32, u32, vp, u64p, u64p,
+                                         u32p, u32p, i32, i32, i32, i32)
         self.check(self.cuInit(0), "cuInit")
 
     def check(self, result: int, what: str) -> None:
@@ -329,7 +431,8 @@ class Kernel:
                 loaded = self._load(drv, ctx)
             function, workspaces = loaded
             plan = self.plan
-            if scalars is None and not plan._overridden and len(addresses) == len(plan._buffer_slots):
+            if (plan.direct and scalars is None and not plan._overridden
+                    and len(addresses) == len(plan._buffer_slots)):
                 slots = plan.slots
                 for i, address in zip(plan._buffer_slots, addresses):
                     slots[i].value = address
@@ -338,6 +441,8 @@ class Kernel:
                         slots[i].value = address
             else:
                 plan.pack(addresses, workspaces, scalars)
+                if plan.maps:
+                    plan.encode_maps(drv, addresses)
             if self._cluster:
                 self._launch_ex(drv, function, stream)
                 return

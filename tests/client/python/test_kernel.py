@@ -41,6 +41,43 @@ GEMM_LAUNCH = {
 }
 
 
+# What the daemon describes for a gemm_tma config (daemon/launch.cc describe_arg), M=200 N=300
+# K=136 bf16, BLOCK_M 128, BLOCK_N 128: A and B reach the kernel only through tmA and tmB.
+def _tmap(buffer, rows, box_rows):
+    return {"buffer": buffer, "dims": [136, rows], "strides": [272], "box": [64, box_rows],
+            "element_strides": [1, 1], "swizzle": "128B", "l2_promotion": "256B", "oob_fill": "zeros"}
+
+
+TMA_LAUNCH = {
+    "name_expression": "ktune_gemm_tma<...>", "arch": "sm_90a", "cubin_id": "0123456789abcdef",
+    "grid": [6, 1, 1], "block": [384, 1, 1], "smem": 99376,
+    "args": [
+        {"name": "A", "kind": "in", "dtype": "bf16", "count": 27200, "bytes": 54400, "pass": False},
+        {"name": "B", "kind": "in", "dtype": "bf16", "count": 40800, "bytes": 81600, "pass": False},
+        {"name": "tmA", "kind": "tensor_map", "dtype": "bf16", "tensor_map": _tmap("A", 200, 128)},
+        {"name": "tmB", "kind": "tensor_map", "dtype": "bf16", "tensor_map": _tmap("B", 300, 128)},
+        {"name": "C", "kind": "out", "dtype": "bf16", "count": 60000, "bytes": 120000},
+        {"name": "workspace", "kind": "workspace", "dtype": "fp32", "count": 1, "bytes": 4,
+         "zero_before_first_use": False, "left_zeroed": False},
+        {"name": "tile_counters", "kind": "workspace", "dtype": "i32", "count": 6, "bytes": 24,
+         "zero_before_first_use": True, "left_zeroed": True},
+        {"name": "M", "kind": "scalar", "dtype": "i32", "value": 200},
+        {"name": "N", "kind": "scalar", "dtype": "i32", "value": 300},
+        {"name": "K", "kind": "scalar", "dtype": "i32", "value": 136},
+        {"name": "alpha", "kind": "scalar", "dtype": "f32", "value": 1.0},
+        {"name": "beta", "kind": "scalar", "dtype": "f32", "value": 0.0},
+    ],
+}
+
+
+def tma_launch(edit):
+    """TMA_LAUNCH with edit(args by name) applied to a deep copy."""
+    import copy
+    launch = copy.deepcopy(TMA_LAUNCH)
+    edit({a["name"]: a for a in launch["args"]})
+    return launch
+
+
 class FakeArray:
     """An object with __cuda_array_interface__ (as CuPy and Numba arrays have)."""
 
@@ -97,14 +134,58 @@ class PackingTest(unittest.TestCase):
         with self.assertRaises(ktune.KtuneError) as e:
             plan.pack([1, 2], [4, 5])
         self.assertIn("takes 3 buffers (A, B, C), 2 given", e.exception.message)
-        for kind, says in (("tensor_map", "tensor_map"), ("texture", "unknown kind 'texture'")):
-            launch = dict(GEMM_LAUNCH, args=GEMM_LAUNCH["args"] + [{"name": "t", "kind": kind, "dtype": ""}])
-            with self.assertRaises(ktune.KtuneError) as e:
-                ArgPlan(launch)
+        launch = dict(GEMM_LAUNCH, args=GEMM_LAUNCH["args"] + [{"name": "t", "kind": "texture", "dtype": ""}])
+        with self.assertRaises(ktune.KtuneError) as e:
+            ArgPlan(launch)
+        self.assertIn("unknown kind 'texture'", e.exception.message)
+
+    def test_tensor_map_buffers_are_launch_buffers_and_maps_are_aligned_parameters(self):
+        plan = ArgPlan(TMA_LAUNCH)
+        self.assertEqual([b["name"] for b in plan.buffers], ["A", "B", "C"],
+                         "A and B are no parameters, but the maps are encoded from their addresses")
+        self.assertEqual(len(plan.params), 10, "tmA tmB C workspace tile_counters M N K alpha beta")
+        self.assertFalse(plan.direct)
+        self.assertEqual([m.name for m in plan.maps], ["tmA", "tmB"])
+        for i, m in enumerate(plan.maps):
+            self.assertEqual(plan.params[i], m.address)
+            self.assertEqual(m.address % 64, 0, "CUtensorMap is alignas(64)")
+            self.assertEqual(ctypes.sizeof(m.storage), 128)
+        self.assertEqual(plan.maps[1].buffer, 1)
+        plan.pack([0xA000, 0xB000, 0xC000], [0xD000, 0xE000])
+        self.assertEqual(plan.values()[2:], [0xC000, 0xD000, 0xE000, 200, 300, 136, 1.0, 0.0])
+        self.assertEqual(plan.values()[0], bytes(128))
+        with self.assertRaises(ktune.KtuneError) as e:
+            plan.pack([0xA000, 0xC000], [0xD000, 0xE000])
+        self.assertIn("takes 3 buffers (A, B, C), 2 given", e.exception.message)
+        # A plain template keeps the direct path.
+        self.assertTrue(ArgPlan(GEMM_LAUNCH).direct)
+
+    def test_malformed_tensor_maps_are_refused_naming_the_argument(self):
+        def tm(field, value):
+            return lambda args: args["tmB"]["tensor_map"].__setitem__(field, value)
+
+        cases = [
+            (lambda args: args["tmB"].pop("tensor_map"), "'tmB': no \"tensor_map\" object"),
+            (lambda args: args["tmB"]["tensor_map"].pop("dims"), "'tmB': malformed"),
+            (tm("dims", ["K", "N"]), "'tmB': malformed"),
+            (tm("dims", [1] * 6), "'tmB': rank 6 (dims) is not 1 to 5"),
+            (tm("strides", [272, 272]), "'tmB': 2 strides for rank 2 (needs rank - 1)"),
+            (tm("box", [64]), "'tmB': box and element_strides need 2 entries each (have 1 and 2)"),
+            (tm("swizzle", "256B"), "'tmB': unknown swizzle '256B'"),
+            (tm("l2_promotion", "1K"), "'tmB': unknown l2_promotion '1K'"),
+            (tm("oob_fill", "ones"), "'tmB': unknown oob_fill 'ones'"),
+            (tm("buffer", "Z"), "'tmB': maps 'Z', which is no argument"),
+            (tm("buffer", "K"), "'tmB': maps 'K', which is not an in/out/inout buffer"),
+            (tm("buffer", "tile_counters"), "maps 'tile_counters', which is not an in/out/inout"),
+            (lambda args: args["B"].__setitem__("dtype", "i64"), "buffer 'B' has dtype 'i64'"),
+            (lambda args: args["B"].__setitem__("bytes", 81598), "'tmB': spans 81600 bytes but 'B' holds 81598"),
+        ]
+        for edit, says in cases:
+            with self.assertRaises(ktune.KtuneError, msg=says) as e:
+                ArgPlan(tma_launch(edit))
+            self.assertEqual(e.exception.code, "bad_request")
             self.assertIn(says, e.exception.message)
-        # Memory that only a tensor map names is no parameter of its own.
-        launch = dict(GEMM_LAUNCH, args=[dict(GEMM_LAUNCH["args"][0], **{"pass": False})] + GEMM_LAUNCH["args"][1:])
-        self.assertEqual([b["name"] for b in ArgPlan(launch).buffers], ["B", "C"])
+            self.assertIn("tensor_map argument 'tmB'", e.exception.message)
 
     def test_buffers_by_address_interface_or_data_ptr(self):
         self.assertEqual(buffer_address(0x7000), 0x7000)
@@ -212,8 +293,8 @@ class FakeDriver:
     """libcuda's calls that Kernel makes, recorded; a launch records the packed values."""
 
     def __init__(self, kernel):
-        self.kernel, self.ctx, self.fail_launch = kernel, 0xC0, 0
-        self.loads, self.launches, self.allocs, self.memsets = [], [], [], []
+        self.kernel, self.ctx, self.fail_launch, self.fail_encode = kernel, 0xC0, 0, 0
+        self.loads, self.launches, self.allocs, self.memsets, self.encodes = [], [], [], [], []
 
     def cuCtxGetCurrent(self, out):
         out.contents.value = self.ctx
@@ -252,6 +333,15 @@ class FakeDriver:
         self.launches.append({"function": function, "grid": (gx, gy, gz), "block": (bx, by, bz),
                               "smem": smem, "stream": stream, "values": self.kernel.plan.values()})
         return self.fail_launch
+
+    def cuTensorMapEncodeTiled(self, address, dtype, rank, base, dims, strides, box,
+                               element_strides, interleave, swizzle, l2, oob):
+        self.encodes.append({"address": address, "dtype": dtype, "rank": rank, "base": base,
+                             "dims": list(dims[:rank]), "strides": list(strides[:rank - 1]),
+                             "box": list(box[:rank]), "element_strides": list(element_strides[:rank]),
+                             "interleave": interleave, "swizzle": swizzle, "l2": l2, "oob": oob})
+        ctypes.memmove(address, struct.pack("<Q", base) * 16, 128)  # a "map" that names its base
+        return self.fail_encode
 
     def cuGetErrorName(self, result, out):
         out._obj.value = b"CUDA_ERROR_INVALID_VALUE"
@@ -330,6 +420,44 @@ class LaunchPathTest(unittest.TestCase):
         values = drv.launches[1]["values"]
         for address in [0x70000 + 0x1000 * (i + 1) for i in range(len(spaces))] + buffers:
             self.assertIn(address, values)
+
+    def test_tensor_maps_are_encoded_from_their_buffers_on_every_launch(self):
+        # The served softmax cubin (sm_90) under gemm_tma's description: Kernel checks the cubin's
+        # arch and entry, the arguments only against the description.
+        image = self.client.kernel("softmax", dtype="fp32", device=H200, rows=64, cols=4096)
+        kernel = ktune.Kernel(dict(image, launch=dict(TMA_LAUNCH, arch=image["launch"]["arch"])))
+        self.assertEqual(kernel.buffer_names, ["A", "B", "C"])
+        drv = self.fake(kernel)
+        kernel.launch_addresses((0xA000, 0xB000, 0xC000), 7)
+        kernel.launch_addresses((0xA100, 0xB100, 0xC100), 7, {"alpha": 2.0})
+        self.assertEqual(len(drv.encodes), 4, "both maps, every launch")
+        a, b = drv.encodes[0], drv.encodes[1]
+        for e, base, rows in ((a, 0xA000, 200), (b, 0xB000, 300)):
+            self.assertEqual(e["base"], base)
+            self.assertEqual(e["dtype"], 9, "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16")
+            self.assertEqual(e["rank"], 2)
+            self.assertEqual(e["dims"], [136, rows])
+            self.assertEqual(e["strides"], [272])
+            self.assertEqual(e["box"], [64, 128])
+            self.assertEqual(e["element_strides"], [1, 1])
+            self.assertEqual((e["interleave"], e["swizzle"], e["l2"], e["oob"]), (0, 3, 3, 0),
+                             "INTERLEAVE_NONE, SWIZZLE_128B, L2_PROMOTION_L2_256B, OOB_FILL_NONE")
+            self.assertEqual(e["address"] % 64, 0)
+        self.assertEqual([e["base"] for e in drv.encodes[2:]], [0xA100, 0xB100])
+        # The kernel's parameters: the two 128-byte maps (as encoded), then C, workspaces, scalars.
+        first, second = drv.launches[0]["values"], drv.launches[1]["values"]
+        self.assertEqual(first[0], struct.pack("<Q", 0xA000) * 16)
+        self.assertEqual(first[1], struct.pack("<Q", 0xB000) * 16)
+        self.assertEqual(first[2], 0xC000)
+        self.assertEqual(second[:3], [struct.pack("<Q", 0xA100) * 16, struct.pack("<Q", 0xB100) * 16, 0xC100])
+        self.assertEqual(second[-2:], [2.0, 0.0])
+        self.assertEqual(kernel.plan.params[0], drv.encodes[0]["address"])
+        drv.fail_encode = 1
+        with self.assertRaises(ktune.KtuneError) as e:
+            kernel.launch_addresses((0xA000, 0xB000, 0xC000), 7)
+        self.assertIn("encoding tensor_map 'tmA' over buffer 'A'", e.exception.message)
+        self.assertIn("CUDA_ERROR_INVALID_VALUE", e.exception.message)
+        self.assertEqual(len(drv.launches), 2, "no launch with a map that did not encode")
 
 
 if __name__ == "__main__":
