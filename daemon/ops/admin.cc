@@ -149,6 +149,10 @@ std::string answer_cache_metrics(const LookupService::CacheStats& c) {
        "their key.\n# TYPE ktune_answer_builds_joined_total counter\n"
        "ktune_answer_builds_joined_total " +
        std::to_string(c.joined) + "\n";
+  s += "# HELP ktune_answers_kept_total Cached answers of an older index generation that no "
+       "change since touched, kept.\n# TYPE ktune_answers_kept_total counter\n"
+       "ktune_answers_kept_total " +
+       std::to_string(c.kept) + "\n";
   return s;
 }
 
