@@ -130,8 +130,9 @@ TEST_F(AnswerCacheTest, AnswersAreEvictedLeastRecentlyUsedWithinTheBound) {
   EXPECT_FALSE(ask(line_for(1), LookupService::Cold::refuse));
 }
 
-// The text cache answers a repeated line without parsing it, until the index changes.
-TEST_F(AnswerCacheTest, RepeatedLinesAreAnsweredFromTextUntilTheIndexMoves) {
+// The text cache answers a repeated line without parsing it, until a change touches its answer
+// (here a winner for its own key; answer_invalidation_test.cc has the changes that do not).
+TEST_F(AnswerCacheTest, RepeatedLinesAreAnsweredFromTextUntilTheirAnswerChanges) {
   start(64 << 20);
   const std::string line = line_for(512);
   EXPECT_FALSE(lookups().fast_reply(line));
@@ -143,8 +144,10 @@ TEST_F(AnswerCacheTest, RepeatedLinesAreAnsweredFromTextUntilTheIndexMoves) {
   const auto s = lookups().cache_stats();
   EXPECT_EQ(s.lines.entries, 1u);
   EXPECT_GT(s.lines.bytes, line.size() - 20);
-  m_parts->index.upsert(testing::winner(testing::gemm_problem(1, 1, 1), 1));
-  EXPECT_FALSE(lookups().fast_reply(line)) << "answers of an older index generation are invalid";
+  Problem own = testing::gemm_problem(512, 4096, 4096);
+  own.layout = "rc";
+  m_parts->index.upsert(testing::winner(own, 1));
+  EXPECT_FALSE(lookups().fast_reply(line)) << "a winner for the line's own key";
   EXPECT_TRUE(ask(line, LookupService::Cold::build));
   EXPECT_TRUE(lookups().fast_reply(line));
   EXPECT_EQ(lookups().cache_stats().built, 2u);
@@ -281,11 +284,11 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
   r.device = "nvidia-h200.sm90.132sm.140gib";
   r.problem_key = "gemm bf16->bf16 rc M=1 N=2 K=3";
   EXPECT_EQ(protocol::lookup_reply_text(r), library(r));
-  const std::vector<std::string> texts = {"", "plain", "q\"uote", "back\\slash", "tab\there",
-                                          "nl\n", "\x01\x1f", "caf\xc3\xa9", "bad \xff\xfe",
-                                          "del\x7f", "ok/slash"};
-  const std::vector<double> numbers = {0.1, 1.0, 10.0, 1e-7, 123456789.125, 1e300, 3.0e-5,
-                                       2.5, 1.0 / 3.0};
+  const std::vector<std::string> texts = {
+      "",         "plain",       "q\"uote",      "back\\slash", "tab\there", "nl\n",
+      "\x01\x1f", "caf\xc3\xa9", "bad \xff\xfe", "del\x7f",     "ok/slash"};
+  const std::vector<double> numbers = {0.1,   1.0,    10.0, 1e-7,     123456789.125,
+                                       1e300, 3.0e-5, 2.5,  1.0 / 3.0};
   for (size_t i = 0; i < 40; ++i) {
     protocol::LookupEntry e;
     e.provenance = std::vector<std::string>{"exact", "nearest", "heuristic", "stale"}[i % 4];
@@ -304,8 +307,10 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
     e.block = {128, 1, 1};
     e.smem = std::uint32_t(i * 1000);
     if (i % 3 == 0) e.cluster = {2, 1, 1};
-    if (i % 2) e.launch = Json{{"args", Json::array({Json{{"name", texts[i % texts.size()]}}})},
-                               {"smem", i}, {"x", numbers[i % numbers.size()]}};
+    if (i % 2)
+      e.launch = Json{{"args", Json::array({Json{{"name", texts[i % texts.size()]}}})},
+                      {"smem", i},
+                      {"x", numbers[i % numbers.size()]}};
     r.entries.push_back(e);
     ASSERT_EQ(protocol::lookup_reply_text(r), library(r)) << "entry " << i;
   }
