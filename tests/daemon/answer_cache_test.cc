@@ -284,11 +284,11 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
   r.device = "nvidia-h200.sm90.132sm.140gib";
   r.problem_key = "gemm bf16->bf16 rc M=1 N=2 K=3";
   EXPECT_EQ(protocol::lookup_reply_text(r), library(r));
-  const std::vector<std::string> texts = {
-      "",         "plain",       "q\"uote",      "back\\slash", "tab\there", "nl\n",
-      "\x01\x1f", "caf\xc3\xa9", "bad \xff\xfe", "del\x7f",     "ok/slash"};
-  const std::vector<double> numbers = {0.1,   1.0,    10.0, 1e-7,     123456789.125,
-                                       1e300, 3.0e-5, 2.5,  1.0 / 3.0};
+  const std::vector<std::string> texts = {"", "plain", "q\"uote", "back\\slash", "tab\there",
+                                          "nl\n", "\x01\x1f", "caf\xc3\xa9", "bad \xff\xfe",
+                                          "del\x7f", "ok/slash"};
+  const std::vector<double> numbers = {0.1, 1.0, 10.0, 1e-7, 123456789.125, 1e300, 3.0e-5,
+                                       2.5, 1.0 / 3.0};
   for (size_t i = 0; i < 40; ++i) {
     protocol::LookupEntry e;
     e.provenance = std::vector<std::string>{"exact", "nearest", "heuristic", "stale"}[i % 4];
@@ -307,10 +307,8 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
     e.block = {128, 1, 1};
     e.smem = std::uint32_t(i * 1000);
     if (i % 3 == 0) e.cluster = {2, 1, 1};
-    if (i % 2)
-      e.launch = Json{{"args", Json::array({Json{{"name", texts[i % texts.size()]}}})},
-                      {"smem", i},
-                      {"x", numbers[i % numbers.size()]}};
+    if (i % 2) e.launch = Json{{"args", Json::array({Json{{"name", texts[i % texts.size()]}}})},
+                               {"smem", i}, {"x", numbers[i % numbers.size()]}};
     r.entries.push_back(e);
     ASSERT_EQ(protocol::lookup_reply_text(r), library(r)) << "entry " << i;
   }
