@@ -3,9 +3,10 @@
 // Imports, seed tables and tuning results all reach the store and the in-memory WinnerIndex
 // through here, under one merge rule (store/table_io.h prefer_incoming, plus: a record that is
 // stale on this node always yields to a fresh measurement), so every path that records a winner
-// is one path. Each change bumps the index generation, which invalidates cached answers.
-// The catalog also swaps the templates it and every reader judge winners by (replace_templates,
-// on reload), bumping the generation the same way. Writers are serialized; readers use index()
+// is one path. Each change bumps the index generation, which invalidates the cached answers it
+// could alter (its family, near its shape: WinnerIndex::untouched_since). The catalog also swaps
+// the templates it and every reader judge winners by (replace_templates, on reload), bumping the
+// generation as a change to everything. Writers are serialized; readers use index()
 // (thread-safe). Thread-safe.
 #pragma once
 

@@ -31,16 +31,6 @@ size_t answer_bytes(const LookupService::Answer& a) {
   return n;
 }
 
-// An answer (or a line's key) stays valid while the index generation it was made at is current.
-auto current(std::uint64_t generation) {
-  return [generation](const auto& v) {
-    if constexpr (requires { v->generation; })
-      return v->generation >= generation;
-    else
-      return v.generation >= generation;
-  };
-}
-
 // CPU time of the calling thread, in microseconds: what a build costs, without the time it spent
 // preempted (executor threads run at a lower priority).
 double thread_cpu_us() {
@@ -136,11 +126,13 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   {
     std::lock_guard lock(m_mutex);
     const LineEntry* line_entry =
-        m_by_text.find(split->version + std::string(split->rest), current(generation));
+        m_by_text.find(split->version + std::string(split->rest),
+                       [&](LineEntry& e) { return still_valid_locked(e, generation); });
     if (!line_entry) return std::nullopt;
-    const auto* cached = m_by_key.find(line_entry->key, current(generation));
+    const auto* cached = m_by_key.find(
+        line_entry->key, [&](CachedAnswer& c) { return still_valid_locked(c, generation); });
     if (!cached) return std::nullopt;
-    answer = *cached;
+    answer = cached->answer;
   }
   m_metrics.count_request("lookup");
   if (answer->miss)
@@ -182,7 +174,8 @@ LookupService::CacheStats LookupService::cache_stats() const {
                    m_built,
                    m_joined,
                    m_built_inline,
-                   {m_build_cpu_us.begin(), m_build_cpu_us.end()}};
+                   {m_build_cpu_us.begin(), m_build_cpu_us.end()},
+                   m_kept};
   std::sort(stats.build_cpu_us.begin(), stats.build_cpu_us.end());
   return stats;
 }
@@ -211,6 +204,27 @@ bool LookupService::cheap_locked(const std::string& key, const std::string& cost
     return false;  // joining would wait for another thread
   const auto cost = m_class_cpu_us.find(cost_key);
   return cost != m_class_cpu_us.end() && cost->second <= double(m_config.inline_build_us);
+}
+
+bool LookupService::still_valid_locked(CachedAnswer& cached, std::uint64_t generation) {
+  if (cached.valid_through >= generation) return true;  // no change since: the common case
+  // The answer was built from the index at valid_through or newer (its generation is read before
+  // its templates and the index), so a change after it that could alter it is in the log.
+  const Answer& a = *cached.answer;
+  const auto through = m_catalog.index().untouched_since(
+      a.device.id(), a.problem, cached.valid_through, m_config.nearest_radius);
+  if (!through) return false;
+  cached.valid_through = *through;
+  ++m_kept;
+  return true;
+}
+
+bool LookupService::still_valid_locked(LineEntry& line, std::uint64_t generation) const {
+  if (line.generation >= generation) return true;
+  // The key depends on the templates and on how device names resolve, not on any one record.
+  if (line.generation < m_catalog.index().described_since()) return false;
+  line.generation = generation;
+  return true;
 }
 
 std::string LookupService::reply(const Json& id, const Answer& answer,
@@ -404,8 +418,9 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   bool inline_build = false;
   {
     std::lock_guard lock(m_mutex);
-    if (const auto* cached = m_by_key.find(key, current(generation))) {
-      answer = *cached;
+    if (const auto* cached =
+            m_by_key.find(key, [&](CachedAnswer& c) { return still_valid_locked(c, generation); })) {
+      answer = cached->answer;
     } else if (cold == Cold::build ||
                (cold == Cold::build_if_cheap &&
                 cheap_locked(key, cost_class(*problem), req->limit, generation))) {

@@ -5,7 +5,14 @@
 // problem key, limit). A second LRU maps the request text after its id to that key, so a
 // repeated line is answered without parsing JSON (the fast path, only for peers the policy stage
 // already trusts); lines over k_max_cached_line are never cached by text. Together they hold at
-// most `server.answer_cache_bytes`; both are invalid once the index generation moves. Building
+// most `server.answer_cache_bytes`. A change to the index moves its generation, but only answers
+// it could alter are dropped (issue 14): an answer made at an older generation stays while no
+// change since was to its family within `lookup.nearest_radius` of its dims (its exact key or a
+// shape its nearest search could return) and none was a change the index logs as touching
+// everything (WinnerIndex::untouched_since: a template swap, a load, a bulk import, a new device
+// class); it is then marked checked through the current generation, so a hit costs one integer
+// compare until the next change. Request lines map to answer keys through the templates and
+// device names only, so they stay until a change that touches everything. Building
 // an answer costs tens of microseconds to milliseconds: callers on an I/O thread ask with
 // Cold::build_if_cheap, which builds on the calling thread only what is measured to be cheap
 // (below), and hand the other cold keys to the executor, where concurrent cold lookups of one key
@@ -82,6 +89,7 @@ class LookupService {
     std::uint64_t built_inline = 0;  // of `built`: on the asking thread under Cold::build_if_cheap
     // Per op: the average CPU time of its recent builds (limit <= k_inline_max_limit), us.
     std::vector<std::pair<std::string, double>> build_cpu_us;
+    std::uint64_t kept = 0;  // answers of an older generation that no change since touched
   };
 
   // Test seam: on_build runs on the building thread before it builds `key`; on_join runs on a
@@ -136,6 +144,18 @@ class LookupService {
     std::string key;
     std::uint64_t generation = 0;
   };
+  // A cached answer, and the generation through which it is known valid: its own, or a newer one
+  // it was checked at (no change in between touched it).
+  struct CachedAnswer {
+    CachedAnswer(std::shared_ptr<const Answer> a)  // implicit: the cache is put an answer
+        : answer(std::move(a)), valid_through(answer->generation) {}
+    std::shared_ptr<const Answer> answer;
+    std::uint64_t valid_through = 0;
+  };
+  // Whether `cached` is valid at index generation `generation` (read before the call); a kept
+  // one is marked valid through it. REQUIRES: m_mutex held.
+  bool still_valid_locked(CachedAnswer& cached, std::uint64_t generation);
+  bool still_valid_locked(LineEntry& line, std::uint64_t generation) const;
 
   void remember_line(std::string_view line, const std::string& key, std::uint64_t generation);
   // The build of `key` to wait for, and whether the caller is to run it (none in flight yet, or
@@ -183,8 +203,8 @@ class LookupService {
 
   BuildObserver m_observer;
 
-  mutable std::mutex m_mutex;  // guards the nine below
-  ByteLru<std::shared_ptr<const Answer>> m_by_key;
+  mutable std::mutex m_mutex;  // guards the ten below
+  ByteLru<CachedAnswer> m_by_key;
   ByteLru<LineEntry> m_by_text;
   std::unordered_map<std::string, std::shared_ptr<InFlight>> m_building;
   std::uint64_t m_lines_too_long = 0;
@@ -193,6 +213,7 @@ class LookupService {
   std::uint64_t m_built_inline = 0;
   std::unordered_map<std::string, double> m_build_cpu_us;  // op -> recent builds' CPU time
   std::unordered_map<std::string, double> m_class_cpu_us;  // cost class -> the same
+  std::uint64_t m_kept = 0;
 };
 
 }  // namespace ktune

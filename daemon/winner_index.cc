@@ -44,30 +44,89 @@ WinnerIndex::Family* WinnerIndex::insert_locked(WinnerRecord record) {
   return &family;
 }
 
+void WinnerIndex::log_change_locked(const WinnerRecord& record, std::uint64_t generation) {
+  m_changes.push_back(
+      Change{generation, std::hash<std::string>{}(family_key(record.device.id(), record.problem)),
+             log2_dims(record.problem)});
+  while (m_changes.size() > k_change_log) {
+    // Every change after the dropped one's generation is still logged.
+    m_described_since.store(m_changes.front().generation, std::memory_order_release);
+    m_changes.pop_front();
+  }
+}
+
+void WinnerIndex::clear_changes_locked(std::uint64_t generation) {
+  m_changes.clear();
+  m_described_since.store(generation, std::memory_order_release);
+}
+
 void WinnerIndex::load(std::vector<WinnerRecord> records) {
   std::unique_lock lock(m_mutex);
+  const std::uint64_t next = m_generation.load(std::memory_order_relaxed) + 1;
   m_by_key.clear();
   m_families.clear();
   m_device_ids.clear();
   for (auto& r : records) insert_locked(std::move(r));
   for (auto& [_, family] : m_families) family.shapes.settle();
-  m_generation.fetch_add(1, std::memory_order_release);
+  clear_changes_locked(next);
+  publish_locked(next);
 }
 
 void WinnerIndex::upsert(WinnerRecord record) {
   std::unique_lock lock(m_mutex);
+  const std::uint64_t next = m_generation.load(std::memory_order_relaxed) + 1;
+  if (m_device_ids.contains(record.device.id()))
+    log_change_locked(record, next);
+  else
+    clear_changes_locked(next);
   if (Family* family = insert_locked(std::move(record))) family->shapes.settle();
-  m_generation.fetch_add(1, std::memory_order_release);
+  publish_locked(next);
 }
 
 void WinnerIndex::upsert(std::vector<WinnerRecord> records) {
   if (records.empty()) return;
   std::unique_lock lock(m_mutex);
+  const std::uint64_t next = m_generation.load(std::memory_order_relaxed) + 1;
+  const bool described =
+      records.size() <= k_change_log && std::ranges::all_of(records, [&](const WinnerRecord& r) {
+        return m_device_ids.contains(r.device.id());
+      });
+  if (!described) clear_changes_locked(next);
   std::set<Family*> grown;
-  for (auto& r : records)
+  for (auto& r : records) {
+    if (described) log_change_locked(r, next);
     if (Family* family = insert_locked(std::move(r))) grown.insert(family);
+  }
   for (Family* family : grown) family->shapes.settle();
-  m_generation.fetch_add(1, std::memory_order_release);
+  publish_locked(next);
+}
+
+void WinnerIndex::invalidate_answers() {
+  std::unique_lock lock(m_mutex);
+  const std::uint64_t next = m_generation.load(std::memory_order_relaxed) + 1;
+  clear_changes_locked(next);
+  publish_locked(next);
+}
+
+std::optional<std::uint64_t> WinnerIndex::untouched_since(const std::string& device_id,
+                                                          const Problem& problem,
+                                                          std::uint64_t since,
+                                                          double radius) const {
+  const std::size_t family = std::hash<std::string>{}(family_key(device_id, problem));
+  const std::vector<double> point = log2_dims(problem);
+  // A little over the radius: a distance summed in another order than the tree's may differ in
+  // the last bits, and an answer invalidated in doubt is only rebuilt.
+  const double reach = radius + 1e-9 * (1 + radius);
+  std::shared_lock lock(m_mutex);
+  if (since < m_described_since.load(std::memory_order_relaxed)) return std::nullopt;
+  auto it = std::ranges::upper_bound(m_changes, since, {}, &Change::generation);
+  for (; it != m_changes.end(); ++it) {
+    if (it->family != family || it->dims.size() != point.size()) continue;
+    double distance = 0;
+    for (size_t i = 0; i < point.size(); ++i) distance += std::abs(it->dims[i] - point[i]);
+    if (distance <= reach) return std::nullopt;
+  }
+  return m_generation.load(std::memory_order_relaxed);
 }
 
 std::shared_ptr<const WinnerRecord> WinnerIndex::exact(const std::string& device_id,

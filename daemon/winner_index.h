@@ -4,11 +4,19 @@
 // lookups are one hash probe; nearest lookups search one family (same device class, op, dtypes,
 // layout and dim names) by log2 distance in a ShapeTree (daemon/shape_tree.h): O(log n) per call
 // rather than a scan of the family, with the same answers. Readers share a lock; writers are rare.
-// Thread-safe.
+//
+// Every change moves the generation, and the last k_change_log changes are kept with what they
+// touched (family and log2 dims, issue 14): an answer derived from the index at an older
+// generation asks untouched_since whether any change since could alter it. Changes without a
+// precise extent (a load, an import larger than the log, a template swap, a record of a device
+// class new to the index, which can change how a device name resolves) clear the log: nothing
+// made before them is vouched for. Thread-safe.
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -50,7 +58,23 @@ class WinnerIndex {
   std::uint64_t generation() const { return m_generation.load(std::memory_order_acquire); }
   // Moves the generation with no record changed: something else answers are built from (the
   // templates) changed, so every cached answer is invalid.
-  void invalidate_answers() { m_generation.fetch_add(1, std::memory_order_release); }
+  void invalidate_answers();
+
+  // How many changes the log keeps; an import of more records than this clears it.
+  static constexpr size_t k_change_log = 4096;
+  // Whether a change after generation `since` could alter an answer for `problem` on
+  // `device_id` whose nearest shapes are searched within `radius`: a change of a record of the
+  // same family at log2 distance <= radius (0: the exact key), or a change the log does not
+  // describe (see above). Returns the generation through which none did (the current one,
+  // at least as new as any generation read before the call), or nullopt when one may have.
+  std::optional<std::uint64_t> untouched_since(const std::string& device_id, const Problem& problem,
+                                               std::uint64_t since, double radius) const;
+  // The last generation that cleared the change log: what was derived from the index at an
+  // older generation may depend on anything; from it on, only the logged changes differ. Read
+  // after generation(), it covers every clear up to the generation read.
+  std::uint64_t described_since() const {
+    return m_described_since.load(std::memory_order_acquire);
+  }
 
   // "device/op|dtype|out|layout|M,N,K": records that can answer for each other.
   static std::string family_key(const std::string& device_id, const Problem& problem);
@@ -69,12 +93,26 @@ class WinnerIndex {
   };
   // Inserts or replaces; returns the family when the record was new to it (to settle).
   Family* insert_locked(WinnerRecord record);
+  // One change in the log: what it touched, and the generation it made.
+  struct Change {
+    std::uint64_t generation = 0;
+    std::size_t family = 0;    // hash of family_key: a collision only invalidates more
+    std::vector<double> dims;  // log2
+  };
+  // Logs `record` as changed at `generation`, dropping the oldest change past k_change_log.
+  void log_change_locked(const WinnerRecord& record, std::uint64_t generation);
+  // Clears the log: nothing older than `generation` is described any more.
+  void clear_changes_locked(std::uint64_t generation);
+  // Moves the generation to `next`. REQUIRES: the unique lock.
+  void publish_locked(std::uint64_t next) { m_generation.store(next, std::memory_order_release); }
 
   mutable std::shared_mutex m_mutex;
   std::unordered_map<std::string, Entry> m_by_key;
   std::unordered_map<std::string, Family> m_families;
   std::set<std::string> m_device_ids;
-  std::atomic<std::uint64_t> m_generation{0};
+  std::atomic<std::uint64_t> m_generation{0};  // written under the unique lock
+  std::deque<Change> m_changes;                // by generation, oldest first
+  std::atomic<std::uint64_t> m_described_since{0};
 };
 
 }  // namespace ktune

@@ -83,8 +83,9 @@ class FleetSync {
   static void collect(const RedisReply& streams, const std::string& self, Batch& batch);
   // Merges a batch read from the stream.
   void apply(Batch& batch);
-  // When the next merge may run: each merge moves the index generation (every cached lookup
-  // answer is built again), so merges are a token bucket — 10 at once, 10 a second sustained —
+  // When the next merge may run: each merge moves the index generation (cached lookup answers
+  // near the merged shapes are built again; an import past the change log, all), so merges are a
+  // token bucket — 10 at once, 10 a second sustained —
   // and a burst of winners waits for a token and is merged in one go.
   std::chrono::steady_clock::time_point merge_slot();
   void publisher_loop();

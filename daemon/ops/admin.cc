@@ -158,6 +158,10 @@ std::string answer_cache_metrics(const LookupService::CacheStats& c) {
        "# TYPE ktune_answer_build_cpu_us gauge\n";
   for (const auto& [op, us] : c.build_cpu_us)
     s += "ktune_answer_build_cpu_us{op=\"" + op + "\"} " + std::to_string(us) + "\n";
+  s += "# HELP ktune_answers_kept_total Cached answers of an older index generation that no "
+       "change since touched, kept.\n# TYPE ktune_answers_kept_total counter\n"
+       "ktune_answers_kept_total " +
+       std::to_string(c.kept) + "\n";
   return s;
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -248,6 +249,49 @@ TEST(NearestTest, DeviceIdsFollowLoadsAndUpserts) {
   EXPECT_EQ(index.device_ids(), (std::vector<std::string>{a100.device.id(), k_device}));
   index.load({a100});
   EXPECT_EQ(index.device_ids(), std::vector<std::string>{a100.device.id()});
+}
+
+// Issue 14: what changed since a generation, as far as one answer is concerned.
+TEST(ChangeLogTest, UntouchedSinceSeesTheFamilyWithinTheRadiusOnly) {
+  WinnerIndex index;
+  const Problem a = testing::gemm_problem(512, 4096, 4096);
+  index.load({testing::winner(testing::gemm_problem(64, 64, 64), 1)});
+  const auto g0 = index.generation();
+  EXPECT_EQ(index.untouched_since(k_device, a, g0, 2.0), g0) << "nothing changed";
+  index.upsert(
+      testing::winner(testing::gemm_problem(512, 4096, 4096, "fp16"), 1));   // another family
+  index.upsert(testing::winner(testing::gemm_problem(512, 1024, 4096), 1));  // distance 2
+  const auto g2 = index.generation();
+  EXPECT_EQ(index.untouched_since(k_device, a, g0, 1.5), g2) << "other family; 2 > 1.5";
+  EXPECT_EQ(index.untouched_since(k_device, a, g0, 2.0), std::nullopt) << "at the radius";
+  EXPECT_EQ(index.untouched_since(k_device, a, g2, 2.0), g2) << "nothing since g2";
+  index.upsert(testing::winner(a, 1));  // the key itself: distance 0
+  EXPECT_EQ(index.untouched_since(k_device, a, g2, 0.0), std::nullopt);
+  // Past the log's length, the oldest changes are forgotten: older answers are not vouched for.
+  const auto g3 = index.generation();
+  for (size_t i = 0; i < WinnerIndex::k_change_log; ++i)
+    index.upsert(testing::winner(testing::gemm_problem(8, 8, std::int64_t(i + 1), "fp16"), 1));
+  EXPECT_EQ(index.untouched_since(k_device, a, g3, 2.0), index.generation());
+  index.upsert(testing::winner(testing::gemm_problem(8, 8, 1, "fp32"), 1));
+  EXPECT_EQ(index.untouched_since(k_device, a, g3, 2.0), std::nullopt) << "log no longer reaches";
+  EXPECT_EQ(index.untouched_since(k_device, a, g3 + 1, 2.0), index.generation());
+  // Changes without a precise extent clear the log.
+  const auto g4 = index.generation();
+  index.invalidate_answers();
+  EXPECT_EQ(index.described_since(), index.generation());
+  EXPECT_EQ(index.untouched_since(k_device, a, g4, 2.0), std::nullopt) << "templates swapped";
+  const auto g5 = index.generation();
+  WinnerRecord other_device = testing::winner(testing::gemm_problem(8, 8, 8, "fp16"), 1);
+  other_device.device = DeviceClass{"NVIDIA A100-SXM4-80GB", 80, 108, 80};
+  index.upsert(other_device);
+  EXPECT_EQ(index.untouched_since(k_device, a, g5, 2.0), std::nullopt) << "a new device class";
+  const auto g6 = index.generation();
+  std::vector<WinnerRecord> batch;
+  for (size_t i = 0; i <= WinnerIndex::k_change_log; ++i)
+    batch.push_back(testing::winner(testing::gemm_problem(16, 8, std::int64_t(i + 1), "fp16"), 1));
+  index.upsert(std::move(batch));
+  EXPECT_EQ(index.untouched_since(k_device, a, g6, 2.0), std::nullopt) << "import over the log";
+  EXPECT_EQ(index.described_since(), index.generation());
 }
 
 }  // namespace
