@@ -103,11 +103,12 @@ std::optional<SplitLine> split_lookup_line(std::string_view line) {
 }  // namespace
 
 LookupService::LookupService(const DaemonConfig& config, const TemplateRegistry& templates,
-                             const Catalog& catalog, const NodeIdentity& node, Metrics& metrics,
-                             MissTracker& misses)
+                             const Catalog& catalog, const PinTable& pins, const NodeIdentity& node,
+                             Metrics& metrics, MissTracker& misses)
     : m_config(config),
       m_templates(templates),
       m_catalog(catalog),
+      m_pins(pins),
       m_node(node),
       m_metrics(metrics),
       m_misses(misses),
@@ -118,7 +119,7 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   const auto split = split_lookup_line(line);
   if (!split) return std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::uint64_t generation = m_catalog.index().generation();
+  const std::uint64_t generation = this->generation();
   std::shared_ptr<const Answer> answer;
   {
     std::lock_guard lock(m_mutex);
@@ -175,8 +176,8 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return R"({"v":)" + std::to_string(answer.version) + R"(,"id":)" +
-         id.dump(-1, ' ', false, Json::error_handler_t::replace) +
-         R"(,"ok":true,"result":)" + answer.result + "}\n";
+         id.dump(-1, ' ', false, Json::error_handler_t::replace) + R"(,"ok":true,"result":)" +
+         answer.result + "}\n";
 }
 
 protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_device(
@@ -318,9 +319,16 @@ double LookupService::estimate_us(const Problem& problem, const DeviceLimits& li
 protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::lookup(
     const Json& body, Cold cold, std::string_view line, int version) {
   // Read first: what the key and answer are computed from is at least this new.
-  const std::uint64_t generation = m_catalog.index().generation();
+  const std::uint64_t generation = this->generation();
   auto req = protocol::lookup_from_json(body);
   if (!req) return std::unexpected(req.error());
+  std::shared_ptr<const PinTable::Pin> pin;
+  if (!req->pin.empty()) {
+    pin = m_pins.find(req->pin);
+    if (!pin)
+      return protocol::error(ErrorKind::not_found,
+                             "no pin '" + req->pin + "' (pins: " + m_pins.names() + ")");
+  }
   auto problem = canonical_problem(req->problem);
   if (!problem) return std::unexpected(problem.error());
   auto device = resolve_device(req->device);
@@ -332,7 +340,8 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
       version >= 2 && req->problem.layout.empty() ? problem->layout : std::string();
   const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit) +
                           (version >= 2 ? "\nv2" : "") +
-                          (assumed_layout.empty() ? "" : "\nassumed");
+                          (assumed_layout.empty() ? "" : "\nassumed") +
+                          (pin ? "\npin:" + req->pin : "");
   std::shared_ptr<const Answer> answer;
   std::shared_ptr<InFlight> flight;
   bool run_it = false;
@@ -346,9 +355,9 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   if (!answer) {
     if (cold == Cold::refuse) return nullptr;
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
-    auto built =
-        run_it ? run_build(key, *flight, *problem, dev, limits, req->limit, version, assumed_layout)
-               : flight->result.get();
+    auto built = run_it ? run_build(key, *flight, *problem, dev, limits, req->limit, version,
+                                    assumed_layout, pin.get())
+                        : flight->result.get();
     if (!built) return built;
     answer = *built;
   }
@@ -371,7 +380,8 @@ std::pair<std::shared_ptr<LookupService::InFlight>, bool> LookupService::join_bu
 LookupService::Built LookupService::run_build(const std::string& key, InFlight& flight,
                                               const Problem& problem, const DeviceClass& dev,
                                               const DeviceLimits& limits, int limit, int version,
-                                              const std::string& assumed_layout) {
+                                              const std::string& assumed_layout,
+                                              const PinTable::Pin* pin) {
   if (m_observer.on_build) m_observer.on_build(key);
   // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
   // waiters wake: a lookup arriving after finds the answer cached or starts afresh.
@@ -384,7 +394,7 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
   };
   Built built;
   try {
-    built = build(problem, dev, limits, limit, version, assumed_layout);
+    built = build(problem, dev, limits, limit, version, assumed_layout, pin, flight.generation);
   } catch (...) {
     land(nullptr);
     flight.promise.set_exception(std::current_exception());
@@ -397,11 +407,13 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
 
 LookupService::Built LookupService::build(const Problem& problem, const DeviceClass& dev,
                                           const DeviceLimits& limits, int limit, int version,
-                                          const std::string& assumed_layout) {
-  const WinnerIndex& index = m_catalog.index();
+                                          const std::string& assumed_layout,
+                                          const PinTable::Pin* pin, std::uint64_t generation) {
+  // A pinned lookup sees the pin's records only: never a winner that came after the pin.
+  const WinnerIndex& index = pin ? pin->index : m_catalog.index();
   const std::string device_id = dev.id();
   auto fresh = std::make_shared<Answer>();
-  fresh->generation = index.generation();
+  fresh->generation = generation;
   fresh->version = version;
   fresh->device = dev;
   fresh->problem = problem;
@@ -409,6 +421,10 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
   reply.device = device_id;
   reply.problem_key = problem.key();
   reply.assumed_layout = assumed_layout;
+  if (pin) {
+    reply.pin = pin->info.name;
+    reply.pin_id = pin->info.id;
+  }
   std::set<std::string> seen;  // template + params already listed
   auto add = [&](protocol::LookupEntry e) {
     if (reply.entries.size() >= size_t(limit)) return false;
@@ -472,6 +488,13 @@ LookupService::Built LookupService::build(const Problem& problem, const DeviceCl
     }
   }
   fresh->miss = !exact;
+  if (pin && !exact) {
+    // The pin answers the same whatever is tuned; the key is worth tuning (for the live table
+    // and later pins) only when the live table has no fresh exact winner for it either.
+    if (auto live = m_catalog.index().exact(device_id, problem);
+        live && m_catalog.staleness(*live, own).empty())
+      fresh->miss = false;
+  }
   if (reply.entries.empty()) {
     std::string why = m_templates.why_unsupported(problem, dev.cc);
     if (why.empty())

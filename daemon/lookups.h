@@ -11,7 +11,9 @@
 // share one build (the first builds, the others wait for its result). Lookups answered without
 // an exact, valid winner are counted as misses, with their expected worth. A v2 request's answer
 // also carries each entry's launch description (daemon/launch.h) and is cached apart from the v1
-// answer, which stays exactly as it was. Thread-safe; one
+// answer, which stays exactly as it was. A lookup naming a pin (daemon/pins.h) is answered from
+// the pin's records alone, built and cached the same way under a key of its own; pin changes
+// move the generation answers are checked against, as index changes do. Thread-safe; one
 // mutex guards both caches and the builds in flight, held only for hash probes and list splices.
 #pragma once
 
@@ -32,6 +34,7 @@
 #include "daemon/metrics.h"
 #include "daemon/misses.h"
 #include "daemon/node.h"
+#include "daemon/pins.h"
 
 namespace ktune {
 
@@ -72,8 +75,8 @@ class LookupService {
   };
 
   LookupService(const DaemonConfig& config, const TemplateRegistry& templates,
-                const Catalog& catalog, const NodeIdentity& node, Metrics& metrics,
-                MissTracker& misses);
+                const Catalog& catalog, const PinTable& pins, const NodeIdentity& node,
+                Metrics& metrics, MissTracker& misses);
 
   // The answer for a lookup body, or nullptr when it is not cached and `cold` is refuse. With a
   // `line`, the answer is also remembered under its text for fast_reply.
@@ -95,6 +98,8 @@ class LookupService {
   protocol::Expected<Problem> canonical_problem(const protocol::ProblemSpec& spec) const;
 
   CacheStats cache_stats() const;
+  // What cached answers are checked against: moves with every change of the index or the pins.
+  std::uint64_t generation() const { return m_catalog.index().generation() + m_pins.generation(); }
   void set_build_observer(BuildObserver observer) { m_observer = std::move(observer); }
 
  private:
@@ -118,11 +123,15 @@ class LookupService {
                                                                std::uint64_t generation);
   // Runs `flight`'s build, caches a success, and hands the result to every thread waiting on it.
   // `assumed_layout`: the layout filled in for a v2 request that named none ("" otherwise).
+  // `pin`: answer from its records only (null: the live index).
   Built run_build(const std::string& key, InFlight& flight, const Problem& problem,
                   const DeviceClass& device, const DeviceLimits& limits, int limit, int version,
-                  const std::string& assumed_layout);
+                  const std::string& assumed_layout, const PinTable::Pin* pin);
+  // `generation`: read by lookup() before the key and the pin were resolved; the answer is
+  // tagged with it (never with a newer one, which a pin replaced meanwhile could carry).
   Built build(const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
-              int limit, int version, const std::string& assumed_layout);
+              int limit, int version, const std::string& assumed_layout, const PinTable::Pin* pin,
+              std::uint64_t generation);
   bool complete_entry(protocol::LookupEntry& entry, const Problem& problem,
                       const DeviceClass& device, const DeviceLimits& limits, int version) const;
   // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates.
@@ -131,6 +140,7 @@ class LookupService {
   const DaemonConfig& m_config;
   const TemplateRegistry& m_templates;
   const Catalog& m_catalog;
+  const PinTable& m_pins;
   const NodeIdentity& m_node;
   Metrics& m_metrics;
   MissTracker& m_misses;

@@ -16,10 +16,11 @@ struct DaemonParts {
         templates(templates_in),
         node(std::move(node_in)),
         catalog(store, index, templates, node),
+        pins(store, index, node),
         misses(size_t(config.miss_tracker_bytes)),
-        lookups(config, templates, catalog, node, metrics, misses),
+        lookups(config, templates, catalog, pins, node, metrics, misses),
         jobs(store, config.max_queued_jobs),
-        ctx{config, store, templates, catalog, node, metrics, misses, lookups, jobs, nullptr},
+        ctx{config, store, templates, catalog, node, metrics, misses, lookups, pins, jobs, nullptr},
         dispatcher(ctx, nullptr) {
     (void)check_store_format(store, false);
   }
@@ -30,6 +31,7 @@ struct DaemonParts {
   NodeIdentity node;
   WinnerIndex index;
   Catalog catalog;
+  PinTable pins;
   Metrics metrics;
   MissTracker misses;
   LookupService lookups;
