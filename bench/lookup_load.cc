@@ -13,6 +13,7 @@
 //       (63 clients repeating a cached lookup, one client with 16 never-seen lookups in flight)
 //   ktune-lookup-load --socket S --mix ops:64 --requests 100000   (fixed work per client)
 //   ktune-lookup-load --socket REDIS_SOCK --redis --mix zipf:64   (GET over the same key law)
+//   ktune-lookup-load --socket S --mix zipf:64 --pin run1   (the same lookups, answered by a pin)
 //
 // Latency is measured per batch (send of P requests to receipt of the P-th reply) and counted
 // once per request, as redis-benchmark does. A reply is an error unless it says "ok":true (ktune)
@@ -52,7 +53,7 @@ constexpr std::array<std::pair<int, int>, 20> k_nk = {{{4096, 4096},   {14336, 4
                                                        {3072, 8192},   {128256, 4096}}};
 
 struct Options {
-  std::string socket_path, request, device = "nvidia-h200", mix = "repeat:1";
+  std::string socket_path, request, device = "nvidia-h200", mix = "repeat:1", pin;
   int pipeline = 1, zipf_keys = 10'000;
   double seconds = 5, warmup = 0.5, zipf_s = 1.0;
   std::uint64_t requests = 0, seed = 1, novel_offset = 0;
@@ -60,10 +61,11 @@ struct Options {
 };
 
 std::string gemm_lookup(const Options& o, long m, long n, long k) {
-  char buf[320];
+  char buf[448];
   std::snprintf(buf, sizeof buf,
-                R"({"v":1,"id":1,"op":"lookup","device":"%s","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":%ld,"N":%ld,"K":%ld}}})",
-                o.device.c_str(), m, n, k);
+                R"({"v":1,"id":1,"op":"lookup","device":"%s","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":%ld,"N":%ld,"K":%ld}}%s%s%s})",
+                o.device.c_str(), m, n, k, o.pin.empty() ? "" : R"(,"pin":")", o.pin.c_str(),
+                o.pin.empty() ? "" : "\"");
   return buf;
 }
 
@@ -239,6 +241,7 @@ int main(int argc, char** argv) {
   app.add_option("--requests", o.requests, "measured requests per client, then stop (0: timed run)");
   app.add_option("--warmup", o.warmup, "unmeasured seconds first (timed runs)")->capture_default_str();
   app.add_option("--request", o.request, "the repeat class's line (default: an exact gemm lookup)");
+  app.add_option("--pin", o.pin, "every generated lookup names this pin (ktune pin create)");
   app.add_option("--device", o.device, "device class the lookups name")->capture_default_str();
   app.add_option("--zipf-keys", o.zipf_keys, "distinct shapes of the zipf class")->capture_default_str();
   app.add_option("--zipf-s", o.zipf_s, "Zipf exponent")->capture_default_str();

@@ -13,6 +13,9 @@
 //    included, as on the executor), with the `--winners` winners in the index.
 //  - fast path: one cached line answered by LookupService::fast_reply (the I/O thread's path),
 //    `--fast` times, and one cached answer through lookup() (Cold::refuse, the key cache).
+//  - pins (`--pins`, only this): the cold and fast measurements above with every lookup asked
+//    twice, of the live table and of a pin of all of it (daemon/pins.h), interleaved request by
+//    request so that drift in a shared machine's load falls on both alike.
 //  - answers: `--big-lines` lookups whose request line carries a unique 60 KB unknown field (the
 //    answer caches key their text cache by the line), and the RSS they left behind.
 #include <malloc.h>
@@ -21,12 +24,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <ctime>
 #include <fstream>
 #include <iostream>
 #include <random>
-#include <atomic>
 #include <set>
 #include <thread>
 
@@ -216,6 +219,61 @@ json bench_fast(testing::DaemonParts& parts, int calls) {
           {"bytes", bytes}};
 }
 
+// Pinned against live lookups, interleaved (see the header).
+json bench_pins(testing::DaemonParts& parts, int winners, int queries, int calls) {
+  std::mt19937_64 rng(7);
+  parts.index.load(llm_winners(rng, winners));
+  if (auto made = parts.pins.create("bench", {}); !made) {
+    std::cerr << made.error().message << "\n";
+    return {{"error", made.error().message}};
+  }
+  const std::string pinned = R"(,"pin":"bench")";
+  auto line_of = [](const Problem& p, const std::string& extra) {
+    return R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":)" +
+           std::to_string(p.dims[0].second) + R"(,"N":)" + std::to_string(p.dims[1].second) +
+           R"(,"K":)" + std::to_string(p.dims[2].second) + "}}" + extra + "}";
+  };
+  std::vector<double> live_us, pin_us;
+  int errors = 0;
+  auto time_one = [&](const std::string& line, std::vector<double>& us) {
+    const auto t0 = Clock::now();
+    auto a = parts.lookups.lookup(protocol::Json::parse(line), LookupService::Cold::build, line);
+    us.push_back(micros(t0, Clock::now()));
+    if (!a && ++errors == 1) std::cerr << a.error().message << "\n";
+  };
+  for (int i = 0; i < queries; ++i) {
+    const Problem p = llm_gemm(rng);
+    if (i % 2) {
+      time_one(line_of(p, ""), live_us);
+      time_one(line_of(p, pinned), pin_us);
+    } else {
+      time_one(line_of(p, pinned), pin_us);
+      time_one(line_of(p, ""), live_us);
+    }
+  }
+  const Problem hot = llm_gemm(rng);
+  const std::string live_line = line_of(hot, ""), pin_line = line_of(hot, pinned);
+  time_one(live_line, live_us);
+  time_one(pin_line, pin_us);
+  double fast_ns[2] = {0, 0};
+  size_t bytes = 0;
+  for (int round = 0; round < 10; ++round)
+    for (int which = 0; which < 2; ++which) {
+      const std::string& line = which ? pin_line : live_line;
+      const auto t0 = Clock::now();
+      for (int i = 0; i < calls / 10; ++i) bytes += parts.lookups.fast_reply(line)->size();
+      fast_ns[which] += micros(t0, Clock::now()) * 1000 / calls;
+    }
+  return {{"winners", parts.index.size()},
+          {"pinned_records", parts.pins.find("bench")->index.size()},
+          {"cold_live", summary(live_us)},
+          {"cold_pinned", summary(pin_us)},
+          {"fast_reply_ns_live", fast_ns[0]},
+          {"fast_reply_ns_pinned", fast_ns[1]},
+          {"errors", errors},
+          {"bytes", bytes}};
+}
+
 json bench_answers(testing::DaemonParts& parts, int lines) {
   const std::string head =
       R"({"v":1,"id":1,"op":"lookup","device":")" + testing::h200().id() +
@@ -273,7 +331,8 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
       std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a sampling period, not a sync
       const std::int64_t d = done.load();
       if (d >= mark) {
-        curve.push_back({{"keys", d}, {"rss_mib", rss_untrimmed_mib()},
+        curve.push_back({{"keys", d},
+                         {"rss_mib", rss_untrimmed_mib()},
                          {"seconds", micros(t0, Clock::now()) / 1e6}});
         mark = d + distinct / 20;
       }
@@ -294,7 +353,8 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
             std::to_string(m) + R"(,"N":)" + std::to_string(n) + R"(,"K":)" + std::to_string(k) +
             "}}}";
         const auto s0 = std::chrono::steady_clock::now();
-        auto a = parts.lookups.lookup(protocol::Json::parse(line), LookupService::Cold::build, line);
+        auto a =
+            parts.lookups.lookup(protocol::Json::parse(line), LookupService::Cold::build, line);
         if (a && *a)
           (void)parts.lookups.reply(protocol::Json(1), **a, s0);
         else
@@ -318,15 +378,20 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
           {"rss_mib_after_index", rss0},
           {"rss_mib_end", rss_untrimmed_mib()},
           {"rss_curve", curve},
-          {"answer_cache", {{"entries", caches.answers.entries}, {"bytes", caches.answers.bytes},
-                            {"evictions", caches.answers.evictions}}},
+          {"answer_cache",
+           {{"entries", caches.answers.entries},
+            {"bytes", caches.answers.bytes},
+            {"evictions", caches.answers.evictions}}},
           {"line_cache", {{"entries", caches.lines.entries}, {"bytes", caches.lines.bytes}}},
-          {"miss_tracker", {{"distinct", m.distinct}, {"bytes", m.bytes}, {"max_bytes", m.max_bytes},
-                            {"evicted", m.evicted}}}};
+          {"miss_tracker",
+           {{"distinct", m.distinct},
+            {"bytes", m.bytes},
+            {"max_bytes", m.max_bytes},
+            {"evicted", m.evicted}}}};
 }
 
 int run(int winners, int queries, int misses, int big_lines, int fast, std::int64_t distinct,
-        int threads, double max_seconds, const std::string& label) {
+        int threads, double max_seconds, const std::string& label, bool pins) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::time_t now = std::time(nullptr);
@@ -344,6 +409,16 @@ int run(int winners, int queries, int misses, int big_lines, int fast, std::int6
     node.gpu_error = "no GPU in the bench";
     testing::DaemonParts parts(default_config(), templates, node);
     out["distinct"] = bench_distinct(parts, winners, distinct, threads, max_seconds);
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  if (pins) {  // only the pinned-against-live run
+    const auto templates = TemplateRegistry::load({builtin_template_dir()});
+    NodeIdentity node;
+    node.node_id = "bench";
+    node.gpu_error = "no GPU in the bench";
+    testing::DaemonParts parts(default_config(), templates, node);
+    out["pins"] = bench_pins(parts, winners, queries, fast);
     std::cout << out.dump(2) << "\n";
     return 0;
   }
@@ -394,6 +469,7 @@ int main(int argc, char** argv) {
   int threads = int(std::max(1u, std::thread::hardware_concurrency()));
   double max_seconds = 1e9;
   std::string label = "run";
+  bool pins = false;
   app.add_option("--winners", winners, "winners in the one family nearest searches");
   app.add_option("--queries", queries, "nearest calls per limit");
   app.add_option("--misses", misses, "distinct missed keys recorded");
@@ -404,6 +480,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads of the --distinct run (default: one per CPU)");
   app.add_option("--max-seconds", max_seconds, "--distinct: stop issuing keys after this long");
   app.add_option("--label", label, "a name for this run in the output");
+  app.add_flag("--pins", pins,
+               "only: cold and fast-path lookups of a pin against the live table, interleaved");
   CLI11_PARSE(app, argc, argv);
-  return ktune::run(winners, queries, misses, big_lines, fast, distinct, threads, max_seconds, label);
+  return ktune::run(winners, queries, misses, big_lines, fast, distinct, threads, max_seconds,
+                    label, pins);
 }

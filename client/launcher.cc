@@ -16,8 +16,8 @@ protocol::ProblemSpec rows_problem(const char* op, std::int64_t rows, std::int64
 
 }  // namespace
 
-Launcher::Launcher(Client& client, std::string device)
-    : m_client(client), m_device(std::move(device)) {}
+Launcher::Launcher(Client& client, std::string device, std::string pin)
+    : m_client(client), m_device(std::move(device)), m_pin(std::move(pin)) {}
 
 size_t Launcher::size() const {
   std::lock_guard lock(m_mutex);
@@ -37,7 +37,7 @@ protocol::Expected<std::shared_ptr<Kernel>> Launcher::kernel(const protocol::Pro
 }
 
 protocol::Expected<std::shared_ptr<Kernel>> Launcher::fetch(const protocol::ProblemSpec& problem) {
-  auto reply = m_client.lookup({problem, m_device, 4});
+  auto reply = m_client.lookup({problem, m_device, 4, m_pin});
   if (!reply) return std::unexpected(reply.error());
   std::optional<protocol::Error> first_error;
   for (const auto& e : reply->entries) {

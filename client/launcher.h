@@ -25,9 +25,10 @@ namespace ktune {
 
 class Launcher {
  public:
-  // `device`: the device class the kernels are for ("" = the daemon's GPU). REQUIRES: `client`
-  // outlives the Launcher.
-  explicit Launcher(Client& client, std::string device = "");
+  // `device`: the device class the kernels are for ("" = the daemon's GPU). `pin`: look up from
+  // this pin only (`ktune pin create`), so every rank of a distributed job launches the same
+  // kernels ("" = the daemon's live table). REQUIRES: `client` outlives the Launcher.
+  explicit Launcher(Client& client, std::string device = "", std::string pin = "");
 
   // The kernel for `problem`, looked up and fetched on first use, then kept.
   protocol::Expected<std::shared_ptr<Kernel>> kernel(const protocol::ProblemSpec& problem);
@@ -39,6 +40,7 @@ class Launcher {
 
   Client& m_client;
   std::string m_device;
+  std::string m_pin;
   mutable std::mutex m_mutex;
   std::unordered_map<std::string, std::shared_ptr<Kernel>> m_kernels;  // by problem key text
 };

@@ -41,6 +41,7 @@ enum class ErrorKind {
   timeout,               // no complete request within the read deadline; closed after
   unavailable,           // the daemon cannot serve this now (e.g. no GPU for a tune)
   internal,              // a bug or a store failure; the daemon keeps serving
+  already_exists,        // creating something that exists and may not be replaced (a pin)
   // Client-side only (never sent by the daemon):
   connection_failed,  // could not reach the daemon
 };
@@ -59,6 +60,7 @@ inline constexpr std::pair<ErrorKind, std::string_view> k_error_names[] = {
     {ErrorKind::timeout, "timeout"},
     {ErrorKind::unavailable, "unavailable"},
     {ErrorKind::internal, "internal"},
+    {ErrorKind::already_exists, "already_exists"},
     {ErrorKind::connection_failed, "connection_failed"},
 };
 
@@ -123,6 +125,10 @@ inline constexpr OpInfo k_ops[] = {
     {"misses", op_read | op_blocking, "most-missed keys and what tuning them is worth"},
     {"kernel", op_read | op_async, "the compiled cubin of a kernel config, with its launch"},
     {"fleet", op_read | op_blocking, "the fleet: Redis link, nodes seen, keys tuned, claims, lag"},
+    {"pin", op_write | op_blocking | op_admin,
+     "snapshot the winners as a named, immutable pin (fleet-wide with a fleet)"},
+    {"unpin", op_write | op_blocking | op_admin, "delete a pin (fleet-wide with a fleet)"},
+    {"pins", op_read | op_blocking, "the pins, or one pin with its records"},
 };
 
 inline const OpInfo* find_op(std::string_view name) {
@@ -257,8 +263,9 @@ inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes)
   auto j = parse_json(line);
   if (!j) {
     if (!mentions_attach_key(line)) return size_t(0);  // answered as a bad line; nothing follows
-    return error(j.error().kind, j.error().message + "; a line announcing an attachment must be "
-                                                     "valid JSON; closing the connection");
+    return error(j.error().kind, j.error().message +
+                                     "; a line announcing an attachment must be "
+                                     "valid JSON; closing the connection");
   }
   if (!j->is_object() || !j->contains("attach")) return size_t(0);
   const Json& a = (*j)["attach"];
@@ -286,11 +293,11 @@ inline Expected<Request> parse_request(std::string_view line, Json* id_out = nul
   if (v == r.body.end()) return error(ErrorKind::bad_request, "missing \"v\" (protocol version)");
   if (!v->is_number_integer()) return error(ErrorKind::bad_request, "\"v\" must be an integer");
   // Compared as the 64-bit value sent: 4294967297 is not version 1.
-  const bool known = v->is_number_unsigned()
-                         ? v->get<std::uint64_t>() >= std::uint64_t(k_min_version) &&
-                               v->get<std::uint64_t>() <= std::uint64_t(k_version)
-                         : v->get<std::int64_t>() >= k_min_version &&
-                               v->get<std::int64_t>() <= k_version;
+  const bool known =
+      v->is_number_unsigned()
+          ? v->get<std::uint64_t>() >= std::uint64_t(k_min_version) &&
+                v->get<std::uint64_t>() <= std::uint64_t(k_version)
+          : v->get<std::int64_t>() >= k_min_version && v->get<std::int64_t>() <= k_version;
   if (!known)
     return error(ErrorKind::unsupported_version,
                  "protocol version " + v->dump() + " not supported (this daemon speaks " +
@@ -399,12 +406,14 @@ struct LookupRequest {
   ProblemSpec problem;
   std::string device;  // device class id or unique prefix; "" = this node's GPU
   int limit = 4;       // most entries in the reply
+  std::string pin{};   // answer from this pin's records only ("" = the live table)
 };
 
 inline Json to_json(const LookupRequest& r) {
   Json j = {{"problem", to_json(r.problem)}};
   if (!r.device.empty()) j["device"] = r.device;
   j["limit"] = r.limit;
+  if (!r.pin.empty()) j["pin"] = r.pin;
   return j;
 }
 
@@ -422,6 +431,9 @@ inline Expected<LookupRequest> lookup_from_json(const Json& body) {
   if (!limit) return std::unexpected(limit.error());
   if (*limit < 1 || *limit > 64) return error(ErrorKind::bad_request, "\"limit\" must be 1..64");
   r.limit = int(*limit);
+  auto pin = get_string(body, "pin", false);
+  if (!pin) return std::unexpected(pin.error());
+  r.pin = *pin;
   return r;
 }
 
@@ -501,6 +513,9 @@ struct LookupReply {
   // v2: the layout the daemon assumed because the request named none ("" when it named one);
   // on the wire {"assumed": {"layout": "rc"}}, absent when nothing was assumed.
   std::string assumed_layout;
+  // The pin that answered, and its id (the same on every node of a fleet); on the wire
+  // {"pin": {"name": ..., "id": ...}}, absent for a lookup without a pin.
+  std::string pin, pin_id;
 };
 
 inline Json to_json(const LookupReply& r) {
@@ -508,6 +523,7 @@ inline Json to_json(const LookupReply& r) {
   for (const auto& e : r.entries) entries.push_back(to_json(e));
   Json j = {{"device", r.device}, {"problem_key", r.problem_key}, {"entries", entries}};
   if (!r.assumed_layout.empty()) j["assumed"] = {{"layout", r.assumed_layout}};
+  if (!r.pin.empty()) j["pin"] = {{"name", r.pin}, {"id", r.pin_id}};
   return j;
 }
 
@@ -610,6 +626,13 @@ inline std::string lookup_reply_text(const LookupReply& r) {
     detail::append_json_string(out, r.assumed_layout);
     out += '}';
   }
+  if (!r.pin.empty()) {
+    out += R"(,"pin":{"name":)";
+    detail::append_json_string(out, r.pin);
+    out += R"(,"id":)";
+    detail::append_json_string(out, r.pin_id);
+    out += '}';
+  }
   out += '}';
   return out;
 }
@@ -623,6 +646,10 @@ inline Expected<LookupReply> lookup_reply_from_json(const Json& j) {
   if (auto it = j.find("assumed"); it != j.end() && it->is_object())
     if (auto l = it->find("layout"); l != it->end() && l->is_string())
       r.assumed_layout = l->get<std::string>();
+  if (auto it = j.find("pin"); it != j.end() && it->is_object()) {
+    r.pin = it->value("name", "");
+    r.pin_id = it->value("id", "");
+  }
   for (const auto& e : j["entries"]) {
     auto entry = lookup_entry_from_json(e);
     if (!entry) return std::unexpected(entry.error());

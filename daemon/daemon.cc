@@ -207,13 +207,15 @@ int run_daemon(const DaemonFlags& given) {
     if (auto ok = seed(catalog, table); !ok)
       return fatal("seed table " + table + ": " + ok.error().message);
 
+  PinTable pins(**store, index, node);
+  if (auto ok = pins.load(); !ok) return fatal(with_recover_hint(ok.error()).message);
   MissTracker misses(size_t(config->miss_tracker_bytes));
-  LookupService lookups(*config, templates, catalog, node, metrics, misses);
+  LookupService lookups(*config, templates, catalog, pins, node, metrics, misses);
   JobQueue jobs(**store, config->max_queued_jobs);
   auto resumed = jobs.load();
   if (!resumed) return fatal("jobs: " + with_recover_hint(resumed.error()).message);
   Compiler compiler({.threads = unsigned(config->compile_threads), .cache = store->get()});
-  auto fleet = FleetSync::create({*config, catalog, jobs, **store, node});
+  auto fleet = FleetSync::create({*config, catalog, jobs, **store, node, pins});
   if (!fleet) return fatal(fleet.error().message);
   Scheduler scheduler({*config, templates, **store, catalog, jobs, misses, node, metrics, compiler,
                        *fleet ? &(*fleet)->claims() : nullptr});
@@ -221,8 +223,8 @@ int run_daemon(const DaemonFlags& given) {
                         [&compiler](CompileRequest r, std::function<void(CompileResult)> done) {
                           compiler.submit(std::move(r), std::move(done));
                         });
-  OpContext ctx{*config, **store, templates, catalog,    node,    metrics,
-                misses,  lookups, jobs,      &scheduler, &kernels};
+  OpContext ctx{*config, **store, templates, catalog, node,       metrics,
+                misses,  lookups, pins,      jobs,    &scheduler, &kernels};
   ctx.fleet = fleet->get();
   Executor executor(config->executor_threads, 10);
   Dispatcher dispatcher(ctx, &executor);

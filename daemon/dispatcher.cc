@@ -32,6 +32,9 @@ constexpr OpHandler k_handlers[] = {
     {"misses", &as_line<&op_misses>},
     {"kernel", nullptr, &op_kernel},
     {"fleet", &as_line<&op_fleet>},
+    {"pin", &as_line<&op_pin>},
+    {"unpin", &as_line<&op_unpin>},
+    {"pins", &as_line<&op_pins>},
 };
 static_assert(std::size(k_handlers) == std::size(protocol::k_ops));
 

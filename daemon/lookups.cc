@@ -106,11 +106,12 @@ std::optional<SplitLine> split_lookup_line(std::string_view line) {
 }  // namespace
 
 LookupService::LookupService(const DaemonConfig& config, const TemplateSet& templates,
-                             const Catalog& catalog, const NodeIdentity& node, Metrics& metrics,
-                             MissTracker& misses)
+                             const Catalog& catalog, const PinTable& pins, const NodeIdentity& node,
+                             Metrics& metrics, MissTracker& misses)
     : m_config(config),
       m_templates(templates),
       m_catalog(catalog),
+      m_pins(pins),
       m_node(node),
       m_metrics(metrics),
       m_misses(misses),
@@ -121,7 +122,7 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   const auto split = split_lookup_line(line);
   if (!split) return std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::uint64_t generation = m_catalog.index().generation();
+  const std::uint64_t generation = this->generation();
   std::shared_ptr<const Answer> answer;
   {
     std::lock_guard lock(m_mutex);
@@ -396,10 +397,17 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     const Json& body, Cold cold, std::string_view line, int version) {
   // Read first: what the key and answer are computed from (the index, then the templates) is at
   // least this new.
-  const std::uint64_t generation = m_catalog.index().generation();
+  const std::uint64_t generation = this->generation();
   const TemplateSet::Snapshot templates = m_templates.current();
   auto req = protocol::lookup_from_json(body);
   if (!req) return std::unexpected(req.error());
+  std::shared_ptr<const PinTable::Pin> pin;
+  if (!req->pin.empty()) {
+    pin = m_pins.find(req->pin);
+    if (!pin)
+      return protocol::error(ErrorKind::not_found,
+                             "no pin '" + req->pin + "' (pins: " + m_pins.names() + ")");
+  }
   auto problem = canonical_problem(req->problem, *templates);
   if (!problem) return std::unexpected(problem.error());
   auto device = resolve_device(req->device);
@@ -411,7 +419,8 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
       version >= 2 && req->problem.layout.empty() ? problem->layout : std::string();
   const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit) +
                           (version >= 2 ? "\nv2" : "") +
-                          (assumed_layout.empty() ? "" : "\nassumed");
+                          (assumed_layout.empty() ? "" : "\nassumed") +
+                          (pin ? "\npin:" + req->pin : "");
   std::shared_ptr<const Answer> answer;
   std::shared_ptr<InFlight> flight;
   bool run_it = false;
@@ -431,8 +440,8 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   if (!answer) {
     if (!flight) return nullptr;  // refuse, or not cheap enough to build here
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
-    auto built = run_it ? run_build(key, *flight, {generation, *templates}, *problem, dev, limits,
-                                    req->limit, version, assumed_layout, inline_build)
+    auto built = run_it ? run_build(key, *flight, {generation, *templates, pin.get()}, *problem,
+                                    dev, limits, req->limit, version, assumed_layout, inline_build)
                         : flight->result.get();
     if (!built) return built;
     answer = *built;
@@ -498,7 +507,8 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
                                           const DeviceClass& dev, const DeviceLimits& limits,
                                           int limit, int version,
                                           const std::string& assumed_layout) {
-  const WinnerIndex& index = m_catalog.index();
+  // A pinned lookup sees the pin's records only: never a winner that came after the pin.
+  const WinnerIndex& index = in.pin ? in.pin->index : m_catalog.index();
   const TemplateRegistry& templates = in.templates;
   const std::string device_id = dev.id();
   auto fresh = std::make_shared<Answer>();
@@ -512,6 +522,10 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
   reply.device = device_id;
   reply.problem_key = problem.key();
   reply.assumed_layout = assumed_layout;
+  if (pin) {
+    reply.pin = pin->info.name;
+    reply.pin_id = pin->info.id;
+  }
   std::set<std::string> seen;  // template + params already listed
   auto add = [&](protocol::LookupEntry e, const Instance* ready = nullptr) {
     if (reply.entries.size() >= size_t(limit)) return false;
@@ -584,6 +598,13 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     }
   }
   fresh->miss = !exact;
+  if (pin && !exact) {
+    // The pin answers the same whatever is tuned; the key is worth tuning (for the live table
+    // and later pins) only when the live table has no fresh exact winner for it either.
+    if (auto live = m_catalog.index().exact(device_id, problem);
+        live && m_catalog.staleness(*live, own).empty())
+      fresh->miss = false;
+  }
   if (reply.entries.empty()) {
     std::string why = templates.why_unsupported(problem, dev.cc);
     if (why.empty())

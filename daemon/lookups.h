@@ -26,7 +26,9 @@
 // request's answer also carries each entry's launch description (daemon/launch.h) and is cached
 // apart from the v1 answer, which stays exactly as it was. Each lookup builds from one snapshot
 // of the templates (TemplateSet), taken after the generation it is cached at: the catalog moves
-// the generation when it swaps the templates, so no answer of the old ones outlives a reload.
+// the generation when it swaps the templates, so no answer of the old ones outlives a reload. A
+// lookup naming a pin (daemon/pins.h) is answered from the pin's records alone, built and cached
+// the same way under a key of its own; creating or deleting a pin invalidates every answer.
 // Thread-safe; one mutex guards both caches and the builds in flight, held only for hash probes
 // and list splices.
 #pragma once
@@ -48,6 +50,7 @@
 #include "daemon/metrics.h"
 #include "daemon/misses.h"
 #include "daemon/node.h"
+#include "daemon/pins.h"
 
 namespace ktune {
 
@@ -100,7 +103,8 @@ class LookupService {
   };
 
   LookupService(const DaemonConfig& config, const TemplateSet& templates, const Catalog& catalog,
-                const NodeIdentity& node, Metrics& metrics, MissTracker& misses);
+                const PinTable& pins, const NodeIdentity& node, Metrics& metrics,
+                MissTracker& misses);
 
   // The answer for a lookup body, or nullptr when it is not cached and `cold` is refuse (or
   // build_if_cheap and the build is not cheap). With a
@@ -129,6 +133,9 @@ class LookupService {
   // The average CPU time of a recent build of `op` with a limit <= k_inline_max_limit, in us;
   // nullopt before the first.
   std::optional<double> build_cpu_us(const std::string& op) const;
+  // What cached answers are checked against: the index's generation, which pin changes move too
+  // (PinTable invalidates every answer when a pin is created or deleted).
+  std::uint64_t generation() const { return m_catalog.index().generation(); }
   void set_build_observer(BuildObserver observer) { m_observer = std::move(observer); }
 
  private:
@@ -169,6 +176,7 @@ class LookupService {
   struct BuildInput {
     std::uint64_t generation = 0;
     const TemplateRegistry& templates;
+    const PinTable::Pin* pin = nullptr;  // answer from its records only (null: the live index)
   };
   // `inline_build`: on the asking thread under Cold::build_if_cheap (counted apart).
   Built run_build(const std::string& key, InFlight& flight, const BuildInput& in,
@@ -197,6 +205,7 @@ class LookupService {
   const DaemonConfig& m_config;
   const TemplateSet& m_templates;
   const Catalog& m_catalog;
+  const PinTable& m_pins;
   const NodeIdentity& m_node;
   Metrics& m_metrics;
   MissTracker& m_misses;

@@ -156,6 +156,19 @@ size_t WinnerIndex::size() const {
   return m_by_key.size();
 }
 
+std::vector<std::shared_ptr<const WinnerRecord>> WinnerIndex::all() const {
+  std::vector<std::pair<const std::string*, std::shared_ptr<const WinnerRecord>>> keyed;
+  std::shared_lock lock(m_mutex);
+  keyed.reserve(m_by_key.size());
+  for (const auto& [key, entry] : m_by_key) keyed.emplace_back(&key, entry.record);
+  std::sort(keyed.begin(), keyed.end(),
+            [](const auto& a, const auto& b) { return *a.first < *b.first; });
+  std::vector<std::shared_ptr<const WinnerRecord>> out;
+  out.reserve(keyed.size());
+  for (auto& [_, r] : keyed) out.push_back(std::move(r));
+  return out;
+}
+
 std::vector<std::string> WinnerIndex::device_ids() const {
   std::shared_lock lock(m_mutex);
   return {m_device_ids.begin(), m_device_ids.end()};

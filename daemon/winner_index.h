@@ -51,6 +51,8 @@ class WinnerIndex {
                             size_t max) const;
 
   size_t size() const;
+  // Every record, in key order (a pin's snapshot; `ktune pins NAME`). O(n) under the read lock.
+  std::vector<std::shared_ptr<const WinnerRecord>> all() const;
   // Distinct device class ids, sorted. Kept as records arrive: no scan of the index (every
   // lookup naming a device asks).
   std::vector<std::string> device_ids() const;

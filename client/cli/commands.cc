@@ -143,11 +143,14 @@ int cmd_lookup(const Common& c, const LookupArgs& a) {
   req.problem = {a.op, a.dtype, a.out_dtype, a.layout, *dims};
   req.device = a.device;
   req.limit = a.limit;
+  req.pin = a.pin;
   Client client(c.client_options());
   auto reply = client.lookup(req);
   if (!reply) return report_device_error(c.json, reply.error(), a.device);
   if (c.json) return print_json(protocol::to_json(*reply)), 0;
   std::printf("%s on %s\n", reply->problem_key.c_str(), reply->device.c_str());
+  if (!reply->pin.empty())
+    std::printf("answered from pin %s (id %s)\n", reply->pin.c_str(), reply->pin_id.c_str());
   if (!reply->assumed_layout.empty())
     std::printf("layout %s assumed (none given; --layout chooses another)\n",
                 reply->assumed_layout.c_str());
@@ -203,7 +206,6 @@ int cmd_import(const Common& c, const std::string& file) {
               (*r)["replaced"].get<size_t>(), (*r)["kept"].get<size_t>());
   return 0;
 }
-
 
 int cmd_tune_standalone(const Common& c, const TuneArgs& a) {
   auto dims = parse_dims(a.problem.shape);

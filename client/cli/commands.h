@@ -34,6 +34,7 @@ struct LookupArgs {
   std::string shape;
   std::string device;
   int limit = 4;
+  std::string pin;  // answer from this pin only
 };
 int cmd_lookup(const Common& c, const LookupArgs& a);
 
@@ -107,5 +108,16 @@ int cmd_report(const Common& c, const ReportArgs& a);
 
 // `ktune fleet status` (client/cli/fleet.cc).
 int cmd_fleet_status(const Common& c);
+
+// `ktune pin create|list|show|delete` (client/cli/pins.cc).
+struct PinArgs {
+  std::string name;
+  std::string device;  // only this device class ("" = every class)
+  std::string op;      // only this op ("" = every op)
+};
+int cmd_pin_create(const Common& c, const PinArgs& a);
+int cmd_pin_list(const Common& c);
+int cmd_pin_show(const Common& c, const std::string& name);
+int cmd_pin_delete(const Common& c, const std::string& name);
 
 }  // namespace ktune::cli

@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   lk->add_option("--limit", lookup.limit, "most entries (1..64)")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
+  lk->add_option("--pin", lookup.pin, "answer from this pin only (ktune pin create)");
 
   KernelArgs kernel;
   auto* ke = app.add_subcommand(
@@ -174,6 +175,19 @@ int main(int argc, char** argv) {
   auto* fl = app.add_subcommand("fleet", "the fleet: Redis link, nodes seen, keys tuned, claims");
   auto* fs = fl->add_subcommand("status", "this node's link to the fleet and what the fleet holds");
   fl->require_subcommand(1);
+  PinArgs pin;
+  auto* pn = app.add_subcommand(
+      "pin", "pins: named, immutable snapshots of the winners that lookups can be answered from");
+  auto* pc = pn->add_subcommand("create", "snapshot the winners as pin NAME (fleet-wide)");
+  pc->add_option("name", pin.name, "pin name: letters, digits, _ . - (at most 64)")->required();
+  pc->add_option("--device", pin.device, "only this device class (id or any unique part of one)");
+  pc->add_option("--op", pin.op, "only this op, e.g. gemm");
+  auto* pli = pn->add_subcommand("list", "the pins, with their size and when they were made");
+  auto* psh = pn->add_subcommand("show", "one pin and the winners it holds");
+  psh->add_option("name", pin.name, "pin name")->required();
+  auto* pde = pn->add_subcommand("delete", "delete a pin (fleet-wide)");
+  pde->add_option("name", pin.name, "pin name")->required();
+  pn->require_subcommand(1);
   std::string shell;
   auto* cm = app.add_subcommand("completion",
                                 "print a shell completion script: source <(ktune completion bash)");
@@ -206,6 +220,10 @@ int main(int argc, char** argv) {
   if (*mi) return cmd_misses(common, misses_limit);
   if (*pa) return cmd_plan_apply(common, plan_file, plan_device);
   if (*fs) return cmd_fleet_status(common);
+  if (*pc) return cmd_pin_create(common, pin);
+  if (*pli) return cmd_pin_list(common);
+  if (*psh) return cmd_pin_show(common, pin.name);
+  if (*pde) return cmd_pin_delete(common, pin.name);
   if (*rp) return cmd_report(common, report);
   if (*cm) {
     // Generated from `app` as built above, so every command and flag is in it.

@@ -17,6 +17,8 @@ inline constexpr long k_fleet_stream_length = 100'000;
 // A fence outlives its lease by this long: a node that wakes up later finds no fence and is
 // refused as a stale holder would be.
 inline constexpr long k_fleet_fence_ttl_ms = 7L * 24 * 3600 * 1000;
+// The pin events stream is trimmed to about this many entries (pins change rarely).
+inline constexpr long k_fleet_pin_stream_length = 1'000;
 // Trials shared for a resume expire after this long without a write.
 inline constexpr long k_fleet_trials_ttl_ms = 24L * 3600 * 1000;
 
@@ -41,6 +43,15 @@ class FleetLayout {
   std::string fence_seq() const { return m_prefix + "fence_seq"; }
   // Hash: "<template>/<params>" -> encoded trial record, measured under a claim of the key.
   std::string trials(const std::string& key) const { return m_prefix + "trials:" + key; }
+  // Hash: pin name -> pin header JSON ({"id", "node", "created", "count"}, or a tombstone
+  // {"id", "node", "deleted": true} once deleted).
+  std::string pins() const { return m_prefix + "pins"; }
+  // String: the pin document (store/pins.h) of one pin, by name and id.
+  std::string pin(const std::string& name, const std::string& id) const {
+    return m_prefix + "pin:" + name + ":" + id;
+  }
+  // Stream: one entry per pin created or deleted.
+  std::string pin_events() const { return m_prefix + "pin_events"; }
   // Hash: node name -> heartbeat JSON.
   std::string nodes() const { return m_prefix + "nodes"; }
   const std::string& prefix() const { return m_prefix; }

@@ -73,6 +73,7 @@ FleetSync::FleetSync(Deps deps, RedisEndpoint endpoint)
       m_claims({m_link, m_layout, m_winners, deps.store, deps.catalog, deps.node, m_counters,
                 [this](const std::vector<std::string>& v, const std::string& o) { merge(v, o); },
                 std::chrono::milliseconds(deps.config.fleet_lease_ms)}),
+      m_pins(m_link, m_reader_link, m_layout, deps.pins, deps.node.node_id),
       m_outbox(std::make_shared<Outbox>()) {}
 
 FleetSync::~FleetSync() {
@@ -92,6 +93,7 @@ void FleetSync::start() {
     outbox->cv.notify_all();
   });
   m_claims.start();
+  m_deps.pins.set_publisher(&m_pins);
   m_reader = std::thread([this] { reader_loop(); });
   m_publisher = std::thread([this] { publisher_loop(); });
   log(LogLevel::info, "fleet_started",
@@ -112,6 +114,7 @@ void FleetSync::stop() {
   if (m_reader.joinable()) m_reader.join();
   if (m_publisher.joinable()) m_publisher.join();
   m_claims.stop();
+  m_deps.pins.set_publisher(nullptr);
 }
 
 bool FleetSync::wait_retry() {
@@ -155,10 +158,10 @@ void FleetSync::reader_loop() {
       synced = true;
       set_connected(true, "");
     }
-    auto r =
-        m_reader_link.command({"XREAD", "COUNT", "1000", "BLOCK", std::to_string(k_block.count()),
-                               "STREAMS", m_layout.events(), last_id},
-                              std::chrono::milliseconds(m_deps.config.fleet_timeout_ms) + k_block);
+    auto r = m_reader_link.command(
+        {"XREAD", "COUNT", "1000", "BLOCK", std::to_string(k_block.count()), "STREAMS",
+         m_layout.events(), m_layout.pin_events(), last_id, m_pin_last_id},
+        std::chrono::milliseconds(m_deps.config.fleet_timeout_ms) + k_block);
     if (!r) {
       synced = false;  // whatever was published meanwhile comes with the next resync
       set_connected(false, r.error().message);
@@ -167,8 +170,11 @@ void FleetSync::reader_loop() {
     }
     if (r->is_nil()) continue;
     Batch batch;
-    collect(*r, m_deps.node.node_id, batch);
+    batch.last_id = last_id;
+    collect(*r, batch);
     last_id = batch.last_id;
+    if (!batch.last_pin_id.empty()) m_pin_last_id = batch.last_pin_id;
+    for (const auto& event : batch.pin_events) m_pins.apply(event);  // rare: no token bucket
     if (const auto slot = merge_slot(); !batch.values.empty() && Clock::now() < slot) {
       {  // a burst: wait for the next merge slot and take what arrived meanwhile too
         std::unique_lock lock(m_wait_mutex);
@@ -176,7 +182,7 @@ void FleetSync::reader_loop() {
       }
       auto more =
           m_reader_link.command({"XREAD", "COUNT", "1000", "STREAMS", m_layout.events(), last_id});
-      if (more && !more->is_nil()) collect(*more, m_deps.node.node_id, batch);
+      if (more && !more->is_nil()) collect(*more, batch);
       last_id = batch.last_id;
     }
     apply(batch);
@@ -187,6 +193,10 @@ Result<std::string> FleetSync::resync() {
   auto last = m_reader_link.command({"XREVRANGE", m_layout.events(), "+", "-", "COUNT", "1"});
   if (!last) return std::unexpected(last.error());
   const std::string from = last->elements.empty() ? "0-0" : last->at(0).at(0).str;
+  auto pin_from = m_pins.last_event_id();
+  if (!pin_from) return std::unexpected(pin_from.error());
+  if (auto ok = m_pins.resync(); !ok) return std::unexpected(ok.error());
+  m_pin_last_id = *pin_from;
   auto devices = m_reader_winners.device_ids();
   if (!devices) return std::unexpected(devices.error());
   std::set<std::string> all(devices->begin(), devices->end());
@@ -233,17 +243,24 @@ Result<size_t> FleetSync::push_local(
   return pushed;
 }
 
-void FleetSync::collect(const RedisReply& streams, const std::string& self, Batch& batch) {
-  for (const auto& stream : streams.elements)
+void FleetSync::collect(const RedisReply& streams, Batch& batch) const {
+  const std::string& self = m_deps.node.node_id;
+  for (const auto& stream : streams.elements) {
+    const bool pins = stream.at(0).str == m_layout.pin_events();
     for (const auto& entry : stream.at(1).elements) {
-      batch.last_id = entry.at(0).str;
+      (pins ? batch.last_pin_id : batch.last_id) = entry.at(0).str;
       std::map<std::string, std::string> f;
       const auto& kv = entry.at(1).elements;
       for (size_t i = 0; i + 1 < kv.size(); i += 2) f[kv[i].str] = kv[i + 1].str;
+      if (pins) {
+        batch.pin_events.push_back(std::move(f));
+        continue;
+      }
       if (f["node"] == self) continue;  // our own publication
       batch.values.push_back(f["value"]);
       batch.sent_us.push_back(std::atoll(f["us"].c_str()));
     }
+  }
 }
 
 Clock::time_point FleetSync::merge_slot() {
@@ -389,6 +406,7 @@ Json FleetSync::summary() const {
                 {"lost", c.leases_lost.load()}}},
               {"trials", {{"shared", c.trials_shared.load()}, {"taken", c.trials_taken.load()}}},
               {"resyncs", c.resyncs.load()},
+              {"pins_received", m_pins.received()},
               {"disconnects", c.disconnects.load()},
               {"lag_ms",
                {{"p50", rounded(d.p50, 0.1)},

@@ -7,6 +7,7 @@
 //   (re)connect ──▶ full resync: read every device class's hash, merge it, push what this node
 //                   has and the fleet lacks (what it tuned while Redis was gone)
 //   lanes ──▶ FleetClaims (leases, fencing, shared trials)
+//   pins ──▶ FleetPins (created and deleted fleet-wide; their events share the reader thread)
 //
 // Lookups never touch Redis: winners reach the local catalog and are served from memory. While
 // Redis is unreachable the node serves and tunes alone (claims say `tune`), reports it in
@@ -16,6 +17,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +30,7 @@
 #include "daemon/fleet/claims.h"
 #include "daemon/fleet/counters.h"
 #include "daemon/fleet/layout.h"
+#include "daemon/fleet/pins.h"
 #include "daemon/fleet/redis_link.h"
 #include "daemon/fleet/winners.h"
 #include "daemon/jobs/queue.h"
@@ -43,6 +46,7 @@ class FleetSync {
     JobQueue& jobs;
     Store& store;
     const NodeIdentity& node;
+    PinTable& pins;
   };
   // Null when fleet.redis is "" (no fleet); an error when it cannot be parsed.
   static Result<std::unique_ptr<FleetSync>> create(Deps deps);
@@ -76,11 +80,13 @@ class FleetSync {
                             const std::vector<std::pair<std::string, std::string>>& fleet);
   // Winners read from the stream, not merged yet.
   struct Batch {
-    std::string last_id;                // of the last entry read (ours included)
+    std::string last_id;      // of the last entry read (ours included)
+    std::string last_pin_id;  // of the last pin event read ("" = none read)
+    std::vector<std::map<std::string, std::string>> pin_events;
     std::vector<std::string> values;    // other nodes' winner values
     std::vector<std::int64_t> sent_us;  // when each was committed
   };
-  static void collect(const RedisReply& streams, const std::string& self, Batch& batch);
+  void collect(const RedisReply& streams, Batch& batch) const;
   // Merges a batch read from the stream.
   void apply(Batch& batch);
   // When the next merge may run: each merge moves the index generation (cached lookup answers
@@ -102,7 +108,9 @@ class FleetSync {
   FleetWinners m_reader_winners;
   FleetCounters m_counters;
   FleetClaims m_claims;
-  std::shared_ptr<Outbox> m_outbox;  // shared with the catalog listener, which outlives us
+  FleetPins m_pins;
+  std::string m_pin_last_id = "0-0";  // reader thread only: the pin events read so far
+  std::shared_ptr<Outbox> m_outbox;   // shared with the catalog listener, which outlives us
 
   std::atomic<bool> m_stopping{false};
   std::atomic<bool> m_resync{false};  // the publisher missed something: resync

@@ -54,6 +54,7 @@ OpReply op_status(OpContext& ctx, const protocol::Request&) {
               {"store", ctx.store.describe()},
               {"winners", ctx.catalog.index().size()},
               {"device_classes", ctx.catalog.index().device_ids()},
+              {"pins", ctx.pins.list().size()},
               {"templates", templates->all().size()},
               {"template_errors", template_errors},
               {"gpus", gpus},

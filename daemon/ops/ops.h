@@ -1,7 +1,7 @@
 // The op handlers: one function per op of protocol::k_ops, one file per op family
-// (lookup.cc, tables.cc, jobs.cc, admin.cc). Handlers never see a socket: the Dispatcher runs the
-// policy stage (parse, version, auth, limits, metrics) first and decides the thread (an I/O
-// thread only for fast, in-memory answers; the executor for everything else).
+// (lookup.cc, tables.cc, jobs.cc, admin.cc, pins.cc, ...). Handlers never see a socket: the
+// Dispatcher runs the policy stage (parse, version, auth, limits, metrics) first and decides the
+// thread (an I/O thread only for fast, in-memory answers; the executor for everything else).
 #pragma once
 
 #include <functional>
@@ -35,6 +35,7 @@ struct OpContext {
   Metrics& metrics;
   MissTracker& misses;
   LookupService& lookups;
+  PinTable& pins;
   JobQueue& jobs;
   Scheduler* scheduler = nullptr;    // null: this daemon tunes nothing (no GPU lanes)
   KernelService* kernels = nullptr;  // null: the kernel op answers unavailable
@@ -85,6 +86,9 @@ OpReply op_misses(OpContext&, const protocol::Request&);
 // Replies from the compile pool once the cubin is ready (op_async; daemon/kernels.h).
 void op_kernel(OpContext&, const protocol::Request&, Emit);
 OpReply op_fleet(OpContext&, const protocol::Request&);
+OpReply op_pin(OpContext&, const protocol::Request&);
+OpReply op_unpin(OpContext&, const protocol::Request&);
+OpReply op_pins(OpContext&, const protocol::Request&);
 
 // Shared by the job ops and the status op: a job as JSON for replies and events.
 protocol::Json job_json(const JobRecord& job);

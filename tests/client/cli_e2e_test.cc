@@ -195,6 +195,37 @@ TEST_F(CliTest, GemmLayoutDefaultsToRcAndTheReplySaysSo) {
   EXPECT_EQ(out_json()["problem_key"], "gemm|bf16|bf16|rr|M=4096,N=4096,K=4096");
 }
 
+// `ktune pin` end to end: a pin answers `lookup --pin` with its snapshot after a faster winner
+// replaced the live one; list, show, delete; a taken name exits 1, an unknown pin 5.
+TEST_F(CliTest, PinsFreezeWhatLookupAnswers) {
+  ASSERT_EQ(run("pin create run1 --device h200 --op gemm"), 0) << m_err;
+  EXPECT_NE(m_out.find("pinned run1: 2 winners (" + k_h200 + ", op gemm)"), std::string::npos)
+      << m_out;
+  auto faster = h200_winners();
+  faster.resize(1);
+  faster[0].ranked[0].median_us = 150.0;
+  ASSERT_TRUE(write_file_atomic(m_dir / "faster.json", render_table(faster, TableFormat::json)));
+  ASSERT_EQ(run("import " + (m_dir / "faster.json")), 0) << m_err;
+  const std::string lookup = "lookup gemm --shape M=4096,N=4096,K=4096 --device h200";
+  ASSERT_EQ(run(lookup + " --json"), 0) << m_err;
+  EXPECT_EQ(out_json()["entries"][0]["median_us"], 150.0);
+  ASSERT_EQ(run(lookup + " --pin run1 --json"), 0) << m_err;
+  EXPECT_EQ(out_json()["entries"][0]["median_us"], 190.123456789);
+  EXPECT_EQ(out_json()["pin"]["name"], "run1");
+  ASSERT_EQ(run(lookup + " --pin run1"), 0) << m_err;
+  EXPECT_NE(m_out.find("answered from pin run1 (id "), std::string::npos) << m_out;
+  ASSERT_EQ(run("pin list"), 0) << m_err;
+  EXPECT_NE(m_out.find("run1"), std::string::npos) << m_out;
+  ASSERT_EQ(run("pin show run1 --json"), 0) << m_err;
+  EXPECT_EQ(out_json()["winners"].size(), 2u);
+  EXPECT_EQ(run("pin create run1"), 1) << "pins are immutable";
+  EXPECT_NE(m_err.find("already_exists"), std::string::npos) << m_err;
+  ASSERT_EQ(run("pin delete run1"), 0) << m_err;
+  EXPECT_EQ(run(lookup + " --pin run1"), 5);
+  EXPECT_NE(m_err.find("no pin 'run1'"), std::string::npos) << m_err;
+  EXPECT_EQ(run("pin create 'bad name'"), 1);
+}
+
 // A table exported as JSON, YAML or CSV imports into another daemon as the same winners; export
 // names devices as lookup does, and one that names no class is an error.
 TEST_F(CliTest, EveryExportFormatImportsBackToTheSameWinners) {

@@ -39,6 +39,7 @@ class AccessDispatchTest : public ::testing::Test {
     if (op == "import") r["table"] = table();
     if (op == "plan") r["plan"] = "- {op: gemm, dtype: bf16, dims: {M: 8, N: 8, K: 8}}";
     if (op == "job" || op == "cancel" || op == "watch") r["job"] = "000000000042";
+    if (op == "pin" || op == "unpin") r["name"] = "p";
     return r;
   }
   static std::string table() {
@@ -72,7 +73,7 @@ TEST_F(AccessDispatchTest, ReadOnlyUnixPeerIsRefusedEveryAdminOp) {
     EXPECT_NE(message.find("'ktune-admin' (server.admin_group)"), std::string::npos) << message;
     EXPECT_NE(message.find(std::string(op.name)), std::string::npos) << message;
   }
-  EXPECT_EQ(admin_ops, 4u) << "import, tune, plan, cancel";
+  EXPECT_EQ(admin_ops, 6u) << "import, tune, plan, cancel, pin, unpin";
   EXPECT_EQ(winners(), 0u) << "the refused import wrote nothing";
   EXPECT_TRUE(m_parts->jobs.list(10, std::nullopt).empty()) << "the refused plan queued nothing";
   // The same requests from an admin get past the policy stage (the import lands).

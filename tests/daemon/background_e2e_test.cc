@@ -354,12 +354,23 @@ TEST_F(BackgroundTest, PlanQueuesEveryProblemOnceAndTheCliFollowsIt) {
   EXPECT_NE(out.find("problems[1]"), std::string::npos) << out;
 }
 
-// The CLI has a command for every op of the op table (watch is how `ktune tune` follows a job).
+// The CLI has a command for every op of the op table (watch is how `ktune tune` follows a job;
+// the pin family is one command group: `ktune pin delete` is unpin, `pin list|show` is pins).
 TEST(CliOpTableTest, EveryOpHasACommand) {
   auto [rc, help] = testing::run_command(testing::ktune_cli_path() + " --help 2>&1");
   EXPECT_EQ(rc, 0) << help;
+  auto [pin_rc, pin_help] = testing::run_command(testing::ktune_cli_path() + " pin --help 2>&1");
+  EXPECT_EQ(pin_rc, 0) << pin_help;
+  const std::map<std::string_view, std::string> subcommand = {{"unpin", "delete"},
+                                                              {"pins", "list"}};
   for (const auto& op : protocol::k_ops) {
     if (op.name == "watch") continue;
+    if (auto it = subcommand.find(op.name); it != subcommand.end()) {
+      EXPECT_NE(pin_help.find("  " + it->second + " "), std::string::npos)
+          << "no `ktune pin " << it->second << "` (op " << op.name << ") in:\n"
+          << pin_help;
+      continue;
+    }
     EXPECT_NE(help.find("  " + std::string(op.name) + " "), std::string::npos)
         << "no `ktune " << op.name << "` in:\n"
         << help;

@@ -19,10 +19,11 @@ struct DaemonParts {
         template_set(TemplateSet::Snapshot(std::shared_ptr<void>(), &templates_in)),
         node(std::move(node_in)),
         catalog(store, index, template_set, node),
+        pins(store, index, node),
         misses(size_t(config.miss_tracker_bytes)),
-        lookups(config, template_set, catalog, node, metrics, misses),
+        lookups(config, template_set, catalog, pins, node, metrics, misses),
         jobs(store, config.max_queued_jobs),
-        ctx{config, store, template_set, catalog, node, metrics, misses, lookups, jobs, nullptr},
+        ctx{config, store, template_set, catalog, node, metrics, misses, lookups, pins, jobs, nullptr},
         dispatcher(ctx, nullptr) {
     (void)check_store_format(store, false);
   }
@@ -34,6 +35,7 @@ struct DaemonParts {
   NodeIdentity node;
   WinnerIndex index;
   Catalog catalog;
+  PinTable pins;
   Metrics metrics;
   MissTracker misses;
   LookupService lookups;

@@ -74,6 +74,8 @@ class LookupReply:
     entries: List[Entry]
     # What the daemon filled in for fields the request left out, e.g. {"layout": "rc"}.
     assumed: Dict[str, str] = field(default_factory=dict)
+    # The pin that answered ({"name", "id"}; the id is the same on every node), {} without one.
+    pin: Dict[str, str] = field(default_factory=dict)
 
     @property
     def best(self) -> Entry:
@@ -165,8 +167,12 @@ class Client:
 
     def lookup(self, op: str, dtype: str = "bf16", out_dtype: Optional[str] = None,
                layout: Optional[str] = None, device: Optional[str] = None, limit: int = 4,
-               **dims: int) -> LookupReply:
-        """Best kernels for ``op`` on ``dims`` (keyword arguments: ``M=4096, N=4096, K=4096``)."""
+               pin: Optional[str] = None, **dims: int) -> LookupReply:
+        """Best kernels for ``op`` on ``dims`` (keyword arguments: ``M=4096, N=4096, K=4096``).
+
+        ``pin``: answer from that pin only (:meth:`pin`), so every rank of a distributed job gets
+        the same kernels whatever is tuned meanwhile.
+        """
         if not dims:
             raise ValueError("give the problem's dims as keyword arguments, e.g. M=4096")
         problem: Dict[str, Any] = {"op": op, "dtype": dtype}
@@ -178,6 +184,8 @@ class Client:
         body: Dict[str, Any] = {"problem": problem, "limit": limit}
         if device:
             body["device"] = device
+        if pin:
+            body["pin"] = pin
         key = json.dumps(body, sort_keys=True)
         now = time.monotonic()
         if self.cache_ttl > 0:
@@ -187,7 +195,7 @@ class Client:
         result = self.call("lookup", **body)
         reply = LookupReply(result["device"], result["problem_key"],
                             [Entry.from_json(e) for e in result["entries"]],
-                            dict(result.get("assumed", {})))
+                            dict(result.get("assumed", {})), dict(result.get("pin", {})))
         if self.cache_ttl > 0:
             if len(self._cache) > 4096:
                 self._cache.clear()
@@ -296,6 +304,25 @@ class Client:
     def fleet(self) -> Dict[str, Any]:
         """The fleet as this daemon sees it (docs/protocol.md `fleet`): Redis link, nodes, claims."""
         return self.call("fleet")
+
+    def pin(self, name: str, device: Optional[str] = None,
+            op: Optional[str] = None) -> Dict[str, Any]:
+        """Snapshots the daemon's winners (all, or one device class / op) as pin ``name``:
+        immutable, fleet-wide with a fleet. Returns the pin (``name``, ``id``, ``count``, ...)."""
+        body: Dict[str, Any] = {"name": name}
+        if device:
+            body["device"] = device
+        if op:
+            body["problem_op"] = op
+        return self.call("pin", **body)
+
+    def unpin(self, name: str) -> Dict[str, Any]:
+        """Deletes pin ``name`` (fleet-wide with a fleet)."""
+        return self.call("unpin", name=name)
+
+    def pins(self, name: Optional[str] = None) -> Dict[str, Any]:
+        """The pins (``{"pins": [...]}``), or with ``name`` that pin and its ``winners``."""
+        return self.call("pins", **({"name": name} if name else {}))
 
     def misses(self, limit: int = 20) -> Dict[str, Any]:
         return self.call("misses", limit=limit)

@@ -133,6 +133,27 @@ class ClientTest(unittest.TestCase):
             self.assertEqual([e.provenance for e in before.entries], [e.provenance for e in after.entries])
             self.assertEqual(before.best.params, after.best.params)
 
+    def test_pinned_lookups(self):
+        self.client.import_file(self.write_table())
+        made = self.client.pin("run1", device="h200", op="gemm")
+        self.assertEqual(made["count"], 2)
+        self.assertEqual([p["name"] for p in self.client.pins()["pins"]], ["run1"])
+        self.assertEqual(len(self.client.pins("run1")["winners"]), 2)
+        pinned = self.client.lookup("gemm", layout="rc", device=H200, pin="run1",
+                                    M=4096, N=4096, K=4096)
+        self.assertEqual(pinned.pin, {"name": "run1", "id": made["id"]})
+        self.assertEqual(pinned.best.provenance, "exact")
+        self.assertEqual(self.client.lookup("gemm", layout="rc", device=H200,
+                                            M=4096, N=4096, K=4096).pin, {})
+        with self.assertRaises(ktune.KtuneError) as cm:
+            self.client.pin("run1")
+        self.assertEqual(cm.exception.code, "already_exists")
+        self.client.unpin("run1")
+        with self.assertRaises(ktune.KtuneError) as cm:
+            self.client.lookup("gemm", layout="rc", device=H200, pin="run1", M=8, N=8, K=8)
+        self.assertEqual(cm.exception.code, "not_found")
+        self.assertIn("run1", cm.exception.message)
+
     def test_errors_carry_codes(self):
         with self.assertRaises(ktune.KtuneError) as cm:
             self.client.lookup("gemm", device=H200, M=0, N=8, K=8)
