@@ -522,6 +522,7 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
   reply.device = device_id;
   reply.problem_key = problem.key();
   reply.assumed_layout = assumed_layout;
+  const PinTable::Pin* pin = in.pin;
   if (pin) {
     reply.pin = pin->info.name;
     reply.pin_id = pin->info.id;
@@ -602,7 +603,7 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     // The pin answers the same whatever is tuned; the key is worth tuning (for the live table
     // and later pins) only when the live table has no fresh exact winner for it either.
     if (auto live = m_catalog.index().exact(device_id, problem);
-        live && m_catalog.staleness(*live, own).empty())
+        live && m_catalog.staleness(*live, own, templates).empty())
       fresh->miss = false;
   }
   if (reply.entries.empty()) {

@@ -55,7 +55,7 @@ OpReply op_pin(OpContext& ctx, const protocol::Request& req) {
   }
   if (!op->empty()) {
     bool known = false;
-    for (const auto& t : ctx.templates.all()) known = known || t->manifest.op == *op;
+    for (const auto& t : ctx.templates.current()->all()) known = known || t->manifest.op == *op;
     if (!known)
       return protocol::error(ErrorKind::bad_request,
                              "\"problem_op\": no installed template implements '" + *op + "'");
