@@ -279,9 +279,11 @@ TEST_F(AnswerCacheTest, BuildIfCheapBuildsOnlyMeasuredCheapOps) {
   auto with_limit = [](int m, int limit) {
     return line_for(m, R"(,"limit":)" + std::to_string(limit));
   };
-  // Budget large enough for any build on any test machine: what is tested is the policy.
+  // Budget large enough for any build on any test machine, a Debug ASan build on a loaded box
+  // included (one took 1.05 ms there): what is tested is the policy, not the speed.
+  constexpr int k_budget_us = 1'000'000;
   DaemonConfig config = default_config();
-  config.inline_build_us = 1000;
+  config.inline_build_us = k_budget_us;
   NodeIdentity node;
   node.node_id = "test-node";
   node.gpu_error = "no GPU in tests";
@@ -294,7 +296,7 @@ TEST_F(AnswerCacheTest, BuildIfCheapBuildsOnlyMeasuredCheapOps) {
   const auto cost = lookups().build_cpu_us("gemm");
   ASSERT_TRUE(cost);
   EXPECT_GT(*cost, 0);
-  EXPECT_LT(*cost, 1000);
+  EXPECT_LT(*cost, k_budget_us);
   // Measured and cheap: built here, counted as inline, then cached like any answer.
   const auto a = ask(line_for(3), LookupService::Cold::build_if_cheap);
   ASSERT_NE(a, nullptr);
