@@ -5,6 +5,8 @@
 // single write(2) so lines from different threads never interleave.
 #pragma once
 
+#include <cstdint>
+
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -41,6 +43,10 @@ void log_setup(LogLevel level, LogFormat format);
 Result<void> log_to_file(const std::string& path);
 bool log_enabled(LogLevel level);
 void log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields = {});
+
+// "2026-12-02T01:34:10Z": `unix_seconds` as ISO-8601 UTC, the form exports, reports and the CLI
+// print times in.
+std::string utc_iso8601(std::int64_t unix_seconds);
 
 // Escapes `s` as the inside of a JSON string literal.
 std::string json_escape(std::string_view s);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <ctime>
 
+#include "config/log.h"
 #include "report/draw.h"
 
 namespace ktune::report {
@@ -80,12 +81,7 @@ std::string params_text(const Params& params) {
 }
 
 std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return utc_iso8601(std::time(nullptr));
 }
 
 std::string utc_text(std::int64_t unix_seconds) {

@@ -13,13 +13,7 @@ std::string quoted(std::string_view key) {
 }
 
 std::string utc(std::int64_t unix_seconds) {
-  if (unix_seconds <= 0) return "unknown";
-  const std::time_t t = unix_seconds;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return unix_seconds <= 0 ? "unknown" : utc_iso8601(unix_seconds);
 }
 
 std::string describe(const RecoveryReport::DroppedFile& d) {

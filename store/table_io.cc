@@ -1,5 +1,7 @@
 #include "store/table_io.h"
 
+#include "config/log.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,12 +23,7 @@ namespace {
 using detail::Json;
 
 std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return utc_iso8601(std::time(nullptr));
 }
 
 std::string csv_field(const std::string& s) {
@@ -213,9 +210,9 @@ Result<Json> parse_document(std::string_view text, const std::string& origin) {
     return fail(ErrorCode::invalid_argument,
                 error_position(text, origin) + ": number out of range: " + e.what());
   } catch (const Json::exception& e) {  // syntax, invalid UTF-8, a truncated file
-    return fail(ErrorCode::invalid_argument, error_position(text, origin) +
-                                                 ": not a JSON table (truncated or damaged?): " +
-                                                 e.what());
+    return fail(
+        ErrorCode::invalid_argument,
+        error_position(text, origin) + ": not a JSON table (truncated or damaged?): " + e.what());
   }
 }
 
@@ -232,9 +229,12 @@ constexpr std::string_view k_template_name_chars =
 constexpr std::int64_t k_max_timestamp = 4'102'444'800;  // 2100-01-01T00:00:00Z
 
 bool is_identifier(const std::string& s) {
-  const auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  const auto alpha = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  };
   return !s.empty() && s.size() <= 64 && alpha(s.front()) &&
-         std::all_of(s.begin(), s.end(), [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
+         std::all_of(s.begin(), s.end(),
+                     [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
 }
 
 bool is_short_printable(const std::string& s) {
@@ -404,13 +404,13 @@ Result<void> validate_imported_winner(const WinnerRecord& r) {
     // template's and would not survive a CSV export (found by fuzz_table's round trip).
     for (const auto& [name, _] : c.params)
       if (!is_identifier(name))
-        return bad(at + ".params: '" + printable(name) + "' is not a parameter name (a C identifier)");
+        return bad(at + ".params: '" + printable(name) +
+                   "' is not a parameter name (a C identifier)");
     if (!(c.median_us >= k_min_median_us && c.median_us <= k_max_median_us))
       return bad(at + ".median_us: " + number(c.median_us) + " is outside [" +
                  number(k_min_median_us) + ", " + number(k_max_median_us) + "] us");
   }
-  if (r.ref_error < 0 || r.power_w < 0 || r.sm_clock_mhz < 0 || r.mem_clock_mhz < 0 ||
-      r.trials < 0)
+  if (r.ref_error < 0 || r.power_w < 0 || r.sm_clock_mhz < 0 || r.mem_clock_mhz < 0 || r.trials < 0)
     return bad("ref_error, power_w, clocks and trials must be >= 0");
   if (r.timestamp < 0 || r.timestamp > k_max_timestamp)
     return bad("timestamp: " + std::to_string(r.timestamp) + " is not a time before 2100");

@@ -7,21 +7,13 @@
 #include "client/cli/commands.h"
 #include "client/cli/output.h"
 #include "client/cli/table.h"
+#include "config/log.h"
 
 namespace ktune::cli {
 
 using protocol::Json;
 
 namespace {
-
-std::string when(std::int64_t unix_s) {
-  const std::time_t t = std::time_t(unix_s);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 std::string filter_text(const Json& p) {
   std::string device = p.value("device", ""), op = p.value("op", "");
@@ -56,8 +48,9 @@ int cmd_pin_list(const Common& c) {
   }
   TextTable table({"NAME", "WINNERS", "CREATED", "ON", "FILTER", "ID"});
   for (const auto& p : (*r)["pins"])
-    table.add({p.value("name", ""), p["count"].dump(), when(p.value("created", std::int64_t(0))),
-               p.value("node", ""), filter_text(p), p.value("id", "")});
+    table.add({p.value("name", ""), p["count"].dump(),
+               utc_iso8601(p.value("created", std::int64_t(0))), p.value("node", ""),
+               filter_text(p), p.value("id", "")});
   std::fputs(table.render().c_str(), stdout);
   return 0;
 }
@@ -68,7 +61,8 @@ int cmd_pin_show(const Common& c, const std::string& name) {
   if (!r) return report_error(c.json, r.error());
   if (c.json) return print_json(*r), 0;
   std::printf("pin %s: %s winners, created %s on %s (%s), id %s\n", name.c_str(),
-              (*r)["count"].dump().c_str(), when(r->value("created", std::int64_t(0))).c_str(),
+              (*r)["count"].dump().c_str(),
+              utc_iso8601(r->value("created", std::int64_t(0))).c_str(),
               r->value("node", "").c_str(), filter_text(*r).c_str(), r->value("id", "").c_str());
   TextTable table({"DEVICE", "PROBLEM", "TEMPLATE", "TIME_US", "NODE"});
   for (const auto& w : (*r)["winners"]) {
