@@ -1,0 +1,762 @@
+"""ktune's served GEMM winners against cuBLAS and torch.compile(mode="max-autotune") on one GPU
+(issue 13's peer comparison). bench/gemm_peers/run_h200.sh runs every step in one device call:
+
+    bash bench/gemm_peers/make_kit.sh                      # dev box: binaries + libraries in .gpu/
+    OUT=$OUT bash bench/gemm_peers/run_h200.sh             # GPU node, from the repo root, .gpu/ sent
+
+Steps (subcommands; each writes one JSON document, `assemble` folds them into one):
+
+  plan      the plan: shapes, steps, budgets and time estimates (no daemon, no torch; --dry-run)
+  tune      each shape as a tuning job of a running ktuned (the `tune` op, as `ktune tune` sends
+            it), one after the other, with each job's wall time (stdlib only)
+  served    what ktuned serves for each shape: provenance, template, params, registers, spills;
+            fetches each cubin (the `kernel` op) and checks it loads as a ktune.Kernel (stdlib)
+  measure   per shape, in this one process: cuBLAS (torch.matmul with B stored as nn.Linear stores
+            it, layout rc), torch.compile max-autotune of the same matmul (compile + autotune wall
+            time), and ktune's served winner through ktune.torch on torch's stream; outputs checked
+            (ktune against torch and an fp64 product on sampled rows, C NaN-poisoned); the three
+            timed interleaved with triton.testing.do_bench over several rounds (median); then
+            8192^3 sustained: ktune and cuBLAS back to back over input sets rotated through many
+            times the L2, every launch event-timed, SM clock and power sampled by nvidia-smi
+  sass      HGMMA, LDL, STL, UTMALDG, ... counted in each served cubin (cuobjdump -sass)
+  assemble  one JSON from the pieces, with the summary (geomeans, minimum) printed as a table
+
+Only the standard library, plus torch and triton in `measure`.
+"""
+
+import argparse
+import base64
+import datetime
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+Shape = Tuple[int, int, int]
+
+# issue 13's suite: `ktune-bench --suite tma` (bench/ktune_bench.cc), in its order.
+TMA_SUITE: List[Shape] = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2048),
+                          (4096, 14336, 4096), (4096, 4096, 14336), (8192, 8192, 512),
+                          (1024, 1024, 65536), (2048, 2048, 16384), (512, 1024, 32768),
+                          (4000, 6000, 3000)]
+SUSTAINED_SHAPE: Shape = (8192, 8192, 8192)
+L2_BYTES = 60 * 1024 * 1024           # H200 (docs: /work/shared/docs/GPU.md)
+BF16_TOLERANCE = 2e-2                 # templates/gemm_tma/gemm_tma.yaml, tolerance bf16
+SASS_OPS = ("HGMMA", "LDL", "STL", "UTMALDG", "UTMASTG", "STSM", "SYNCS", "BAR")
+
+
+# ---- shapes and problem keys -----------------------------------------------------------------
+
+def parse_shapes(text: str) -> List[Shape]:
+    """"tma" (the 10 shapes of the suite) or "MxNxK,MxNxK,..."; ValueError on anything else."""
+    if text.strip() == "tma":
+        return list(TMA_SUITE)
+    shapes = []
+    for item in text.split(","):
+        parts = item.strip().lower().split("x")
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"shape '{item}' is not MxNxK (e.g. 8192x8192x512)")
+        shapes.append((int(parts[0]), int(parts[1]), int(parts[2])))
+    if not shapes:
+        raise ValueError("no shapes")
+    return shapes
+
+
+def shape_name(s: Shape) -> str:
+    return f"{s[0]}x{s[1]}x{s[2]}"
+
+
+def problem_key(s: Shape) -> str:
+    """The daemon's key of a bf16 rc GEMM (docs/protocol.md, `problem_key`)."""
+    return f"gemm|bf16|bf16|rc|M={s[0]},N={s[1]},K={s[2]}"
+
+
+def shape_of_key(key: str) -> Optional[Shape]:
+    found = re.search(r"M=(\d+),N=(\d+),K=(\d+)", key)
+    return (int(found[1]), int(found[2]), int(found[3])) if found else None
+
+
+def flops(s: Shape) -> float:
+    return 2.0 * s[0] * s[1] * s[2]
+
+
+def write_json(path: str, doc: Any) -> None:
+    """Written whole or not at all (a step cut short by its timeout leaves the last complete
+    version)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Optional[str]) -> Any:
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def geomean(values: Sequence[float]) -> Optional[float]:
+    v = [x for x in values if x and x > 0]
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
+
+
+# ---- plan ------------------------------------------------------------------------------------
+
+def plan(args: argparse.Namespace) -> Dict[str, Any]:
+    shapes = parse_shapes(args.shapes)
+    m, n, k = SUSTAINED_SHAPE
+    per_set = 2 * (m * k + n * k + m * n)  # A, B, C in bf16
+    doc = {
+        "shapes": [shape_name(s) for s in shapes],
+        "tuning": {"path": args.tuner, "strategy": args.strategy, "trials": args.trials,
+                   "seconds_per_job": args.job_seconds,
+                   "what": ("ktune tune per shape through ktuned (every gemm template, the "
+                            "daemon's timing: 100 ms per candidate)" if args.tuner == "daemon" else
+                            "ktune-bench --template gemm_tma --target-ms 30 into the store ktuned "
+                            "then serves")},
+        "measure": {"peers": ["cublas", "torch.compile max-autotune", "ktune (ktune.torch)",
+                              "ktune (Kernel, preallocated C)"],
+                    "rounds": args.rounds, "do_bench": "warmup 25 ms, rep 100 ms, median",
+                    "checks": "ktune vs torch (rel L2), fp64 on 64 sampled rows, NaN-poisoned C"},
+        "sustained": {"shape": shape_name(SUSTAINED_SHAPE), "input_sets": args.sets,
+                      "bytes_rotated": args.sets * per_set,
+                      "x_L2": round(args.sets * per_set / L2_BYTES, 1),
+                      "seconds_per_phase": args.sustain_s, "phases": "ktune, cuBLAS, ktune, cuBLAS",
+                      "sampling": "nvidia-smi clocks.sm, power.draw every 100 ms"},
+        "estimate_s": {"tuning": [8 * len(shapes), 18 * len(shapes)],
+                       "torch_compile": [2.4 * len(shapes), 28.5 * len(shapes)],
+                       "timing": 0.6 * args.rounds * len(shapes),
+                       "sustained": 4 * args.sustain_s + 8},
+    }
+    return doc
+
+
+# ---- tune (through ktuned) -------------------------------------------------------------------
+
+def tune(args: argparse.Namespace) -> Dict[str, Any]:
+    import ktune
+    client = ktune.Client(socket_path=args.socket, cache_ttl=0, timeout=30)
+    doc: Dict[str, Any] = {"path": "daemon", "strategy": args.strategy, "trials": args.trials,
+                           "status": client.status(), "jobs": []}
+    for s in parse_shapes(args.shapes):
+        left = args.deadline - time.time() if args.deadline else float("inf")
+        row: Dict[str, Any] = {"shape": shape_name(s), "problem": problem_key(s)}
+        if left < 5:
+            row["skipped"] = "tuning time cap reached"
+            doc["jobs"].append(row)
+            print(f"{shape_name(s):>18} skipped: tuning time cap reached", flush=True)
+            continue
+        seconds = max(5.0, min(args.job_seconds, left))
+        t0 = time.time()
+        try:
+            job = client.tune("gemm", dtype="bf16", layout="rc", strategy=args.strategy,
+                              budget_trials=args.trials, budget_seconds=seconds,
+                              M=s[0], N=s[1], K=s[2])
+            for job in client.watch(job["id"], timeout=seconds + 300):
+                pass
+        except ktune.KtuneError as e:
+            row.update({"wall_s": time.time() - t0, "error": f"{e.code}: {e.message}"})
+            doc["jobs"].append(row)
+            print(f"{shape_name(s):>18} error {e.code}: {e.message}", flush=True)
+            continue
+        row.update({"wall_s": time.time() - t0, "budget_seconds": seconds, "job": job})
+        if job.get("started") and job.get("finished"):
+            row["job_s"] = job["finished"] - job["started"]  # unix seconds: whole-second steps
+        doc["jobs"].append(row)
+        write_json(args.out, doc)
+        print(f"{shape_name(s):>18} {job['state']:>9} {job['trials']:4d} trials "
+              f"{row['wall_s']:6.1f} s  {job.get('best', '')}", flush=True)
+    return doc
+
+
+# ---- served kernels --------------------------------------------------------------------------
+
+def fetch_served(client: Any, s: Shape, cubin_dir: Optional[str]) -> Tuple[Dict[str, Any], Any]:
+    """(what ktuned serves for shape s, its ktune.Kernel); the cubin saved under cubin_dir."""
+    import ktune
+    m, n, k = s
+    reply = client.lookup("gemm", dtype="bf16", layout="rc", limit=4, M=m, N=n, K=k)
+    best = reply.best
+    image = client.kernel("gemm", dtype="bf16", layout="rc", device=reply.device, entry=best,
+                          M=m, N=n, K=k)
+    kernel = ktune.Kernel(image)
+    served = {"device": reply.device, "provenance": best.provenance, "template": best.template,
+              "template_hash": best.template_hash, "params": best.params,
+              "tuned_median_us": best.median_us, "tuned_tflops": best.tflops, "from": best.source,
+              "ranked": [{"provenance": e.provenance, "template": e.template, "params": e.params,
+                          "median_us": e.median_us} for e in reply.entries],
+              "lowered_name": image["lowered_name"], "arch": image["arch"],
+              "registers": image.get("registers"), "spill_bytes": image.get("spill_bytes"),
+              "smem_static": image.get("smem_static"), "cubin_bytes": image["cubin_bytes"],
+              "cubin_source": image.get("source"),
+              "grid": kernel.description.get("grid"), "block": kernel.description.get("block"),
+              "smem": kernel.description.get("smem"), "cluster": kernel.description.get("cluster"),
+              "buffers": kernel.buffer_names,
+              "tensor_maps": [a["name"] for a in kernel.description["args"]
+                              if a["kind"] == "tensor_map"]}
+    if cubin_dir:
+        os.makedirs(cubin_dir, exist_ok=True)
+        path = os.path.join(cubin_dir, shape_name(s) + ".cubin")
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(image["cubin"]))
+        served["cubin"] = path
+    return served, kernel
+
+
+def served_step(args: argparse.Namespace) -> Dict[str, Any]:
+    import ktune
+    client = ktune.Client(socket_path=args.socket, cache_ttl=0, kernel_timeout=120)
+    doc: Dict[str, Any] = {"shapes": []}
+    for s in parse_shapes(args.shapes):
+        try:
+            served, _ = fetch_served(client, s, args.cubins)
+            doc["shapes"].append({"shape": shape_name(s), "served": served})
+            print(f"{shape_name(s):>18} {served['provenance']:>9} {served['template']} "
+                  f"{served['params']}", flush=True)
+        except ktune.KtuneError as e:
+            doc["shapes"].append({"shape": shape_name(s), "error": f"{e.code}: {e.message}"})
+            print(f"{shape_name(s):>18} error {e.code}: {e.message}", flush=True)
+    return doc
+
+
+# ---- SASS ------------------------------------------------------------------------------------
+
+# One instruction of `cuobjdump -sass`: "/*0450*/  @!P0 HGMMA.64x256x16.F32.BF16 R24, ... ;"
+_SASS_LINE = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_]*)[.\s;]")
+_SASS_FUNCTION = re.compile(r"Function\s*:\s*(\S+)")
+
+
+def count_sass(text: str) -> Dict[str, Any]:
+    """Opcode counts of a cuobjdump -sass listing: every op of SASS_OPS, all instructions, and
+    the functions listed."""
+    counts: Dict[str, int] = {op: 0 for op in SASS_OPS}
+    total = 0
+    for line in text.splitlines():
+        found = _SASS_LINE.search(line)
+        if not found:
+            continue
+        total += 1
+        op = found[1]
+        if op in counts:
+            counts[op] += 1
+    return {"instructions": total, "ops": counts, "functions": _SASS_FUNCTION.findall(text),
+            "hgmma": counts["HGMMA"] > 0, "local_memory": counts["LDL"] + counts["STL"] > 0}
+
+
+def sass_step(args: argparse.Namespace) -> Dict[str, Any]:
+    tool = args.cuobjdump or shutil.which("cuobjdump") or "/usr/local/cuda/bin/cuobjdump"
+    doc: Dict[str, Any] = {"cuobjdump": tool, "cubins": []}
+    if not args.cubins:
+        raise SystemExit("sass needs --cubins DIR")
+    if not os.path.exists(tool):
+        doc["error"] = f"no cuobjdump at {tool}"
+        return doc
+    names = sorted(f for f in os.listdir(args.cubins) if f.endswith(".cubin")) \
+        if os.path.isdir(args.cubins) else []
+    for name in names:
+        path = os.path.join(args.cubins, name)
+        run = subprocess.run([tool, "-sass", path], capture_output=True, text=True, timeout=60)
+        row: Dict[str, Any] = {"shape": name[:-len(".cubin")], "cubin": path}
+        if run.returncode != 0:
+            row["error"] = run.stderr.strip()[-500:]
+        else:
+            with open(path[:-len(".cubin")] + ".sass", "w") as f:
+                f.write(run.stdout)
+            row.update(count_sass(run.stdout))
+        doc["cubins"].append(row)
+        ops = row.get("ops", {})
+        print(f"{row['shape']:>18} HGMMA {ops.get('HGMMA', '-'):>4} LDL {ops.get('LDL', '-'):>3} "
+              f"STL {ops.get('STL', '-'):>3} UTMALDG {ops.get('UTMALDG', '-'):>3} "
+              f"{row.get('error', '')}", flush=True)
+    return doc
+
+
+# ---- measure (torch) -------------------------------------------------------------------------
+
+def rel_l2(got: Any, ref: Any) -> float:
+    import torch
+    g, r = got.double(), ref.double()
+    return float(torch.linalg.vector_norm(g - r) / torch.linalg.vector_norm(r))
+
+
+class Sampler:
+    """nvidia-smi sampling SM clock, power and temperature every `ms` into a file, in the
+    background while the GPU works; samples() parses it, with local timestamps as time.time()."""
+
+    FIELDS = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu"
+
+    def __init__(self, path: str, ms: int = 100):
+        self.path = path
+        self.proc = None
+        if shutil.which("nvidia-smi"):
+            self.file = open(path, "w")
+            self.proc = subprocess.Popen(
+                ["nvidia-smi", f"--query-gpu={self.FIELDS}", "--format=csv,noheader,nounits",
+                 f"--loop-ms={ms}"], stdout=self.file, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.file.close()
+
+    def samples(self) -> List[Dict[str, float]]:
+        if self.proc is None:
+            return []
+        with open(self.path) as f:
+            return parse_samples(f.read())
+
+
+def parse_samples(text: str) -> List[Dict[str, float]]:
+    """Sampler's lines ("2026/12/02 03:04:05.123, 1755, 2619, 612.40, 51, 100"); the time as
+    time.time() would have said it on this machine; lines that are not samples are skipped."""
+    out = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 6:
+            continue
+        try:
+            when = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            out.append({"t": when, "sm_mhz": float(parts[1]), "mem_mhz": float(parts[2]),
+                        "power_w": float(parts[3]), "temp_c": float(parts[4]),
+                        "util_pct": float(parts[5])})
+        except ValueError:
+            continue
+    return out
+
+
+def summarize_samples(samples: List[Dict[str, float]], windows: List[Tuple[float, float]]) -> Dict:
+    """SM clock and power over the samples that fall inside the windows."""
+    inside = [x for x in samples if any(a <= x["t"] <= b for a, b in windows)]
+    if not inside:
+        return {"samples": 0}
+
+    def stats(key: str) -> Dict[str, float]:
+        v = sorted(x[key] for x in inside)
+        return {"min": v[0], "median": statistics.median(v), "max": v[-1]}
+    return {"samples": len(inside), "sm_mhz": stats("sm_mhz"), "power_w": stats("power_w"),
+            "temp_c": stats("temp_c"), "util_pct": stats("util_pct")}
+
+
+def measure(args: argparse.Namespace) -> Dict[str, Any]:
+    import torch
+    import triton
+    import triton.testing
+    import ktune
+    import ktune.torch as kt
+
+    deadline = args.deadline or float("inf")
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    client = ktune.Client(socket_path=args.socket, cache_ttl=0, kernel_timeout=120)
+    kt.configure(client=ktune.Client(socket_path=args.socket, cache_ttl=0, kernel_timeout=120))
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit"):
+        try:  # one compile per shape (reset between shapes), so never an eager fallback anyway
+            setattr(torch._dynamo.config, name, max(256, getattr(torch._dynamo.config, name)))
+        except (AttributeError, TypeError):
+            pass
+    doc: Dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "triton": triton.__version__, "torch_cuda": torch.version.cuda,
+        "allow_bf16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "rounds": args.rounds, "shapes": []}
+    for s in parse_shapes(args.shapes):
+        left = deadline - time.time() - args.reserve_s
+        if left < 8:
+            doc["shapes"].append({"shape": shape_name(s), "skipped": "deadline"})
+            print(f"{shape_name(s):>18} skipped: deadline", flush=True)
+            continue
+        try:
+            row = measure_shape(args, s, client, kt, torch, triton.testing, dev,
+                                compile_allowed=left > args.compile_reserve_s)
+        except Exception as e:  # one shape's failure is that shape's result; the others go on
+            row = {"shape": shape_name(s), "error": f"{type(e).__name__}: {e}",
+                   "traceback": traceback.format_exc()[-3000:]}
+            print(f"{shape_name(s):>18} FAILED: {row['error']}", flush=True)
+        doc["shapes"].append(row)
+        write_json(args.out, doc)
+    if deadline - time.time() > 4 * args.sustain_s + 6 or not args.deadline:
+        try:
+            doc["sustained"] = sustained(args, client, torch, dev)
+        except Exception as e:
+            doc["sustained"] = {"error": f"{type(e).__name__}: {e}",
+                                "traceback": traceback.format_exc()[-3000:]}
+            print(f"sustained FAILED: {doc['sustained']['error']}", flush=True)
+    else:
+        doc["sustained"] = {"skipped": "deadline"}
+    doc["ktune_torch"] = {"stats": kt.stats(), "explain": kt.explain()}
+    write_json(args.out, doc)
+    return doc
+
+
+def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allowed: bool) -> Dict:
+    m, n, k = s
+    bf16 = torch.bfloat16
+    row: Dict[str, Any] = {"shape": shape_name(s), "problem": problem_key(s)}
+    a = torch.randn(m, k, dtype=bf16, device=dev)
+    w = torch.randn(n, k, dtype=bf16, device=dev)   # stored as nn.Linear stores its weight
+    b = w.t()                                        # [K, N], column-major: layout rc
+    served, kernel = fetch_served(client, s, args.cubins)
+    row["served"] = served
+    stream = torch.cuda.current_stream().cuda_stream
+
+    # Outputs. ktune through ktune.torch (linear: x @ weight^T, the nn.Linear call, whose fast
+    # path a model takes), and the served Kernel into a NaN-poisoned C.
+    calls = kt.stats()["ktune"].get("linear", 0)
+    out_k = kt.linear(a, w)
+    torch.cuda.synchronize()
+    row["ktune_torch_served"] = kt.stats()["ktune"].get("linear", 0) == calls + 1
+    picked = kt._kernels.get(("linear", bf16, "rc", m, n, k, a.get_device()))
+    if picked is not None and not isinstance(picked, str):
+        row["ktune_torch_kernel"] = {"template": picked.image["template"],
+                                     "params": picked.image["params"],
+                                     "same_as_served": picked.lowered_name == kernel.lowered_name}
+    else:
+        row["ktune_torch_kernel"] = {"fallback": picked}
+    c = torch.full((m, n), float("nan"), dtype=bf16, device=dev)
+    kernel.launch_addresses((a.data_ptr(), w.data_ptr(), c.data_ptr()), stream)
+    out_t = torch.matmul(a, b)
+    torch.cuda.synchronize()
+
+    compiled, out_c = None, None
+    if compile_allowed:
+        torch._dynamo.reset()
+        try:
+            compiled = torch.compile(_matmul, mode="max-autotune", dynamic=False)
+            t0 = time.perf_counter()
+            out_c = compiled(a, b).clone()
+            torch.cuda.synchronize()
+            row["compile_s"] = time.perf_counter() - t0   # compile + autotune, first call
+            t0 = time.perf_counter()
+            compiled(a, b)
+            torch.cuda.synchronize()
+            row["compile_second_call_s"] = time.perf_counter() - t0
+        except Exception as e:  # cuBLAS and ktune are still measured
+            compiled, out_c = None, None
+            row["compile_error"] = f"{type(e).__name__}: {e}"[-2000:]
+    else:
+        row["compile_skipped"] = "deadline"
+
+    # Checks: against torch on the whole output, against fp64 on sampled rows.
+    rows = torch.randperm(m, device=dev)[:64].sort().values
+    rows[0], rows[-1] = 0, m - 1
+    exact = a[rows].double() @ w.double().t()
+    check = {"ktune_vs_torch_rel_l2": rel_l2(out_k, out_t),
+             "ktune_kernel_vs_torch_rel_l2": rel_l2(c, out_t),
+             "ktune_nan": int(torch.isnan(c).sum()),
+             "ktune_bitwise_equal_to_torch": float((c == out_t).float().mean()),
+             "fp64_rows": int(rows.numel()),
+             "ktune_vs_fp64_rel_l2": rel_l2(c[rows], exact),
+             "ktune_torch_vs_fp64_rel_l2": rel_l2(out_k[rows], exact),
+             "cublas_vs_fp64_rel_l2": rel_l2(out_t[rows], exact)}
+    if out_c is not None:
+        check["compile_vs_fp64_rel_l2"] = rel_l2(out_c[rows], exact)
+    check["ok"] = (check["ktune_nan"] == 0 and check["ktune_vs_fp64_rel_l2"] < BF16_TOLERANCE
+                   and check["ktune_vs_torch_rel_l2"] < BF16_TOLERANCE)
+    row["check"] = check
+    del exact, out_k, out_c
+
+    # Timing: each peer with do_bench (L2 flushed between runs), in rounds that rotate the order.
+    peers = {"cublas": lambda: torch.matmul(a, b),
+             "ktune": lambda: kt.linear(a, w),
+             "ktune_kernel": lambda: kernel.launch_addresses(
+                 (a.data_ptr(), w.data_ptr(), c.data_ptr()), stream)}
+    if compiled is not None:
+        peers["compile"] = lambda: compiled(a, b)
+    names = list(peers)
+    per: Dict[str, List[float]] = {p: [] for p in names}
+    for r in range(args.rounds):
+        for p in names[r % len(names):] + names[:r % len(names)]:
+            per[p].append(testing.do_bench(peers[p], warmup=25, rep=100, return_mode="median"))
+    timing = {}
+    for p in names:
+        ms = statistics.median(per[p])
+        timing[p] = {"median_us": ms * 1e3, "rounds_us": [v * 1e3 for v in per[p]],
+                     "tflops": flops(s) / (ms * 1e-3) / 1e12}
+    row["timing"] = timing
+    tk = timing["ktune"]["tflops"]
+    row["ktune_vs_cublas"] = tk / timing["cublas"]["tflops"]     # > 1: ktune faster
+    if "compile" in timing:
+        row["ktune_vs_compile"] = tk / timing["compile"]["tflops"]
+        row["compile_vs_cublas"] = timing["compile"]["tflops"] / timing["cublas"]["tflops"]
+    print(f"{shape_name(s):>18} cuBLAS {timing['cublas']['tflops']:6.1f}  compile "
+          f"{timing.get('compile', {}).get('tflops', float('nan')):6.1f} "
+          f"({row.get('compile_s', float('nan')):5.1f} s)  ktune {tk:6.1f} "
+          f"x{row['ktune_vs_cublas']:.3f}  {served['provenance']} {served['template']} "
+          f"check {'ok' if check['ok'] else 'FAILED'}", flush=True)
+    del compiled
+    return row
+
+
+def _matmul(a, b):
+    import torch
+    return torch.matmul(a, b)
+
+
+def sustained(args, client, torch, dev) -> Dict[str, Any]:
+    """8192^3 back to back: ktune's served winner and cuBLAS in alternating phases of
+    args.sustain_s seconds, every launch timed with events, A/B/C rotated over args.sets sets."""
+    s = SUSTAINED_SHAPE
+    m, n, k = s
+    bf16 = torch.bfloat16
+    served, kernel = fetch_served(client, s, None)
+    sets = [(torch.randn(m, k, dtype=bf16, device=dev), torch.randn(n, k, dtype=bf16, device=dev),
+             torch.empty(m, n, dtype=bf16, device=dev)) for _ in range(args.sets)]
+    stream = torch.cuda.current_stream().cuda_stream
+    launch = {
+        "ktune": lambda i: kernel.launch_addresses(
+            (sets[i][0].data_ptr(), sets[i][1].data_ptr(), sets[i][2].data_ptr()), stream),
+        "cublas": lambda i: torch.matmul(sets[i][0], sets[i][1].t(), out=sets[i][2])}
+    per_set = sum(t.numel() * t.element_size() for t in sets[0])
+
+    # Warm up for a second, both alternating (untimed); then estimate one run.
+    until = time.perf_counter() + 1.0
+    i = 0
+    while time.perf_counter() < until:
+        launch["ktune" if i % 2 else "cublas"](i % args.sets)
+        i += 1
+        if i % 64 == 0:
+            torch.cuda.synchronize()  # keep the queue short, so the second is a second of work
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(10):
+        launch["cublas"](i % args.sets)
+    torch.cuda.synchronize()
+    est = max((time.perf_counter() - t0) / 10, 1e-4)
+    runs = max(args.min_runs, int(args.sustain_s / est))
+
+    sampler = Sampler(os.path.join(args.logs, "nvidia-smi-sustained.csv"))
+    times: Dict[str, List[float]] = {"ktune": [], "cublas": []}
+    windows: Dict[str, List[Tuple[float, float]]] = {"ktune": [], "cublas": []}
+    phases = []
+    for phase in ("ktune", "cublas", "ktune", "cublas"):
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+        w0 = time.time()
+        for j in range(runs):
+            starts[j].record()
+            launch[phase](j % args.sets)
+            ends[j].record()
+        torch.cuda.synchronize()
+        w1 = time.time()
+        us = [st.elapsed_time(en) * 1e3 for st, en in zip(starts, ends)]
+        times[phase] += us
+        windows[phase].append((w0, w1))
+        phases.append({"impl": phase, "runs": runs, "wall_s": w1 - w0,
+                       "median_us": statistics.median(us),
+                       "tflops": flops(s) / (statistics.median(us) * 1e-6) / 1e12})
+    sampler.stop()
+    samples = sampler.samples()
+    c_k, c_b = torch.empty_like(sets[0][2]), torch.empty_like(sets[0][2])
+    kernel.launch_addresses((sets[0][0].data_ptr(), sets[0][1].data_ptr(), c_k.data_ptr()), stream)
+    torch.matmul(sets[0][0], sets[0][1].t(), out=c_b)
+    torch.cuda.synchronize()
+    doc: Dict[str, Any] = {"shape": shape_name(s), "served": served, "input_sets": args.sets,
+                           "bytes_rotated": per_set * args.sets,
+                           "x_L2": per_set * args.sets / L2_BYTES, "runs_per_phase": runs,
+                           "phases": phases, "ktune_vs_cublas_rel_l2": rel_l2(c_k, c_b),
+                           "samples": len(samples)}
+    for impl, us in times.items():
+        v = sorted(us)
+        tf = sorted(flops(s) / (x * 1e-6) / 1e12 for x in v)
+        doc[impl] = {"runs": len(v), "median_us": statistics.median(v),
+                     "median_tflops": statistics.median(tf), "p10_tflops": tf[len(tf) // 10],
+                     "p90_tflops": tf[(9 * len(tf)) // 10], "gpu": summarize_samples(samples,
+                                                                                      windows[impl])}
+    doc["ktune_vs_cublas"] = doc["ktune"]["median_tflops"] / doc["cublas"]["median_tflops"]
+    print(f"{'sustained ' + shape_name(s):>18} ktune {doc['ktune']['median_tflops']:6.1f} TF/s "
+          f"cuBLAS {doc['cublas']['median_tflops']:6.1f} TF/s over {2 * runs} runs each; SM "
+          f"{doc['ktune']['gpu'].get('sm_mhz', {}).get('median', '?')} MHz, "
+          f"{doc['ktune']['gpu'].get('power_w', {}).get('median', '?')} W (ktune's phases)",
+          flush=True)
+    return doc
+
+
+# ---- meta ------------------------------------------------------------------------------------
+
+GPU_FIELDS = ("name", "driver_version", "power.limit", "power.default_limit", "power.max_limit",
+              "clocks.max.sm", "clocks.sm", "clocks.mem", "temperature.gpu", "memory.total",
+              "pstate")
+
+
+def meta(args: argparse.Namespace) -> Dict[str, Any]:
+    """Where and what ran: date, commit, ktuned's version, the GPU as nvidia-smi sees it."""
+    doc: Dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc)
+                           .strftime("%Y-%m-%dT%H:%M:%SZ"), "cpus": os.cpu_count()}
+    if args.commit_file and os.path.exists(args.commit_file):
+        with open(args.commit_file) as f:
+            doc["commit"] = f.read().strip()
+    if args.ktuned:
+        run = subprocess.run([args.ktuned, "--version"], capture_output=True, text=True)
+        doc["ktuned_version"] = (run.stdout or run.stderr).strip()
+    if shutil.which("nvidia-smi"):
+        run = subprocess.run(["nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS),
+                              "--format=csv,noheader"], capture_output=True, text=True)
+        first = run.stdout.strip().splitlines()[:1]
+        if run.returncode == 0 and first:
+            doc["gpu"] = dict(zip(GPU_FIELDS, (v.strip() for v in first[0].split(","))))
+        else:
+            doc["gpu_error"] = (run.stdout + run.stderr).strip()[-300:]
+    else:
+        doc["gpu_error"] = "no nvidia-smi"
+    return doc
+
+
+# ---- assemble --------------------------------------------------------------------------------
+
+def tuning_rows(doc: Any) -> Dict[str, Dict[str, Any]]:
+    """Per shape: the tuning wall time and what the job ended with, from `tune`'s document or
+    ktune-bench's --out."""
+    rows: Dict[str, Dict[str, Any]] = {}
+    if not doc:
+        return rows
+    for j in doc.get("jobs", []):              # peers.py tune (the daemon)
+        job = j.get("job", {})
+        rows[j["shape"]] = {"path": "daemon", "wall_s": j.get("wall_s"), "job_s": j.get("job_s"),
+                            "state": job.get("state", j.get("skipped")),
+                            "trials": job.get("trials"), "best": job.get("best"),
+                            "message": job.get("message")}
+    for r in doc.get("results", []):           # ktune-bench --out
+        s = shape_of_key(r.get("problem", ""))
+        if not s:
+            continue
+        t = r.get("tuning", {})
+        rows[shape_name(s)] = {"path": "ktune-bench", "wall_s": t.get("wall_s"),
+                               "trials": t.get("trials"), "compile_s": t.get("compile_s"),
+                               "measure_s": t.get("measure_s"), "vs_cublas_in_worker":
+                                   r.get("vs_cublas"), "error": r.get("error")}
+    return rows
+
+
+def assemble(args: argparse.Namespace) -> Dict[str, Any]:
+    meta = read_json(args.meta) or {}
+    tuned = read_json(args.tuning)
+    measured = read_json(args.measured) or {}
+    served = read_json(args.served) or {}
+    sass = read_json(args.sass) or {}
+    tuning = tuning_rows(tuned)
+    sass_by_shape = {c["shape"]: c for c in sass.get("cubins", [])}
+    shapes = []
+    rows = measured.get("shapes") or served.get("shapes") or []
+    for r in rows:
+        name = r["shape"]
+        row = dict(r)
+        row["tuning"] = tuning.get(name)
+        c = sass_by_shape.get(name)
+        if c:
+            row["sass"] = {k: c.get(k) for k in ("ops", "instructions", "hgmma", "local_memory",
+                                                 "error")}
+        shapes.append(row)
+    timed = [r for r in shapes if "ktune_vs_cublas" in r]
+    vs_cublas = [r["ktune_vs_cublas"] for r in timed]
+    vs_compile = [r["ktune_vs_compile"] for r in timed if "ktune_vs_compile" in r]
+    summary = {
+        "shapes_timed": len(timed),
+        "geomean_ktune_vs_cublas": geomean(vs_cublas),
+        "min_ktune_vs_cublas": min(vs_cublas) if vs_cublas else None,
+        "geomean_ktune_vs_compile": geomean(vs_compile),
+        "min_ktune_vs_compile": min(vs_compile) if vs_compile else None,
+        "checks_ok": sum(1 for r in timed if r.get("check", {}).get("ok")),
+        "served_exact": sum(1 for r in shapes if r.get("served", {}).get("provenance") == "exact"),
+        "tuning_total_s": sum(t["wall_s"] or 0 for t in tuning.values() if t.get("wall_s")),
+        "compile_total_s": sum(r.get("compile_s", 0) for r in shapes),
+        "winners_with_hgmma": sum(1 for c in sass.get("cubins", []) if c.get("hgmma")),
+        "winners_with_local_memory": sum(1 for c in sass.get("cubins", []) if c.get("local_memory")),
+        "sustained": {k: measured.get("sustained", {}).get(k, {}).get("median_tflops")
+                      for k in ("ktune", "cublas")},
+    }
+    doc = {"benchmark": "gemm_peers", "issue": 13, **meta, "plan": read_json(args.plan),
+           "torch": measured.get("torch"), "triton": measured.get("triton"),
+           "torch_cuda": measured.get("torch_cuda"),
+           "allow_bf16_reduced_precision_reduction":
+               measured.get("allow_bf16_reduced_precision_reduction"),
+           "summary": summary, "shapes": shapes, "sustained": measured.get("sustained"),
+           "ktune_torch": measured.get("ktune_torch"),
+           "tuning_path": (tuned or {}).get("path", "ktune-bench" if tuned else None),
+           "sass_tool": sass.get("cuobjdump"), "sass_error": sass.get("error")}
+    print_table(doc)
+    return doc
+
+
+def print_table(doc: Dict[str, Any]) -> None:
+    print(f"{'shape':>18} {'served':>24} {'tune_s':>6} {'cuBLAS':>7} {'compile':>7} "
+          f"{'comp_s':>6} {'ktune':>7} {'x cuB':>6} {'x comp':>6} {'HGMMA':>5} {'LDL/STL':>7} check")
+    for r in doc["shapes"]:
+        t = r.get("timing", {})
+        sv = r.get("served", {})
+        tn = r.get("tuning") or {}
+        ops = (r.get("sass") or {}).get("ops") or {}
+
+        def f(v: Any, fmt: str) -> str:
+            return format(v, fmt) if isinstance(v, (int, float)) else "-"
+        print(f"{r['shape']:>18} {(sv.get('provenance', '-') + ' ' + sv.get('template', ''))[:24]:>24} "
+              f"{f(tn.get('wall_s'), '6.1f'):>6} {f(t.get('cublas', {}).get('tflops'), '7.1f'):>7} "
+              f"{f(t.get('compile', {}).get('tflops'), '7.1f'):>7} {f(r.get('compile_s'), '6.1f'):>6} "
+              f"{f(t.get('ktune', {}).get('tflops'), '7.1f'):>7} {f(r.get('ktune_vs_cublas'), '6.3f'):>6} "
+              f"{f(r.get('ktune_vs_compile'), '6.3f'):>6} {f(ops.get('HGMMA'), 'd'):>5} "
+              f"{f(ops.get('LDL', 0) + ops.get('STL', 0) if ops else None, 'd'):>7} "
+              f"{({True: 'ok', False: 'FAILED'}).get(r.get('check', {}).get('ok'), r.get('skipped', '-'))}")
+    print(json.dumps(doc["summary"], indent=1))
+
+
+# ---- main ------------------------------------------------------------------------------------
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("step", nargs="?", default="plan",
+                    choices=["plan", "meta", "tune", "served", "measure", "sass", "assemble"])
+    ap.add_argument("--dry-run", action="store_true", help="print the plan only (= step plan)")
+    ap.add_argument("--socket", help="ktuned's socket (tune, served, measure)")
+    ap.add_argument("--shapes", default="tma", help='"tma" (the 10 of the suite) or MxNxK,...')
+    ap.add_argument("--out", help="this step's JSON document")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="unix time this step must end by (tune: no job starts after it; "
+                         "measure: shapes, torch.compile and the sustained run are skipped to fit)")
+    ap.add_argument("--tuner", default="daemon", choices=["daemon", "bench"], help="plan: how it tunes")
+    ap.add_argument("--strategy", default="model")
+    ap.add_argument("--trials", type=int, default=120, help="tune: trials per job")
+    ap.add_argument("--job-seconds", type=float, default=45, help="tune: seconds per job at most")
+    ap.add_argument("--cubins", help="served/measure: write each served cubin here; sass: read")
+    ap.add_argument("--logs", default=".", help="measure: where the nvidia-smi samples go")
+    ap.add_argument("--rounds", type=int, default=5, help="measure: interleaved do_bench rounds")
+    ap.add_argument("--reserve-s", type=float, default=30,
+                    help="measure: seconds kept for the sustained run at the end")
+    ap.add_argument("--compile-reserve-s", type=float, default=40,
+                    help="measure: torch.compile a shape only with this much time left")
+    ap.add_argument("--sets", type=int, default=3, help="measure: rotated A/B/C sets at 8192^3")
+    ap.add_argument("--sustain-s", type=float, default=4, help="measure: seconds per phase")
+    ap.add_argument("--min-runs", type=int, default=50, help="measure: runs per phase at least")
+    ap.add_argument("--cuobjdump", help="sass: the tool (default: PATH, /usr/local/cuda/bin)")
+    ap.add_argument("--commit-file", help="meta: a file holding the commit the kit was built at")
+    ap.add_argument("--ktuned", help="meta: the ktuned binary (its --version)")
+    for name in ("meta", "plan", "tuning", "measured", "served", "sass"):
+        ap.add_argument(f"--{name}-json", dest=name, help=f"assemble: the {name} document")
+    args = ap.parse_args(argv)
+    step = "plan" if args.dry_run else args.step
+    try:
+        parse_shapes(args.shapes)
+    except ValueError as e:
+        ap.error(str(e))
+    if step in ("tune", "served", "measure") and not args.socket:
+        ap.error(f"{step} needs --socket")
+    doc = {"plan": plan, "meta": meta, "tune": tune, "served": served_step, "measure": measure,
+           "sass": sass_step, "assemble": assemble}[step](args)
+    if step == "plan":
+        print(json.dumps(doc, indent=1))
+    if args.out:
+        write_json(args.out, doc)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

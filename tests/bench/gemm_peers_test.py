@@ -1,0 +1,210 @@
+"""bench/gemm_peers without a GPU: the pieces of peers.py that need no torch (shapes, SASS counts,
+nvidia-smi samples, the report's summary), and run_h200.sh end to end with FAKE=1 (ktuned with the
+fake worker tunes a shape through the `tune` op, serves it, exports it; the served cubin is
+fetched and archived).
+
+    KTUNED=build/daemon/ktuned KTUNE_CLI=build/client/cli/ktune FAKE_WORKER=build/tests/fake-worker \
+      python3 -m unittest discover -s tests/bench -p '*_test.py' -v
+"""
+
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import unittest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench", "gemm_peers"))
+import peers  # noqa: E402
+
+# A cuobjdump -sass excerpt as the tool prints it for a gemm_tma cubin (trimmed), plus one spill
+# pair and predicated forms.
+SASS = """
+	code for sm_90a
+		Function : _Z14ktune_gemm_tmaI10ktune_bf16S0_Li128ELi256EEvv
+	.headerflags	@"EF_CUDA_TEXMODE_UNIFIED EF_CUDA_64BIT_ADDRESS EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                       /* 0x00000a00ff017b82 */
+                                                                                /* 0x000fe40000000800 */
+        /*0010*/                   UTMALDG.2D [UR8], [UR4] ;                    /* 0x00000008040075b4 */
+        /*0020*/              @!P0 UTMALDG.2D [UR16], [UR6] ;                   /* 0x00000010060085b4 */
+        /*0030*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR8], RZ, !UPT ; /* 0x0 */
+        /*0040*/                   HGMMA.64x256x16.F32.BF16 R24, gdesc[UR12], R24 ;    /* 0x0 */
+        /*0050*/              @UP0 HGMMA.64x256x16.F32.BF16 R24, gdesc[UR16], R24, gsb0 ;
+        /*0060*/                   STL.64 [R1+0x8], R4 ;                        /* 0x0 */
+        /*0070*/                   LDL.LU R4, [R1+0x8] ;                        /* 0x0 */
+        /*0080*/                   STSM.16.M88.4 [R2], R8 ;                     /* 0x0 */
+        /*0090*/                   BAR.SYNC.DEFER_BLOCKING 0x1, 0x100 ;         /* 0x0 */
+        /*00a0*/                   EXIT ;                                       /* 0x0 */
+        /*00b0*/                   BRA 0xb0;                                    /* 0x0 */
+"""
+
+
+class ShapesTest(unittest.TestCase):
+    def test_tma_is_the_suite_of_ktune_bench(self):
+        # peers.py's default shapes must stay ktune-bench --suite tma's, in its order.
+        with open(os.path.join(ROOT, "bench", "ktune_bench.cc")) as f:
+            source = f.read()
+        block = source[source.index('if (name == "tma")'):]
+        block = block[:block.index("if (name ==", 10)]
+        suite = [tuple(int(v) for v in g) for g in re.findall(r"gemm\((\d+), (\d+), (\d+)\)", block)]
+        self.assertEqual(len(suite), 10)
+        self.assertEqual(peers.parse_shapes("tma"), suite)
+
+    def test_lists_and_refusals(self):
+        self.assertEqual(peers.parse_shapes("8192x8192x512, 4000X6000x3000"),
+                         [(8192, 8192, 512), (4000, 6000, 3000)])
+        for bad in ("8192x8192", "0x1x1", "axbxc", "", "1x2x3x4"):
+            with self.assertRaises(ValueError, msg=bad):
+                peers.parse_shapes(bad)
+
+    def test_problem_keys_round_trip(self):
+        s = (4000, 6000, 3000)
+        self.assertEqual(peers.problem_key(s), "gemm|bf16|bf16|rc|M=4000,N=6000,K=3000")
+        self.assertEqual(peers.shape_of_key(peers.problem_key(s)), s)
+        self.assertIsNone(peers.shape_of_key("softmax|bf16|bf16||rows=8,cols=8"))
+
+
+class SassTest(unittest.TestCase):
+    def test_counts_opcodes_with_predicates_and_suffixes(self):
+        c = peers.count_sass(SASS)
+        self.assertEqual(c["ops"]["HGMMA"], 3)
+        self.assertEqual(c["ops"]["UTMALDG"], 2)
+        self.assertEqual(c["ops"]["LDL"], 1)
+        self.assertEqual(c["ops"]["STL"], 1)
+        self.assertEqual(c["ops"]["STSM"], 1)
+        self.assertEqual(c["ops"]["BAR"], 1)
+        self.assertEqual(c["instructions"], 12)  # the encoding-only lines are not instructions
+        self.assertEqual(c["functions"], ["_Z14ktune_gemm_tmaI10ktune_bf16S0_Li128ELi256EEvv"])
+        self.assertTrue(c["hgmma"])
+        self.assertTrue(c["local_memory"])
+
+    def test_no_spills_and_no_hgmma(self):
+        c = peers.count_sass("\n".join(l for l in SASS.splitlines()
+                                       if "LDL" not in l and "STL" not in l and "HGMMA" not in l))
+        self.assertFalse(c["local_memory"])
+        self.assertFalse(c["hgmma"])
+        self.assertEqual(c["instructions"], 7)
+
+
+class SamplesTest(unittest.TestCase):
+    def test_parses_and_keeps_the_windows_samples(self):
+        t0 = datetime.datetime(2026, 12, 2, 3, 4, 5, 100000)
+        lines = ["garbage line", "2026/12/02 03:04:05.100, 1755, 2619, 612.40, 51, 100",
+                 "2026/12/02 03:04:05.200, 1410, 2619, 699.10, 53, 100",
+                 "2026/12/02 03:04:06.300, 1980, 2619, 90.00, 45, 0",
+                 "2026/12/02 03:04:06.400, [N/A], 2619, 90.00, 45, 0"]
+        samples = peers.parse_samples("\n".join(lines))
+        self.assertEqual(len(samples), 3)
+        self.assertAlmostEqual(samples[0]["t"], t0.timestamp(), places=3)
+        self.assertEqual(samples[1]["power_w"], 699.1)
+        window = [(t0.timestamp(), t0.timestamp() + 0.15)]
+        s = peers.summarize_samples(samples, window)
+        self.assertEqual(s["samples"], 2)
+        self.assertEqual(s["sm_mhz"], {"min": 1410.0, "median": 1582.5, "max": 1755.0})
+        self.assertEqual(peers.summarize_samples(samples, [(0, 1)]), {"samples": 0})
+
+
+class AssembleTest(unittest.TestCase):
+    def test_summary_of_measured_shapes(self):
+        with tempfile.TemporaryDirectory() as d:
+            measured = {"torch": "2.11", "shapes": [
+                {"shape": "8192x8192x8192", "served": {"provenance": "exact", "template": "gemm_tma"},
+                 "ktune_vs_cublas": 1.02, "ktune_vs_compile": 1.01, "compile_s": 20.0,
+                 "check": {"ok": True}},
+                {"shape": "8192x8192x512", "served": {"provenance": "nearest", "template": "gemm"},
+                 "ktune_vs_cublas": 0.81, "ktune_vs_compile": 0.9, "compile_s": 5.0,
+                 "check": {"ok": False}},
+                {"shape": "4000x6000x3000", "skipped": "deadline"}],
+                "sustained": {"ktune": {"median_tflops": 701.0}, "cublas": {"median_tflops": 690.0}}}
+            tuning = {"results": [{"problem": "gemm|bf16|bf16|rc|M=8192,N=8192,K=8192",
+                                   "tuning": {"wall_s": 12.5, "trials": 120}},
+                                  {"problem": "gemm|bf16|bf16|rc|M=8192,N=8192,K=512",
+                                   "tuning": {"wall_s": 7.5, "trials": 120}}]}
+            sass = {"cubins": [{"shape": "8192x8192x8192", "ops": {"HGMMA": 4, "LDL": 0, "STL": 0},
+                                "hgmma": True, "local_memory": False},
+                               {"shape": "8192x8192x512", "ops": {"HGMMA": 0, "LDL": 2, "STL": 2},
+                                "hgmma": False, "local_memory": True}]}
+            paths = {}
+            for name, doc in (("measured", measured), ("tuning", tuning), ("sass", sass)):
+                paths[name] = os.path.join(d, name + ".json")
+                peers.write_json(paths[name], doc)
+            out = os.path.join(d, "all.json")
+            with open(os.devnull, "w") as null:
+                stdout, sys.stdout = sys.stdout, null
+                try:
+                    peers.main(["assemble", "--measured-json", paths["measured"], "--tuning-json",
+                                paths["tuning"], "--sass-json", paths["sass"], "--out", out])
+                finally:
+                    sys.stdout = stdout
+            with open(out) as f:
+                doc = json.load(f)
+        s = doc["summary"]
+        self.assertEqual(s["shapes_timed"], 2)
+        self.assertAlmostEqual(s["geomean_ktune_vs_cublas"], (1.02 * 0.81) ** 0.5)
+        self.assertEqual(s["min_ktune_vs_cublas"], 0.81)
+        self.assertEqual(s["min_ktune_vs_compile"], 0.9)
+        self.assertEqual(s["checks_ok"], 1)
+        self.assertEqual(s["served_exact"], 1)
+        self.assertEqual(s["tuning_total_s"], 20.0)
+        self.assertEqual(s["compile_total_s"], 25.0)
+        self.assertEqual(s["winners_with_hgmma"], 1)
+        self.assertEqual(s["winners_with_local_memory"], 1)
+        self.assertEqual(s["sustained"], {"ktune": 701.0, "cublas": 690.0})
+        self.assertEqual(doc["tuning_path"], "ktune-bench")
+        self.assertEqual(doc["shapes"][0]["tuning"]["wall_s"], 12.5)
+        self.assertEqual(doc["shapes"][1]["sass"]["ops"]["LDL"], 2)
+
+
+@unittest.skipUnless(os.environ.get("KTUNED") and os.environ.get("FAKE_WORKER"),
+                     "needs KTUNED, KTUNE_CLI and FAKE_WORKER (the ctest sets them)")
+class FakeRunTest(unittest.TestCase):
+    """run_h200.sh with FAKE=1: every step but `measure` (no GPU, no torch)."""
+
+    def test_tunes_serves_exports_and_archives(self):
+        with tempfile.TemporaryDirectory() as d:
+            kit, out = os.path.join(d, "kit"), os.path.join(d, "out")
+            os.makedirs(kit)
+            for name, env in (("ktuned", "KTUNED"), ("ktune", "KTUNE_CLI"),
+                              ("fake-worker", "FAKE_WORKER")):
+                os.symlink(os.environ[env], os.path.join(kit, name))
+            with open(os.path.join(kit, "COMMIT"), "w") as f:
+                f.write("abc123-test\n")
+            env = dict(os.environ, FAKE="1", K=kit, OUT=out, SHAPES="8192x8192x512", TRIALS="2",
+                       COMPILE_THREADS="2")
+            run = subprocess.run(["bash", os.path.join(ROOT, "bench", "gemm_peers", "run_h200.sh")],
+                                 env=env, capture_output=True, text=True, timeout=240)
+            self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
+            self.assertEqual(sorted(os.listdir(out)), ["gemm-peers-h200.json", "h200.json",
+                                                       "logs.tar.gz"])
+            with open(os.path.join(out, "gemm-peers-h200.json")) as f:
+                doc = json.load(f)
+            with open(os.path.join(out, "h200.json")) as f:
+                table = json.load(f)
+            with tarfile.open(os.path.join(out, "logs.tar.gz")) as t:
+                archived = set(t.getnames())
+        self.assertEqual(doc["commit"], "abc123-test")
+        self.assertEqual(doc["tuning_path"], "daemon")
+        self.assertEqual(doc["plan"]["shapes"], ["8192x8192x512"])
+        self.assertEqual(doc["summary"]["served_exact"], 1)
+        (row,) = doc["shapes"]
+        self.assertEqual(row["served"]["provenance"], "exact")
+        self.assertGreater(row["served"]["cubin_bytes"], 0)
+        self.assertEqual(row["tuning"]["state"], "done")
+        self.assertEqual(row["tuning"]["trials"], 2)
+        self.assertGreater(row["tuning"]["wall_s"], 0)
+        # The table ktuned exports holds the winner it served.
+        (winner,) = table["winners"]
+        self.assertEqual(winner["problem"]["dims"], {"M": 8192, "N": 8192, "K": 512})
+        self.assertEqual(winner["ranked"][0]["template"], row["served"]["template"])
+        self.assertEqual(winner["ranked"][0]["params"], row["served"]["params"])
+        for name in ("logs/ktuned.log", "logs/tune.json", "logs/served.json", "logs/meta.json",
+                     "logs/cubins/8192x8192x512.cubin"):
+            self.assertIn(name, archived)
+
+
+if __name__ == "__main__":
+    unittest.main()
