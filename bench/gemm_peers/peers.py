@@ -9,8 +9,6 @@ Steps (subcommands; each writes one JSON document, `assemble` folds them into on
   plan      the plan: shapes, steps, budgets and time estimates (no daemon, no torch; --dry-run)
   tune      each shape as a tuning job of a running ktuned (the `tune` op, as `ktune tune` sends
             it), one after the other, with each job's wall time (stdlib only)
-  served    what ktuned serves for each shape: provenance, template, params, registers, spills;
-            fetches each cubin (the `kernel` op) and checks it loads as a ktune.Kernel (stdlib)
   measure   per shape, in this one process: cuBLAS (torch.matmul with B stored as nn.Linear stores
             it, layout rc), torch.compile max-autotune of the same matmul (compile + autotune wall
             time), and ktune's served winner through ktune.torch on torch's stream; outputs checked
@@ -32,6 +30,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -147,6 +146,31 @@ def tune(args: argparse.Namespace) -> Dict[str, Any]:
     client = ktune.Client(socket_path=args.socket, cache_ttl=0, timeout=30)
     doc: Dict[str, Any] = {"path": "daemon", "strategy": args.strategy, "trials": args.trials,
                            "status": client.status(), "jobs": []}
+    # Stopped by a timeout (SIGTERM) or not, no job may go on tuning into the measurements.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        tune_shapes(args, client, doc)
+    finally:
+        doc["cancelled_jobs"] = stop_jobs(client)
+        write_json(args.out, doc)
+    return doc
+
+
+def stop_jobs(client: Any) -> List[str]:
+    """Cancels every queued or running job and waits (30 s at most) until none runs."""
+    cancelled = []
+    for state in ("queued", "running"):
+        for job in client.jobs(limit=500, state=state):
+            client.cancel(job["id"])
+            cancelled.append(job["id"])
+    until = time.time() + 30
+    while cancelled and time.time() < until and client.jobs(limit=10, state="running"):
+        time.sleep(0.2)
+    return cancelled
+
+
+def tune_shapes(args: argparse.Namespace, client: Any, doc: Dict[str, Any]) -> None:
+    import ktune
     for s in parse_shapes(args.shapes):
         left = args.deadline - time.time() if args.deadline else float("inf")
         row: Dict[str, Any] = {"shape": shape_name(s), "problem": problem_key(s)}
@@ -161,7 +185,7 @@ def tune(args: argparse.Namespace) -> Dict[str, Any]:
             job = client.tune("gemm", dtype="bf16", layout="rc", strategy=args.strategy,
                               budget_trials=args.trials, budget_seconds=seconds,
                               M=s[0], N=s[1], K=s[2])
-            for job in client.watch(job["id"], timeout=seconds + 300):
+            for job in client.watch(job["id"], timeout=seconds + 120):
                 pass
         except ktune.KtuneError as e:
             row.update({"wall_s": time.time() - t0, "error": f"{e.code}: {e.message}"})
@@ -175,7 +199,6 @@ def tune(args: argparse.Namespace) -> Dict[str, Any]:
         write_json(args.out, doc)
         print(f"{shape_name(s):>18} {job['state']:>9} {job['trials']:4d} trials "
               f"{row['wall_s']:6.1f} s  {job.get('best', '')}", flush=True)
-    return doc
 
 
 # ---- served kernels --------------------------------------------------------------------------
@@ -210,22 +233,6 @@ def fetch_served(client: Any, s: Shape, cubin_dir: Optional[str]) -> Tuple[Dict[
             f.write(base64.b64decode(image["cubin"]))
         served["cubin"] = path
     return served, kernel
-
-
-def served_step(args: argparse.Namespace) -> Dict[str, Any]:
-    import ktune
-    client = ktune.Client(socket_path=args.socket, cache_ttl=0, kernel_timeout=120)
-    doc: Dict[str, Any] = {"shapes": []}
-    for s in parse_shapes(args.shapes):
-        try:
-            served, _ = fetch_served(client, s, args.cubins)
-            doc["shapes"].append({"shape": shape_name(s), "served": served})
-            print(f"{shape_name(s):>18} {served['provenance']:>9} {served['template']} "
-                  f"{served['params']}", flush=True)
-        except ktune.KtuneError as e:
-            doc["shapes"].append({"shape": shape_name(s), "error": f"{e.code}: {e.message}"})
-            print(f"{shape_name(s):>18} error {e.code}: {e.message}", flush=True)
-    return doc
 
 
 # ---- SASS ------------------------------------------------------------------------------------
@@ -370,6 +377,17 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
         "allow_bf16_reduced_precision_reduction":
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
         "rounds": args.rounds, "shapes": []}
+    # Inductor's one-time costs (its imports, the compile workers) on a small matmul first, so
+    # each shape's compile_s is that shape's compile + autotune; the one-time part is reported.
+    if deadline - time.time() - args.reserve_s > 2 * args.compile_reserve_s:
+        try:
+            x = torch.randn(256, 256, dtype=torch.bfloat16, device=dev)
+            t0 = time.perf_counter()
+            torch.compile(_matmul, mode="max-autotune", dynamic=False)(x, x.t())
+            torch.cuda.synchronize()
+            doc["compile_warmup_s"] = time.perf_counter() - t0
+        except Exception as e:
+            doc["compile_warmup_error"] = f"{type(e).__name__}: {e}"[-2000:]
     for s in parse_shapes(args.shapes):
         left = deadline - time.time() - args.reserve_s
         if left < 8:
@@ -494,7 +512,6 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
           f"({row.get('compile_s', float('nan')):5.1f} s)  ktune {tk:6.1f} "
           f"x{row['ktune_vs_cublas']:.3f}  {served['provenance']} {served['template']} "
           f"check {'ok' if check['ok'] else 'FAILED'}", flush=True)
-    del compiled
     return row
 
 
@@ -642,12 +659,11 @@ def assemble(args: argparse.Namespace) -> Dict[str, Any]:
     meta = read_json(args.meta) or {}
     tuned = read_json(args.tuning)
     measured = read_json(args.measured) or {}
-    served = read_json(args.served) or {}
     sass = read_json(args.sass) or {}
     tuning = tuning_rows(tuned)
     sass_by_shape = {c["shape"]: c for c in sass.get("cubins", [])}
     shapes = []
-    rows = measured.get("shapes") or served.get("shapes") or []
+    rows = measured.get("shapes") or []
     for r in rows:
         name = r["shape"]
         row = dict(r)
@@ -678,6 +694,7 @@ def assemble(args: argparse.Namespace) -> Dict[str, Any]:
     doc = {"benchmark": "gemm_peers", "issue": 13, **meta, "plan": read_json(args.plan),
            "torch": measured.get("torch"), "triton": measured.get("triton"),
            "torch_cuda": measured.get("torch_cuda"),
+           "compile_warmup_s": measured.get("compile_warmup_s"),
            "allow_bf16_reduced_precision_reduction":
                measured.get("allow_bf16_reduced_precision_reduction"),
            "summary": summary, "shapes": shapes, "sustained": measured.get("sustained"),
@@ -714,9 +731,9 @@ def print_table(doc: Dict[str, Any]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("step", nargs="?", default="plan",
-                    choices=["plan", "meta", "tune", "served", "measure", "sass", "assemble"])
+                    choices=["plan", "meta", "tune", "measure", "sass", "assemble"])
     ap.add_argument("--dry-run", action="store_true", help="print the plan only (= step plan)")
-    ap.add_argument("--socket", help="ktuned's socket (tune, served, measure)")
+    ap.add_argument("--socket", help="ktuned's socket (tune, measure)")
     ap.add_argument("--shapes", default="tma", help='"tma" (the 10 of the suite) or MxNxK,...')
     ap.add_argument("--out", help="this step's JSON document")
     ap.add_argument("--deadline", type=float, default=0,
@@ -726,7 +743,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--strategy", default="model")
     ap.add_argument("--trials", type=int, default=120, help="tune: trials per job")
     ap.add_argument("--job-seconds", type=float, default=45, help="tune: seconds per job at most")
-    ap.add_argument("--cubins", help="served/measure: write each served cubin here; sass: read")
+    ap.add_argument("--cubins", help="measure: write each served cubin here; sass: read them")
     ap.add_argument("--logs", default=".", help="measure: where the nvidia-smi samples go")
     ap.add_argument("--rounds", type=int, default=5, help="measure: interleaved do_bench rounds")
     ap.add_argument("--reserve-s", type=float, default=30,
@@ -739,7 +756,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--cuobjdump", help="sass: the tool (default: PATH, /usr/local/cuda/bin)")
     ap.add_argument("--commit-file", help="meta: a file holding the commit the kit was built at")
     ap.add_argument("--ktuned", help="meta: the ktuned binary (its --version)")
-    for name in ("meta", "plan", "tuning", "measured", "served", "sass"):
+    for name in ("meta", "plan", "tuning", "measured", "sass"):
         ap.add_argument(f"--{name}-json", dest=name, help=f"assemble: the {name} document")
     args = ap.parse_args(argv)
     step = "plan" if args.dry_run else args.step
@@ -747,9 +764,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parse_shapes(args.shapes)
     except ValueError as e:
         ap.error(str(e))
-    if step in ("tune", "served", "measure") and not args.socket:
+    if step in ("tune", "measure") and not args.socket:
         ap.error(f"{step} needs --socket")
-    doc = {"plan": plan, "meta": meta, "tune": tune, "served": served_step, "measure": measure,
+    doc = {"plan": plan, "meta": meta, "tune": tune, "measure": measure,
            "sass": sass_step, "assemble": assemble}[step](args)
     if step == "plan":
         print(json.dumps(doc, indent=1))

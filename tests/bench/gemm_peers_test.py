@@ -1,7 +1,9 @@
 """bench/gemm_peers without a GPU: the pieces of peers.py that need no torch (shapes, SASS counts,
-nvidia-smi samples, the report's summary), and run_h200.sh end to end with FAKE=1 (ktuned with the
-fake worker tunes a shape through the `tune` op, serves it, exports it; the served cubin is
-fetched and archived).
+nvidia-smi samples, the report's summary), and run_h200.sh end to end with FAKE=1: ktuned with the
+fake worker tunes a shape through the `tune` op; `measure` runs on a stand-in torch
+(tests/bench/fake_torch) against that ktuned, so ktune.torch looks the shape up, fetches the cubin
+and launches it (the launch checks its arguments and does nothing); the table is exported and
+everything archived.
 
     KTUNED=build/daemon/ktuned KTUNE_CLI=build/client/cli/ktune FAKE_WORKER=build/tests/fake-worker \
       python3 -m unittest discover -s tests/bench -p '*_test.py' -v
@@ -162,7 +164,7 @@ class AssembleTest(unittest.TestCase):
 @unittest.skipUnless(os.environ.get("KTUNED") and os.environ.get("FAKE_WORKER"),
                      "needs KTUNED, KTUNE_CLI and FAKE_WORKER (the ctest sets them)")
 class FakeRunTest(unittest.TestCase):
-    """run_h200.sh with FAKE=1: every step but `measure` (no GPU, no torch)."""
+    """run_h200.sh with FAKE=1: every step, `measure` on the stand-in torch."""
 
     def test_tunes_serves_exports_and_archives(self):
         with tempfile.TemporaryDirectory() as d:
@@ -174,7 +176,7 @@ class FakeRunTest(unittest.TestCase):
             with open(os.path.join(kit, "COMMIT"), "w") as f:
                 f.write("abc123-test\n")
             env = dict(os.environ, FAKE="1", K=kit, OUT=out, SHAPES="8192x8192x512", TRIALS="2",
-                       COMPILE_THREADS="2")
+                       COMPILE_THREADS="2", ROUNDS="2", SUSTAIN_S="0.01")
             run = subprocess.run(["bash", os.path.join(ROOT, "bench", "gemm_peers", "run_h200.sh")],
                                  env=env, capture_output=True, text=True, timeout=240)
             self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
@@ -190,20 +192,94 @@ class FakeRunTest(unittest.TestCase):
         self.assertEqual(doc["tuning_path"], "daemon")
         self.assertEqual(doc["plan"]["shapes"], ["8192x8192x512"])
         self.assertEqual(doc["summary"]["served_exact"], 1)
+        self.assertEqual(doc["summary"]["shapes_timed"], 1)
+        self.assertEqual(doc["summary"]["checks_ok"], 1)
         (row,) = doc["shapes"]
         self.assertEqual(row["served"]["provenance"], "exact")
         self.assertGreater(row["served"]["cubin_bytes"], 0)
         self.assertEqual(row["tuning"]["state"], "done")
         self.assertEqual(row["tuning"]["trials"], 2)
         self.assertGreater(row["tuning"]["wall_s"], 0)
+        # ktune.torch served the call (no fallback to torch) with the kernel the lookup ranked first.
+        self.assertTrue(row["ktune_torch_served"])
+        self.assertTrue(row["ktune_torch_kernel"]["same_as_served"])
+        self.assertEqual(doc["ktune_torch"]["stats"]["fallback"], 0)
+        self.assertIn("compile_s", row)
+        self.assertIn("compile_warmup_s", doc)
+        self.assertEqual(sorted(row["timing"]), ["compile", "cublas", "ktune", "ktune_kernel"])
+        for peer in row["timing"].values():
+            self.assertEqual(len(peer["rounds_us"]), 2)
+        self.assertIn("ktune_vs_compile", row)
+        sustained = doc["sustained"]
+        self.assertGreaterEqual(sustained["x_L2"], 3)
+        self.assertGreaterEqual(sustained["ktune"]["runs"], 2 * 50)
+        self.assertGreaterEqual(sustained["cublas"]["runs"], 2 * 50)
+        self.assertEqual([p["impl"] for p in sustained["phases"]],
+                         ["ktune", "cublas", "ktune", "cublas"])
         # The table ktuned exports holds the winner it served.
         (winner,) = table["winners"]
         self.assertEqual(winner["problem"]["dims"], {"M": 8192, "N": 8192, "K": 512})
         self.assertEqual(winner["ranked"][0]["template"], row["served"]["template"])
         self.assertEqual(winner["ranked"][0]["params"], row["served"]["params"])
-        for name in ("logs/ktuned.log", "logs/tune.json", "logs/served.json", "logs/meta.json",
-                     "logs/cubins/8192x8192x512.cubin"):
+        for name in ("logs/ktuned.log", "logs/tune.json", "logs/measure.json", "logs/measure.log",
+                     "logs/meta.json", "logs/cubins/8192x8192x512.cubin"):
             self.assertIn(name, archived)
+
+
+@unittest.skipUnless(os.environ.get("KTUNED") and os.environ.get("FAKE_WORKER"),
+                     "needs KTUNED and FAKE_WORKER (the ctest sets them)")
+class TuneStopTest(unittest.TestCase):
+    """`peers.py tune` stopped by its timeout (SIGTERM) cancels the job it was following, so no
+    tuning runs on into the measurements."""
+
+    def test_sigterm_cancels_the_running_job(self):
+        import ktune
+        with tempfile.TemporaryDirectory() as d:
+            sock = os.path.join(d, "s")
+            env = dict(os.environ, KTUNE_HOME=ROOT, FAKE_WORKER_DELAY_MS="200")
+            daemon = subprocess.Popen(
+                [os.environ["KTUNED"], "--socket", sock, "--data-dir", os.path.join(d, "data"),
+                 "--set", "tuning.worker=" + os.environ["FAKE_WORKER"], "--set", "tuning.devices=0",
+                 "--set", "tuning.gpu_policy=always", "--set", "tuning.on_miss=false",
+                 "--set", "store.seed_tables=", "--set", "server.metrics=",
+                 "--set", "templates.compile_threads=2"],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                client = ktune.Client(socket_path=sock, cache_ttl=0)
+                wait_for(lambda: os.path.exists(sock) and client.status())
+                out = os.path.join(d, "tune.json")
+                tune = subprocess.Popen(
+                    [sys.executable, os.path.join(ROOT, "bench", "gemm_peers", "peers.py"), "tune",
+                     "--socket", sock, "--shapes", "8192x8192x512,4096x4096x4096", "--trials", "200",
+                     "--job-seconds", "120", "--out", out], env=env, stdout=subprocess.DEVNULL)
+                running = wait_for(lambda: client.jobs(state="running"))
+                tune.terminate()
+                self.assertEqual(tune.wait(timeout=60), 143)
+                with open(out) as f:
+                    doc = json.load(f)
+                self.assertEqual(doc["cancelled_jobs"], [running[0]["id"]])
+                self.assertEqual(client.jobs(state="running"), [])
+                self.assertEqual(client.jobs(state="queued"), [])
+                self.assertEqual(client.job(running[0]["id"])["state"], "cancelled")
+                client.close()
+            finally:
+                daemon.terminate()
+                daemon.wait(timeout=30)
+
+
+def wait_for(condition, seconds: float = 60):
+    """condition()'s first truthy value, polled until `seconds` pass (then the test fails)."""
+    import time
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        try:
+            value = condition()
+        except Exception:  # the daemon not up yet
+            value = None
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not true within {seconds} s")
 
 
 if __name__ == "__main__":

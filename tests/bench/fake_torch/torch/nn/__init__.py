@@ -1,0 +1,2 @@
+"""Fake torch.nn (tests/bench/fake_torch/torch)."""
+from . import functional  # noqa: F401
