@@ -1,8 +1,8 @@
 """ktune's served GEMM winners against cuBLAS and torch.compile(mode="max-autotune") on one GPU
 (issue 13's peer comparison). bench/gemm_peers/run_h200.sh runs every step in one device call:
 
-    bash bench/gemm_peers/make_kit.sh                      # dev box: binaries + libraries in .gpu/
-    OUT=$OUT bash bench/gemm_peers/run_h200.sh             # GPU node, from the repo root, .gpu/ sent
+    bash bench/gemm_peers/make_kit.sh              # dev box: binaries + libraries in .gpu/
+    OUT=/tmp/out bash bench/gemm_peers/run_h200.sh # GPU node, repo root, .gpu/ carried along
 
 Steps (subcommands; each writes one JSON document, `assemble` folds them into one):
 
@@ -208,7 +208,8 @@ def fetch_served(client: Any, s: Shape, cubin_dir: Optional[str]) -> Tuple[Dict[
     import ktune
     m, n, k = s
     reply = client.lookup("gemm", dtype="bf16", layout="rc", limit=4, M=m, N=n, K=k)
-    best = reply.best
+    # As ktune.torch picks: the first entry that comes with a launch description.
+    best = next((e for e in reply.entries if e.launch), reply.best)
     image = client.kernel("gemm", dtype="bf16", layout="rc", device=reply.device, entry=best,
                           M=m, N=n, K=k)
     kernel = ktune.Kernel(image)

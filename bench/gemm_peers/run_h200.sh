@@ -5,8 +5,9 @@
 #   # dev box, once per change: build ktuned, ktune, ktune-worker, ktune-bench into .gpu/ with the
 #   # shared libraries the GPU node lacks, and the commit they were built at
 #   bash bench/gemm_peers/make_kit.sh
-#   # GPU node, from the repo root (the working tree with .gpu/ carried along):
-#   OUT=$OUT bash bench/gemm_peers/run_h200.sh
+#   # GPU node, from the repo root (the working tree with .gpu/ carried along; the device tool's
+#   # call: command "bash bench/gemm_peers/run_h200.sh", carry [".gpu"], timeout_s 600):
+#   OUT=/tmp/out bash bench/gemm_peers/run_h200.sh      # $OUT: where the 3 result files go
 #
 # Steps, each fitted into BUDGET_S seconds in all (default 520: one 9-minute device call):
 #   1. meta: date, commit, ktuned --version, the GPU (name, driver, clocks, power limit);
