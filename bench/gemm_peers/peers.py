@@ -630,6 +630,44 @@ def meta(args: argparse.Namespace) -> Dict[str, Any]:
     return doc
 
 
+# ---- Inductor's autotuning log ----------------------------------------------------------------
+
+_AUTOTUNE_HEAD = re.compile(r"^AUTOTUNE (\w+)\((\d+)x(\d+), (\d+)x(\d+)\)")
+_AUTOTUNE_CHOICE = re.compile(r"^\s+(\S+) ([0-9.]+) ms ([0-9.]+)%")
+_AUTOTUNE_TAIL = re.compile(r"AUTOTUNE benchmarking takes ([0-9.]+) seconds and ([0-9.]+) seconds "
+                            r"precompiling for (\d+) choices")
+
+
+def parse_autotune(text: str) -> Dict[str, Dict[str, Any]]:
+    """What torch.compile max-autotune chose per GEMM shape, from the AUTOTUNE tables Inductor
+    prints on stderr ("AUTOTUNE mm(MxK, KxN)", then its fastest choices, fastest first): the
+    winner, its time, aten's mm (cuBLAS) time when listed, and the benchmarking summary line."""
+    found: Dict[str, Dict[str, Any]] = {}
+    current: Optional[Dict[str, Any]] = None
+    for line in text.splitlines():
+        if line.startswith("AUTOTUNE "):  # a table starts: ours (mm) or another op's
+            head = _AUTOTUNE_HEAD.match(line)
+            current = None
+            if head and head[1] == "mm" and head[3] == head[4]:
+                m, k, n = int(head[2]), int(head[3]), int(head[5])
+                current = found.setdefault(shape_name((m, n, k)), {"choices_shown": 0})
+            continue
+        choice = _AUTOTUNE_CHOICE.match(line) if current is not None else None
+        if choice:
+            if current["choices_shown"] == 0:
+                current.update({"best": choice[1], "best_ms": float(choice[2])})
+            if choice[1] == "mm":
+                current["aten_mm_ms"] = float(choice[2])
+            current["choices_shown"] += 1
+            continue
+        tail = _AUTOTUNE_TAIL.search(line)
+        if tail and current is not None:
+            current.update({"benchmark_s": float(tail[1]), "precompile_s": float(tail[2]),
+                            "choices": int(tail[3])})
+            current = None
+    return found
+
+
 # ---- assemble --------------------------------------------------------------------------------
 
 def tuning_rows(doc: Any) -> Dict[str, Dict[str, Any]]:
@@ -663,12 +701,18 @@ def assemble(args: argparse.Namespace) -> Dict[str, Any]:
     sass = read_json(args.sass) or {}
     tuning = tuning_rows(tuned)
     sass_by_shape = {c["shape"]: c for c in sass.get("cubins", [])}
+    autotune: Dict[str, Dict[str, Any]] = {}
+    if args.autotune_log and os.path.exists(args.autotune_log):
+        with open(args.autotune_log, errors="replace") as f:
+            autotune = parse_autotune(f.read())
     shapes = []
     rows = measured.get("shapes") or []
     for r in rows:
         name = r["shape"]
         row = dict(r)
         row["tuning"] = tuning.get(name)
+        if name in autotune:
+            row["compile_choice"] = autotune[name]
         c = sass_by_shape.get(name)
         if c:
             row["sass"] = {k: c.get(k) for k in ("ops", "instructions", "hgmma", "local_memory",
@@ -755,6 +799,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--sustain-s", type=float, default=4, help="measure: seconds per phase")
     ap.add_argument("--min-runs", type=int, default=50, help="measure: runs per phase at least")
     ap.add_argument("--cuobjdump", help="sass: the tool (default: PATH, /usr/local/cuda/bin)")
+    ap.add_argument("--autotune-log", help="assemble: measure's stderr (Inductor's AUTOTUNE tables)")
     ap.add_argument("--commit-file", help="meta: a file holding the commit the kit was built at")
     ap.add_argument("--ktuned", help="meta: the ktuned binary (its --version)")
     for name in ("meta", "plan", "tuning", "measured", "sass"):

@@ -113,7 +113,8 @@ END=$(( T0 + BUDGET_S - 25 ))   # kept for export, SASS, the report and the arch
 [ -n "${FAKE:-}" ] && export PYTHONPATH=$PWD/tests/bench/fake_torch:$PYTHONPATH
 say "3. peers: cuBLAS, torch.compile max-autotune, ktune (until $(( END - T0 )) s)"
 # Progress on stdout; torch's and Inductor's logs (its AUTOTUNE tables) on stderr.
-timeout $(( END - $(date +%s) + 15 )) "${PEERS[@]}" measure --socket "$S" --deadline "$END" \
+LEFT=$(( END - $(date +%s) + 15 ))
+timeout $(( LEFT > 30 ? LEFT : 30 )) "${PEERS[@]}" measure --socket "$S" --deadline "$END" \
   --rounds "$ROUNDS" --sustain-s "$SUSTAIN_S" --sets "$SETS" --cubins "$W/cubins" --logs "$L" \
   --out "$W/measure.json" > "$L/measure.log" 2> "$L/measure.err"
 RC=$?
@@ -127,4 +128,5 @@ say "4. export and SASS"
 say "5. report"
 "${PEERS[@]}" assemble --meta-json "$W/meta.json" --plan-json "$W/plan.json" \
   --tuning-json "$W/tune.json" --measured-json "$W/measure.json" --sass-json "$W/sass.json" \
+  --autotune-log "$L/measure.err" \
   --out "$OUT/gemm-peers-h200.json"

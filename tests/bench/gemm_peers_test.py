@@ -92,6 +92,37 @@ class SassTest(unittest.TestCase):
         self.assertEqual(c["instructions"], 7)
 
 
+# Inductor's autotuning tables on stderr (torch 2.x), around other log lines.
+AUTOTUNE = """W1202 05:01:02.123 torch/_inductor/utils.py: some warning
+AUTOTUNE mm(8192x512, 512x8192)
+strides: [512, 1], [1, 512]
+dtypes: torch.bfloat16, torch.bfloat16
+  triton_mm_7 0.1301 ms 100.0% ACC_TYPE='tl.float32', BLOCK_K=64, BLOCK_M=128, BLOCK_N=256
+  mm 0.1350 ms 96.4%
+  triton_mm_3 0.1402 ms 92.8% ACC_TYPE='tl.float32', BLOCK_K=32, BLOCK_M=128, BLOCK_N=128
+SingleProcess AUTOTUNE benchmarking takes 1.2345 seconds and 6.5000 seconds precompiling for 21 choices
+AUTOTUNE mm(8192x8192, 8192x8192)
+  mm 1.5420 ms 100.0%
+  triton_mm_1 1.6000 ms 96.4% ACC_TYPE='tl.float32'
+AUTOTUNE addmm(64x64, 64x64)
+  bias_addmm 0.0100 ms 100.0%
+"""
+
+
+class AutotuneLogTest(unittest.TestCase):
+    def test_winner_and_cublas_per_shape(self):
+        found = peers.parse_autotune(AUTOTUNE)
+        self.assertEqual(sorted(found), ["8192x8192x512", "8192x8192x8192"])
+        short = found["8192x8192x512"]
+        self.assertEqual((short["best"], short["best_ms"], short["aten_mm_ms"]),
+                         ("triton_mm_7", 0.1301, 0.135))
+        self.assertEqual((short["choices_shown"], short["choices"]), (3, 21))
+        self.assertEqual((short["benchmark_s"], short["precompile_s"]), (1.2345, 6.5))
+        big = found["8192x8192x8192"]
+        self.assertEqual((big["best"], big["aten_mm_ms"], big["choices_shown"]), ("mm", 1.542, 2))
+        self.assertNotIn("choices", big)  # no summary line followed it
+
+
 class SamplesTest(unittest.TestCase):
     def test_parses_and_keeps_the_windows_samples(self):
         t0 = datetime.datetime(2026, 12, 2, 3, 4, 5, 100000)
@@ -134,12 +165,16 @@ class AssembleTest(unittest.TestCase):
             for name, doc in (("measured", measured), ("tuning", tuning), ("sass", sass)):
                 paths[name] = os.path.join(d, name + ".json")
                 peers.write_json(paths[name], doc)
+            log = os.path.join(d, "measure.err")
+            with open(log, "w") as f:
+                f.write(AUTOTUNE)
             out = os.path.join(d, "all.json")
             with open(os.devnull, "w") as null:
                 stdout, sys.stdout = sys.stdout, null
                 try:
                     peers.main(["assemble", "--measured-json", paths["measured"], "--tuning-json",
-                                paths["tuning"], "--sass-json", paths["sass"], "--out", out])
+                                paths["tuning"], "--sass-json", paths["sass"],
+                                "--autotune-log", log, "--out", out])
                 finally:
                     sys.stdout = stdout
             with open(out) as f:
@@ -159,6 +194,8 @@ class AssembleTest(unittest.TestCase):
         self.assertEqual(doc["tuning_path"], "ktune-bench")
         self.assertEqual(doc["shapes"][0]["tuning"]["wall_s"], 12.5)
         self.assertEqual(doc["shapes"][1]["sass"]["ops"]["LDL"], 2)
+        self.assertEqual(doc["shapes"][1]["compile_choice"]["best"], "triton_mm_7")
+        self.assertNotIn("compile_choice", doc["shapes"][2])
 
 
 @unittest.skipUnless(os.environ.get("KTUNED") and os.environ.get("FAKE_WORKER"),
