@@ -9,6 +9,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -24,6 +25,15 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   void post(std::function<void()> work) { boost::asio::post(m_io, std::move(work)); }
+
+  // One client's queue on the executor (an asio strand): work posted to a lane runs one item at
+  // a time, in order, on any executor thread, so one client holds at most one thread through it.
+  // A lane stays valid as long as a copy of it lives, after the executor's stop() included.
+  using Lane = boost::asio::strand<boost::asio::io_context::executor_type>;
+  Lane make_lane() { return boost::asio::make_strand(m_io); }
+  static void post(const Lane& lane, std::function<void()> work) {
+    boost::asio::post(lane, std::move(work));
+  }
   // Finishes what is queued, then joins the threads. Idempotent.
   void stop();
 
