@@ -106,14 +106,19 @@ std::optional<std::string> Dispatcher::try_fast(std::string_view line, const Pee
   return m_ctx.lookups.fast_reply(line);
 }
 
-void Dispatcher::handle(std::string_view line, std::string attachment, const Peer& peer,
-                        Emit emit) {
+std::optional<Executor::Lane> Dispatcher::make_lane() {
+  if (!m_executor) return std::nullopt;
+  return m_executor->make_lane();
+}
+
+void Dispatcher::handle(std::string_view line, std::string attachment, const Peer& peer, Emit emit,
+                        const Executor::Lane* lane) {
   // Nothing a client sends may throw out of here (the session would lose the connection and the
   // replies owed on it); a throw is a bug, answered `internal` for this line alone.
   Json id;
   if (log_enabled(LogLevel::debug)) emit = logged(line, peer, std::move(emit));
   try {
-    policy(line, std::move(attachment), peer, emit, id);
+    policy(line, std::move(attachment), peer, emit, id, lane);
   } catch (const std::exception& e) {
     log(LogLevel::error, "request_failed", {{"what", e.what()}});
     emit(reply_line(m_ctx, id, protocol::error(ErrorKind::internal, e.what())), true);
@@ -121,7 +126,7 @@ void Dispatcher::handle(std::string_view line, std::string attachment, const Pee
 }
 
 void Dispatcher::policy(std::string_view line, std::string attachment, const Peer& peer, Emit& emit,
-                        Json& id) {
+                        Json& id, const Executor::Lane* lane) {
   if (attachment.empty())
     if (auto fast = try_fast(line, peer)) return void(emit(std::move(*fast), true));
   // --- policy: parse, version ---
@@ -176,10 +181,12 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
       emit(reply_line(m_ctx, *req, protocol::error(ErrorKind::internal, e.what())), true);
     }
   };
-  if (m_executor)
-    m_executor->post(std::move(run));
-  else
+  if (!m_executor)
     run();
+  else if (lane && handler->fast)  // a cold lookup: on the client's lane
+    Executor::post(*lane, std::move(run));
+  else
+    m_executor->post(std::move(run));
 }
 
 Response Dispatcher::handle(std::string_view line, const Peer& peer, std::string attachment) {

@@ -37,8 +37,13 @@ class Dispatcher {
   // A reply from memory for a trusted peer's line (a repeated lookup), or nullopt. Microseconds.
   std::optional<std::string> try_fast(std::string_view line, const Peer& peer);
   // Handles one request line (without its newline) and its attachment (empty when the line
-  // announced none); each reply line goes to `emit`.
-  void handle(std::string_view line, std::string attachment, const Peer& peer, Emit emit);
+  // announced none); each reply line goes to `emit`. With `lane` (the client's, make_lane()), a
+  // lookup that memory cannot answer runs on it: one client's cold lookups are built one after
+  // another, so a client flooding never-seen shapes holds one executor thread, not all of them.
+  void handle(std::string_view line, std::string attachment, const Peer& peer, Emit emit,
+              const Executor::Lane* lane = nullptr);
+  // A lane for one client's handle() calls; nullopt without an executor.
+  std::optional<Executor::Lane> make_lane();
   // Runs one request to its last reply line and returns them all (tests and synchronous callers).
   Response handle(std::string_view line, const Peer& peer = {}, std::string attachment = {});
 
@@ -50,7 +55,7 @@ class Dispatcher {
   // handle()'s body: the policy stage, then the handler on its thread. `id` receives the
   // request's id as soon as it is known, for the error reply should anything throw.
   void policy(std::string_view line, std::string attachment, const Peer& peer, Emit& emit,
-              protocol::Json& id);
+              protocol::Json& id, const Executor::Lane* lane);
 
   OpContext& m_ctx;
   Executor* m_executor;

@@ -1,14 +1,17 @@
 // Executor: the threads that run everything an I/O thread must not — cold lookups, imports,
 // exports, status, job control.
 //
-// Its threads run at a lower CPU priority (nice +10 over the daemon's): on a node whose cores are
-// all busy, a cached lookup on an I/O thread is scheduled before a long import or export, which is
-// what "a cached answer is never queued behind them" needs on a machine with few cores. post() is
-// thread-safe; stop() lets queued work finish, then ends the threads.
+// Its threads run at a lower CPU priority (nice +10 over the daemon's, SCHED_BATCH) and yield
+// their CPU between two items: on a node whose cores are all busy, a cached lookup on an I/O
+// thread is scheduled before a long import or export, and waits for a CPU at most one item, which
+// is what "a cached answer is never queued behind them" needs on a machine with few cores.
+// Lanes (strands) keep one client's work in order, one item at a time. post() is thread-safe;
+// stop() lets queued work finish, then ends the threads.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -24,6 +27,15 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   void post(std::function<void()> work) { boost::asio::post(m_io, std::move(work)); }
+
+  // One client's queue on the executor (an asio strand): work posted to a lane runs one item at
+  // a time, in order, on any executor thread, so one client holds at most one thread through it.
+  // A lane stays valid as long as a copy of it lives, after the executor's stop() included.
+  using Lane = boost::asio::strand<boost::asio::io_context::executor_type>;
+  Lane make_lane() { return boost::asio::make_strand(m_io); }
+  static void post(const Lane& lane, std::function<void()> work) {
+    boost::asio::post(lane, std::move(work));
+  }
   // Finishes what is queued, then joins the threads. Idempotent.
   void stop();
 

@@ -123,12 +123,12 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   if (!split) return std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t generation = this->generation();
+  const std::string text = split->version + std::string(split->rest);
   std::shared_ptr<const Answer> answer;
   {
     std::lock_guard lock(m_mutex);
     const LineEntry* line_entry =
-        m_by_text.find(split->version + std::string(split->rest),
-                       [&](LineEntry& e) { return still_valid_locked(e, generation); });
+        m_by_text.find(text, [&](LineEntry& e) { return still_valid_locked(e, generation); });
     if (!line_entry) return std::nullopt;
     const auto* cached = m_by_key.find(
         line_entry->key, [&](CachedAnswer& c) { return still_valid_locked(c, generation); });
@@ -158,13 +158,20 @@ void LookupService::remember_line(std::string_view line, const std::string& key,
                                   std::uint64_t generation) {
   const auto split = split_lookup_line(line);
   if (!split) return;
+  // Allocations and frees stay outside the lock the I/O threads' fast path takes.
+  std::string text;
+  LineEntry entry;
+  if (split->rest.size() <= k_max_cached_line) {
+    text = split->version + std::string(split->rest);
+    entry = LineEntry{key, generation};
+  }
+  ByteLru<LineEntry>::Graveyard dead;
   std::lock_guard lock(m_mutex);
-  if (split->rest.size() > k_max_cached_line) {
+  if (text.empty()) {
     ++m_lines_too_long;
     return;
   }
-  m_by_text.put(split->version + std::string(split->rest), LineEntry{key, generation},
-                sizeof(LineEntry) + heap_bytes(key));
+  m_by_text.put(text, std::move(entry), sizeof(LineEntry) + heap_bytes(key), &dead);
 }
 
 LookupService::CacheStats LookupService::cache_stats() const {
@@ -427,8 +434,8 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   bool inline_build = false;
   {
     std::lock_guard lock(m_mutex);
-    if (const auto* cached =
-            m_by_key.find(key, [&](CachedAnswer& c) { return still_valid_locked(c, generation); })) {
+    if (const auto* cached = m_by_key.find(
+            key, [&](CachedAnswer& c) { return still_valid_locked(c, generation); })) {
       answer = cached->answer;
     } else if (cold == Cold::build ||
                (cold == Cold::build_if_cheap &&
@@ -472,21 +479,24 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
   const double cpu0 = thread_cpu_us();
   // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
   // waiters wake: a lookup arriving after finds the answer cached or starts afresh.
+  const std::string cost_key = cost_class(problem);
   auto land = [&](const Built* built) {
     const double cpu = thread_cpu_us() - cpu0;
+    // Declared before the lock: what the caches evict is freed after it is released, so the
+    // I/O threads' fast path never waits on an executor thread's frees (nor on a preempted one).
+    ByteLru<CachedAnswer>::Graveyard dead;
     std::lock_guard lock(m_mutex);
     ++m_built;
     if (inline_build) ++m_built_inline;
     if (limit <= k_inline_max_limit && built && *built) {  // ops that answered: a bounded set
       auto [it, first] = m_build_cpu_us.try_emplace(problem.op, cpu);
       if (!first) it->second += (cpu - it->second) * k_build_cost_weight;
-      const std::string cost_key = cost_class(problem);
       if (auto c = m_class_cpu_us.find(cost_key); c != m_class_cpu_us.end())
         c->second += (cpu - c->second) * k_build_cost_weight;
       else if (m_class_cpu_us.size() < k_max_cost_classes)
         m_class_cpu_us.emplace(cost_key, cpu);
     }
-    if (built && *built) m_by_key.put(key, **built, answer_bytes(***built));
+    if (built && *built) m_by_key.put(key, **built, answer_bytes(***built), &dead);
     if (auto it = m_building.find(key); it != m_building.end() && it->second.get() == &flight)
       m_building.erase(it);
   };

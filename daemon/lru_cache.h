@@ -8,7 +8,8 @@
 // (hits, misses, evictions, refusals) let callers export metrics that move.
 //
 // Thread-compatible: the owner serializes calls (LookupService holds one mutex around its two
-// caches); const methods may run concurrently with each other only.
+// caches); const methods may run concurrently with each other only. put() can hand what it
+// removes to the caller (a Graveyard), so the entries are freed after the owner's lock is released.
 #pragma once
 
 #include <cstddef>
@@ -38,6 +39,15 @@ class ByteLru {
   // the value, the charge), a hash node (link, view, iterator, cached hash), a bucket slot, and
   // the allocator's headers of those blocks and of the key's buffer.
   static constexpr std::size_t k_entry_overhead = 160;
+
+  struct Entry {
+    std::string key;
+    Value value;
+    std::size_t charge = 0;
+  };
+  // Entries put() removed, still allocated: destroying them (strings, the answers they may hold
+  // the last reference to) is left to the caller, outside its lock.
+  using Graveyard = std::list<Entry>;
 
   explicit ByteLru(std::size_t max_bytes) : m_max_bytes(max_bytes) {}
   ByteLru(const ByteLru&) = delete;
@@ -69,9 +79,11 @@ class ByteLru {
   // key.size() + value_bytes + k_entry_overhead, then evicts from the cold end until the total
   // fits. Returns false, storing nothing and dropping any old entry, when the charge alone is
   // over the bound.
-  bool put(std::string_view key, Value value, std::size_t value_bytes) {
+  // With `dead`, removed entries are spliced there whole (key, value, list node): only their
+  // index nodes are freed here.
+  bool put(std::string_view key, Value value, std::size_t value_bytes, Graveyard* dead = nullptr) {
     const std::size_t charge = key.size() + value_bytes + k_entry_overhead;
-    if (auto it = m_index.find(key); it != m_index.end()) remove(it);
+    if (auto it = m_index.find(key); it != m_index.end()) remove(it, dead);
     if (charge > m_max_bytes) {
       ++m_stats.refused;
       return false;
@@ -80,7 +92,7 @@ class ByteLru {
     m_index.emplace(std::string_view(m_entries.front().key), m_entries.begin());
     m_stats.bytes += charge;
     while (m_stats.bytes > m_max_bytes) {
-      remove(m_index.find(std::string_view(m_entries.back().key)));
+      remove(m_index.find(std::string_view(m_entries.back().key)), dead);
       ++m_stats.evictions;
     }
     return true;
@@ -94,19 +106,17 @@ class ByteLru {
   }
 
  private:
-  struct Entry {
-    std::string key;
-    Value value;
-    std::size_t charge = 0;
-  };
   using Iterator = typename std::list<Entry>::iterator;
   using Index = std::unordered_map<std::string_view, Iterator>;
 
-  void remove(typename Index::iterator it) {
+  void remove(typename Index::iterator it, Graveyard* dead = nullptr) {
     const Iterator entry = it->second;
     m_stats.bytes -= entry->charge;
     m_index.erase(it);  // before the entry: the index's key views the entry's key
-    m_entries.erase(entry);
+    if (dead)
+      dead->splice(dead->end(), m_entries, entry);
+    else
+      m_entries.erase(entry);
   }
 
   std::size_t m_max_bytes;

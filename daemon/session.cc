@@ -15,6 +15,7 @@ Session<Socket>::Session(Socket socket, Dispatcher& dispatcher, Metrics& metrics
       m_dispatcher(dispatcher),
       m_metrics(metrics),
       m_peer(peer),
+      m_lane(dispatcher.make_lane()),
       m_limits(limits),
       m_timer(m_socket.get_executor()),
       m_write_signal(m_socket.get_executor(), asio::steady_timer::time_point::max()),
@@ -96,17 +97,19 @@ void Session<Socket>::dispatch(std::string_view line, std::string attachment) {
   ++m_running;
   std::weak_ptr<Session> weak = this->shared_from_this();
   auto executor = m_socket.get_executor();
-  m_dispatcher.handle(line, std::move(attachment), m_peer,
-                      [weak, slot, executor](std::string text, bool last) {
-                        auto self = weak.lock();
-                        if (!self || self->m_done) return false;
-                        asio::post(executor, [weak, slot, text = std::move(text), last]() mutable {
-                          auto s = weak.lock();
-                          if (!s || s->m_done) return;
-                          s->append(*slot, std::move(text), last);
-                        });
-                        return true;
-                      });
+  m_dispatcher.handle(
+      line, std::move(attachment), m_peer,
+      [weak, slot, executor](std::string text, bool last) {
+        auto self = weak.lock();
+        if (!self || self->m_done) return false;
+        asio::post(executor, [weak, slot, text = std::move(text), last]() mutable {
+          auto s = weak.lock();
+          if (!s || s->m_done) return;
+          s->append(*slot, std::move(text), last);
+        });
+        return true;
+      },
+      m_lane ? &*m_lane : nullptr);
 }
 
 template <typename Socket>

@@ -28,6 +28,7 @@
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "daemon/dispatcher.h"
@@ -89,6 +90,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   Dispatcher& m_dispatcher;
   Metrics& m_metrics;
   Peer m_peer;
+  std::optional<Executor::Lane> m_lane;  // this client's cold lookups, one at a time
   SessionLimits m_limits;
   boost::asio::steady_timer m_timer;         // watchdog
   boost::asio::steady_timer m_write_signal;  // wakes the writer

@@ -4,10 +4,13 @@
 
 #include <condition_variable>
 #include <fstream>
+#include <future>
 #include <latch>
 #include <mutex>
 #include <thread>
 
+#include "daemon/dispatcher.h"
+#include "daemon/executor.h"
 #include "daemon/lookups.h"
 #include "daemon/ops/ops.h"
 #include "tests/fakes/daemon_parts.h"
@@ -378,6 +381,69 @@ TEST_F(AnswerCacheTest, BuildIfCheapNeverWaitsForABuildInFlight) {
   EXPECT_NE(ask(line, LookupService::Cold::build_if_cheap), nullptr);  // now cached
   EXPECT_EQ(lookups().cache_stats().built, 2u);
   EXPECT_EQ(lookups().cache_stats().built_inline, 0u);
+}
+
+// Issue 10: one client's cold lookups run on its lane, one at a time, so a client flooding
+// never-seen shapes holds one executor thread and the others stay free for other clients.
+// Deterministic: the first build is held; a marker posted to the executor after both lookups runs
+// on the free thread, which without a lane takes the second lookup (and starts its build) first.
+TEST_F(AnswerCacheTest, OneClientsColdLookupsRunOneAtATimeOnItsLane) {
+  DaemonConfig config = default_config();
+  config.inline_build_us = 0;  // every cold build on the executor
+  NodeIdentity node;
+  node.node_id = "test-node";
+  node.gpu_error = "no GPU in tests";
+  m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
+  Executor executor(2, 0);
+  Dispatcher dispatcher(m_parts->ctx, &executor);
+  const std::optional<Executor::Lane> lane = dispatcher.make_lane();
+  ASSERT_TRUE(lane);
+
+  // Asks two new shapes (on `lane` when given) and returns how many builds had started when the
+  // marker ran, the first build still held.
+  auto builds_beside_a_held_one = [&](int m1, int m2, const Executor::Lane* on) {
+    std::mutex mutex;
+    std::condition_variable cv;
+    size_t started = 0;
+    bool release = false;
+    lookups().set_build_observer({[&](const std::string&) {
+                                    std::unique_lock lock(mutex);
+                                    const bool first = started++ == 0;
+                                    cv.notify_all();
+                                    if (first) cv.wait(lock, [&] { return release; });
+                                  },
+                                  {}});
+    std::latch replied(2);
+    auto emit = [&](std::string text, bool last) {
+      EXPECT_NE(text.find(R"("ok":true)"), std::string::npos) << text;
+      if (last) replied.count_down();
+      return true;
+    };
+    dispatcher.handle(line_for(m1), {}, Peer{}, emit, on);
+    dispatcher.handle(line_for(m2), {}, Peer{}, emit, on);
+    {
+      std::unique_lock lock(mutex);
+      cv.wait(lock, [&] { return started >= 1; });
+    }
+    std::promise<size_t> seen;
+    executor.post([&] {
+      std::lock_guard lock(mutex);
+      seen.set_value(started);
+    });
+    const size_t at_marker = seen.get_future().get();
+    {
+      std::lock_guard lock(mutex);
+      release = true;
+    }
+    cv.notify_all();
+    replied.wait();
+    lookups().set_build_observer({});
+    EXPECT_EQ(started, 2u);
+    return at_marker;
+  };
+  EXPECT_EQ(builds_beside_a_held_one(7, 9, &*lane), 1u) << "the lane ran its second lookup early";
+  // The premise: without a lane the free thread builds the second shape before the marker.
+  EXPECT_EQ(builds_beside_a_held_one(11, 13, nullptr), 2u);
 }
 
 // A cold answer's text is written straight into a string (protocol::lookup_reply_text), not

@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <new>
+#include <string>
 
 namespace {
 std::atomic<long long> g_allocations{0};
@@ -93,6 +95,30 @@ TEST(ByteLruTest, InvalidEntriesAreDroppedAndCountedAsMisses) {
   EXPECT_EQ(s.hits, 1u);
   EXPECT_EQ(s.misses, 1u);
   EXPECT_EQ(s.bytes, 3 + 10 + k_over);
+}
+
+// LookupService frees what its caches evict after releasing its lock: put() with a graveyard
+// hands the removed entries over alive, in eviction order, and the bound still holds.
+TEST(ByteLruTest, PutHandsWhatItRemovesToTheGraveyardAlive) {
+  ByteLru<std::shared_ptr<int>> lru(2 * (1 + 100 + k_over));
+  auto a = std::make_shared<int>(1), b = std::make_shared<int>(2), c = std::make_shared<int>(3);
+  const std::weak_ptr<int> watch_a = a, watch_b = b;
+  EXPECT_TRUE(lru.put("a", std::move(a), 100));
+  EXPECT_TRUE(lru.put("b", std::move(b), 100));
+  ByteLru<std::shared_ptr<int>>::Graveyard dead;
+  EXPECT_TRUE(lru.put("c", std::move(c), 100, &dead));              // evicts a
+  EXPECT_TRUE(lru.put("b", std::make_shared<int>(4), 100, &dead));  // replaces b
+  ASSERT_EQ(dead.size(), 2u);
+  EXPECT_EQ(dead.front().key, "a");
+  EXPECT_EQ(dead.back().key, "b");
+  EXPECT_FALSE(watch_a.expired()) << "evicted, but not freed under the caller's lock";
+  EXPECT_FALSE(watch_b.expired());
+  EXPECT_EQ(lru.stats().entries, 2u);
+  EXPECT_EQ(lru.stats().bytes, 2 * (1 + 100 + k_over));
+  EXPECT_EQ(lru.find("a"), nullptr);
+  dead.clear();
+  EXPECT_TRUE(watch_a.expired());
+  EXPECT_TRUE(watch_b.expired());
 }
 
 TEST(ByteLruTest, AHitAllocatesNothing) {
