@@ -23,12 +23,10 @@ Executor::Executor(int threads, int nice) : m_guard(boost::asio::make_work_guard
         const int base = ::getpriority(PRIO_PROCESS, tid);
         (void)::setpriority(PRIO_PROCESS, tid, base + nice);  // best effort
       }
-      if (nice <= 0) return void(m_io.run());
-      // Between two items a low-priority thread offers its CPU back: an I/O thread waiting for
-      // that CPU gets it after at most one item (a cold build: tens of microseconds), not after
-      // the scheduler's whole slice (milliseconds), which was the tail of cached lookups under a
-      // flood of cold ones (bench/NOTES.md § Cold lookups under traffic).
-      while (m_io.run_one() > 0) ::sched_yield();
+      // No sched_yield() between items: it shortened the cached tail under a cold flood on an
+      // otherwise idle node, but starved cold builds behind any other runnable work (even nice
+      // 19 batch jobs): bench/NOTES.md § The cached tail under a cold flood.
+      m_io.run();
     });
 }
 

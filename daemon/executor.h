@@ -1,12 +1,11 @@
 // Executor: the threads that run everything an I/O thread must not — cold lookups, imports,
 // exports, status, job control.
 //
-// Its threads run at a lower CPU priority (nice +10 over the daemon's, SCHED_BATCH) and yield
-// their CPU between two items: on a node whose cores are all busy, a cached lookup on an I/O
-// thread is scheduled before a long import or export, and waits for a CPU at most one item, which
-// is what "a cached answer is never queued behind them" needs on a machine with few cores.
-// Lanes (strands) keep one client's work in order, one item at a time. post() is thread-safe;
-// stop() lets queued work finish, then ends the threads.
+// Its threads run at a lower CPU priority (nice +10 over the daemon's, SCHED_BATCH): on a node
+// whose cores are all busy, a cached lookup on an I/O thread is scheduled before a long import or
+// export, which is what "a cached answer is never queued behind them" needs on a machine with few
+// cores. Lanes (strands) keep one client's work in order, one item at a time. post() is
+// thread-safe; stop() lets queued work finish, then ends the threads.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
