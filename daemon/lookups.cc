@@ -23,9 +23,9 @@ size_t heap_bytes(const std::string& s) {
 // What a cached answer holds: the object, its strings and dims, and its shared_ptr block.
 size_t answer_bytes(const LookupService::Answer& a) {
   size_t n = sizeof(a) + 32 + heap_bytes(a.result) + heap_bytes(a.provenance) +
-             heap_bytes(a.miss_reason) + heap_bytes(a.device.name) + heap_bytes(a.problem.op) +
-             heap_bytes(a.problem.dtype) + heap_bytes(a.problem.out_dtype) +
-             heap_bytes(a.problem.layout) +
+             heap_bytes(a.miss_reason) + heap_bytes(a.miss_key) + heap_bytes(a.device.name) +
+             heap_bytes(a.problem.op) + heap_bytes(a.problem.dtype) +
+             heap_bytes(a.problem.out_dtype) + heap_bytes(a.problem.layout) +
              a.problem.dims.capacity() * sizeof(a.problem.dims.front());
   for (const auto& [name, _] : a.problem.dims) n += heap_bytes(name);
   return n;
@@ -137,8 +137,8 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   }
   m_metrics.count_request("lookup");
   if (answer->miss)
-    m_misses.record(answer->device, answer->problem, answer->miss_reason, answer->expected_us,
-                    answer->gain);
+    m_misses.record(answer->miss_key, answer->device, answer->problem, answer->miss_reason,
+                    answer->expected_us, answer->gain);
   m_metrics.count_lookup(
       answer->provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -238,8 +238,8 @@ bool LookupService::still_valid_locked(LineEntry& line, std::uint64_t generation
 std::string LookupService::reply(const Json& id, const Answer& answer,
                                  std::chrono::steady_clock::time_point t0) {
   if (answer.miss)
-    m_misses.record(answer.device, answer.problem, answer.miss_reason, answer.expected_us,
-                    answer.gain);
+    m_misses.record(answer.miss_key, answer.device, answer.problem, answer.miss_reason,
+                    answer.expected_us, answer.gain);
   m_metrics.count_lookup(
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -609,6 +609,7 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     }
   }
   fresh->miss = !exact;
+  if (fresh->miss) fresh->miss_key = MissTracker::key_of(dev, problem);
   if (pin && !exact) {
     // The pin answers the same whatever is tuned; the key is worth tuning (for the live table
     // and later pins) only when the live table has no fresh exact winner for it either.

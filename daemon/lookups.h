@@ -67,6 +67,7 @@ class LookupService {
     DeviceClass device;
     Problem problem;
     std::string miss_reason;
+    std::string miss_key;    // MissTracker::key_of(device, problem), when `miss`
     double expected_us = 0;  // for the miss tracker
     double gain = 0;
   };

@@ -25,11 +25,20 @@ double finite_or_zero(double v) {
 
 MissTracker::MissTracker(size_t max_bytes) : m_max_bytes(max_bytes) {}
 
+std::string MissTracker::key_of(const DeviceClass& device, const Problem& problem) {
+  return device.id() + "/" + problem.key();
+}
+
 void MissTracker::record(const DeviceClass& device, const Problem& problem,
+                         const std::string& reason, double expected_us, double gain) {
+  record(key_of(device, problem), device, problem, reason, expected_us, gain);
+}
+
+void MissTracker::record(const std::string& key, const DeviceClass& device, const Problem& problem,
                          const std::string& reason, double expected_us, double gain) {
   std::lock_guard lock(m_mutex);
   ++m_total;
-  auto [it, inserted] = m_misses.try_emplace(device.id() + "/" + problem.key());
+  auto [it, inserted] = m_misses.try_emplace(key);
   Slot& slot = it->second;
   Miss& m = slot.miss;
   if (inserted) {
@@ -58,9 +67,19 @@ void MissTracker::record(const DeviceClass& device, const Problem& problem,
 
 void MissTracker::rerank_locked(Map::iterator it, bool was_promoted) {
   Slot& slot = it->second;
-  auto node = (was_promoted ? m_promoted : m_waiting).extract(slot.rank);
-  node.value() = Rank{slot.miss.worth_us, slot.miss.count, &it->first};
-  slot.rank = ranking_of(slot).insert(std::move(node)).position;
+  Ranking& from = was_promoted ? m_promoted : m_waiting;
+  const Rank rank{slot.miss.worth_us, slot.miss.count, &it->first};
+  // A repeated miss only gains worth: most keep their place (the one before still ranks ahead),
+  // and a hinted insert there costs O(1) instead of a descent of the tree.
+  const bool stays =
+      &from == &ranking_of(slot) &&
+      (slot.rank == from.begin() || MoreWorth{}(*std::prev(slot.rank), rank)) &&
+      (std::next(slot.rank) == from.end() || MoreWorth{}(rank, *std::next(slot.rank)));
+  const auto next = std::next(slot.rank);
+  auto node = from.extract(slot.rank);
+  node.value() = rank;
+  slot.rank = stays ? ranking_of(slot).insert(next, std::move(node))
+                    : ranking_of(slot).insert(std::move(node)).position;
 }
 
 void MissTracker::evict_locked(const std::string* keep) {

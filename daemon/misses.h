@@ -50,6 +50,12 @@ class MissTracker {
 
   void record(const DeviceClass& device, const Problem& problem, const std::string& reason,
               double expected_us, double gain);
+  // The same with the key already made (key_of(device, problem)): what a cached answer keeps, so
+  // a repeated miss answered from memory builds no text.
+  void record(const std::string& key, const DeviceClass& device, const Problem& problem,
+              const std::string& reason, double expected_us, double gain);
+  // The key a miss is counted under.
+  static std::string key_of(const DeviceClass& device, const Problem& problem);
   // Most worth first (ties: more misses first, then by key).
   std::vector<Miss> top(size_t n) const;
   // Keys whose worth reached `threshold_us` and were not handed out before, most worth first;
