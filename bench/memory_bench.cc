@@ -12,7 +12,7 @@
 //  - cold: `--queries` lookups of shapes never asked before, through LookupService (JSON parse
 //    included, as on the executor), with the `--winners` winners in the index; and
 //    cold_novel_n64_k64, the same over the shapes ktune-lookup-load's novel mix asks first
-//    (M = 1..8192, N = K = 64: no gemm heuristic rule fits, no winner is near).
+//    (M = 1..8192, N = K = 64: far from the socket benchmark's table, so three heuristic entries).
 //  - fast path: one cached line answered by LookupService::fast_reply (the I/O thread's path),
 //    `--fast` times, and one cached answer through lookup() (Cold::refuse, the key cache).
 //  - pins (`--pins`, only this): the cold and fast measurements above with every lookup asked
@@ -177,7 +177,7 @@ json bench_misses(testing::DaemonParts& parts, int misses) {
 }
 
 // `novel`: the shapes ktune-lookup-load's novel mix asks at --novel-offset 0 (M = 1 + i, N = K =
-// 64) instead of llm_gemm() draws: no heuristic rule of the gemm templates fits them.
+// 64) instead of llm_gemm() draws.
 json bench_cold(testing::DaemonParts& parts, int winners, int queries, bool novel = false) {
   std::mt19937_64 rng(7);
   std::vector<WinnerRecord> records = llm_winners(rng, winners);
