@@ -10,7 +10,9 @@
 //    them, then with the default tuning.miss_tracker_bytes), then the `status` and `misses`
 //    (limit 20) ops through the Dispatcher, and the RSS the tracker took.
 //  - cold: `--queries` lookups of shapes never asked before, through LookupService (JSON parse
-//    included, as on the executor), with the `--winners` winners in the index.
+//    included, as on the executor), with the `--winners` winners in the index; and
+//    cold_novel_n64_k64, the same over the shapes ktune-lookup-load's novel mix asks first
+//    (M = 1..8192, N = K = 64: far from the socket benchmark's table, so three heuristic entries).
 //  - fast path: one cached line answered by LookupService::fast_reply (the I/O thread's path),
 //    `--fast` times, and one cached answer through lookup() (Cold::refuse, the key cache).
 //  - pins (`--pins`, only this): the cold and fast measurements above with every lookup asked
@@ -174,13 +176,16 @@ json bench_misses(testing::DaemonParts& parts, int misses) {
   return out;
 }
 
-json bench_cold(testing::DaemonParts& parts, int winners, int queries) {
+// `novel`: the shapes ktune-lookup-load's novel mix asks at --novel-offset 0 (M = 1 + i, N = K =
+// 64) instead of llm_gemm() draws.
+json bench_cold(testing::DaemonParts& parts, int winners, int queries, bool novel = false) {
   std::mt19937_64 rng(7);
   std::vector<WinnerRecord> records = llm_winners(rng, winners);
   parts.index.load(std::move(records));
   std::vector<std::string> lines;
   for (int i = 0; i < queries; ++i) {
-    const Problem p = llm_gemm(rng);
+    Problem p = llm_gemm(rng);
+    if (novel) p.dims = {{"M", 1 + i % 8192}, {"N", 64}, {"K", 64}};
     lines.push_back(
         R"({"v":1,"id":1,"op":"lookup","device":"nvidia-h200","problem":{"op":"gemm","dtype":"bf16","layout":"rc","dims":{"M":)" +
         std::to_string(p.dims[0].second) + R"(,"N":)" + std::to_string(p.dims[1].second) +
@@ -442,6 +447,10 @@ int run(int winners, int queries, int misses, int big_lines, int fast, std::int6
   {
     testing::DaemonParts parts(config, templates, node);
     out["cold"] = bench_cold(parts, winners, queries);
+  }
+  {
+    testing::DaemonParts parts(config, templates, node);
+    out["cold_novel_n64_k64"] = bench_cold(parts, winners, std::min(queries, 8192), true);
   }
   {
     testing::DaemonParts parts(config, templates, node);

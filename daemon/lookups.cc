@@ -537,12 +537,16 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     reply.pin = pin->info.name;
     reply.pin_id = pin->info.id;
   }
-  std::set<std::string> seen;  // template + params already listed
+  // Template + params already offered (listed, or refused by complete_entry): a handful, so a
+  // linear scan. Every entry's params come from a Params map (params_list): sorted, distinct.
+  std::vector<std::pair<std::string, decltype(protocol::LookupEntry::params)>> seen;
   auto add = [&](protocol::LookupEntry e, const Instance* ready = nullptr) {
     if (reply.entries.size() >= size_t(limit)) return false;
-    const std::string k =
-        e.template_name + "/" + params_to_string(Params(e.params.begin(), e.params.end()));
-    if (!seen.insert(k).second) return false;
+    if (std::any_of(seen.begin(), seen.end(), [&](const auto& s) {
+          return s.first == e.template_name && s.second == e.params;
+        }))
+      return false;
+    seen.emplace_back(e.template_name, e.params);
     if (!complete_entry(templates, e, problem, dev, limits, version, ready)) return false;
     reply.entries.push_back(std::move(e));
     return true;

@@ -435,6 +435,30 @@ void check_template_args(const Parser& P, const YAML::Node& n, const std::string
   }
 }
 
+ManifestSlots resolve_slots(const Manifest& m) {
+  ManifestSlots s;
+  for (const auto& p : m.params) s.params.push_back(m.symbols.find(p.name));
+  for (const auto& d : m.dims) s.dims.push_back(m.symbols.find(d));
+  for (const auto& d : m.derived) s.derived.push_back(m.symbols.find(d.name));
+  s.in_bytes = m.symbols.find("in_bytes");
+  s.out_bytes = m.symbols.find("out_bytes");
+  for (const char* d : k_device_symbols) s.device.push_back(m.symbols.find(d));
+  s.max_active_clusters = m.symbols.find(k_max_active_clusters);
+  for (const auto& [layout, consts] : m.layouts)
+    for (const auto& [c, v] : consts) {
+      s.layout_constants.push_back(m.symbols.find(c));
+      s.layouts[layout].emplace_back(m.symbols.find(c), v);
+    }
+  auto arg_slots = [&](const std::vector<std::string>& args) {
+    std::vector<int> out;
+    for (const auto& a : args) out.push_back(a == "T_IN" || a == "T_OUT" ? -1 : m.symbols.find(a));
+    return out;
+  };
+  s.template_args = arg_slots(m.template_args);
+  s.reference_template_args = arg_slots(m.reference.template_args);
+  return s;
+}
+
 Manifest parse(const YAML::Node& root, const std::string& path) {
   Parser P(path);  // not const: max_active_clusters is restricted once it is in scope
   Manifest m;
@@ -648,6 +672,7 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   }
   if (!m.heuristic.back().when.text.empty())
     P.fail_at(hn[hn.size() - 1], "heuristic", "the last rule must have no 'when' (the default)");
+  m.slots = resolve_slots(m);
   return m;
 }
 

@@ -125,6 +125,22 @@ struct MetricSpec {
   Expression amount;
 };
 
+// The value-array slots of the names instantiate() binds on every call, resolved once when the
+// manifest loads so that a cold lookup probes no symbol table (see Manifest::symbols).
+struct ManifestSlots {
+  std::vector<int> params;   // per Manifest::params
+  std::vector<int> dims;     // per Manifest::dims
+  std::vector<int> derived;  // per Manifest::derived
+  int in_bytes = -1;
+  int out_bytes = -1;
+  std::vector<int> device;  // per k_device_symbols
+  int max_active_clusters = -1;
+  std::vector<int> layout_constants;  // every layout's constants (0 unless the problem's layout)
+  std::map<std::string, std::vector<std::pair<int, std::int64_t>>> layouts;  // by layout name
+  std::vector<int> template_args;            // per Manifest::template_args; -1 for T_IN and T_OUT
+  std::vector<int> reference_template_args;  // the same for reference.template_args
+};
+
 struct Manifest {
   std::string path;  // the .yaml file
   std::string dir;   // its directory
@@ -160,6 +176,7 @@ struct Manifest {
   // Every name an expression may read, with fixed slots: params, derived, dims, dtype sizes,
   // layout constants, device limits.
   SymbolTable symbols;
+  ManifestSlots slots;  // filled from `symbols` by the parser, after every name is added
 
   const ParamDomain* param(std::string_view name) const;
   // Whether launch.grid reads max_active_clusters (so a tuner asks the worker for it).

@@ -11,18 +11,17 @@ namespace {
 constexpr double k_max_valid_configs = 2'000'000;
 
 // Sets dims, dtype sizes, layout constants and device limits in an evaluator.
+// REQUIRES: check_supported() passed (the problem's dims are the manifest's, in order).
 void bind_problem(Evaluator& ev, const Manifest& m, const Problem& p, const DeviceLimits& l) {
-  for (const auto& [name, value] : p.dims) {
-    const int slot = m.symbols.find(name);
-    if (slot >= 0) ev.set(slot, double(value));
-  }
-  ev.set(m.symbols.find("in_bytes"), dtype_bytes(p.dtype));
-  ev.set(m.symbols.find("out_bytes"), dtype_bytes(p.out_dtype));
+  const ManifestSlots& slots = m.slots;
+  for (size_t i = 0; i < p.dims.size() && i < slots.dims.size(); ++i)
+    ev.set(slots.dims[i], double(p.dims[i].second));
+  ev.set(slots.in_bytes, dtype_bytes(p.dtype));
+  ev.set(slots.out_bytes, dtype_bytes(p.out_dtype));
   // Constants of every layout default to 0; the problem's layout sets its own.
-  for (const auto& [_, consts] : m.layouts)
-    for (const auto& [c, __] : consts) ev.set(m.symbols.find(c), 0);
-  if (auto it = m.layouts.find(p.layout); it != m.layouts.end())
-    for (const auto& [c, v] : it->second) ev.set(m.symbols.find(c), double(v));
+  for (int slot : slots.layout_constants) ev.set(slot, 0);
+  if (auto it = slots.layouts.find(p.layout); it != slots.layouts.end())
+    for (const auto& [slot, v] : it->second) ev.set(slot, double(v));
   const double limits[] = {double(l.cc),
                            double(l.sm_count),
                            double(l.max_threads_per_block),
@@ -30,8 +29,8 @@ void bind_problem(Evaluator& ev, const Manifest& m, const Problem& p, const Devi
                            double(l.max_regs_per_block),
                            double(l.max_regs_per_thread),
                            double(l.l2_bytes)};
-  for (size_t i = 0; i < std::size(k_device_symbols); ++i)
-    ev.set(m.symbols.find(k_device_symbols[i]), limits[i]);
+  static_assert(std::size(limits) == std::size(k_device_symbols));
+  for (size_t i = 0; i < std::size(limits); ++i) ev.set(slots.device[i], limits[i]);
 }
 
 bool truthy(const Result<double>& v) {
@@ -52,60 +51,72 @@ Result<void> check_supported(const KernelTemplate& t, const Problem& p, const De
   return {};
 }
 
-Result<std::int64_t> as_integer(const Result<double>& v, const std::string& what) {
+// The evaluators below name what failed with a `where` callable (returning a std::string): its
+// text is built only on failure, so an instance that evaluates cleanly allocates no error text.
+template <typename Where>
+Result<std::int64_t> as_integer(const Result<double>& v, const Where& where) {
   if (!v) return std::unexpected(v.error());
   if (std::isnan(*v) || std::isinf(*v) || std::floor(*v) != *v)
     return fail(ErrorCode::invalid_argument,
-                what + ": expected an integer, got " + std::to_string(*v));
+                where() + ": expected an integer, got " + std::to_string(*v));
   return static_cast<std::int64_t>(*v);
 }
 
-Result<std::uint32_t> eval_dim(Evaluator& ev, const Expression& e, const std::string& where,
-                               std::int64_t hi) {
+// An integer in lo..hi.
+template <typename Where>
+Result<std::int64_t> eval_in_range(Evaluator& ev, const Expression& e, const Where& where,
+                                   std::int64_t lo, std::int64_t hi) {
   auto v = as_integer(ev.eval(e), where);
   if (!v) return std::unexpected(v.error());
-  if (*v < 1 || *v > hi)
-    return fail(ErrorCode::invalid_argument,
-                where + ": " + std::to_string(*v) + " is out of range 1.." + std::to_string(hi));
-  return std::uint32_t(*v);
+  if (*v < lo || *v > hi)
+    return fail(ErrorCode::invalid_argument, where() + ": " + std::to_string(*v) +
+                                                 " is out of range " + std::to_string(lo) + ".." +
+                                                 std::to_string(hi));
+  return *v;
+}
+
+// "<where>.<field>[<i>]", built on failure only.
+template <typename Where>
+auto element(const Where& where, const char* field, size_t i) {
+  return [&where, field, i] { return where() + field + "[" + std::to_string(i) + "]"; };
 }
 
 // The cluster dims, then max_active_clusters (given, or the no-GPU fallback), then the grid,
-// which must be whole clusters.
+// which must be whole clusters. `what`: "launch" or "reference.launch", for errors.
 Result<LaunchGeometry> eval_launch(Evaluator& ev, const Manifest& m, const LaunchSpec& spec,
-                                   const std::string& where,
+                                   const char* what,
                                    std::optional<std::int64_t> max_active_clusters,
                                    std::int64_t* used_max_active_clusters = nullptr) {
+  auto where = [&] { return m.path + ": " + what; };
   LaunchGeometry g;
   for (size_t i = 0; i < 3; ++i) {
-    const std::string n = "[" + std::to_string(i) + "]";
-    auto c = eval_dim(ev, spec.cluster[i], where + ".cluster" + n, 16);
+    auto c = eval_in_range(ev, spec.cluster[i], element(where, ".cluster", i), 1, 16);
     if (!c) return std::unexpected(c.error());
-    g.cluster[i] = *c;
-    auto b = eval_dim(ev, spec.block[i], where + ".block" + n, 1024);
+    g.cluster[i] = std::uint32_t(*c);
+    auto b = eval_in_range(ev, spec.block[i], element(where, ".block", i), 1, 1024);
     if (!b) return std::unexpected(b.error());
-    g.block[i] = *b;
+    g.block[i] = std::uint32_t(*b);
   }
-  const int sm_count = int(ev.get(m.symbols.find("sm_count")));
+  const int sm_count = int(ev.get(m.slots.device[1]));  // k_device_symbols[1]
   const std::int64_t mac =
       max_active_clusters ? *max_active_clusters
                           : std::max<std::int64_t>(1, sm_count / std::int64_t(g.cluster_size()));
-  ev.set(m.symbols.find(k_max_active_clusters), double(mac));
+  ev.set(m.slots.max_active_clusters, double(mac));
   if (used_max_active_clusters) *used_max_active_clusters = mac;
   for (size_t i = 0; i < 3; ++i) {
-    const std::string n = "[" + std::to_string(i) + "]";
-    auto gx = eval_dim(ev, spec.grid[i], where + ".grid" + n, 0x7fffffff);
+    auto gx = eval_in_range(ev, spec.grid[i], element(where, ".grid", i), 1, 0x7fffffff);
     if (!gx) return std::unexpected(gx.error());
     if (*gx % g.cluster[i] != 0)
-      return fail(ErrorCode::invalid_argument, where + ".grid" + n + " (" + std::to_string(*gx) +
+      return fail(ErrorCode::invalid_argument, element(where, ".grid", i)() + " (" +
+                                                   std::to_string(*gx) +
                                                    ") is not a multiple of the cluster's (" +
                                                    std::to_string(g.cluster[i]) + ")");
-    g.grid[i] = *gx;
+    g.grid[i] = std::uint32_t(*gx);
   }
-  auto smem = as_integer(ev.eval(spec.smem), where + ".smem");
+  auto smem = as_integer(ev.eval(spec.smem), [&] { return where() + ".smem"; });
   if (!smem) return std::unexpected(smem.error());
   if (*smem < 0 || *smem > (1 << 30))
-    return fail(ErrorCode::invalid_argument, where + ".smem: out of range");
+    return fail(ErrorCode::invalid_argument, where() + ".smem: out of range");
   g.smem = std::uint32_t(*smem);
   return g;
 }
@@ -116,9 +127,10 @@ std::string concrete_dtype(const std::string& d, const Problem& p) {
   return d;
 }
 
-Result<std::string> name_expression(Evaluator& ev, const Manifest& m, const Problem& p,
-                                    const std::string& entry,
-                                    const std::vector<std::string>& args) {
+// `slots`: the args' slots (ManifestSlots::template_args or reference_template_args).
+Result<std::string> name_expression(Evaluator& ev, const Problem& p, const std::string& entry,
+                                    const std::vector<std::string>& args,
+                                    const std::vector<int>& slots) {
   if (args.empty()) return entry;  // a plain (non-template) kernel
   std::string s = entry + "<";
   for (size_t i = 0; i < args.size(); ++i) {
@@ -128,7 +140,7 @@ Result<std::string> name_expression(Evaluator& ev, const Manifest& m, const Prob
     } else if (args[i] == "T_OUT") {
       s += cpp_type(p.out_dtype);
     } else {
-      const int slot = m.symbols.find(args[i]);
+      const int slot = i < slots.size() ? slots[i] : -1;
       if (slot < 0) return fail(ErrorCode::internal, "template arg '" + args[i] + "' has no slot");
       const double v = ev.get(slot);
       if (std::floor(v) != v)
@@ -139,17 +151,14 @@ Result<std::string> name_expression(Evaluator& ev, const Manifest& m, const Prob
   return s + ">";
 }
 
-template <typename T>
+template <typename T, typename Where>
 Result<std::vector<T>> eval_list(Evaluator& ev, const std::vector<Expression>& exprs,
-                                 const std::string& where, std::int64_t lo, std::int64_t hi) {
+                                 const Where& where, std::int64_t lo, std::int64_t hi) {
   std::vector<T> out;
+  out.reserve(exprs.size());
   for (size_t i = 0; i < exprs.size(); ++i) {
-    const std::string w = where + "[" + std::to_string(i) + "]";
-    auto v = as_integer(ev.eval(exprs[i]), w);
+    auto v = eval_in_range(ev, exprs[i], element(where, "", i), lo, hi);
     if (!v) return std::unexpected(v.error());
-    if (*v < lo || *v > hi)
-      return fail(ErrorCode::invalid_argument, w + ": " + std::to_string(*v) + " is out of range " +
-                                                   std::to_string(lo) + ".." + std::to_string(hi));
     out.push_back(T(*v));
   }
   return out;
@@ -157,19 +166,21 @@ Result<std::vector<T>> eval_list(Evaluator& ev, const std::vector<Expression>& e
 
 // A tensor map's fields; the ranges are cuTensorMapEncodeTiled's (finer rules, such as 16-byte
 // strides, are the constraints the loader added).
-Result<TensorMapValue> eval_map(Evaluator& ev, const TensorMapSpec& t, const std::string& where) {
+template <typename Where>
+Result<TensorMapValue> eval_map(Evaluator& ev, const TensorMapSpec& t, const Where& where) {
   TensorMapValue v;
   v.buffer = t.buffer;
   v.swizzle = t.swizzle;
   v.l2_promotion = t.l2_promotion;
   v.oob_fill = t.oob_fill;
-  auto dims = eval_list<std::uint64_t>(ev, t.dims, where + ".dims", 1, 1ll << 32);
+  auto field = [&](const char* name) { return [&where, name] { return where() + name; }; };
+  auto dims = eval_list<std::uint64_t>(ev, t.dims, field(".dims"), 1, 1ll << 32);
   if (!dims) return std::unexpected(dims.error());
-  auto strides = eval_list<std::uint64_t>(ev, t.strides, where + ".strides", 16, (1ll << 40) - 1);
+  auto strides = eval_list<std::uint64_t>(ev, t.strides, field(".strides"), 16, (1ll << 40) - 1);
   if (!strides) return std::unexpected(strides.error());
-  auto box = eval_list<std::uint32_t>(ev, t.box, where + ".box", 1, 256);
+  auto box = eval_list<std::uint32_t>(ev, t.box, field(".box"), 1, 256);
   if (!box) return std::unexpected(box.error());
-  auto es = eval_list<std::uint32_t>(ev, t.element_strides, where + ".element_strides", 1, 8);
+  auto es = eval_list<std::uint32_t>(ev, t.element_strides, field(".element_strides"), 1, 8);
   if (!es) return std::unexpected(es.error());
   v.dims = std::move(*dims);
   v.strides = std::move(*strides);
@@ -180,16 +191,18 @@ Result<TensorMapValue> eval_map(Evaluator& ev, const TensorMapSpec& t, const std
 
 Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const Problem& p) {
   std::vector<ArgValue> out;
+  out.reserve(m.args.size());
   for (const auto& a : m.args) {
+    auto where = [&] { return "args." + a.name; };
     ArgValue v;
     v.name = a.name;
     v.kind = a.kind;
     if (a.kind == ArgKind::buffer) {
       v.role = a.role;
       v.dtype = concrete_dtype(a.dtype, p);
-      auto count = as_integer(ev.eval(a.count), "args." + a.name + ".count");
+      auto count = as_integer(ev.eval(a.count), [&] { return where() + ".count"; });
       if (!count) return std::unexpected(count.error());
-      if (*count < 1) return fail(ErrorCode::invalid_argument, "args." + a.name + ".count < 1");
+      if (*count < 1) return fail(ErrorCode::invalid_argument, where() + ".count < 1");
       v.count = *count;
       v.init = a.init;
       v.pass = a.pass;
@@ -200,7 +213,7 @@ Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const 
       if (!value) return std::unexpected(value.error());
       v.value = *value;
     } else {
-      auto map = eval_map(ev, a.map, "args." + a.name);
+      auto map = eval_map(ev, a.map, where);
       if (!map) return std::unexpected(map.error());
       v.map = std::move(*map);
       for (const auto& b : m.args)
@@ -216,7 +229,8 @@ Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const 
 // heuristic rules one after another, skips the allocations).
 Result<void> check_config(Evaluator& ev, const Manifest& m, const Params& params,
                           bool explain = true) {
-  for (const auto& p : m.params) {
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const ParamDomain& p = m.params[i];
     auto it = params.find(p.name);
     if (it == params.end())
       return fail(ErrorCode::invalid_argument, explain ? "missing param " + p.name : std::string());
@@ -227,17 +241,19 @@ Result<void> check_config(Evaluator& ev, const Manifest& m, const Params& params
       return fail(ErrorCode::invalid_argument,
                   "param " + p.name + "=" + std::to_string(it->second) + " is not in its domain");
     }
-    ev.set(m.symbols.find(p.name), double(it->second));
+    ev.set(m.slots.params[i], double(it->second));
   }
-  for (const auto& [name, _] : params)
-    if (!m.param(name)) {
-      if (!explain) return fail(ErrorCode::invalid_argument, std::string());
-      return fail(ErrorCode::invalid_argument, "template " + m.name + " has no param " + name);
-    }
-  for (const auto& d : m.derived) {
-    auto v = ev.eval(d.expr);
+  // Every declared param is in `params` (its keys are distinct): any more is one unknown.
+  if (params.size() != m.params.size())
+    for (const auto& [name, _] : params)
+      if (!m.param(name)) {
+        if (!explain) return fail(ErrorCode::invalid_argument, std::string());
+        return fail(ErrorCode::invalid_argument, "template " + m.name + " has no param " + name);
+      }
+  for (size_t i = 0; i < m.derived.size(); ++i) {
+    auto v = ev.eval(m.derived[i].expr);
     if (!v) return std::unexpected(v.error());
-    ev.set(m.symbols.find(d.name), *v);
+    ev.set(m.slots.derived[i], *v);
   }
   for (const auto& c : m.constraints)
     if (!truthy(ev.eval(c.expr))) {
@@ -255,7 +271,7 @@ std::string target_arch(const Manifest& manifest, int cc) {
 }
 
 Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem& problem,
-                                       const DeviceLimits& limits) {
+                                       const DeviceLimits& limits, size_t max_configs) {
   if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());
   const Manifest& m = tmpl.manifest;
   SearchSpace space;
@@ -277,11 +293,11 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
       if (auto it = slot_depth.find(slot); it != slot_depth.end()) d = std::max(d, it->second);
     return d;
   };
-  std::vector<std::vector<const NamedExpr*>> derived_at(size_t(n) + 1);
-  for (const auto& d : m.derived) {
-    const int depth = depth_of(d.expr);
-    slot_depth[m.symbols.find(d.name)] = depth;
-    derived_at[size_t(depth + 1)].push_back(&d);
+  std::vector<std::vector<size_t>> derived_at(size_t(n) + 1);  // indices into m.derived
+  for (size_t i = 0; i < m.derived.size(); ++i) {
+    const int depth = depth_of(m.derived[i].expr);
+    slot_depth[m.slots.derived[i]] = depth;
+    derived_at[size_t(depth + 1)].push_back(i);
   }
   std::vector<std::vector<size_t>> constraints_at(size_t(n) + 1);
   for (size_t i = 0; i < m.constraints.size(); ++i)
@@ -299,13 +315,13 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
 
   // Evaluates what becomes known at `level` (0 = before any param); false if pruned.
   auto settle = [&](int level) -> bool {
-    for (const NamedExpr* d : derived_at[size_t(level)]) {
-      auto v = ev.eval(d->expr);
+    for (size_t di : derived_at[size_t(level)]) {
+      auto v = ev.eval(m.derived[di].expr);
       if (!v) {
         error = v.error();
         return false;
       }
-      ev.set(m.symbols.find(d->name), *v);
+      ev.set(m.slots.derived[di], *v);
     }
     for (size_t ci : constraints_at[size_t(level)]) {
       auto v = ev.eval(m.constraints[ci].expr);
@@ -321,8 +337,9 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
     return true;
   };
 
+  bool enough = false;  // max_configs found: the search stops
   auto recurse = [&](auto&& self, int depth) -> void {
-    if (error) return;
+    if (error || enough) return;
     if (depth == n) {
       if (double(space.m_configs.size()) >= k_max_valid_configs) {
         error = Error{ErrorCode::invalid_argument,
@@ -332,15 +349,16 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
       Params p;
       for (int i = 0; i < n; ++i) p[m.params[size_t(i)].name] = current[size_t(i)];
       space.m_configs.push_back(std::move(p));
+      enough = space.m_configs.size() >= max_configs;
       return;
     }
     const ParamDomain& dom = m.params[size_t(depth)];
-    const int slot = m.symbols.find(dom.name);
+    const int slot = m.slots.params[size_t(depth)];
     for (std::int64_t v : dom.values) {
       current[size_t(depth)] = v;
       ev.set(slot, double(v));
       if (settle(depth + 1)) self(self, depth + 1);
-      if (error) return;
+      if (error || enough) return;
     }
   };
   if (settle(0)) recurse(recurse, 0);
@@ -390,11 +408,11 @@ Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem
                                  std::optional<std::int64_t> max_active_clusters) {
   Instance inst;
   inst.params = params;
-  auto name = name_expression(ev, m, problem, m.entry, m.template_args);
+  auto name = name_expression(ev, problem, m.entry, m.template_args, m.slots.template_args);
   if (!name) return std::unexpected(name.error());
   inst.name_expression = std::move(*name);
-  auto launch = eval_launch(ev, m, m.launch, m.path + ": launch", max_active_clusters,
-                            &inst.max_active_clusters);
+  auto launch =
+      eval_launch(ev, m, m.launch, "launch", max_active_clusters, &inst.max_active_clusters);
   if (!launch) return std::unexpected(launch.error());
   inst.launch = *launch;
   inst.grid_reads_max_active_clusters = m.grid_reads_max_active_clusters();
@@ -424,15 +442,37 @@ Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& p
   if (!inst) return inst;
   Evaluator ev(m.symbols);
   bind_problem(ev, m, problem, limits);
-  auto name = name_expression(ev, m, problem, m.reference.entry, m.reference.template_args);
+  auto name = name_expression(ev, problem, m.reference.entry, m.reference.template_args,
+                              m.slots.reference_template_args);
   if (!name) return std::unexpected(name.error());
   inst->name_expression = std::move(*name);
   inst->params.clear();
-  auto launch = eval_launch(ev, m, m.reference.launch, m.path + ": reference.launch", {});
+  auto launch = eval_launch(ev, m, m.reference.launch, "reference.launch", {});
   if (!launch) return std::unexpected(launch.error());
   inst->launch = *launch;
   return inst;
 }
+
+namespace {
+// When no heuristic rule fits: the first config of the pruned space, found by a depth-first search
+// that stops at the first valid leaf (the same config a full enumeration lists first), or an
+// error naming why the space is empty and why each rule did not fit.
+Result<Params> first_config(const KernelTemplate& tmpl, const Problem& problem,
+                            const DeviceLimits& limits) {
+  auto space = SearchSpace::build(tmpl, problem, limits, 1);
+  if (space) return space->configs().front();
+  const Manifest& m = tmpl.manifest;
+  Evaluator ev(m.symbols);
+  bind_problem(ev, m, problem, limits);
+  std::string tried;
+  for (const auto& rule : m.heuristic) {
+    if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
+    if (auto ok = check_config(ev, m, rule.params); !ok)
+      tried += "\n  rule at line " + std::to_string(rule.line) + ": " + ok.error().message;
+  }
+  return fail(ErrorCode::invalid_argument, space.error().message + tried);
+}
+}  // namespace
 
 Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& problem,
                                 const DeviceLimits& limits) {
@@ -440,18 +480,11 @@ Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& probl
   const Manifest& m = tmpl.manifest;
   Evaluator ev(m.symbols);
   bind_problem(ev, m, problem, limits);
-  std::string tried;
   for (const auto& rule : m.heuristic) {
     if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
-    if (auto ok = check_config(ev, m, rule.params); ok)
-      return rule.params;
-    else
-      tried += "\n  rule at line " + std::to_string(rule.line) + ": " + ok.error().message;
+    if (check_config(ev, m, rule.params, /*explain=*/false)) return rule.params;
   }
-  // No rule fits this problem: fall back to the first config of the pruned space.
-  auto space = SearchSpace::build(tmpl, problem, limits);
-  if (!space) return fail(ErrorCode::invalid_argument, space.error().message + tried);
-  return space->configs().front();
+  return first_config(tmpl, problem, limits);
 }
 
 Result<Instance> heuristic_instance(const KernelTemplate& tmpl, const Problem& problem,
@@ -466,7 +499,7 @@ Result<Instance> heuristic_instance(const KernelTemplate& tmpl, const Problem& p
     if (check_config(ev, m, rule.params, /*explain=*/false))
       return finish_instance(ev, m, problem, rule.params, {});
   }
-  auto params = heuristic_config(tmpl, problem, limits);  // the search-space fallback
+  auto params = first_config(tmpl, problem, limits);
   if (!params) return std::unexpected(params.error());
   return instantiate(tmpl, problem, limits, *params);
 }

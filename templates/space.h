@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -94,9 +95,12 @@ std::string target_arch(const Manifest& manifest, int cc);
 class SearchSpace {
  public:
   // Fails when the template does not support the problem, or nothing survives the constraints
-  // (naming the constraint that pruned most).
+  // (naming the constraint that pruned most). `max_configs`: stop at that many valid configs,
+  // in enumeration order (1: the first config, found without enumerating the rest; the report
+  // then counts only what was visited).
   static Result<SearchSpace> build(const KernelTemplate& tmpl, const Problem& problem,
-                                   const DeviceLimits& limits);
+                                   const DeviceLimits& limits,
+                                   size_t max_configs = std::numeric_limits<size_t>::max());
 
   const KernelTemplate& template_() const { return *m_template; }
   const Problem& problem() const { return m_problem; }

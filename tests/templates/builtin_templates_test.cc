@@ -96,6 +96,36 @@ TEST(BuiltinTemplatesTest, HeuristicInstanceIsInstantiateOfHeuristicConfig) {
   EXPECT_GT(compared, 50);
 }
 
+// The heuristics' fallback (no rule fits) stops the enumeration at the first valid config: the
+// same config, or the same error, as the full enumeration, for every template and problems small
+// and large (gemm with N = K = 64 is where every rule misses).
+TEST(BuiltinTemplatesTest, FirstConfigIsTheFullEnumerationsFirst) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  int compared = 0;
+  for (const auto& t : reg.all())
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      const auto limits = *DeviceLimits::for_arch(arch);
+      if (t->manifest.min_cc > limits.cc || (t->manifest.max_cc && t->manifest.max_cc < limits.cc))
+        continue;
+      for (const std::int64_t scale : {1, 7, 16, 64, 1000, 4096, 1 << 20}) {
+        Problem p = problem_for(t->manifest);
+        for (auto& [name, v] : p.dims) v = std::max<std::int64_t>(1, v * scale / 1024);
+        auto all = SearchSpace::build(*t, p, limits);
+        auto first = SearchSpace::build(*t, p, limits, 1);
+        ASSERT_EQ(bool(all), bool(first)) << t->name() << " " << p.describe();
+        if (!all) {
+          EXPECT_EQ(all.error().message, first.error().message);
+          continue;
+        }
+        ++compared;
+        ASSERT_EQ(first->configs().size(), 1u);
+        EXPECT_EQ(first->configs().front(), all->configs().front())
+            << t->name() << " " << p.describe();
+      }
+    }
+  EXPECT_GT(compared, 50);
+}
+
 TEST(BuiltinTemplatesTest, GemmSpaceIsLargeEnoughToTune) {
   auto reg = TemplateRegistry::load({builtin_template_dir()});
   const KernelTemplate* gemm = reg.find("gemm");

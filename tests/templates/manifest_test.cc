@@ -220,6 +220,31 @@ TEST(SpaceTest, HeuristicPicksFirstMatchingValidRule) {
   EXPECT_TRUE(instantiate(**t, scale_problem(4098), DeviceLimits{}, *p));
 }
 
+// What instantiate() says when launch geometry or an argument evaluates out of range: the
+// expression's place, its value and the range (the text is built only on failure).
+TEST(SpaceTest, InstantiateNamesTheLaunchOrArgumentOutOfRange) {
+  const Params p{{"THREADS", 256}, {"VEC", 4}, {"WAVES", 2}};
+  auto m =
+      parse_manifest(edited("block: [THREADS, 1, 1]", "block: [THREADS * 8, 1, 1]"), "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  auto inst =
+      instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096), DeviceLimits{}, p);
+  ASSERT_FALSE(inst);
+  EXPECT_EQ(inst.error().message, "scale.yaml: launch.block[0]: 2048 is out of range 1..1024");
+  m = parse_manifest(edited("grid: [min(", "grid: [0.5 + min("), "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  inst = instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096), DeviceLimits{}, p);
+  ASSERT_FALSE(inst);
+  EXPECT_EQ(inst.error().message, "scale.yaml: launch.grid[0]: expected an integer, got 4.500000");
+  m = parse_manifest(edited("{name: y, buffer: out, dtype: out, count: n}",
+                            "{name: y, buffer: out, dtype: out, count: n - 5000}"),
+                     "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  inst = instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096), DeviceLimits{}, p);
+  ASSERT_FALSE(inst);
+  EXPECT_EQ(inst.error().message, "args.y.count < 1");
+}
+
 TEST(RegistryTest, LoadsDirectoriesAndReportsBadOnes) {
   auto reg = TemplateRegistry::load({k_scale_dir, "/nonexistent/ktune"});
   ASSERT_EQ(reg.all().size(), 3u);  // fault, scale and tma_copy
