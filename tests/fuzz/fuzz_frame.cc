@@ -11,14 +11,15 @@
 //   handed over once, in order, with its exact text and attachment, each request's reply lines
 //   together and in request order, then the closing error or HTTP refusal, nothing after it.
 //   Small bounds (attachments up to k_scripted_max_attach bytes, 64 bytes of unsent output)
-//   put both sides of every limit within libFuzzer's -max_len. No JSON is parsed per line, so an
-//   input costs what the session costs.
+//   put both sides of every limit within libFuzzer's -max_len, and half the inputs run with a
+//   turn budget of 0 (the session yields before every line). No JSON is parsed per line but
+//   the session's own ("attach"), so an input costs about what the session costs.
 // - real (one input in k_real_every, by a hash of the input; every input in the corpus replay):
 //   the daemon's Dispatcher over fuzz_support.h's parts, checked as before this split: every
 //   reply line is a well-formed protocol object, the HTTP refusal is exact and last, no more
-//   replies than lines. It keeps the end-to-end path and the lines slow enough to make the
-//   session yield (k_turn_budget) in the run. What the dispatcher answers to a line is
-//   fuzz_request's target; the session never reads a reply.
+//   replies than lines. It keeps the end-to-end path, with real replies and real timing, in
+//   the run. What the dispatcher answers to a line is fuzz_request's target; the session
+//   never reads a reply, and only its handler's timing and reply sizes reach the framing.
 // Both: the session ends (io_context::run returns: reads to EOF, answers, closes) and is freed.
 #include <signal.h>
 
