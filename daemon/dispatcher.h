@@ -14,6 +14,7 @@
 // Thread-safety: handle() and try_fast() may be called concurrently from every I/O thread.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include "daemon/access.h"
 #include "daemon/executor.h"
 #include "daemon/ops/ops.h"
+#include "daemon/request_handler.h"
 
 namespace ktune {
 
@@ -28,24 +30,29 @@ struct Response {
   std::string line;  // every reply line of the request, newlines included
 };
 
-class Dispatcher {
+class Dispatcher final : public RequestHandler {
  public:
   // `executor` runs blocking ops; null runs them inline on the caller (tests, tools).
   // REQUIRES: `ctx` and `executor` outlive the dispatcher and every reply still in flight.
   Dispatcher(OpContext& ctx, Executor* executor);
 
   // A reply from memory for a trusted peer's line (a repeated lookup), or nullopt. Microseconds.
-  std::optional<std::string> try_fast(std::string_view line, const Peer& peer);
+  std::optional<std::string> try_fast(std::string_view line, const Peer& peer) override;
   // Handles one request line (without its newline) and its attachment (empty when the line
   // announced none); each reply line goes to `emit`. With `lane` (the client's, make_lane()), a
   // lookup that memory cannot answer runs on it: one client's cold lookups are built one after
   // another, so a client flooding never-seen shapes holds one executor thread, not all of them.
   void handle(std::string_view line, std::string attachment, const Peer& peer, Emit emit,
-              const Executor::Lane* lane = nullptr);
+              const Executor::Lane* lane = nullptr) override;
   // A lane for one client's handle() calls; nullopt without an executor.
-  std::optional<Executor::Lane> make_lane();
+  std::optional<Executor::Lane> make_lane() override;
   // Runs one request to its last reply line and returns them all (tests and synchronous callers).
   Response handle(std::string_view line, const Peer& peer = {}, std::string attachment = {});
+
+  // The config's max_attachment_bytes.
+  size_t max_attachment_bytes() const override {
+    return size_t(std::max(0, m_ctx.config.max_attachment_bytes));
+  }
 
   OpContext& context() { return m_ctx; }
   // Gauges for the metrics endpoint (winners, templates, misses, jobs, lanes).

@@ -9,13 +9,13 @@ namespace asio = boost::asio;
 using protocol::ErrorKind;
 
 template <typename Socket>
-Session<Socket>::Session(Socket socket, Dispatcher& dispatcher, Metrics& metrics, Peer peer,
+Session<Socket>::Session(Socket socket, RequestHandler& handler, Metrics& metrics, Peer peer,
                          SessionLimits limits)
     : m_socket(std::move(socket)),
-      m_dispatcher(dispatcher),
+      m_handler(handler),
       m_metrics(metrics),
       m_peer(peer),
-      m_lane(dispatcher.make_lane()),
+      m_lane(handler.make_lane()),
       m_limits(limits),
       m_timer(m_socket.get_executor()),
       m_write_signal(m_socket.get_executor(), asio::steady_timer::time_point::max()),
@@ -91,13 +91,13 @@ void Session<Socket>::append(Slot& slot, std::string text, bool last) {
 template <typename Socket>
 void Session<Socket>::dispatch(std::string_view line, std::string attachment) {
   if (attachment.empty())
-    if (auto fast = m_dispatcher.try_fast(line, m_peer)) return push_ready(std::move(*fast), false);
+    if (auto fast = m_handler.try_fast(line, m_peer)) return push_ready(std::move(*fast), false);
   auto slot = std::make_shared<Slot>();
   m_slots.push_back(slot);
   ++m_running;
   std::weak_ptr<Session> weak = this->shared_from_this();
   auto executor = m_socket.get_executor();
-  m_dispatcher.handle(
+  m_handler.handle(
       line, std::move(attachment), m_peer,
       [weak, slot, executor](std::string text, bool last) {
         auto self = weak.lock();
@@ -117,7 +117,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
   std::string in;
   in.reserve(4096);
   boost::system::error_code ec;
-  const size_t max_attachment = m_dispatcher.context().config.max_attachment_bytes;
+  const size_t max_attachment = m_handler.max_attachment_bytes();
   try {
     while (!m_done) {
       // Answer every complete line in the buffer, in order.
@@ -129,9 +129,9 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         pos = nl + 1;
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // keep-alive
-        // Fairness: lines that took more than k_turn_budget of this thread (cold lookups built
+        // Fairness: lines that took more than turn_budget of this thread (cold lookups built
         // here) let the other connections' handlers run before the next one.
-        if (const auto now = std::chrono::steady_clock::now(); now - turn > k_turn_budget) {
+        if (const auto now = std::chrono::steady_clock::now(); now - turn > m_limits.turn_budget) {
           m_metrics.session_yielded();
           co_await asio::post(m_socket.get_executor(), asio::use_awaitable);
           turn = std::chrono::steady_clock::now();

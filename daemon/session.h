@@ -1,10 +1,11 @@
 // Session: one client connection, from first byte to close.
 //
 // The reader coroutine takes newline-delimited requests from a buffer capped at the 64 KiB frame
-// limit (plus the raw attachment a line may announce with "attach") and hands each to the
-// Dispatcher. Replies keep request order: each request gets a slot, answered at once (a cached
-// lookup) or later from the executor (everything else; a watch gets several lines), and the
-// writer coroutine sends slots front to back as they complete.
+// limit (plus the raw attachment a line may announce with "attach") and hands each to its
+// RequestHandler (the Dispatcher; a scripted one in the frame fuzzer). Replies keep request
+// order: each request gets a slot, answered at once (a cached lookup) or later from the executor
+// (everything else; a watch gets several lines), and the writer coroutine sends slots front to
+// back as they complete.
 // Bounds per connection, so that one client can neither grow the daemon nor starve the others:
 // the reader takes no further request while k_max_in_flight requests are outstanding, while
 // k_max_running of them are still being answered (on the executor: a client pipelining
@@ -15,7 +16,7 @@
 // A line that looks like HTTP (a browser or curl on the protocol port) is answered with a 400
 // and the connection closed. An oversized frame or the read deadline (counted only while no
 // request is outstanding) ends the connection after the replies before it and an error line.
-// Fairness on the I/O thread: once the lines of one read have taken more than k_turn_budget
+// Fairness on the I/O thread: once the lines of one read have taken more than turn_budget
 // (lookups of never-seen shapes cheap enough to build there: daemon/lookups.h), the session
 // yields to the other handlers queued on its thread before it takes the next line, so one client
 // flooding cold lookups delays another's cached lookup by about one budget.
@@ -31,8 +32,8 @@
 #include <optional>
 #include <string>
 
-#include "daemon/dispatcher.h"
 #include "daemon/metrics.h"
+#include "daemon/request_handler.h"
 
 namespace ktune {
 
@@ -48,6 +49,9 @@ struct SessionLimits {
   std::chrono::milliseconds read_timeout{30000};         // server.read_timeout_ms
   std::chrono::milliseconds write_stall_timeout{30000};  // server.write_stall_timeout_ms
   size_t max_output_bytes = 4 << 20;                     // server.max_output_bytes
+  // Time on the I/O thread after which a session lets the others run (see above); no config key:
+  // the frame fuzzer sets 0 (yield before every line) to reach that path without slow lines.
+  std::chrono::microseconds turn_budget{50};
 };
 
 template <typename Socket>
@@ -55,10 +59,9 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
  public:
   static constexpr size_t k_max_in_flight = 256;  // requests outstanding
   static constexpr size_t k_max_running = 4;      // requests not yet fully answered
-  // Time on the I/O thread after which a session lets the others run (see above).
-  static constexpr std::chrono::microseconds k_turn_budget{50};
 
-  Session(Socket socket, Dispatcher& dispatcher, Metrics& metrics, Peer peer, SessionLimits limits);
+  Session(Socket socket, RequestHandler& handler, Metrics& metrics, Peer peer,
+          SessionLimits limits);
   ~Session() override;
 
   // Spawns the reader, the writer and the watchdog on the socket's executor.
@@ -77,7 +80,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   boost::asio::awaitable<void> watchdog();
   // Queues a complete reply (error lines, fast answers) behind the outstanding ones.
   void push_ready(std::string line, bool close);
-  // Runs one request line (and its attachment, if it announced one) through the dispatcher.
+  // Runs one request line (and its attachment, if it announced one) through the handler.
   void dispatch(std::string_view line, std::string attachment);
   void wake_writer() { m_write_signal.cancel(); }
   // Whether the reader must wait before taking another request (the bounds above).
@@ -87,7 +90,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void finish();
 
   Socket m_socket;
-  Dispatcher& m_dispatcher;
+  RequestHandler& m_handler;  // the Dispatcher, or a test's scripted one
   Metrics& m_metrics;
   Peer m_peer;
   std::optional<Executor::Lane> m_lane;  // this client's cold lookups, one at a time

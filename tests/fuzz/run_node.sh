@@ -8,6 +8,7 @@
 #     bash tests/fuzz/run_node.sh
 # Writes $OUT/<target>/: fuzz-*.log (one per job), summary.json (executions, failures, corpus
 # size, the command), crash-* artifacts if any, and the corpus it grew (corpus.tar.gz).
+# fuzz_frame: MAX_LEN=256 (docs/reliability.md, "Fuzzing": every framing case fits; cheaper).
 set -uo pipefail
 K=$(cd "${K:?K: the kit folder}" && pwd)
 OUT=${OUT:?OUT: where results go}
