@@ -2,6 +2,8 @@
 // samples with NVRTC is in tests/tuner/compiler_test.cc.)
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+
 #include "config/config.h"
 #include "templates/registry.h"
 #include "templates/space.h"
@@ -62,26 +64,39 @@ TEST(BuiltinTemplatesTest, EverySpaceEnumeratesPrunesAndHasAValidHeuristic) {
   }
 }
 
-// heuristic_instance() (a cold lookup's heuristic entries) is instantiate(heuristic_config())
-// for every template and problems small and large, where a rule fits and where none does.
-TEST(BuiltinTemplatesTest, HeuristicInstanceIsInstantiateOfHeuristicConfig) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  int compared = 0;
+// Calls fn(template, limits, problem) for every built-in template on sm_80 and sm_90 (where its
+// arch range allows), with its sample problem's dims scaled by each of `scales` / 1024.
+template <class Fn>
+void for_each_scaled_problem(const TemplateRegistry& reg,
+                             std::initializer_list<std::int64_t> scales, Fn fn) {
   for (const auto& t : reg.all())
     for (const char* arch : {"sm_80", "sm_90"}) {
       const auto limits = *DeviceLimits::for_arch(arch);
       if (t->manifest.min_cc > limits.cc || (t->manifest.max_cc && t->manifest.max_cc < limits.cc))
         continue;
-      for (const std::int64_t scale : {1, 7, 64, 1000, 4096, 1 << 20}) {
+      for (const std::int64_t scale : scales) {
         Problem p = problem_for(t->manifest);
         for (auto& [name, v] : p.dims) v = std::max<std::int64_t>(1, v * scale / 1024);
-        auto h = heuristic_config(*t, p, limits);
-        auto both = heuristic_instance(*t, p, limits);
-        const auto inst = h ? instantiate(*t, p, limits, *h) : Result<Instance>();
-        ASSERT_EQ(bool(both), h && inst) << t->name() << " " << p.describe();
-        if (!both) continue;
+        fn(*t, limits, p);
+      }
+    }
+}
+
+// heuristic_instance() (a cold lookup's heuristic entries) is instantiate(heuristic_config())
+// for every template and problems small and large, where a rule fits and where none does.
+TEST(BuiltinTemplatesTest, HeuristicInstanceIsInstantiateOfHeuristicConfig) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  int compared = 0;
+  for_each_scaled_problem(
+      reg, {1, 7, 64, 1000, 4096, 1 << 20},
+      [&](const KernelTemplate& t, const DeviceLimits& limits, const Problem& p) {
+        auto h = heuristic_config(t, p, limits);
+        auto both = heuristic_instance(t, p, limits);
+        const auto inst = h ? instantiate(t, p, limits, *h) : Result<Instance>();
+        ASSERT_EQ(bool(both), h && inst) << t.name() << " " << p.describe();
+        if (!both) return;
         ++compared;
-        EXPECT_EQ(both->params, *h) << t->name() << " " << p.describe();
+        EXPECT_EQ(both->params, *h) << t.name() << " " << p.describe();
         EXPECT_EQ(both->name_expression, inst->name_expression);
         EXPECT_EQ(both->launch, inst->launch);
         EXPECT_EQ(both->metric, inst->metric);
@@ -91,8 +106,7 @@ TEST(BuiltinTemplatesTest, HeuristicInstanceIsInstantiateOfHeuristicConfig) {
           EXPECT_EQ(both->args[i].count, inst->args[i].count);
           EXPECT_EQ(both->args[i].value, inst->args[i].value);
         }
-      }
-    }
+      });
   EXPECT_GT(compared, 50);
 }
 
@@ -102,27 +116,21 @@ TEST(BuiltinTemplatesTest, HeuristicInstanceIsInstantiateOfHeuristicConfig) {
 TEST(BuiltinTemplatesTest, FirstConfigIsTheFullEnumerationsFirst) {
   auto reg = TemplateRegistry::load({builtin_template_dir()});
   int compared = 0;
-  for (const auto& t : reg.all())
-    for (const char* arch : {"sm_80", "sm_90"}) {
-      const auto limits = *DeviceLimits::for_arch(arch);
-      if (t->manifest.min_cc > limits.cc || (t->manifest.max_cc && t->manifest.max_cc < limits.cc))
-        continue;
-      for (const std::int64_t scale : {1, 7, 16, 64, 1000, 4096, 1 << 20}) {
-        Problem p = problem_for(t->manifest);
-        for (auto& [name, v] : p.dims) v = std::max<std::int64_t>(1, v * scale / 1024);
-        auto all = SearchSpace::build(*t, p, limits);
-        auto first = SearchSpace::build(*t, p, limits, 1);
-        ASSERT_EQ(bool(all), bool(first)) << t->name() << " " << p.describe();
+  for_each_scaled_problem(
+      reg, {1, 7, 16, 64, 1000, 4096, 1 << 20},
+      [&](const KernelTemplate& t, const DeviceLimits& limits, const Problem& p) {
+        auto all = SearchSpace::build(t, p, limits);
+        auto first = SearchSpace::build(t, p, limits, 1);
+        ASSERT_EQ(bool(all), bool(first)) << t.name() << " " << p.describe();
         if (!all) {
           EXPECT_EQ(all.error().message, first.error().message);
-          continue;
+          return;
         }
         ++compared;
         ASSERT_EQ(first->configs().size(), 1u);
         EXPECT_EQ(first->configs().front(), all->configs().front())
-            << t->name() << " " << p.describe();
-      }
-    }
+            << t.name() << " " << p.describe();
+      });
   EXPECT_GT(compared, 50);
 }
 
