@@ -8,7 +8,7 @@
 
 namespace ktune {
 
-Executor::Executor(int threads, int nice) : m_guard(boost::asio::make_work_guard(m_io)) {
+Executor::Executor(int threads, int nice) : m_guard(boost::asio::make_work_guard(*m_io)) {
   for (int i = 0; i < threads; ++i)
     m_threads.emplace_back([this, nice] {
       if (nice > 0) {
@@ -26,7 +26,7 @@ Executor::Executor(int threads, int nice) : m_guard(boost::asio::make_work_guard
       // No sched_yield() between items: it shortened the cached tail under a cold flood on an
       // otherwise idle node, but starved cold builds behind any other runnable work (even nice
       // 19 batch jobs): bench/NOTES.md § The cached tail under a cold flood.
-      m_io.run();
+      m_io->run();
     });
 }
 

@@ -12,6 +12,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -25,21 +26,31 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  void post(std::function<void()> work) { boost::asio::post(m_io, std::move(work)); }
+  void post(std::function<void()> work) { boost::asio::post(*m_io, std::move(work)); }
 
   // One client's queue on the executor (an asio strand): work posted to a lane runs one item at
   // a time, in order, on any executor thread, so one client holds at most one thread through it.
-  // A lane stays valid as long as a copy of it lives, after the executor's stop() included.
-  using Lane = boost::asio::strand<boost::asio::io_context::executor_type>;
-  Lane make_lane() { return boost::asio::make_strand(m_io); }
+  // A lane keeps the executor's io_context alive (a strand's state lives in a service of that
+  // io_context), so a session may outlive the executor; work posted after stop() never runs.
+  class Lane {
+   public:
+    explicit Lane(std::shared_ptr<boost::asio::io_context> io)
+        : m_io(std::move(io)), m_strand(boost::asio::make_strand(*m_io)) {}
+
+   private:
+    friend class Executor;
+    std::shared_ptr<boost::asio::io_context> m_io;  // declared first: destroyed after the strand
+    boost::asio::strand<boost::asio::io_context::executor_type> m_strand;
+  };
+  Lane make_lane() { return Lane(m_io); }
   static void post(const Lane& lane, std::function<void()> work) {
-    boost::asio::post(lane, std::move(work));
+    boost::asio::post(lane.m_strand, std::move(work));
   }
   // Finishes what is queued, then joins the threads. Idempotent.
   void stop();
 
  private:
-  boost::asio::io_context m_io;
+  std::shared_ptr<boost::asio::io_context> m_io = std::make_shared<boost::asio::io_context>();
   boost::asio::executor_work_guard<boost::asio::io_context::executor_type> m_guard;
   std::vector<std::thread> m_threads;
 };

@@ -446,6 +446,24 @@ TEST_F(AnswerCacheTest, OneClientsColdLookupsRunOneAtATimeOnItsLane) {
   EXPECT_EQ(builds_beside_a_held_one(11, 13, nullptr), 2u);
 }
 
+// A session's lane may outlive the executor (the daemon destroys the executor before the I/O
+// threads' last sessions): the lane keeps the strand's io_context alive. Before, the strand's
+// destructor touched the destroyed io_context (ASan: heap-use-after-free at shutdown).
+TEST(ExecutorLaneTest, ALaneMayOutliveItsExecutor) {
+  std::optional<Executor::Lane> lane;
+  {
+    Executor executor(1, 0);
+    lane = executor.make_lane();
+    std::promise<void> ran;
+    Executor::post(*lane, [&] { ran.set_value(); });
+    ran.get_future().wait();
+  }
+  bool ran_after_stop = false;
+  Executor::post(*lane, [&] { ran_after_stop = true; });  // queued, never run: no threads left
+  lane.reset();
+  EXPECT_FALSE(ran_after_stop);
+}
+
 // A cold answer's text is written straight into a string (protocol::lookup_reply_text), not
 // through an ordered_json tree: it must be the library's serialization byte for byte, for
 // replies built here (escapes, non-ASCII and invalid UTF-8, numbers of every magnitude,
