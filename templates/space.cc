@@ -454,6 +454,17 @@ Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& p
 }
 
 namespace {
+// The first heuristic rule whose `when` holds and whose params pass the constraints of the
+// problem bound in `ev`, or null. `ev` then holds what instantiate() would bind and derive for
+// that rule's params.
+const HeuristicRule* fitting_rule(Evaluator& ev, const Manifest& m) {
+  for (const auto& rule : m.heuristic) {
+    if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
+    if (check_config(ev, m, rule.params, /*explain=*/false)) return &rule;
+  }
+  return nullptr;
+}
+
 // When no heuristic rule fits: the first config of the pruned space, found by a depth-first search
 // that stops at the first valid leaf (the same config a full enumeration lists first), or an
 // error naming why the space is empty and why each rule did not fit.
@@ -480,10 +491,7 @@ Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& probl
   const Manifest& m = tmpl.manifest;
   Evaluator ev(m.symbols);
   bind_problem(ev, m, problem, limits);
-  for (const auto& rule : m.heuristic) {
-    if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
-    if (check_config(ev, m, rule.params, /*explain=*/false)) return rule.params;
-  }
+  if (const HeuristicRule* rule = fitting_rule(ev, m)) return rule->params;
   return first_config(tmpl, problem, limits);
 }
 
@@ -493,12 +501,8 @@ Result<Instance> heuristic_instance(const KernelTemplate& tmpl, const Problem& p
   const Manifest& m = tmpl.manifest;
   Evaluator ev(m.symbols);
   bind_problem(ev, m, problem, limits);
-  for (const auto& rule : m.heuristic) {
-    if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
-    // The evaluator holds what instantiate() would bind and derive for these params.
-    if (check_config(ev, m, rule.params, /*explain=*/false))
-      return finish_instance(ev, m, problem, rule.params, {});
-  }
+  if (const HeuristicRule* rule = fitting_rule(ev, m))
+    return finish_instance(ev, m, problem, rule->params, {});
   auto params = first_config(tmpl, problem, limits);
   if (!params) return std::unexpected(params.error());
   return instantiate(tmpl, problem, limits, *params);
