@@ -69,13 +69,17 @@ bool log_enabled(LogLevel level) {
   return level >= g_level.load(std::memory_order_relaxed);
 }
 
-std::string utc_iso8601(std::int64_t unix_seconds) {
+std::string utc_strftime(std::int64_t unix_seconds, const char* format) {
   const std::time_t t = std::time_t(unix_seconds);
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  std::strftime(buf, sizeof buf, format, &tm);
   return buf;
+}
+
+std::string utc_iso8601(std::int64_t unix_seconds) {
+  return utc_strftime(unix_seconds, "%Y-%m-%dT%H:%M:%SZ");
 }
 
 std::string json_escape(std::string_view s) {

@@ -44,6 +44,8 @@ Result<void> log_to_file(const std::string& path);
 bool log_enabled(LogLevel level);
 void log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields = {});
 
+// `unix_seconds` in UTC through strftime's `format` (at most 31 characters of output).
+std::string utc_strftime(std::int64_t unix_seconds, const char* format);
 // "2026-12-02T01:34:10Z": `unix_seconds` as ISO-8601 UTC, the form exports, reports and the CLI
 // print times in.
 std::string utc_iso8601(std::int64_t unix_seconds);

@@ -86,12 +86,7 @@ std::string utc_now() {
 
 std::string utc_text(std::int64_t unix_seconds) {
   if (unix_seconds <= 0) return "";
-  const std::time_t t = std::time_t(unix_seconds);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
-  return buf;
+  return utc_strftime(unix_seconds, "%Y-%m-%d %H:%M UTC");
 }
 
 std::string time_colour(double ratio) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "config/log.h"
 #include "store/records.h"
 #include "store/recovery_inventory.h"
 
@@ -287,12 +288,7 @@ Result<void> repair_copy(const std::string& path, const std::string& staging,
 }
 
 std::string timestamp() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%dT%H%M%SZ", &tm);
-  return buf;
+  return utc_strftime(std::int64_t(std::time(nullptr)), "%Y%m%dT%H%M%SZ");
 }
 
 // Puts the repaired copy in the store's place and keeps the damaged store beside it, as it was.
@@ -335,8 +331,9 @@ Result<RecoveredStore> recover_store(const std::string& path) {
     if (!repaired) {
       std::error_code ec;
       fs::remove_all(staging, ec);
-      return fail(repaired.error().code,
-                  repaired.error().message + "\n  the store was not changed (the repair ran on a copy)");
+      return fail(
+          repaired.error().code,
+          repaired.error().message + "\n  the store was not changed (the repair ran on a copy)");
     }
     auto kept = swap_in(path, staging);
     if (!kept) return std::unexpected(kept.error());
