@@ -37,6 +37,13 @@ double sample(const std::string& text, const std::string& series) {
   return at == std::string::npos ? -1 : std::stod(text.substr(at + series.size() + 2));
 }
 
+NodeIdentity gpu_less_node() {
+  NodeIdentity node;
+  node.node_id = "test-node";
+  node.gpu_error = "no GPU in tests";
+  return node;
+}
+
 class AnswerCacheTest : public ::testing::Test {
  protected:
   AnswerCacheTest() : m_templates(TemplateRegistry::load({builtin_template_dir()})) {}
@@ -44,11 +51,13 @@ class AnswerCacheTest : public ::testing::Test {
   void start(int answer_cache_bytes) {
     DaemonConfig config = default_config();
     config.answer_cache_bytes = answer_cache_bytes;
-    NodeIdentity node;
-    node.node_id = "test-node";
-    node.gpu_error = "no GPU in tests";
-    m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
+    start(config);
   }
+  // Fresh parts (caches, index, counters) with `config`, on a node without a GPU.
+  void start(const DaemonConfig& config) {
+    m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, gpu_less_node());
+  }
+
   LookupService& lookups() { return m_parts->lookups; }
 
   // A lookup line of the shape clients send, for a gemm of the given M.
@@ -287,10 +296,7 @@ TEST_F(AnswerCacheTest, BuildIfCheapBuildsOnlyMeasuredCheapOps) {
   constexpr int k_budget_us = 1'000'000;
   DaemonConfig config = default_config();
   config.inline_build_us = k_budget_us;
-  NodeIdentity node;
-  node.node_id = "test-node";
-  node.gpu_error = "no GPU in tests";
-  m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
+  start(config);
   EXPECT_FALSE(lookups().build_cpu_us("gemm"));
   // Nothing measured yet: refused, nothing built.
   EXPECT_EQ(ask(line_for(1), LookupService::Cold::build_if_cheap), nullptr);
@@ -334,7 +340,7 @@ TEST_F(AnswerCacheTest, BuildIfCheapBuildsOnlyMeasuredCheapOps) {
   // A budget below any build: measured, never cheap. 0: never.
   for (int budget : {1, 0}) {
     config.inline_build_us = budget;
-    m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
+    start(config);
     ask(line_for(2), LookupService::Cold::build);
     if (budget > 0) {
       ASSERT_TRUE(lookups().build_cpu_us("gemm"));
@@ -349,10 +355,7 @@ TEST_F(AnswerCacheTest, BuildIfCheapBuildsOnlyMeasuredCheapOps) {
 TEST_F(AnswerCacheTest, BuildIfCheapNeverWaitsForABuildInFlight) {
   DaemonConfig config = default_config();
   config.inline_build_us = 1000;
-  NodeIdentity node;
-  node.node_id = "test-node";
-  node.gpu_error = "no GPU in tests";
-  m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
+  start(config);
   ask(line_for(2), LookupService::Cold::build);  // gemm measured: cheap
   const std::string line = line_for(5);
   std::mutex mutex;
@@ -390,10 +393,7 @@ TEST_F(AnswerCacheTest, BuildIfCheapNeverWaitsForABuildInFlight) {
 TEST_F(AnswerCacheTest, OneClientsColdLookupsRunOneAtATimeOnItsLane) {
   DaemonConfig config = default_config();
   config.inline_build_us = 0;  // every cold build on the executor
-  NodeIdentity node;
-  node.node_id = "test-node";
-  node.gpu_error = "no GPU in tests";
-  m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
+  start(config);
   Executor executor(2, 0);
   Dispatcher dispatcher(m_parts->ctx, &executor);
   const std::optional<Executor::Lane> lane = dispatcher.make_lane();
@@ -509,12 +509,8 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
   r.assumed_layout = "rc";  // v2: what the daemon filled in
   EXPECT_EQ(protocol::lookup_reply_text(r), library(r));
 
-  DaemonConfig config = default_config();
-  NodeIdentity node;
-  node.node_id = "test-node";
-  node.gpu_error = "no GPU in tests";
   const auto templates = TemplateRegistry::load({builtin_template_dir()});
-  testing::DaemonParts parts(config, templates, node);
+  testing::DaemonParts parts(default_config(), templates, gpu_less_node());
   parts.index.load({testing::winner(testing::gemm_problem(4096, 4096, 4096), 10.0),
                     testing::winner(testing::gemm_problem(2048, 4096, 4096), 6.0)});
   int checked = 0;

@@ -13,6 +13,8 @@
 #include "daemon/fleet/winners.h"
 #include "store/mem_store.h"
 #include "templates/space.h"
+#include "tests/fakes/daemon_parts.h"
+#include "tests/fakes/eventually.h"
 #include "tests/fakes/redis_process.h"
 #include "tests/fakes/test_records.h"
 
@@ -20,25 +22,10 @@ namespace ktune {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::builtin_templates;
+using testing::eventually;
 using testing::RedisProcess;
 using testing::TempDir;
-
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
-
-// One node: what FleetSync gives its FleetClaims, over a MemStore.
-// The built-in templates: merges are checked against what is installed, as on a real node.
-const TemplateRegistry& builtin_templates() {
-  static const TemplateRegistry templates = TemplateRegistry::load({builtin_template_dir()});
-  return templates;
-}
 
 // A measured winner the installed gemm template can instantiate (its hash, a config of its space).
 WinnerRecord measured(const Problem& p, double us, const std::string& node) {
@@ -50,6 +37,8 @@ WinnerRecord measured(const Problem& p, double us, const std::string& node) {
   return w;
 }
 
+// One node: what FleetSync gives its FleetClaims, over a MemStore. Merges are checked against
+// the built-in templates, as on a real node.
 struct Node {
   Node(const std::string& name, const std::string& socket, std::chrono::milliseconds lease)
       : catalog(store, index, templates, identity),
@@ -86,7 +75,6 @@ JobRecord job_for(const Problem& p) {
   j.state = JobState::running;
   return j;
 }
-
 
 class FleetClaimsTest : public ::testing::Test {
  protected:

@@ -12,6 +12,7 @@
 #include "store/table_io.h"
 #include "templates/space.h"
 #include "tests/fakes/daemon_parts.h"
+#include "tests/fakes/eventually.h"
 #include "tests/fakes/redis_process.h"
 #include "tests/fakes/test_records.h"
 
@@ -20,23 +21,10 @@ namespace {
 
 using namespace std::chrono_literals;
 using protocol::Json;
+using testing::builtin_templates;
+using testing::eventually;
 using testing::RedisProcess;
 using testing::TempDir;
-
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return pred();
-}
-
-const TemplateRegistry& builtin_templates() {
-  static const TemplateRegistry templates = TemplateRegistry::load({builtin_template_dir()});
-  return templates;
-}
 
 Problem gemm(std::int64_t m) {
   return Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}};

@@ -13,12 +13,9 @@
 namespace ktune {
 namespace {
 
-using protocol::Json;
+using testing::builtin_templates;
 
-const TemplateRegistry& builtin_templates() {
-  static const TemplateRegistry templates = TemplateRegistry::load({builtin_template_dir()});
-  return templates;
-}
+using protocol::Json;
 
 Problem gemm(std::int64_t m) {
   return Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}};

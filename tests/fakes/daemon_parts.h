@@ -4,11 +4,19 @@
 
 #include <memory>
 
+#include "config/config.h"
 #include "daemon/dispatcher.h"
 #include "daemon/jobs/queue.h"
 #include "store/mem_store.h"
+#include "templates/registry.h"
 
 namespace ktune::testing {
+
+// The built-in templates, loaded once per test binary.
+inline const TemplateRegistry& builtin_templates() {
+  static const TemplateRegistry templates = TemplateRegistry::load({builtin_template_dir()});
+  return templates;
+}
 
 struct DaemonParts {
   DaemonParts(DaemonConfig config_in, const TemplateRegistry& templates_in, NodeIdentity node_in)
@@ -23,7 +31,8 @@ struct DaemonParts {
         misses(size_t(config.miss_tracker_bytes)),
         lookups(config, template_set, catalog, pins, node, metrics, misses),
         jobs(store, config.max_queued_jobs),
-        ctx{config, store, template_set, catalog, node, metrics, misses, lookups, pins, jobs, nullptr},
+        ctx{config, store,   template_set, catalog, node,   metrics,
+            misses, lookups, pins,         jobs,    nullptr},
         dispatcher(ctx, nullptr) {
     (void)check_store_format(store, false);
   }
