@@ -219,74 +219,167 @@ __device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], uns
   }
 }
 
-// Split-K hand-off of one tile among `splits` CTAs (called by all consumer threads of each). Every
-// split stores its fp32 partial to workspace slot (tile, split) in fragment order (element i of
-// consumer thread t at [i / 4][t][i % 4]: coalesced 16-byte stores), then counts itself on
-// tile_counters[tile]; the last to arrive adds every split's partial in split order (its own read
-// back too), so the sum is the same whichever CTA finishes, resets the counter and returns true
-// (it writes C). Workspace: tiles * splits * BLOCK_M * BLOCK_N floats; counters zero at entry and
-// exit.
-constexpr int kSplitkBatch = 8;  // float4 loads in flight per thread in the split-K reduction
-template <typename Cfg, int MS, int ACC>
-__device__ __forceinline__ bool splitk_reduce(float (&acc)[MS][ACC], float* __restrict__ workspace,
-                                              int* __restrict__ tile_counters, int tile, int split, int splits,
-                                              unsigned char* flag_smem) {
+// Hand-off of one tile's fp32 partials among the `n` CTAs that each computed a part of its K range
+// (split-K: the tile's k-slices; stream-K: the pieces of the block shares that cover it), called by
+// all consumer threads of each. A contributor stores its partial to its own workspace slot `mine`
+// in fragment order (element i of consumer thread t at [i / 4][t][i % 4]: coalesced 16-byte
+// stores) and counts itself on *counter; the last to arrive sums every contributor's partial in
+// contributor (= K) order, `slot(0)` .. `slot(n - 1)` (its own read back too), resets the counter
+// and returns true (it writes C). `head`: this is contributor 0 (stream-K: the share that ends on
+// the tile's first k-tiles, so it usually comes last); when it finds the n - 1 others already
+// counted it neither stores nor reads back its own partial, and sums the same terms in the same
+// order from its registers, so the result is bitwise the same whichever CTA finishes.
+// Counters are zero at entry and exit.
+template <typename Cfg, int MS, int ACC, typename SlotOf>
+__device__ __forceinline__ bool reduce_partials(float (&acc)[MS][ACC], float* __restrict__ mine, SlotOf slot, int n,
+                                                bool head, int* __restrict__ counter, unsigned char* flag_smem) {
   constexpr int kT = Cfg::kThreads - 128;  // consumer threads
-  constexpr int kSlot = MS * ACC * kT;      // floats per (tile, split)
   const int t = static_cast<int>(threadIdx.x) - 128;
-  float4* mine = reinterpret_cast<float4*>(workspace + (static_cast<long long>(tile) * splits + split) * kSlot);
-#pragma unroll
-  for (int ms = 0; ms < MS; ++ms)
-#pragma unroll
-    for (int i = 0; i < ACC / 4; ++i)
-      mine[(ms * ACC / 4 + i) * kT + t] =
-          make_float4(acc[ms][4 * i], acc[ms][4 * i + 1], acc[ms][4 * i + 2], acc[ms][4 * i + 3]);
-  __threadfence();
-  ktune_gemm_sm90_detail::named_barrier(kT);
   volatile int* flag = reinterpret_cast<volatile int*>(flag_smem);
-  if (t == 0) *flag = atomicAdd(tile_counters + tile, 1) == splits - 1;
-  ktune_gemm_sm90_detail::named_barrier(kT);
-  const bool last = *flag != 0;
-  ktune_gemm_sm90_detail::named_barrier(kT);  // the flag slot is reused by the next tile
-  if (!last) return false;
+  bool have_first = false;  // acc already holds contributor 0's partial
+  if (head) {
+    if (t == 0) *flag = atomicAdd(counter, 0) == n - 1;
+    ktune_gemm_sm90_detail::named_barrier(kT);
+    have_first = *flag != 0;
+    ktune_gemm_sm90_detail::named_barrier(kT);  // the flag slot is reused below
+  }
+  if (!have_first) {
+    float4* mine4 = reinterpret_cast<float4*>(mine);
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+      for (int i = 0; i < ACC / 4; ++i)
+        mine4[(ms * ACC / 4 + i) * kT + t] =
+            make_float4(acc[ms][4 * i], acc[ms][4 * i + 1], acc[ms][4 * i + 2], acc[ms][4 * i + 3]);
+    __threadfence();
+    ktune_gemm_sm90_detail::named_barrier(kT);
+    if (t == 0) *flag = atomicAdd(counter, 1) == n - 1;
+    ktune_gemm_sm90_detail::named_barrier(kT);
+    const bool last = *flag != 0;
+    ktune_gemm_sm90_detail::named_barrier(kT);  // the flag slot is reused by the next tile
+    if (!last) return false;
+  }
   __threadfence();
-  const float4* all = reinterpret_cast<const float4*>(workspace + static_cast<long long>(tile) * splits * kSlot);
-  // Every split (this one too) is read back from the workspace in split order and summed into acc,
-  // kCh float4 loads in flight per batch (run 4 issued one load at a time and the reduction was
-  // latency-bound: 4096^3 with 4 splits ran at 0.18x cuBLAS).
-  constexpr int kCh = kSplitkBatch;
+  // kCh float4 loads in flight per thread and batch (run 4 of the prototype issued one load at a
+  // time and the reduction was latency-bound: 4096^3 with 4 splits ran at 0.18x cuBLAS).
+  constexpr int kCh = 8;
   static_assert((ACC / 4) % kCh == 0, "whole batches");
+  const int c0 = have_first ? 1 : 0;
 #pragma unroll
   for (int ms = 0; ms < MS; ++ms)
 #pragma unroll
     for (int i0 = 0; i0 < ACC / 4; i0 += kCh) {
-#pragma unroll
-      for (int j = 0; j < 4 * kCh; ++j) acc[ms][4 * i0 + j] = 0.0f;  // 0 + x == x
 #pragma unroll 1
-      for (int sp = 0; sp < splits; ++sp) {
+      for (int c = c0; c < n; ++c) {
+        const float4* part = reinterpret_cast<const float4*>(slot(c));
         float4 v[kCh];
 #pragma unroll
-        for (int j = 0; j < kCh; ++j)
-          v[j] = __ldcg(all + static_cast<long long>(sp) * (kSlot / 4) + (ms * ACC / 4 + i0 + j) * kT + t);
+        for (int j = 0; j < kCh; ++j) v[j] = __ldcg(part + (ms * ACC / 4 + i0 + j) * kT + t);
+        if (c == 0) {  // the first term is taken as is (no 0 + x: the sign of a zero survives)
 #pragma unroll
-        for (int j = 0; j < kCh; ++j) {
-          acc[ms][4 * (i0 + j)] += v[j].x;
-          acc[ms][4 * (i0 + j) + 1] += v[j].y;
-          acc[ms][4 * (i0 + j) + 2] += v[j].z;
-          acc[ms][4 * (i0 + j) + 3] += v[j].w;
+          for (int j = 0; j < kCh; ++j) {
+            acc[ms][4 * (i0 + j)] = v[j].x;
+            acc[ms][4 * (i0 + j) + 1] = v[j].y;
+            acc[ms][4 * (i0 + j) + 2] = v[j].z;
+            acc[ms][4 * (i0 + j) + 3] = v[j].w;
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < kCh; ++j) {
+            acc[ms][4 * (i0 + j)] += v[j].x;
+            acc[ms][4 * (i0 + j) + 1] += v[j].y;
+            acc[ms][4 * (i0 + j) + 2] += v[j].z;
+            acc[ms][4 * (i0 + j) + 3] += v[j].w;
+          }
         }
       }
     }
-  if (t == 0) tile_counters[tile] = 0;
+  if (t == 0) *counter = 0;
   return true;
 }
 
-// What a block's consumers need to walk their work units: the units (u = first, first + step, ...
-// < units), the raster, the K range, the cluster rank and the shared-memory addresses.
-struct BlockWork {
-  int units, first, step, splits;
-  int units_m, tiles_n, group;  // raster of tile groups (rows of clusters x tile columns)
+// The order in which a block walks its work: items (tile group, k-tiles [kb, ke)), the same for the
+// producer and the consumers of every CTA of a cluster (items are per cluster; rank r of a cluster
+// takes tile row 2 p + r of the group's).
+//   Without stream-K: work units u = first, first + step, ... < units, unit u = tile group
+//   u / splits, k-slice u % splits (splits = 1: whole tiles).
+//   Stream-K (the persistent grid of `step` clusters; a tile-group count that is not a multiple of
+//   it leaves the last wave partly idle): the first dp tile groups are walked whole, round robin as
+//   above, and the K iterations of the other sk_tiles (the partial wave plus one full wave, so each
+//   share spans more than one tile's K and a tile has few contributors) are cut into `step` equal
+//   contiguous shares, share b = [b * I / step, (b + 1) * I / step) of I = sk_tiles * k_tiles, which
+//   cross tile boundaries. A tile covered by more than one share is finished by reduce_partials.
+struct WorkPlan {
+  int units, first, step, splits;  // round-robin units (stream-K: the dp whole tile groups)
   int k_tiles;
+  int dp;                          // stream-K: tile groups walked whole (0..dp-1); sk tiles follow
+  long long sk_iters;              // I: k-tiles of the stream-K tiles together (0: none)
+  long long sk_begin, sk_end;      // this cluster's share of them
+
+  __device__ __forceinline__ static WorkPlan make(int tile_units, int splits, bool streamk, int k_tiles, int first,
+                                                 int step) {
+    WorkPlan p{tile_units * splits, first, step, splits, k_tiles, tile_units, 0, 0, 0};
+    if (!streamk) return p;
+    const int rem = tile_units % step;
+    const int sk_tiles = rem == 0 ? 0 : rem + (tile_units >= step ? step : 0);
+    const long long iters = static_cast<long long>(sk_tiles) * k_tiles;
+    if (iters < step) return p;  // a share under one k-tile: walk whole tiles
+    p.dp = tile_units - sk_tiles;
+    p.units = p.dp;
+    p.sk_iters = iters;
+    p.sk_begin = p.share_begin(first);
+    p.sk_end = p.share_begin(first + 1);
+    return p;
+  }
+  __device__ __forceinline__ long long share_begin(int b) const { return b * sk_iters / step; }
+  // The share holding stream-K k-tile x: the largest b with share_begin(b) <= x.
+  __device__ __forceinline__ int share_of(long long x) const {
+    return static_cast<int>(((x + 1) * step + sk_iters - 1) / sk_iters) - 1;
+  }
+};
+
+struct WorkItem {
+  int tile_unit;  // tile group (raster index)
+  int kb, ke;     // k-tiles [kb, ke) of it
+  int split;      // split-K slice (0 without)
+  int sk_tile;    // stream-K tile index (tile_unit - dp), -1 for a round-robin unit
+};
+
+// Cursor over a WorkPlan: next() yields this cluster's items in order.
+struct WorkCursor {
+  int u;
+  long long it;
+  __device__ __forceinline__ explicit WorkCursor(const WorkPlan& p) : u(p.first), it(p.sk_begin) {}
+  __device__ __forceinline__ bool next(const WorkPlan& p, WorkItem& w) {
+    if (u < p.units) {
+      w.tile_unit = u / p.splits;
+      w.split = u % p.splits;
+      w.kb = static_cast<int>((static_cast<long long>(p.k_tiles) * w.split) / p.splits);
+      w.ke = static_cast<int>((static_cast<long long>(p.k_tiles) * (w.split + 1)) / p.splits);
+      w.sk_tile = -1;
+      u += p.step;
+      return true;
+    }
+    if (it < p.sk_end) {
+      const long long t = it / p.k_tiles;
+      const long long end = (t + 1) * p.k_tiles < p.sk_end ? (t + 1) * p.k_tiles : p.sk_end;
+      w.sk_tile = static_cast<int>(t);
+      w.tile_unit = p.dp + w.sk_tile;
+      w.split = 0;
+      w.kb = static_cast<int>(it - t * p.k_tiles);
+      w.ke = static_cast<int>(end - t * p.k_tiles);
+      it = end;
+      return true;
+    }
+    return false;
+  }
+};
+
+// What a block's consumers need to walk their work: the plan, the raster, the cluster rank, the
+// stream-K workspace slots and the shared-memory addresses.
+struct BlockWork {
+  WorkPlan plan;
+  int units_m, tiles_n, group;  // raster of tile groups (rows of clusters x tile columns)
   unsigned rank;                // CTA rank in the cluster
   unsigned stages, full, empty; // shared addresses: the ring, full[0], empty[0]
   unsigned char* epi;           // this warp's staged-epilogue area
@@ -363,26 +456,50 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MS][ACC], const Bl
   }
 }
 
-// SCHEDULE 0: consumer warpgroup cw computes rows [cw * kWgM, (cw + 1) * kWgM) of every work unit.
+// SCHEDULE 0: consumer warpgroup cw computes rows [cw * kWgM, (cw + 1) * kWgM) of every work item.
+// An item that covers only part of its tile's K range (a split-K slice, a stream-K piece) hands its
+// partial to reduce_partials, and the CTA that arrives last writes the tile. Workspace slots:
+// split-K (tile, split); stream-K two per CTA, (CTA, 0) for the piece its share starts with and
+// (CTA, 1) for the one it ends with (a share that crosses no tile boundary has one piece, slot 0),
+// so no slot is written twice in a launch.
 template <typename Cfg, int CLUSTER_M, int MS, int ACC>
 __device__ __forceinline__ void consume_cooperative(const BlockWork& w, typename Cfg::Out* __restrict__ C,
                                                     float* __restrict__ workspace, int* __restrict__ tile_counters,
                                                     int M, int N, float alpha, float beta, int cw) {
+  constexpr long long kSlot = static_cast<long long>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial
+  const WorkPlan& p = w.plan;
+  const int rank = static_cast<int>(w.rank);
   int s = 0, phase = 0;
-  for (int u = w.first; u < w.units; u += w.step) {
+  WorkCursor cur(p);
+  WorkItem it;
+  while (cur.next(p, it)) {
     int um, tn;
-    ktune_gemm_sm90_detail::raster(u / w.splits, w.units_m, w.tiles_n, w.group, um, tn);
-    const int tm = um * CLUSTER_M + static_cast<int>(w.rank);
-    const int split = u % w.splits;
-    const int kt_begin = static_cast<int>((static_cast<long long>(w.k_tiles) * split) / w.splits);
-    const int kt_end = static_cast<int>((static_cast<long long>(w.k_tiles) * (split + 1)) / w.splits);
+    ktune_gemm_sm90_detail::raster(it.tile_unit, w.units_m, w.tiles_n, w.group, um, tn);
+    const int tm = um * CLUSTER_M + rank;
     float acc[MS][ACC];
-    const int prev = mainloop<Cfg, CLUSTER_M>(acc, w, s, phase, kt_begin, kt_end, cw * Cfg::kWgM);
+    const int prev = mainloop<Cfg, CLUSTER_M>(acc, w, s, phase, it.kb, it.ke, cw * Cfg::kWgM);
     finish_mainloop<CLUSTER_M>(acc, w, prev);
-    if (w.splits > 1 && !splitk_reduce<Cfg, MS, ACC>(acc, workspace, tile_counters,
-                                                      (u / w.splits) * CLUSTER_M + static_cast<int>(w.rank), split,
-                                                      w.splits, w.flag))
-      continue;  // another CTA finishes this tile
+    const int tile = it.tile_unit * CLUSTER_M + rank;  // counter index
+    if (p.splits > 1) {
+      float* base = workspace + static_cast<long long>(tile) * p.splits * kSlot;
+      const auto slot = [base](int c) { return base + c * kSlot; };
+      if (!reduce_partials<Cfg, MS, ACC>(acc, base + it.split * kSlot, slot, p.splits, false, tile_counters + tile,
+                                         w.flag))
+        continue;  // another CTA finishes this tile
+    } else if (it.sk_tile >= 0 && (it.kb > 0 || it.ke < p.k_tiles)) {
+      const long long t0 = static_cast<long long>(it.sk_tile) * p.k_tiles;
+      const int b0 = p.share_of(t0);                   // the shares covering this tile, in K order
+      const int n = p.share_of(t0 + p.k_tiles - 1) - b0 + 1;
+      // Share b's piece of this tile is its first one when the share starts inside the tile.
+      const auto slot = [&p, workspace, t0, rank, b0](int c) {
+        const int b = b0 + c;
+        return workspace + ((static_cast<long long>(b) * CLUSTER_M + rank) * 2 + (p.share_begin(b) >= t0 ? 0 : 1)) *
+                               kSlot;
+      };
+      if (!reduce_partials<Cfg, MS, ACC>(acc, slot(p.first - b0), slot, n, p.first == b0, tile_counters + tile,
+                                         w.flag))
+        continue;
+    }
     store_tile<Cfg>(acc, w, C, M, N, tm * Cfg::kBlockM + cw * Cfg::kWgM, tn * Cfg::kBlockN, alpha, beta);
   }
 }
@@ -400,9 +517,10 @@ __device__ __forceinline__ void consume_pingpong(const BlockWork& w, typename Cf
                                                  float alpha, float beta, int cw) {
   int s = 0, phase = 0;
   int local = 0;  // index of u among this block's units
-  for (int u = w.first; u < w.units; u += w.step, ++local) {
+  const WorkPlan& p = w.plan;
+  for (int u = p.first; u < p.units; u += p.step, ++local) {
     if ((local & 1) != cw) {  // the other warpgroup's unit: step over its k-tiles in the ring
-      s += w.k_tiles;
+      s += p.k_tiles;
       phase ^= (s / Cfg::kStages) & 1;
       s %= Cfg::kStages;
       continue;
@@ -412,8 +530,8 @@ __device__ __forceinline__ void consume_pingpong(const BlockWork& w, typename Cf
     ktune_gemm_sm90_detail::raster(u, w.units_m, w.tiles_n, w.group, um, tn);
     const int tm = um * CLUSTER_M + static_cast<int>(w.rank);
     float acc[MS][ACC];
-    const int prev = mainloop<Cfg, CLUSTER_M>(acc, w, s, phase, 0, w.k_tiles, 0);
-    if (u + w.step < w.units) order_arrive(2 + (cw ^ 1));
+    const int prev = mainloop<Cfg, CLUSTER_M>(acc, w, s, phase, 0, p.k_tiles, 0);
+    if (u + p.step < p.units) order_arrive(2 + (cw ^ 1));
     finish_mainloop<CLUSTER_M>(acc, w, prev);
     store_tile<Cfg>(acc, w, C, M, N, tm * Cfg::kBlockM, tn * Cfg::kBlockN, alpha, beta);
   }
@@ -424,8 +542,11 @@ __device__ __forceinline__ void consume_pingpong(const BlockWork& w, typename Cf
 // grid: any number of blocks, a multiple of CLUSTER_M (units = ceil(tiles_m / CLUSTER_M) * tiles_n
 // tile groups; one block per tile, or one per SM for the persistent schedule), launched with
 // cluster dimension (CLUSTER_M, 1, 1); block: (CONSUMERS + 1) * 128 threads; dynamic shared memory
-// TmaConfig::kSmemBytes. workspace: split-K partials, tiles * SPLITS * BLOCK_M * BLOCK_N floats
-// (every slot written before it is read); tile_counters: one per tile, zero at entry and exit.
+// TmaConfig::kSmemBytes. workspace: split-K partials, tiles * SPLITS * BLOCK_M * BLOCK_N floats, or
+// stream-K partials, 2 * sk_ctas * BLOCK_M * BLOCK_N floats (every slot written before it is read;
+// a grid of more than sk_ctas blocks walks whole tiles); tile_counters: one per tile, zero at entry
+// and exit. STREAMK = 1: the persistent grid's last, partial wave of tiles is spread over every
+// cluster (WorkPlan).
 // tmA: bf16/fp16 2-D map over A (dims {K, M}, box {64, BLOCK_M}, 128-byte
 // swizzle); tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}).
 //
@@ -438,16 +559,17 @@ __device__ __forceinline__ void consume_pingpong(const BlockWork& w, typename Cf
 // every store masked).
 
 template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS,
-          int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS, int SCHEDULE>
+          int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS, int SCHEDULE, int STREAMK>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     ktune_gemm_tma(const __grid_constant__ ktune_tensor_map tmA, const __grid_constant__ ktune_tensor_map tmB,
-                   TOut* __restrict__ C, float* __restrict__ workspace, int* __restrict__ tile_counters, int M,
-                   int N, int K, float alpha, float beta) {
+                   TOut* __restrict__ C, float* __restrict__ workspace, int* __restrict__ tile_counters,
+                   int sk_ctas, int M, int N, int K, float alpha, float beta) {
   using namespace ktune_gemm_tma_detail;
   using Cfg = TmaConfig<TIn, TOut, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, CONSUMERS, EPILOGUE, SCHEDULE>;
   constexpr int splits = SPLITS;
   static_assert(SPLITS >= 1, "at least one k-slice per tile");
   static_assert(SCHEDULE == kCooperative || SPLITS == 1, "ping-pong: whole tiles, no split-K");
+  static_assert(STREAMK == 0 || (SCHEDULE == kCooperative && SPLITS == 1), "stream-K: cooperative, no split-K");
   constexpr int MS = Cfg::kMS, ACC = Cfg::kAcc;
   static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of 1 or 2 CTAs along M");
   constexpr int kBHalf = BLOCK_N / CLUSTER_M;  // B rows each CTA of a cluster loads
@@ -476,10 +598,12 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
   const int tiles_n = ktune_dev::ceil_div(N, BLOCK_N);
   const int units_m = ktune_dev::ceil_div(tiles_m, CLUSTER_M);  // tile rows of clusters
   const int tile_units = units_m * tiles_n;
-  const int units = tile_units * splits;  // work unit u: tile group u / splits, k-slice u % splits
   const int group = GROUP_M / CLUSTER_M > 1 ? GROUP_M / CLUSTER_M : 1;
   const int first = static_cast<int>(blockIdx.x) / CLUSTER_M, step = static_cast<int>(gridDim.x) / CLUSTER_M;
   const int k_tiles = ktune_dev::ceil_div(K, BLOCK_K);
+  // Stream-K needs a workspace slot pair per CTA: with more CTAs than sk_ctas, whole tiles only.
+  const WorkPlan plan =
+      WorkPlan::make(tile_units, splits, STREAMK == 1 && static_cast<int>(gridDim.x) <= sk_ctas, k_tiles, first, step);
   const int wg = tid >> 7;
 
   if (wg == 0) {
@@ -487,13 +611,13 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     if constexpr (CONSUMERS == 2) setmaxnreg_dec<kProducerRegs>();
     if (tid == 0) {
       int s = 0, use = 0;  // stage and how often it was filled before
-      for (int u = first; u < units; u += step) {
+      WorkCursor cur(plan);
+      WorkItem it;
+      while (cur.next(plan, it)) {
         int um, tn;
-        ktune_gemm_sm90_detail::raster(u / splits, units_m, tiles_n, group, um, tn);
+        ktune_gemm_sm90_detail::raster(it.tile_unit, units_m, tiles_n, group, um, tn);
         const int m0 = (um * CLUSTER_M + static_cast<int>(rank)) * BLOCK_M, n0 = tn * BLOCK_N;
-        const int split = u % splits;
-        const int kt_end = static_cast<int>((static_cast<long long>(k_tiles) * (split + 1)) / splits);
-        for (int kt = static_cast<int>((static_cast<long long>(k_tiles) * split) / splits); kt < kt_end; ++kt) {
+        for (int kt = it.kb; kt < it.ke; ++kt) {
           if (use > 0) {
             mbar_wait(empty + 8 * s, static_cast<unsigned>((use - 1) & 1));
           }
@@ -521,8 +645,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     if constexpr (CONSUMERS == 2) setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;
     unsigned char* base = gemm_tma_smem + (stages - raw);
-    const BlockWork w{units,   first,   step,  splits, units_m, tiles_n,
-                      group,   k_tiles, rank,  stages, full,    empty,
+    const BlockWork w{plan,  units_m, tiles_n, group, rank, stages, full, empty,
                       base + STAGES * Cfg::kStageBytes + ((tid - 128) >> 5) * Cfg::kEpiWarpBytes,
                       base + Cfg::kFlagOffset};
     if constexpr (SCHEDULE == kPingpong) {

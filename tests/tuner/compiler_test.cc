@@ -252,7 +252,7 @@ TEST(CompilerTest, GemmTmaPingpongConfigsCompileForSm90aWithoutSpills) {
   for (size_t i = 0; i < want; ++i) add(p, pingpong[i * pingpong.size() / want]);  // evenly spread
   Params big{{"BLOCK_M", 64},   {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
              {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 2},
-             {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}};
+             {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}, {"STREAMK", 0}};
   add(p, big);  // the largest accumulator tile, multicast in a 2-CTA cluster
   Params fp32 = big;
   fp32["BLOCK_M"] = 128;
@@ -275,6 +275,70 @@ TEST(CompilerTest, GemmTmaPingpongConfigsCompileForSm90aWithoutSpills) {
     EXPECT_EQ(results[i].log.find("setmaxnreg"), std::string::npos)
         << n << "\n"
         << results[i].log.substr(0, 2000);
+  }
+}
+
+// gemm_tma's stream-K (issue 13): the space offers it only with the persistent cooperative
+// schedule and no split-K, and only where the tiles fill more than one wave and leave the last
+// one partly idle (4096^3 in 128x256 tiles: 512 tiles on 132 SMs; not 8448 x 4096: 1,056 = 8
+// whole waves, nor 2048^3: 128 tiles);
+// its configs (both tile shapes, one and two consumers, a 2-CTA cluster, fp32 out) compile for
+// sm_90a with NVRTC without spills or stack, at the 168-register launch cap.
+TEST(CompilerTest, GemmTmaStreamKConfigsCompileForSm90aWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
+  auto space = SearchSpace::build(*t, p, limits);
+  ASSERT_TRUE(space) << space.error().message;
+  int streamk = 0;
+  for (const auto& c : space->configs()) {
+    if (c.at("STREAMK") != 1) continue;
+    ++streamk;
+    EXPECT_EQ(c.at("PERSISTENT"), 1) << params_to_string(c);
+    EXPECT_EQ(c.at("SPLITS"), 1) << params_to_string(c);
+    EXPECT_EQ(c.at("SCHEDULE"), 0) << params_to_string(c);
+  }
+  EXPECT_GT(streamk, 0);
+  Params sk{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
+            {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
+            {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 1}};
+  EXPECT_TRUE(instantiate(*t, p, limits, sk));
+  const Problem whole{"gemm", "bf16", "bf16", "rc", {{"M", 8448}, {"N", 4096}, {"K", 4096}}};
+  EXPECT_FALSE(instantiate(*t, whole, limits, sk)) << "8 whole waves: stream-K changes nothing";
+  const Problem few{"gemm", "bf16", "bf16", "rc", {{"M", 2048}, {"N", 2048}, {"K", 2048}}};
+  EXPECT_FALSE(instantiate(*t, few, limits, sk)) << "128 tiles, under one wave: not offered";
+  std::vector<CompileRequest> reqs;
+  auto add = [&](const Problem& prob, const Params& params) {
+    auto inst = instantiate(*t, prob, limits, params);
+    ASSERT_TRUE(inst) << params_to_string(params) << ": " << inst.error().message;
+    reqs.push_back({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
+  };
+  add(p, sk);
+  Params pair = sk;
+  pair["CLUSTER_M"] = 2;
+  add(p, pair);
+  Params small = sk;
+  small["BLOCK_N"] = 128;
+  small["CONSUMERS"] = 1;
+  small["STAGES"] = 6;
+  small["EPILOGUE"] = 0;
+  add(p, small);
+  Params fp32 = sk;
+  fp32["STAGES"] = 3;
+  add(Problem{"gemm", "bf16", "fp32", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}}, fp32);
+  Compiler compiler({.threads = 2});
+  auto results = compiler.compile_all(reqs);
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string& n = reqs[i].name_expression;
+    ASSERT_TRUE(results[i].ok()) << n << "\n" << results[i].log.substr(0, 2000);
+    std::printf("%s: %d registers, %d B stack\n", n.c_str(), results[i].kernel.registers,
+                results[i].kernel.stack_bytes);
+    EXPECT_EQ(results[i].kernel.spill_stores, 0) << n;
+    EXPECT_EQ(results[i].kernel.spill_loads, 0) << n;
+    EXPECT_EQ(results[i].kernel.stack_bytes, 0) << n;
+    EXPECT_EQ(results[i].log.find("setmaxnreg"), std::string::npos) << n << "\n" << results[i].log.substr(0, 2000);
   }
 }
 

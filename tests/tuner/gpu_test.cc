@@ -198,7 +198,7 @@ TEST(GpuTmaTest, GemmTmaVerifiesAcrossShapesDtypesSplitsAndClusters) {
   // Seeded so that the split-K and the cluster shapes surely try one of each.
   const Params split{{"BLOCK_M", 128}, {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                      {"CONSUMERS", 2}, {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
-                     {"PERSISTENT", 0}, {"SPLITS", 4}, {"SCHEDULE", 0}};
+                     {"PERSISTENT", 0}, {"SPLITS", 4}, {"SCHEDULE", 0}, {"STREAMK", 0}};
   Params cluster = split;
   cluster["CLUSTER_M"] = 2;
   cluster["SPLITS"] = 1;
@@ -252,7 +252,7 @@ TEST(GpuTmaTest, GemmTmaPingpongVerifiesAcrossTilesShapesAndDtypes) {
   ASSERT_TRUE(tuner);
   const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
-                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}};
+                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}, {"STREAMK", 0}};
   auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
     Params p = base;
     for (const auto& [n, v] : changes) p[n] = v;
@@ -268,6 +268,68 @@ TEST(GpuTmaTest, GemmTmaPingpongVerifiesAcrossTilesShapesAndDtypes) {
       {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 1000}, {"K", 520}}},
       {"gemm", "bf16", "fp32", "rc", {{"M", 3000}, {"N", 2056}, {"K", 1032}}},
       {"gemm", "fp16", "fp16", "rc", {{"M", 1500}, {"N", 4000}, {"K", 200}}},
+  };
+  const DeviceLimits limits = tuner->context().limits;
+  const KernelTemplate* t = tuner->templates().find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  int measured = 0;
+  for (const Problem& p : problems) {
+    TuneRequest req;
+    req.problem = p;
+    req.templates = {"gemm_tma"};
+    req.strategy = "random";
+    req.timing.target_ms = 2;
+    for (const auto& c : configs)
+      if (instantiate(*t, p, limits, c)) req.seeds.push_back(c);  // those the space holds
+    ASSERT_GE(req.seeds.size(), 2u) << p.describe();
+    req.budget = Budget{static_cast<int>(req.seeds.size()) + 2, 120, 0};
+    auto r = tuner->tune(req);
+    ASSERT_TRUE(r) << p.describe() << ": " << r.error().message;
+    EXPECT_EQ(r->stats.wrong_results, 0) << p.describe();
+    EXPECT_EQ(r->stats.crashes + r->stats.timeouts, 0) << p.describe();
+    for (const auto& seed : req.seeds) {
+      bool found = false;
+      for (const auto& tr : r->trials) {
+        if (tr.params != seed) continue;
+        found = true;
+        ++measured;
+        EXPECT_EQ(tr.outcome, Outcome::ok)
+            << p.describe() << " " << params_to_string(seed) << ": " << tr.message;
+      }
+      EXPECT_TRUE(found) << p.describe() << " " << params_to_string(seed) << " was not measured";
+    }
+  }
+  EXPECT_GE(measured, 8);
+}
+
+// gemm_tma's stream-K: shapes of a wave and a fraction (every tile in the stream-K part, cut
+// among 2-3 shares), two waves and a fraction, and four waves and a fraction (whole tiles first,
+// then the stream-K tail; K not a multiple of BLOCK_K), with both tile
+// shapes, one and two consumers, a 2-CTA cluster, both epilogues and bf16/fp32/fp16 outputs:
+// every config the space holds verifies against cuBLAS (the partials of a tile summed by whichever
+// CTA arrives last; tile counters back to zero, or the next launch of the timing loop would break).
+TEST(GpuTmaTest, GemmTmaStreamKVerifiesAcrossShapesAndDtypes) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
+                    {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 1}};
+  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+    Params p = base;
+    for (const auto& [n, v] : changes) p[n] = v;
+    return p;
+  };
+  const std::vector<Params> configs = {
+      base,
+      with({{"CLUSTER_M", 2}, {"STAGES", 3}}),
+      with({{"BLOCK_N", 128}, {"CONSUMERS", 1}, {"STAGES", 6}, {"EPILOGUE", 0}, {"GROUP_M", 1}}),
+      with({{"BLOCK_M", 256}, {"BLOCK_N", 128}, {"BLOCK_K", 128}, {"STAGES", 2}}),
+  };
+  const std::vector<Problem> problems = {
+      {"gemm", "bf16", "bf16", "rc", {{"M", 4300}, {"N", 2100}, {"K", 3000}}},
+      {"gemm", "bf16", "fp32", "rc", {{"M", 3000}, {"N", 2056}, {"K", 1032}}},
+      {"gemm", "fp16", "fp16", "rc", {{"M", 4000}, {"N", 4100}, {"K", 520}}},
   };
   const DeviceLimits limits = tuner->context().limits;
   const KernelTemplate* t = tuner->templates().find("gemm_tma");
