@@ -418,6 +418,37 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
     return doc
 
 
+def twin_params(template: str, params: Dict[str, int]) -> Optional[Dict[str, int]]:
+    """The served gemm_tma config's stream-K twin (or, served stream-K, its whole-tile twin): the
+    same tile, ring and raster, the persistent grid's last wave walked the other way. A split-K
+    winner's twin is the persistent stream-K config of its tile; ping-pong has none."""
+    if template != "gemm_tma" or "STREAMK" not in params or params.get("SCHEDULE") != 0:
+        return None
+    twin = dict(params)
+    if params["STREAMK"] == 1:
+        twin["STREAMK"] = 0
+    else:
+        twin.update(STREAMK=1, SPLITS=1, PERSISTENT=1)
+    return twin
+
+
+def fetch_twin(client: Any, s: Shape, served: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
+    """({params, lowered_name} or {params, error}, its ktune.Kernel or None)."""
+    import ktune
+    m, n, k = s
+    params = twin_params(served["template"], served["params"])
+    if params is None:
+        return {"none": f"no stream-K twin for {served['template']} {served['params']}"}, None
+    try:
+        image = client.kernel("gemm", dtype="bf16", layout="rc", device=served["device"],
+                              template=served["template"], params=params, M=m, N=n, K=k)
+    except Exception as e:  # e.g. the twin breaks a constraint for this shape
+        return {"params": params, "error": f"{type(e).__name__}: {e}"[-1000:]}, None
+    kernel = ktune.Kernel(image)
+    return {"params": params, "lowered_name": image["lowered_name"],
+            "grid": kernel.description.get("grid")}, kernel
+
+
 def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allowed: bool) -> Dict:
     m, n, k = s
     bf16 = torch.bfloat16
@@ -427,6 +458,9 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
     b = w.t()                                        # [K, N], column-major: layout rc
     served, kernel = fetch_served(client, s, args.cubins)
     row["served"] = served
+    twin = None
+    if args.twins:
+        row["twin"], twin = fetch_twin(client, s, served)
     stream = torch.cuda.current_stream().cuda_stream
 
     # Outputs. ktune through ktune.torch (linear: x @ weight^T, the nn.Linear call, whose fast
@@ -445,6 +479,10 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
     c = torch.full((m, n), float("nan"), dtype=bf16, device=dev)
     kernel.launch_addresses((a.data_ptr(), w.data_ptr(), c.data_ptr()), stream)
     out_t = torch.matmul(a, b)
+    c_twin = None
+    if twin is not None:
+        c_twin = torch.full((m, n), float("nan"), dtype=bf16, device=dev)
+        twin.launch_addresses((a.data_ptr(), w.data_ptr(), c_twin.data_ptr()), stream)
     torch.cuda.synchronize()
 
     compiled, out_c = None, None
@@ -482,6 +520,11 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
         check["compile_vs_fp64_rel_l2"] = rel_l2(out_c[rows], exact)
     check["ok"] = (check["ktune_nan"] == 0 and check["ktune_vs_fp64_rel_l2"] < BF16_TOLERANCE
                    and check["ktune_vs_torch_rel_l2"] < BF16_TOLERANCE)
+    if c_twin is not None:
+        check["twin_vs_torch_rel_l2"] = rel_l2(c_twin, out_t)
+        check["twin_vs_fp64_rel_l2"] = rel_l2(c_twin[rows], exact)
+        check["twin_nan"] = int(torch.isnan(c_twin).sum())
+        check["twin_ok"] = (check["twin_nan"] == 0 and check["twin_vs_fp64_rel_l2"] < BF16_TOLERANCE)
     row["check"] = check
     del exact, out_k, out_c
 
@@ -492,6 +535,9 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
                  (a.data_ptr(), w.data_ptr(), c.data_ptr()), stream)}
     if compiled is not None:
         peers["compile"] = lambda: compiled(a, b)
+    if twin is not None:
+        peers["ktune_twin"] = lambda: twin.launch_addresses(
+            (a.data_ptr(), w.data_ptr(), c_twin.data_ptr()), stream)
     names = list(peers)
     per: Dict[str, List[float]] = {p: [] for p in names}
     for r in range(args.rounds):
@@ -505,6 +551,8 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
     row["timing"] = timing
     tk = timing["ktune"]["tflops"]
     row["ktune_vs_cublas"] = tk / timing["cublas"]["tflops"]     # > 1: ktune faster
+    if "ktune_twin" in timing:
+        row["twin_vs_served"] = timing["ktune_twin"]["tflops"] / timing["ktune_kernel"]["tflops"]
     if "compile" in timing:
         row["ktune_vs_compile"] = tk / timing["compile"]["tflops"]
         row["compile_vs_cublas"] = timing["compile"]["tflops"] / timing["cublas"]["tflops"]
@@ -513,6 +561,13 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
           f"({row.get('compile_s', float('nan')):5.1f} s)  ktune {tk:6.1f} "
           f"x{row['ktune_vs_cublas']:.3f}  {served['provenance']} {served['template']} "
           f"check {'ok' if check['ok'] else 'FAILED'}", flush=True)
+    if "ktune_twin" in timing:
+        print(f"{'':>18} stream-K twin STREAMK={row['twin']['params']['STREAMK']} "
+              f"{timing['ktune_twin']['tflops']:6.1f} x{row['twin_vs_served']:.3f} of the served kernel "
+              f"check {'ok' if check.get('twin_ok') else 'FAILED'}", flush=True)
+    elif "twin" in row:
+        print(f"{'':>18} no twin timed: {row['twin'].get('error') or row['twin'].get('none')}"[:300],
+              flush=True)
     return row
 
 
@@ -791,6 +846,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--cubins", help="measure: write each served cubin here; sass: read them")
     ap.add_argument("--logs", default=".", help="measure: where the nvidia-smi samples go")
     ap.add_argument("--rounds", type=int, default=5, help="measure: interleaved do_bench rounds")
+    ap.add_argument("--twins", action="store_true",
+                    help="measure: also time each served gemm_tma config's stream-K twin")
     ap.add_argument("--reserve-s", type=float, default=30,
                     help="measure: seconds kept for the sustained run at the end")
     ap.add_argument("--compile-reserve-s", type=float, default=40,

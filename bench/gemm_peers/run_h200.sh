@@ -24,7 +24,8 @@
 #      step's JSON, cubins, SASS listings, nvidia-smi samples).
 # Knobs (environment): SHAPES ("tma" = the 10 of `ktune-bench --suite tma`, or MxNxK,...),
 # TUNER, TRIALS (120), STRATEGY (model), JOB_SECONDS (45 per shape), TUNE_CAP_S (230), ROUNDS (5),
-# SUSTAIN_S (4 per phase, 4 phases), SETS (3 input sets of 384 MB at 8192^3), BUDGET_S, K (.gpu).
+# SUSTAIN_S (4 per phase, 4 phases), SETS (3 input sets of 384 MB at 8192^3), BUDGET_S, K (.gpu),
+# TWINS=1 (also time each served gemm_tma config's stream-K twin, peers.py --twins).
 # FAKE=1 runs the same flow on a machine without a GPU: tests/fakes/fake_worker (from $K) measures,
 # `measure` runs on tests/bench/fake_torch (a stand-in torch: shapes, no numbers), no nvidia-smi
 # or cuobjdump; tests/bench/gemm_peers_test.py runs it.
@@ -116,7 +117,7 @@ say "3. peers: cuBLAS, torch.compile max-autotune, ktune (until $(( END - T0 )) 
 LEFT=$(( END - $(date +%s) + 15 ))
 timeout $(( LEFT > 30 ? LEFT : 30 )) "${PEERS[@]}" measure --socket "$S" --deadline "$END" \
   --rounds "$ROUNDS" --sustain-s "$SUSTAIN_S" --sets "$SETS" --cubins "$W/cubins" --logs "$L" \
-  --out "$W/measure.json" > "$L/measure.log" 2> "$L/measure.err"
+  --out "$W/measure.json" ${TWINS:+--twins} > "$L/measure.log" 2> "$L/measure.err"
 RC=$?
 cat "$L/measure.log"
 echo "measure rc=$RC"; [ $RC = 0 ] || tail -20 "$L/measure.err"

@@ -70,6 +70,27 @@ class ShapesTest(unittest.TestCase):
         self.assertIsNone(peers.shape_of_key("softmax|bf16|bf16||rows=8,cols=8"))
 
 
+class TwinTest(unittest.TestCase):
+    BASE = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "STAGES": 4, "CONSUMERS": 2, "GROUP_M": 8,
+            "EPILOGUE": 1, "CLUSTER_M": 1, "PERSISTENT": 1, "SPLITS": 1, "SCHEDULE": 0, "STREAMK": 0}
+
+    def test_flips_stream_k_and_keeps_the_rest(self):
+        twin = peers.twin_params("gemm_tma", self.BASE)
+        self.assertEqual(twin, dict(self.BASE, STREAMK=1))
+        self.assertEqual(peers.twin_params("gemm_tma", twin), self.BASE)
+        self.assertEqual(self.BASE["STREAMK"], 0, "the served params are not modified")
+
+    def test_a_split_k_winner_is_compared_with_the_persistent_stream_k_config(self):
+        split = dict(self.BASE, PERSISTENT=0, SPLITS=4)
+        self.assertEqual(peers.twin_params("gemm_tma", split), dict(self.BASE, STREAMK=1))
+
+    def test_no_twin_for_ping_pong_other_templates_or_old_params(self):
+        self.assertIsNone(peers.twin_params("gemm_tma", dict(self.BASE, SCHEDULE=1)))
+        self.assertIsNone(peers.twin_params("gemm_sm90", {"BLOCK_M": 128}))
+        old = {k: v for k, v in self.BASE.items() if k != "STREAMK"}
+        self.assertIsNone(peers.twin_params("gemm_tma", old))
+
+
 class SassTest(unittest.TestCase):
     def test_counts_opcodes_with_predicates_and_suffixes(self):
         c = peers.count_sass(SASS)
