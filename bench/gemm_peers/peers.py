@@ -571,6 +571,31 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
     return row
 
 
+def profile(args: argparse.Namespace) -> Dict[str, Any]:
+    """Per shape, launches ktune's served kernel and torch.matmul (cuBLAS) once each on the same
+    inputs, for a profiler to capture (run_ncu.sh runs this step under ncu)."""
+    import torch
+    import ktune
+    dev = torch.device("cuda")
+    client = ktune.Client(socket_path=args.socket, cache_ttl=0, kernel_timeout=120)
+    doc: Dict[str, Any] = {"shapes": []}
+    for s in parse_shapes(args.shapes):
+        m, n, k = s
+        a = torch.randn(m, k, dtype=torch.bfloat16, device=dev)
+        w = torch.randn(n, k, dtype=torch.bfloat16, device=dev)
+        c = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
+        served, kernel = fetch_served(client, s, None)
+        torch.cuda.synchronize()
+        kernel.launch_addresses((a.data_ptr(), w.data_ptr(), c.data_ptr()),
+                                torch.cuda.current_stream().cuda_stream)
+        torch.matmul(a, w.t())
+        torch.cuda.synchronize()
+        doc["shapes"].append({"shape": shape_name(s), "served": served})
+        print(f"{shape_name(s)}: {served['template']} {served['params']} ({served['lowered_name']})",
+              flush=True)
+    return doc
+
+
 def _matmul(a, b):
     import torch
     return torch.matmul(a, b)
@@ -831,7 +856,7 @@ def print_table(doc: Dict[str, Any]) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("step", nargs="?", default="plan",
-                    choices=["plan", "meta", "tune", "measure", "sass", "assemble"])
+                    choices=["plan", "meta", "tune", "measure", "sass", "assemble", "profile"])
     ap.add_argument("--dry-run", action="store_true", help="print the plan only (= step plan)")
     ap.add_argument("--socket", help="ktuned's socket (tune, measure)")
     ap.add_argument("--shapes", default="tma", help='"tma" (the 10 of the suite) or MxNxK,...')
@@ -867,9 +892,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parse_shapes(args.shapes)
     except ValueError as e:
         ap.error(str(e))
-    if step in ("tune", "measure") and not args.socket:
+    if step in ("tune", "measure", "profile") and not args.socket:
         ap.error(f"{step} needs --socket")
-    doc = {"plan": plan, "meta": meta, "tune": tune, "measure": measure,
+    doc = {"plan": plan, "meta": meta, "tune": tune, "measure": measure, "profile": profile,
            "sass": sass_step, "assemble": assemble}[step](args)
     if step == "plan":
         print(json.dumps(doc, indent=1))
