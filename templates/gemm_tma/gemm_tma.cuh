@@ -127,18 +127,28 @@ struct TmaConfig {
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 
-// One consumer warpgroup's wgmmas over one stage (k16 steps outer, m64 slices inner).
+// desc moved by off16 (bytes / 16) on its low word only: the start-address field (bits 0-13)
+// of a shared-memory address under 256 KB never carries into the high word, and a 32-bit add
+// spares a 64-bit carry chain per wgmma (ncu, bench/NOTES.md "stream-K": the descriptor
+// arithmetic was most of the kernel's issued instructions).
+__device__ __forceinline__ unsigned long long desc_plus(unsigned long long desc, unsigned off16) {
+  return (desc & 0xFFFFFFFF00000000ull) | (static_cast<unsigned>(desc) + off16);
+}
+
+// One consumer warpgroup's wgmmas over one stage (k16 steps outer, m64 slices inner). row0 is
+// warp-uniform (the caller's warpgroup index comes from a shuffle), so the compiler can keep the
+// descriptors in uniform registers.
 template <typename TIn, int BLOCK_M, int BLOCK_N, int KK, int MS, int ACC>
 __device__ __forceinline__ void mma_stage(float (&acc)[MS][ACC], unsigned a_tile, unsigned b_tile, int row0) {
-  const unsigned long long da0 = smem_desc_sw128(a_tile);
+  const unsigned long long da0 = smem_desc_sw128(a_tile + row0 * 128);
   const unsigned long long db0 = smem_desc_sw128(b_tile);
 #pragma unroll
   for (int kk = 0; kk < KK; ++kk) {
 #pragma unroll
     for (int ms = 0; ms < MS; ++ms) {
-      const unsigned a_off = (kk >> 2) * BLOCK_M * 128 + (row0 + ms * 64) * 128 + (kk & 3) * 32;
+      const unsigned a_off = (kk >> 2) * BLOCK_M * 128 + ms * 64 * 128 + (kk & 3) * 32;
       const unsigned b_off = (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32;
-      Wgmma<TIn, BLOCK_N>::run(acc[ms], da0 + (a_off >> 4), db0 + (b_off >> 4));
+      Wgmma<TIn, BLOCK_N>::run(acc[ms], desc_plus(da0, a_off >> 4), desc_plus(db0, b_off >> 4));
     }
   }
 }
@@ -604,7 +614,9 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
   // Stream-K needs a workspace slot pair per CTA: with more CTAs than sk_ctas, whole tiles only.
   const WorkPlan plan =
       WorkPlan::make(tile_units, splits, STREAMK == 1 && static_cast<int>(gridDim.x) <= sk_ctas, k_tiles, first, step);
-  const int wg = tid >> 7;
+  // Warpgroup index through a shuffle: the compiler then knows it is warp-uniform and keeps what
+  // derives from it (the consumers' rows, their wgmma descriptors) in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
 
   if (wg == 0) {
     // ---- producer: one thread issues every TMA load ----
