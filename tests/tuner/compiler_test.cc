@@ -168,12 +168,13 @@ TEST(CompilerTest, GemmTmaHeuristicConfigsCompileForSm90aWithoutSpills) {
   ASSERT_NE(t, nullptr);
   const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   const std::vector<std::array<std::int64_t, 3>> shapes = {
-      {8192, 8192, 8192},  {4096, 4096, 4096},    {2048, 2048, 2048},  {4096, 14336, 4096},
-      {8192, 8192, 512},   {1024, 1024, 65536},   {512, 1024, 32768},  {4000, 6000, 3000},
-      {1000, 1000, 1032},  {77, 137, 200},        {1, 8, 8}};
+      {8192, 8192, 8192}, {4096, 4096, 4096},  {2048, 2048, 2048}, {4096, 14336, 4096},
+      {8192, 8192, 512},  {1024, 1024, 65536}, {512, 1024, 32768}, {4000, 6000, 3000},
+      {1000, 1000, 1032}, {77, 137, 200},      {1, 8, 8}};
   std::set<std::string> names;
   std::vector<CompileRequest> reqs;
-  auto add = [&](const std::string& in, const std::string& out, const std::array<std::int64_t, 3>& s) {
+  auto add = [&](const std::string& in, const std::string& out,
+                 const std::array<std::int64_t, 3>& s) {
     const Problem p{"gemm", in, out, "rc", {{"M", s[0]}, {"N", s[1]}, {"K", s[2]}}};
     auto h = heuristic_config(*t, p, limits);
     ASSERT_TRUE(h) << p.describe() << ": " << h.error().message;
@@ -201,11 +202,35 @@ TEST(CompilerTest, GemmTmaHeuristicConfigsCompileForSm90aWithoutSpills) {
   Compiler compiler({.threads = 2});
   auto results = compiler.compile_all(reqs);
   for (size_t i = 0; i < results.size(); ++i) {
-    EXPECT_TRUE(results[i].ok()) << reqs[i].name_expression << "\n" << results[i].log.substr(0, 2000);
+    EXPECT_TRUE(results[i].ok()) << reqs[i].name_expression << "\n"
+                                 << results[i].log.substr(0, 2000);
     EXPECT_EQ(results[i].kernel.spill_stores, 0) << reqs[i].name_expression;
     EXPECT_EQ(results[i].kernel.spill_loads, 0) << reqs[i].name_expression;
     EXPECT_EQ(results[i].log.find("setmaxnreg"), std::string::npos)
-        << reqs[i].name_expression << "\n" << results[i].log.substr(0, 2000);
+        << reqs[i].name_expression << "\n"
+        << results[i].log.substr(0, 2000);
+  }
+}
+
+// Compiles `reqs` with NVRTC (two threads): each compiles, without spills or stack, within
+// `max_registers` per thread, and ptxas honours setmaxnreg (no warning about it in the log).
+void expect_compiled_without_spills(const std::vector<CompileRequest>& reqs, int max_registers) {
+  Compiler compiler({.threads = 2});
+  auto results = compiler.compile_all(reqs);
+  ASSERT_EQ(results.size(), reqs.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    const std::string& n = reqs[i].name_expression;
+    ASSERT_TRUE(results[i].ok()) << n << "\n" << results[i].log.substr(0, 2000);
+    std::printf("%s: %d registers, %d B stack\n", n.c_str(), results[i].kernel.registers,
+                results[i].kernel.stack_bytes);
+    EXPECT_EQ(results[i].kernel.spill_stores, 0) << n;
+    EXPECT_EQ(results[i].kernel.spill_loads, 0) << n;
+    EXPECT_EQ(results[i].kernel.stack_bytes, 0) << n;
+    EXPECT_GT(results[i].kernel.registers, 0) << n;
+    EXPECT_LE(results[i].kernel.registers, max_registers) << n;
+    EXPECT_EQ(results[i].log.find("setmaxnreg"), std::string::npos)
+        << n << "\n"
+        << results[i].log.substr(0, 2000);
   }
 }
 
@@ -259,23 +284,8 @@ TEST(CompilerTest, GemmTmaPingpongConfigsCompileForSm90aWithoutSpills) {
   fp32["BLOCK_N"] = 128;
   fp32["CLUSTER_M"] = 1;
   add(Problem{"gemm", "bf16", "fp32", "rc", {{"M", 8192}, {"N", 8192}, {"K", 512}}}, fp32);
-  Compiler compiler({.threads = 2});
-  auto results = compiler.compile_all(reqs);
-  for (size_t i = 0; i < results.size(); ++i) {
-    const std::string& n = reqs[i].name_expression;
-    ASSERT_TRUE(results[i].ok()) << n << "\n" << results[i].log.substr(0, 2000);
-    std::printf("%s: %d registers, %d B stack\n", n.c_str(), results[i].kernel.registers,
-                results[i].kernel.stack_bytes);
-    EXPECT_EQ(results[i].kernel.spill_stores, 0) << n;
-    EXPECT_EQ(results[i].kernel.spill_loads, 0) << n;
-    EXPECT_EQ(results[i].kernel.stack_bytes, 0) << n;
-    // Registers at launch: the cap of (128 producer + 256 consumer threads) in one block.
-    EXPECT_GT(results[i].kernel.registers, 0) << n;
-    EXPECT_LE(results[i].kernel.registers, 168) << n;
-    EXPECT_EQ(results[i].log.find("setmaxnreg"), std::string::npos)
-        << n << "\n"
-        << results[i].log.substr(0, 2000);
-  }
+  // Registers at launch: the cap of (128 producer + 256 consumer threads) in one block.
+  expect_compiled_without_spills(reqs, 168);
 }
 
 // gemm_tma's stream-K (issue 13): the space offers it only with the persistent cooperative
@@ -328,18 +338,8 @@ TEST(CompilerTest, GemmTmaStreamKConfigsCompileForSm90aWithoutSpills) {
   Params fp32 = sk;
   fp32["STAGES"] = 3;
   add(Problem{"gemm", "bf16", "fp32", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}}, fp32);
-  Compiler compiler({.threads = 2});
-  auto results = compiler.compile_all(reqs);
-  for (size_t i = 0; i < results.size(); ++i) {
-    const std::string& n = reqs[i].name_expression;
-    ASSERT_TRUE(results[i].ok()) << n << "\n" << results[i].log.substr(0, 2000);
-    std::printf("%s: %d registers, %d B stack\n", n.c_str(), results[i].kernel.registers,
-                results[i].kernel.stack_bytes);
-    EXPECT_EQ(results[i].kernel.spill_stores, 0) << n;
-    EXPECT_EQ(results[i].kernel.spill_loads, 0) << n;
-    EXPECT_EQ(results[i].kernel.stack_bytes, 0) << n;
-    EXPECT_EQ(results[i].log.find("setmaxnreg"), std::string::npos) << n << "\n" << results[i].log.substr(0, 2000);
-  }
+  // One consumer warpgroup: 256 threads, up to 255 registers each.
+  expect_compiled_without_spills(reqs, 255);
 }
 
 }  // namespace

@@ -156,11 +156,12 @@ TEST(GpuTmaTest, RefusedEncodingIsAnInvalidTrial) {
   const KernelTemplate* t = tuner->templates().find("tma_copy");
   ASSERT_NE(t, nullptr);
   const DeviceLimits limits = tuner->context().limits;
-  ASSERT_TRUE(prepare_runner(tuner->runner(), tuner->compiler(), *t, *setup_args({t}, p, limits),
-                             p, limits, 1));
+  ASSERT_TRUE(prepare_runner(tuner->runner(), tuner->compiler(), *t, *setup_args({t}, p, limits), p,
+                             limits, 1));
   auto inst = instantiate(*t, p, limits, {{"BOX_R", 8}, {"CLUSTER", 1}, {"PERSISTENT", 0}});
   ASSERT_TRUE(inst) << inst.error().message;
-  auto compiled = tuner->compiler().compile({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
+  auto compiled =
+      tuner->compiler().compile({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
   ASSERT_TRUE(compiled.ok()) << compiled.log;
   TrialRequest tr;
   tr.id = 1;
@@ -196,9 +197,9 @@ TEST(GpuTmaTest, GemmTmaVerifiesAcrossShapesDtypesSplitsAndClusters) {
       {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 1000}, {"K", 520}}},   // clusters
   };
   // Seeded so that the split-K and the cluster shapes surely try one of each.
-  const Params split{{"BLOCK_M", 128}, {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
-                     {"CONSUMERS", 2}, {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
-                     {"PERSISTENT", 0}, {"SPLITS", 4}, {"SCHEDULE", 0}, {"STREAMK", 0}};
+  const Params split{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
+                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
+                     {"PERSISTENT", 0}, {"SPLITS", 4},    {"SCHEDULE", 0}, {"STREAMK", 0}};
   Params cluster = split;
   cluster["CLUSTER_M"] = 2;
   cluster["SPLITS"] = 1;
@@ -232,9 +233,11 @@ TEST(GpuTmaTest, GemmTmaVerifiesAcrossShapesDtypesSplitsAndClusters) {
   ASSERT_EQ(h->at("CLUSTER_M"), 2);
   auto inst = instantiate(*t, big, limits, *h);
   ASSERT_TRUE(inst) << inst.error().message;
-  auto compiled = tuner->compiler().compile({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
+  auto compiled =
+      tuner->compiler().compile({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
   ASSERT_TRUE(compiled.ok()) << compiled.log;
-  auto n = tuner->runner().occupancy(compiled.kernel.lowered_name, inst->launch, compiled.kernel.cubin);
+  auto n =
+      tuner->runner().occupancy(compiled.kernel.lowered_name, inst->launch, compiled.kernel.cubin);
   ASSERT_TRUE(n) << n.error().message;
   std::printf("gemm_tma %s: max_active_clusters %d (fallback %lld)\n", params_to_string(*h).c_str(),
               n->first, static_cast<long long>(inst->max_active_clusters));
@@ -242,36 +245,22 @@ TEST(GpuTmaTest, GemmTmaVerifiesAcrossShapesDtypesSplitsAndClusters) {
   EXPECT_LE(n->first, limits.sm_count / 2);
 }
 
-// gemm_tma's ping-pong schedule: each of its tile shapes, with a 2-CTA cluster, both epilogues,
-// BLOCK_K 128, and fp32/fp16 outputs, on shapes with tails in M, N and K, k-tile counts that are
-// not multiples of the ring depth (the warpgroups step over each other's stages) and blocks with
-// odd unit counts (the last unit's order-barrier hand-off): every one verifies against cuBLAS.
-TEST(GpuTmaTest, GemmTmaPingpongVerifiesAcrossTilesShapesAndDtypes) {
-  KTUNE_REQUIRE_GPU();
-  auto tuner = open_tuner({});
-  ASSERT_TRUE(tuner);
-  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
-                    {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
-                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}, {"STREAMK", 0}};
-  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
-    Params p = base;
-    for (const auto& [n, v] : changes) p[n] = v;
-    return p;
-  };
-  const std::vector<Params> configs = {
-      base,
-      with({{"BLOCK_M", 64}, {"BLOCK_N", 256}, {"CLUSTER_M", 2}}),
-      with({{"BLOCK_M", 64}, {"BLOCK_K", 128}, {"STAGES", 3}, {"EPILOGUE", 0}, {"GROUP_M", 1}}),
-      with({{"BLOCK_M", 64}, {"BLOCK_N", 256}, {"STAGES", 2}, {"GROUP_M", 16}}),
-  };
-  const std::vector<Problem> problems = {
-      {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 1000}, {"K", 520}}},
-      {"gemm", "bf16", "fp32", "rc", {{"M", 3000}, {"N", 2056}, {"K", 1032}}},
-      {"gemm", "fp16", "fp16", "rc", {{"M", 1500}, {"N", 4000}, {"K", 200}}},
-  };
-  const DeviceLimits limits = tuner->context().limits;
-  const KernelTemplate* t = tuner->templates().find("gemm_tma");
-  ASSERT_NE(t, nullptr);
+// `base` with the named params changed.
+Params with_params(Params base,
+                   std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+  for (const auto& [n, v] : changes) base[n] = v;
+  return base;
+}
+
+// Tunes each problem with gemm_tma, seeded with every one of `configs` its space holds (at least
+// two per problem), and checks that each seed was measured and verified against cuBLAS, with no
+// wrong result, crash or timeout among the trials. Returns how many seeded trials ran.
+int verify_gemm_tma_seeds(LocalTuner& tuner, const std::vector<Params>& configs,
+                          const std::vector<Problem>& problems) {
+  const DeviceLimits limits = tuner.context().limits;
+  const KernelTemplate* t = tuner.templates().find("gemm_tma");
+  EXPECT_NE(t, nullptr);
+  if (t == nullptr) return 0;
   int measured = 0;
   for (const Problem& p : problems) {
     TuneRequest req;
@@ -281,10 +270,11 @@ TEST(GpuTmaTest, GemmTmaPingpongVerifiesAcrossTilesShapesAndDtypes) {
     req.timing.target_ms = 2;
     for (const auto& c : configs)
       if (instantiate(*t, p, limits, c)) req.seeds.push_back(c);  // those the space holds
-    ASSERT_GE(req.seeds.size(), 2u) << p.describe();
+    EXPECT_GE(req.seeds.size(), 2u) << p.describe();
     req.budget = Budget{static_cast<int>(req.seeds.size()) + 2, 120, 0};
-    auto r = tuner->tune(req);
-    ASSERT_TRUE(r) << p.describe() << ": " << r.error().message;
+    auto r = tuner.tune(req);
+    EXPECT_TRUE(r) << p.describe() << ": " << (r ? "" : r.error().message);
+    if (!r) continue;
     EXPECT_EQ(r->stats.wrong_results, 0) << p.describe();
     EXPECT_EQ(r->stats.crashes + r->stats.timeouts, 0) << p.describe();
     for (const auto& seed : req.seeds) {
@@ -299,7 +289,35 @@ TEST(GpuTmaTest, GemmTmaPingpongVerifiesAcrossTilesShapesAndDtypes) {
       EXPECT_TRUE(found) << p.describe() << " " << params_to_string(seed) << " was not measured";
     }
   }
-  EXPECT_GE(measured, 8);
+  return measured;
+}
+
+// gemm_tma's ping-pong schedule: each of its tile shapes, with a 2-CTA cluster, both epilogues,
+// BLOCK_K 128, and fp32/fp16 outputs, on shapes with tails in M, N and K, k-tile counts that are
+// not multiples of the ring depth (the warpgroups step over each other's stages) and blocks with
+// odd unit counts (the last unit's order-barrier hand-off): every one verifies against cuBLAS.
+TEST(GpuTmaTest, GemmTmaPingpongVerifiesAcrossTilesShapesAndDtypes) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
+                    {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}, {"STREAMK", 0}};
+  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+    return with_params(base, changes);
+  };
+  const std::vector<Params> configs = {
+      base,
+      with({{"BLOCK_M", 64}, {"BLOCK_N", 256}, {"CLUSTER_M", 2}}),
+      with({{"BLOCK_M", 64}, {"BLOCK_K", 128}, {"STAGES", 3}, {"EPILOGUE", 0}, {"GROUP_M", 1}}),
+      with({{"BLOCK_M", 64}, {"BLOCK_N", 256}, {"STAGES", 2}, {"GROUP_M", 16}}),
+  };
+  const std::vector<Problem> problems = {
+      {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 1000}, {"K", 520}}},
+      {"gemm", "bf16", "fp32", "rc", {{"M", 3000}, {"N", 2056}, {"K", 1032}}},
+      {"gemm", "fp16", "fp16", "rc", {{"M", 1500}, {"N", 4000}, {"K", 200}}},
+  };
+  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 8);
 }
 
 // gemm_tma's stream-K: shapes of a wave and a fraction (every tile in the stream-K part, cut
@@ -316,9 +334,7 @@ TEST(GpuTmaTest, GemmTmaStreamKVerifiesAcrossShapesAndDtypes) {
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
                     {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 1}};
   auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
-    Params p = base;
-    for (const auto& [n, v] : changes) p[n] = v;
-    return p;
+    return with_params(base, changes);
   };
   const std::vector<Params> configs = {
       base,
@@ -331,37 +347,7 @@ TEST(GpuTmaTest, GemmTmaStreamKVerifiesAcrossShapesAndDtypes) {
       {"gemm", "bf16", "fp32", "rc", {{"M", 3000}, {"N", 2056}, {"K", 1032}}},
       {"gemm", "fp16", "fp16", "rc", {{"M", 4000}, {"N", 4100}, {"K", 520}}},
   };
-  const DeviceLimits limits = tuner->context().limits;
-  const KernelTemplate* t = tuner->templates().find("gemm_tma");
-  ASSERT_NE(t, nullptr);
-  int measured = 0;
-  for (const Problem& p : problems) {
-    TuneRequest req;
-    req.problem = p;
-    req.templates = {"gemm_tma"};
-    req.strategy = "random";
-    req.timing.target_ms = 2;
-    for (const auto& c : configs)
-      if (instantiate(*t, p, limits, c)) req.seeds.push_back(c);  // those the space holds
-    ASSERT_GE(req.seeds.size(), 2u) << p.describe();
-    req.budget = Budget{static_cast<int>(req.seeds.size()) + 2, 120, 0};
-    auto r = tuner->tune(req);
-    ASSERT_TRUE(r) << p.describe() << ": " << r.error().message;
-    EXPECT_EQ(r->stats.wrong_results, 0) << p.describe();
-    EXPECT_EQ(r->stats.crashes + r->stats.timeouts, 0) << p.describe();
-    for (const auto& seed : req.seeds) {
-      bool found = false;
-      for (const auto& tr : r->trials) {
-        if (tr.params != seed) continue;
-        found = true;
-        ++measured;
-        EXPECT_EQ(tr.outcome, Outcome::ok)
-            << p.describe() << " " << params_to_string(seed) << ": " << tr.message;
-      }
-      EXPECT_TRUE(found) << p.describe() << " " << params_to_string(seed) << " was not measured";
-    }
-  }
-  EXPECT_GE(measured, 8);
+  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 8);
 }
 
 TEST(GpuWorkerTest, CopyCeilingIsPlausible) {
