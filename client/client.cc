@@ -378,6 +378,8 @@ protocol::Expected<Json> Client::tune(const protocol::ProblemSpec& problem, cons
   if (!o.strategy.empty()) body["strategy"] = o.strategy;
   if (o.budget_trials > 0) body["budget_trials"] = o.budget_trials;
   if (o.budget_seconds > 0) body["budget_seconds"] = o.budget_seconds;
+  if (!o.templates.empty()) body["templates"] = o.templates;
+  if (!o.seeds.empty()) body["seeds"] = o.seeds;
   return call("tune", body);
 }
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <list>
+#include <map>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -77,6 +78,9 @@ class Client {
     std::string strategy;       // "" = the daemon's tuning.strategy
     int budget_trials = 0;      // 0 = the daemon's default
     double budget_seconds = 0;  // 0 = the daemon's default
+    std::vector<std::string> templates;  // tune only these (empty: every template for the op)
+    // Configs measured first, each a whole config of a template ({NAME: value}).
+    std::vector<std::map<std::string, std::int64_t>> seeds;
   };
   // Queues (or finds the queued) job; the reply's "job" has its id.
   protocol::Expected<protocol::Json> tune(const protocol::ProblemSpec& problem,

@@ -20,6 +20,8 @@ std::string joined(const std::vector<std::int64_t>& values) {
   return s;
 }
 
+}  // namespace
+
 // Every param named once, known to the template and inside its domain.
 protocol::Expected<Params> checked_params(
     const Manifest& m, const std::vector<std::pair<std::string, std::int64_t>>& given) {
@@ -45,8 +47,6 @@ protocol::Expected<Params> checked_params(
       return protocol::error(ErrorKind::bad_request, "missing params." + p.name);
   return params;
 }
-
-}  // namespace
 
 KernelService::KernelService(const TemplateSet& templates, const LookupService& lookups,
                              Store* cubins, CompileFn compile)

@@ -31,6 +31,11 @@
 
 namespace ktune {
 
+// `given` as a config of template `m`: every param named once, known to the template and inside
+// its domain, none missing; bad_request naming the first that is not.
+protocol::Expected<Params> checked_params(
+    const Manifest& m, const std::vector<std::pair<std::string, std::int64_t>>& given);
+
 class KernelService {
  public:
   // Receives the reply's result (the protocol::KernelImage as JSON) or the error; called once.

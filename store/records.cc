@@ -215,7 +215,7 @@ TrialRecord trial_from_json(const Json& j, const std::string& path) {
 }
 
 Json to_json(const JobRecord& r) {
-  return Json{{"id", r.id},
+  Json j{{"id", r.id},
               {"device", to_json(r.device)},
               {"problem", to_json(r.problem)},
               {"strategy", r.strategy},
@@ -234,6 +234,14 @@ Json to_json(const JobRecord& r) {
               {"started", r.started},
               {"finished", r.finished},
               {"lane", r.lane}};
+  // Written only when set, so a record without them reads as every template, no seeds.
+  if (!r.templates.empty()) j["templates"] = r.templates;
+  if (!r.seeds.empty()) {
+    Json seeds = Json::array();
+    for (const auto& p : r.seeds) seeds.push_back(to_json(p));
+    j["seeds"] = std::move(seeds);
+  }
+  return j;
 }
 
 JobRecord job_from_json(const Json& j, const std::string& path) {
@@ -259,6 +267,18 @@ JobRecord job_from_json(const Json& j, const std::string& path) {
   r.started = optional_field(j, "started", path, std::int64_t(0), get_int);
   r.finished = optional_field(j, "finished", path, std::int64_t(0), get_int);
   r.lane = optional_field(j, "lane", path, -1, get_int32);
+  if (auto it = j.find("templates"); it != j.end()) {
+    if (!it->is_array()) bad(path + ".templates", "expected an array of template names");
+    for (size_t i = 0; i < it->size(); ++i) {
+      if (!(*it)[i].is_string()) bad(path + ".templates[" + std::to_string(i) + "]", "expected a string");
+      r.templates.push_back((*it)[i].get<std::string>());
+    }
+  }
+  if (auto it = j.find("seeds"); it != j.end()) {
+    if (!it->is_array()) bad(path + ".seeds", "expected an array of configs");
+    for (size_t i = 0; i < it->size(); ++i)
+      r.seeds.push_back(params_from_json((*it)[i], path + ".seeds[" + std::to_string(i) + "]"));
+  }
   return r;
 }
 

@@ -126,6 +126,8 @@ struct JobRecord {
   std::int64_t started = 0;   // unix seconds the job last started running (0 = never)
   std::int64_t finished = 0;  // unix seconds it reached done/failed/cancelled (0 = not yet)
   int lane = -1;              // GPU ordinal of the lane running it (-1 = none)
+  std::vector<std::string> templates;  // tune only these templates (empty: every one for the op)
+  std::vector<Params> seeds;           // configs measured first where a searched space holds them
 
   std::string key() const { return id; }
   friend bool operator==(const JobRecord&, const JobRecord&) = default;

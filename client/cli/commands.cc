@@ -234,6 +234,12 @@ int cmd_tune_standalone(const Common& c, const TuneArgs& a) {
   LocalTuner& t = **tuner;
   req.strategy = a.strategy;
   req.budget = Budget{a.budget, a.seconds, 0};
+  req.templates = a.only_templates;
+  for (const auto& text : a.seeds) {
+    auto seed = parse_params(text);
+    if (!seed) return usage(c.json, "--seed " + text + ": " + seed.error().message);
+    req.seeds.push_back(std::move(*seed));
+  }
   const bool tty = ::isatty(STDERR_FILENO) && !c.json;
   if (!c.json)
     std::fprintf(stderr, "tuning %s on %s (%s, budget %d trials / %.0f s)\n",

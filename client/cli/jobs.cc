@@ -60,8 +60,14 @@ int cmd_tune(const Common& c, const TuneArgs& a) {
   if (!dims) return usage(c.json, "--shape: " + dims.error().message);
   protocol::ProblemSpec spec{a.problem.op, a.problem.dtype, a.problem.out_dtype, a.problem.layout,
                              *dims};
+  Client::TuneOptions options{a.device, a.strategy, a.budget, a.seconds, a.only_templates, {}};
+  for (const auto& text : a.seeds) {
+    auto seed = parse_params(text);
+    if (!seed) return usage(c.json, "--seed " + text + ": " + seed.error().message);
+    options.seeds.push_back(std::move(*seed));
+  }
   Client client(c.client_options());
-  auto r = client.tune(spec, {a.device, a.strategy, a.budget, a.seconds});
+  auto r = client.tune(spec, options);
   if (!r) return report_device_error(c.json, r.error(), a.device);
   const Json job = (*r)["job"];
   const std::string id = job["id"].get<std::string>();

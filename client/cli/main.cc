@@ -133,6 +133,10 @@ int main(int argc, char** argv) {
   tu->add_option("--templates", tune.template_dirs,
                  "standalone: template directories (default: built-in)");
   tu->add_flag("--no-import", tune.no_import, "standalone: do not hand the winner to ktuned");
+  tu->add_option("--template", tune.only_templates,
+                 "tune only this template (repeatable; default: every template for the op)");
+  tu->add_option("--seed", tune.seeds,
+                 "a whole config, NAME=V,..., measured first (repeatable)");
 
   std::string job_state;
   int jobs_limit = 50;

@@ -100,7 +100,10 @@ void Lane::run_job(const JobRecord& job) {
   req.job_id = id;
   req.resume = true;
   req.store_winner = false;  // the catalog commits it
-  req.seeds = neighbour_seeds(job.problem);
+  // The job's own seeds first, then the winners of neighbouring shapes.
+  req.templates = job.templates;
+  req.seeds = job.seeds;
+  for (auto& s : neighbour_seeds(job.problem)) req.seeds.push_back(std::move(s));
   auto cancelled = [this, id, c = claim.get()] {
     return m_stop || m_deps.jobs.cancel_requested(id) || c->lost();
   };

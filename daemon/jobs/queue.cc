@@ -72,6 +72,8 @@ Result<JobQueue::Submitted> JobQueue::submit(const JobSpec& spec) {
   j.strategy = spec.strategy;
   j.budget_trials = spec.budget_trials;
   j.budget_seconds = spec.budget_seconds;
+  j.templates = spec.templates;
+  j.seeds = spec.seeds;
   j.state = JobState::queued;
   j.priority = spec.priority;
   j.origin = spec.origin;

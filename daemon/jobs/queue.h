@@ -32,6 +32,8 @@ struct JobSpec {
   std::string strategy;
   int budget_trials = 0;
   double budget_seconds = 0;
+  std::vector<std::string> templates;  // empty: every template for the op
+  std::vector<Params> seeds;           // measured first where a searched space holds them
 };
 
 class JobQueue {

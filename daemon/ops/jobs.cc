@@ -4,6 +4,7 @@
 
 #include "daemon/jobs/queue.h"
 #include "daemon/jobs/scheduler.h"
+#include "daemon/kernels.h"
 #include "daemon/ops/ops.h"
 #include "tuner/strategy/registry.h"
 
@@ -61,6 +62,71 @@ protocol::Expected<std::string> job_strategy(OpContext& ctx, const Json& body) {
   return *strategy;
 }
 
+constexpr size_t k_max_seeds = 64;
+
+// "templates" (names of templates that implement the problem's op; absent: every one) and "seeds"
+// (configs, {"NAME": value, ...}, each a whole config of one of those templates) of a tune/plan
+// request, into `s` (whose problem is set).
+protocol::Expected<void> job_templates_and_seeds(OpContext& ctx, const Json& body, JobSpec& s) {
+  const auto registry = ctx.templates.current();
+  std::vector<const KernelTemplate*> candidates;
+  if (auto it = body.find("templates"); it != body.end()) {
+    if (!it->is_array() || it->empty())
+      return protocol::error(ErrorKind::bad_request,
+                             "\"templates\" must be a non-empty array of template names");
+    for (const auto& n : *it) {
+      if (!n.is_string())
+        return protocol::error(ErrorKind::bad_request, "\"templates\" must hold template names");
+      const std::string name = n.get<std::string>();
+      const KernelTemplate* t = registry->find(name);
+      if (!t) return protocol::error(ErrorKind::bad_request, "unknown template '" + name + "'");
+      if (t->manifest.op != s.problem.op)
+        return protocol::error(ErrorKind::bad_request, "template " + name + " implements " +
+                                                           t->manifest.op + ", not " + s.problem.op);
+      if (std::find(s.templates.begin(), s.templates.end(), name) != s.templates.end()) continue;
+      s.templates.push_back(name);
+      candidates.push_back(t);
+    }
+  } else {
+    for (const auto& t : registry->all())
+      if (t->manifest.op == s.problem.op) candidates.push_back(t.get());
+  }
+  auto it = body.find("seeds");
+  if (it == body.end()) return {};
+  if (!it->is_array() || it->size() > k_max_seeds)
+    return protocol::error(ErrorKind::bad_request,
+                           "\"seeds\" must be an array of at most " + std::to_string(k_max_seeds) +
+                               " configs ({\"NAME\": value, ...})");
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& c = (*it)[i];
+    const std::string where = "seeds[" + std::to_string(i) + "]";
+    if (!c.is_object() || c.empty())
+      return protocol::error(ErrorKind::bad_request, where + " must be an object of param: integer");
+    std::vector<std::pair<std::string, std::int64_t>> given;
+    for (const auto& [name, value] : c.items()) {
+      if (!value.is_number_integer())
+        return protocol::error(ErrorKind::bad_request, where + "." + name + " must be an integer");
+      given.emplace_back(name, value.get<std::int64_t>());
+    }
+    // A seed that is a whole config of no candidate would never be measured: refuse it, with why.
+    std::string why;
+    std::optional<Params> config;
+    for (const KernelTemplate* t : candidates) {
+      auto p = checked_params(t->manifest, given);
+      if (p) {
+        config = std::move(*p);
+        break;
+      }
+      why += (why.empty() ? "" : "; ") + p.error().message;
+    }
+    if (!config)
+      return protocol::error(ErrorKind::bad_request,
+                             where + " is a config of none of the templates it could seed: " + why);
+    s.seeds.push_back(std::move(*config));
+  }
+  return {};
+}
+
 // Strategy and budget of a tune/plan request, defaulting to the config.
 protocol::Expected<JobSpec> job_spec(OpContext& ctx, const Json& body, Target target,
                                      std::string origin, double default_priority) {
@@ -89,6 +155,7 @@ protocol::Expected<JobSpec> job_spec(OpContext& ctx, const Json& body, Target ta
       return protocol::error(ErrorKind::bad_request, "\"priority\" must be a number");
     s.priority = it->get<double>();
   }
+  if (auto ok = job_templates_and_seeds(ctx, body, s); !ok) return std::unexpected(ok.error());
   return s;
 }
 
@@ -152,7 +219,9 @@ Json job_json(const JobRecord& j) {
               {"started", j.started},
               {"finished", j.finished},
               {"updated", j.updated},
-              {"message", j.message}};
+              {"message", j.message},
+              {"templates", j.templates},
+              {"seeds", j.seeds}};
 }
 
 OpReply op_tune(OpContext& ctx, const protocol::Request& req) {

@@ -271,6 +271,54 @@ TEST_F(BackgroundTest, DuplicateRequestsShareAJobAndCancelStopsIt) {
   EXPECT_EQ(job(id)["state"], "cancelled");
 }
 
+// tune names the templates to search and seeds to measure first: a template of another op, an
+// unknown one, or a seed that is no whole config of a searched template is refused before anything
+// is queued; a valid request's job carries both (in its record too), and the seed, a config the
+// exhaustive order would reach only later, is the trial measured right after the heuristic's.
+TEST_F(BackgroundTest, TuneSearchesTheNamedTemplatesAndMeasuresSeedsFirst) {
+  auto d = daemon(1, {"tuning.gpu_policy=always"}, {"FAKE_WORKER_LOG=" + fake_log()});
+  ASSERT_TRUE(d->start());
+  Client client(options());
+  auto with = [](std::vector<std::string> templates,
+                 std::vector<std::map<std::string, std::int64_t>> seeds) {
+    Client::TuneOptions o;
+    o.templates = std::move(templates);
+    o.seeds = std::move(seeds);
+    return o;
+  };
+  const std::vector<std::pair<Client::TuneOptions, std::string>> refused = {
+      {with({"scale"}, {}), "template scale implements scale, not fault"},
+      {with({"nope"}, {}), "unknown template 'nope'"},
+      {with({}, {{{"THREADS", 256}}}), "missing params.MODE"},
+      {with({}, {{{"THREADS", 100}, {"MODE", 0}}}), "outside template fault's space"},
+  };
+  for (const auto& [o, why] : refused) {
+    auto r = client.tune(k_fault, o);
+    ASSERT_FALSE(r) << why;
+    EXPECT_EQ(r.error().kind, protocol::ErrorKind::bad_request) << r.error().message;
+    EXPECT_NE(r.error().message.find(why), std::string::npos) << r.error().message;
+  }
+  auto none = client.jobs();
+  ASSERT_TRUE(none);
+  EXPECT_TRUE((*none)["jobs"].empty()) << none->dump();
+
+  Client::TuneOptions o = with({"fault"}, {{{"MODE", 3}, {"THREADS", 128}}});
+  o.budget_trials = 2;
+  auto r = client.tune(k_fault, o);
+  ASSERT_TRUE(r) << r.error().message;
+  const Json job0 = (*r)["job"];
+  EXPECT_EQ(job0["templates"], Json::array({"fault"}));
+  EXPECT_EQ(job0["seeds"], Json::parse(R"([{"MODE": 3, "THREADS": 128}])"));
+  const std::string id = job0["id"].get<std::string>();
+  ASSERT_TRUE(eventually([&] { return job_in(id, {"done", "failed"}); }));
+  EXPECT_EQ(job(id)["state"], "done") << job(id).dump();
+  EXPECT_EQ(job(id)["seeds"], job0["seeds"]);
+  const auto measured = measured_configs();
+  ASSERT_EQ(measured.size(), 2u);
+  EXPECT_EQ(measured[0], "MODE=0,THREADS=256");  // the heuristic's
+  EXPECT_EQ(measured[1], "MODE=3,THREADS=128");  // the seed, before the exhaustive order's (128, 0)
+}
+
 // gpu_policy idle: a foreign process on the GPU pauses the lane within a second; it resumes when
 // the process leaves, and the job still finishes.
 TEST_F(BackgroundTest, ForeignWorkPausesTheLaneWithinASecond) {

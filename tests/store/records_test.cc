@@ -52,6 +52,22 @@ TEST(RecordsTest, TrialJobBlockRoundTrip) {
   auto jb = decode_job(encode(j));
   ASSERT_TRUE(jb) << jb.error().message;
   EXPECT_EQ(*jb, j);
+  // A job without templates or seeds writes neither key (records of older daemons read the same).
+  EXPECT_EQ(encode(j).find("templates"), std::string::npos);
+  EXPECT_EQ(encode(j).find("seeds"), std::string::npos);
+  j.templates = {"gemm_tma", "gemm_sm90"};
+  j.seeds = {{{"BLOCK_M", 128}, {"STAGES", 4}}, {{"BLOCK_M", 64}}};
+  auto js = decode_job(encode(j));
+  ASSERT_TRUE(js) << js.error().message;
+  EXPECT_EQ(*js, j);
+  std::string bad_seeds = encode(j);
+  const auto at = bad_seeds.find("\"seeds\":[");
+  ASSERT_NE(at, std::string::npos);
+  bad_seeds.replace(at, 9, "\"seeds\":[7,");
+  auto refused = decode_job(bad_seeds);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::corruption);
+  EXPECT_NE(refused.error().message.find("seeds[0]"), std::string::npos) << refused.error().message;
 
   BlockEntry b{"fedcba9876543210", "sm_90", "580.159.03", {{"BLOCK_M", 256}}, Outcome::crash,
                "illegal address",  7};

@@ -266,8 +266,12 @@ class Client:
     def tune(self, op: str, dtype: str = "bf16", out_dtype: Optional[str] = None,
              layout: Optional[str] = None, device: Optional[str] = None,
              strategy: Optional[str] = None, budget_trials: Optional[int] = None,
-             budget_seconds: Optional[float] = None, **dims: int) -> Dict[str, Any]:
-        """Queues a tuning job (or finds the one queued for the same problem); returns its job."""
+             budget_seconds: Optional[float] = None, templates: Optional[List[str]] = None,
+             seeds: Optional[List[Dict[str, int]]] = None, **dims: int) -> Dict[str, Any]:
+        """Queues a tuning job (or finds the one queued for the same problem); returns its job.
+
+        ``templates`` restricts the search to those templates; ``seeds`` are whole configs
+        ({NAME: value}) measured first."""
         if not dims:
             raise ValueError("give the problem's dims as keyword arguments, e.g. M=4096")
         problem: Dict[str, Any] = {"op": op, "dtype": dtype, "dims": dict(dims)}
@@ -277,7 +281,8 @@ class Client:
             problem["layout"] = layout
         body: Dict[str, Any] = {"problem": problem}
         for k, v in (("device", device), ("strategy", strategy), ("budget_trials", budget_trials),
-                     ("budget_seconds", budget_seconds)):
+                     ("budget_seconds", budget_seconds), ("templates", templates),
+                     ("seeds", seeds)):
             if v is not None:
                 body[k] = v
         return self.call("tune", **body)["job"]
