@@ -169,6 +169,17 @@ def stop_jobs(client: Any) -> List[str]:
     return cancelled
 
 
+def parse_config(text: str) -> Dict[str, int]:
+    """ "NAME=V,NAME=V" -> {NAME: V} (a seed, as ktune tune --seed takes it)."""
+    out: Dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, value = part.strip().partition("=")
+        if not sep or not name or not value.strip().lstrip("-").isdigit():
+            raise ValueError(f"a config is NAME=V,...: got '{part}' in '{text}'")
+        out[name] = int(value)
+    return out
+
+
 def tune_shapes(args: argparse.Namespace, client: Any, doc: Dict[str, Any]) -> None:
     import ktune
     for s in parse_shapes(args.shapes):
@@ -184,6 +195,8 @@ def tune_shapes(args: argparse.Namespace, client: Any, doc: Dict[str, Any]) -> N
         try:
             job = client.tune("gemm", dtype="bf16", layout="rc", strategy=args.strategy,
                               budget_trials=args.trials, budget_seconds=seconds,
+                              templates=args.template or None,
+                              seeds=[parse_config(c) for c in args.seed] or None,
                               M=s[0], N=s[1], K=s[2])
             for job in client.watch(job["id"], timeout=seconds + 120):
                 pass
@@ -873,6 +886,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--strategy", default="model")
     ap.add_argument("--trials", type=int, default=120, help="tune: trials per job")
     ap.add_argument("--job-seconds", type=float, default=45, help="tune: seconds per job at most")
+    ap.add_argument("--template", action="append", default=[],
+                    help="tune: search only this template (repeatable; default: every one)")
+    ap.add_argument("--seed", action="append", default=[],
+                    help="tune: a config NAME=V,... measured first in every job (repeatable)")
     ap.add_argument("--cubins", help="measure: write each served cubin here; sass: read them")
     ap.add_argument("--logs", default=".", help="measure: where the nvidia-smi samples go")
     ap.add_argument("--rounds", type=int, default=5, help="measure: interleaved do_bench rounds")

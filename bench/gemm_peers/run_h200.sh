@@ -25,7 +25,9 @@
 # Knobs (environment): SHAPES ("tma" = the 10 of `ktune-bench --suite tma`, or MxNxK,...),
 # TUNER, TRIALS (120), STRATEGY (model), JOB_SECONDS (45 per shape), TUNE_CAP_S (230), ROUNDS (5),
 # SUSTAIN_S (4 per phase, 4 phases), SETS (3 input sets of 384 MB at 8192^3), BUDGET_S, K (.gpu),
-# TWINS=1 (also time each served gemm_tma config's stream-K twin, peers.py --twins).
+# TWINS=1 (also time each served gemm_tma config's stream-K twin, peers.py --twins), TEMPLATES
+# ("gemm_tma ...": the daemon's jobs search only these) and SEEDS ("NAME=V,... ...": configs each
+# job measures first; both TUNER=daemon only).
 # FAKE=1 runs the same flow on a machine without a GPU: tests/fakes/fake_worker (from $K) measures,
 # `measure` runs on tests/bench/fake_torch (a stand-in torch: shapes, no numbers), no nvidia-smi
 # or cuobjdump; tests/bench/gemm_peers_test.py runs it.
@@ -102,10 +104,13 @@ print(' '.join(peers.shape_name(s) for s in peers.parse_shapes('$SHAPES')))"); d
   start_ktuned never
 else
   start_ktuned always
+  TUNE_EXTRA=()  # TEMPLATES="a b", SEEDS="CFG CFG": the daemon's tune jobs restricted and seeded
+  for t in ${TEMPLATES:-}; do TUNE_EXTRA+=(--template "$t"); done
+  for c in ${SEEDS:-}; do TUNE_EXTRA+=(--seed "$c"); done
   # No job starts after the cap; one running then ends within its JOB_SECONDS (+ re-timing).
   timeout $(( TUNE_CAP_S + JOB_SECONDS + 60 - $(now) )) "${PEERS[@]}" tune --socket "$S" \
     --strategy "$STRATEGY" --trials "$TRIALS" --job-seconds "$JOB_SECONDS" \
-    --deadline $(( T0 + TUNE_CAP_S )) --out "$W/tune.json" 2>&1 | tee "$L/tune.log"
+    --deadline $(( T0 + TUNE_CAP_S )) --out "$W/tune.json" "${TUNE_EXTRA[@]}" 2>&1 | tee "$L/tune.log"
 fi
 "$K/ktune" --socket "$S" status > "$L/status.txt" 2>&1
 "$K/ktune" --socket "$S" jobs > "$L/jobs.txt" 2>&1

@@ -91,6 +91,14 @@ class TwinTest(unittest.TestCase):
         self.assertIsNone(peers.twin_params("gemm_tma", old))
 
 
+class ConfigTest(unittest.TestCase):
+    def test_parses_seeds_as_the_cli_does(self):
+        self.assertEqual(peers.parse_config("BLOCK_M=128, STAGES=4"), {"BLOCK_M": 128, "STAGES": 4})
+        for bad in ("BLOCK_M", "BLOCK_M=x", "=4", "A=1,,B=2"):
+            with self.assertRaises(ValueError, msg=bad):
+                peers.parse_config(bad)
+
+
 class SassTest(unittest.TestCase):
     def test_counts_opcodes_with_predicates_and_suffixes(self):
         c = peers.count_sass(SASS)
