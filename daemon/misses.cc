@@ -46,37 +46,29 @@ void MissTracker::record(const std::string& key, const DeviceClass& device, cons
     m.problem = problem;
   }
   ++m.count;
-  // Only the reason can change what a key holds after its first miss (a string assigned a shorter
-  // text keeps its buffer, still charged).
-  const bool recharge = inserted || m.reason != reason;
-  if (recharge) m.reason = reason;
+  m.reason = reason;
   m.expected_us = finite_or_zero(expected_us);
   m.gain = finite_or_zero(gain);
   m.worth_us = finite_or_zero(double(m.count) * m.expected_us * m.gain);
-  if (inserted) {
+  if (inserted)
     slot.rank = m_waiting.insert(Rank{m.worth_us, m.count, &it->first}).first;
-  } else if (!slot.lagging) {  // re-ranked later (see the header); already lagging: nothing to do
-    if (m_lagging_count == k_max_lagging) catch_up_locked(false);
-    m_lagging[(m_lagging_head + m_lagging_count++) % k_max_lagging] = &*it;
-    slot.lagging = true;
-  }
-  if (recharge) {
-    size_t bytes = sizeof(*it) + k_node_overhead + heap_bytes(it->first) +
-                   heap_bytes(m.device.name) + heap_bytes(m.problem.op) +
-                   heap_bytes(m.problem.dtype) + heap_bytes(m.problem.out_dtype) +
-                   heap_bytes(m.problem.layout) + heap_bytes(m.reason) +
-                   m.problem.dims.capacity() * sizeof(m.problem.dims.front()) + 16;
-    for (const auto& [name, _] : m.problem.dims) bytes += heap_bytes(name);
-    m_bytes = m_bytes - slot.bytes + bytes;
-    slot.bytes = bytes;
-  }
+  else
+    rerank_locked(it, m.promoted);
+  size_t bytes = sizeof(*it) + k_node_overhead + heap_bytes(it->first) + heap_bytes(m.device.name) +
+                 heap_bytes(m.problem.op) + heap_bytes(m.problem.dtype) +
+                 heap_bytes(m.problem.out_dtype) + heap_bytes(m.problem.layout) +
+                 heap_bytes(m.reason) + m.problem.dims.capacity() * sizeof(m.problem.dims.front()) +
+                 16;
+  for (const auto& [name, _] : m.problem.dims) bytes += heap_bytes(name);
+  m_bytes = m_bytes - slot.bytes + bytes;
+  slot.bytes = bytes;
   if (m_bytes > m_max_bytes) evict_locked(&it->first);
 }
 
-void MissTracker::rerank_locked(Map::value_type& entry, bool was_promoted) {
-  Slot& slot = entry.second;
+void MissTracker::rerank_locked(Map::iterator it, bool was_promoted) {
+  Slot& slot = it->second;
   Ranking& from = was_promoted ? m_promoted : m_waiting;
-  const Rank rank{slot.miss.worth_us, slot.miss.count, &entry.first};
+  const Rank rank{slot.miss.worth_us, slot.miss.count, &it->first};
   // A repeated miss only gains worth: most keep their place (the one before still ranks ahead),
   // and a hinted insert there costs O(1) instead of a descent of the tree.
   const bool stays =
@@ -88,19 +80,6 @@ void MissTracker::rerank_locked(Map::value_type& entry, bool was_promoted) {
   node.value() = rank;
   slot.rank = stays ? ranking_of(slot).insert(next, std::move(node))
                     : ranking_of(slot).insert(std::move(node)).position;
-}
-
-void MissTracker::catch_up_locked(bool all) {
-  while (m_lagging_count > 0) {
-    Map::value_type* entry = m_lagging[m_lagging_head];
-    m_lagging_head = (m_lagging_head + 1) % k_max_lagging;
-    --m_lagging_count;
-    if (entry) {  // null: forgotten while lagging
-      entry->second.lagging = false;
-      rerank_locked(*entry, entry->second.miss.promoted);
-    }
-    if (!all) return;
-  }
 }
 
 void MissTracker::evict_locked(const std::string* keep) {
@@ -118,15 +97,6 @@ void MissTracker::evict_locked(const std::string* keep) {
                                (promoted != m_promoted.end() && promoted->worth <= waiting->worth);
     const auto victim = from_promoted ? promoted : waiting;
     const auto slot = m_misses.find(*victim->key);
-    if (slot->second.lagging) {  // ranked by older misses: re-rank it, then choose again
-      for (size_t i = 0; i < m_lagging_count; ++i) {
-        auto& queued = m_lagging[(m_lagging_head + i) % k_max_lagging];
-        if (queued == &*slot) queued = nullptr;
-      }
-      slot->second.lagging = false;
-      rerank_locked(*slot, slot->second.miss.promoted);
-      continue;
-    }
     m_bytes -= slot->second.bytes;
     (from_promoted ? m_promoted : m_waiting).erase(victim);
     m_misses.erase(slot);
@@ -134,10 +104,9 @@ void MissTracker::evict_locked(const std::string* keep) {
   }
 }
 
-std::vector<MissTracker::Miss> MissTracker::top(size_t n) {
+std::vector<MissTracker::Miss> MissTracker::top(size_t n) const {
   std::vector<Miss> out;
   std::lock_guard lock(m_mutex);
-  catch_up_locked(true);
   out.reserve(std::min(n, m_misses.size()));
   // Merge the two rankings, most worth first.
   auto w = m_waiting.begin();
@@ -153,12 +122,11 @@ std::vector<MissTracker::Miss> MissTracker::top(size_t n) {
 std::vector<MissTracker::Miss> MissTracker::due(double threshold_us) {
   std::vector<Miss> out;
   std::lock_guard lock(m_mutex);
-  catch_up_locked(true);
   // The waiting ranking is in worth order: the due keys are a prefix of it.
   while (!m_waiting.empty() && m_waiting.begin()->worth >= threshold_us) {
     const auto it = m_misses.find(*m_waiting.begin()->key);
     it->second.miss.promoted = true;
-    rerank_locked(*it, false);
+    rerank_locked(it, false);
     out.push_back(it->second.miss);
   }
   return out;
@@ -166,11 +134,10 @@ std::vector<MissTracker::Miss> MissTracker::due(double threshold_us) {
 
 void MissTracker::release(const std::string& device_id, const Problem& problem) {
   std::lock_guard lock(m_mutex);
-  catch_up_locked(true);
   auto it = m_misses.find(device_id + "/" + problem.key());
   if (it == m_misses.end() || !it->second.miss.promoted) return;
   it->second.miss.promoted = false;
-  rerank_locked(*it, true);
+  rerank_locked(it, true);
 }
 
 std::uint64_t MissTracker::total() const {

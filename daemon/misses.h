@@ -10,12 +10,6 @@
 // worth least is forgotten, one at a time, never the key being recorded. Keys are kept ordered
 // by worth (one ordered set for keys waiting, one for keys handed to the scheduler), so a record,
 // an eviction and a promotion cost O(log n), and top(n) costs O(n) whatever the number of keys.
-// A repeated miss (a cached answer served again: the Zipf mix asks its hot keys thousands of times
-// a second) does not move its key in the ranking at once: the key joins a short FIFO of keys
-// whose rank lags (k_max_lagging), and a key already there costs a hash probe and a few adds. When
-// the FIFO is full, the oldest key is re-ranked (so a record re-ranks at most one key: no burst on
-// the I/O thread); top(), due() and release() re-rank every lagging key first, and eviction
-// re-ranks a lagging victim before it is chosen, so what they return is exact.
 // Thread-safe: one mutex, held for a hash probe and a few set operations per call.
 #pragma once
 
@@ -33,8 +27,6 @@ namespace ktune {
 class MissTracker {
  public:
   static constexpr size_t k_default_max_bytes = 32 << 20;
-  // Keys whose rank may lag their last misses (see above).
-  static constexpr size_t k_max_lagging = 256;
 
   struct Miss {
     DeviceClass device;
@@ -65,7 +57,7 @@ class MissTracker {
   // The key a miss is counted under.
   static std::string key_of(const DeviceClass& device, const Problem& problem);
   // Most worth first (ties: more misses first, then by key).
-  std::vector<Miss> top(size_t n);
+  std::vector<Miss> top(size_t n) const;
   // Keys whose worth reached `threshold_us` and were not handed out before, most worth first;
   // marks them promoted.
   std::vector<Miss> due(double threshold_us);
@@ -95,15 +87,12 @@ class MissTracker {
     Miss miss;
     size_t bytes = 0;
     Ranking::iterator rank;  // in m_waiting, or in m_promoted when miss.promoted
-    bool lagging = false;    // in m_lagging: `rank` holds an older worth and count
   };
   using Map = std::unordered_map<std::string, Slot>;
 
   Ranking& ranking_of(const Slot& slot) { return slot.miss.promoted ? m_promoted : m_waiting; }
   // Moves the key's rank to match its miss (worth, count, promoted) without allocating.
-  void rerank_locked(Map::value_type& entry, bool was_promoted);
-  // Re-ranks every lagging key (all = true) or only the oldest, and takes them off the FIFO.
-  void catch_up_locked(bool all);
+  void rerank_locked(Map::iterator it, bool was_promoted);
   // Forgets keys worth least until the charge fits the bound, never `keep`.
   void evict_locked(const std::string* keep);
 
@@ -112,11 +101,6 @@ class MissTracker {
   Map m_misses;
   Ranking m_waiting;   // not promoted, most worth first
   Ranking m_promoted;  // handed to the scheduler, most worth first
-  // Keys whose rank lags, oldest first: a ring of k_max_lagging slots (null: a key forgotten
-  // while lagging), m_lagging_count of them from m_lagging_head.
-  std::vector<Map::value_type*> m_lagging = std::vector<Map::value_type*>(k_max_lagging);
-  size_t m_lagging_head = 0;
-  size_t m_lagging_count = 0;
   size_t m_bytes = 0;
   std::uint64_t m_total = 0;
   std::uint64_t m_evicted = 0;

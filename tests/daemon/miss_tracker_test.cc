@@ -83,57 +83,6 @@ TEST(MissTrackerTest, ForgetsTheKeyWorthLeastNeverTheOneRecorded) {
 
 // top() and due() against a brute-force sort of every key, through records, promotions,
 // releases and evictions at random.
-// A repeated miss leaves its key's rank lagging (the hot keys of a Zipf mix are missed thousands
-// of times a second); eviction must not take such a key for the one worth least by its first miss.
-TEST(MissTrackerTest, AKeyWhoseRankLagsIsNotForgottenForItsOldWorth) {
-  MissTracker misses(64 << 10);
-  const DeviceClass d = testing::h200();
-  const Problem hot = gemm(1, 8192);
-  misses.record(d, hot, "no winner", 1, 0.3);  // worth 0.3: the least of all so far
-  for (int i = 0; i < 99; ++i) misses.record(d, hot, "no winner", 1, 0.3);  // now worth 30
-  const int n = testing::volume(5000);
-  for (int i = 2; i <= n; ++i) misses.record(d, gemm(i), "no winner", 2, 0.3);  // worth 0.6 each
-  ASSERT_GT(misses.stats().evicted, 0u) << "the bound was reached";
-  const auto top = misses.top(1);
-  ASSERT_EQ(top.size(), 1u);
-  EXPECT_EQ(top[0].problem, hot);
-  EXPECT_EQ(top[0].count, 100u);
-  EXPECT_DOUBLE_EQ(top[0].worth_us, 100 * 1 * 0.3);
-}
-
-// More keys missed again than lag at once (k_max_lagging): the oldest catch up as new ones lag,
-// and top() is exact at any point, not only after a catch-up.
-TEST(MissTrackerTest, TopIsExactWhileManyKeysLag) {
-  MissTracker misses(1 << 30);
-  const DeviceClass d = testing::h200();
-  const int keys = int(MissTracker::k_max_lagging) * 3;
-  std::map<std::string, Expected> all;
-  for (int round = 1; round <= 3; ++round)
-    for (int k = 1; k <= keys; ++k) {
-      const Problem p = gemm(k);
-      misses.record(d, p, "no winner", double(k % 7 + 1), 0.5);
-      auto& e = all[d.id() + "/" + p.key()];
-      e.key = d.id() + "/" + p.key();
-      ++e.count;
-      e.worth = double(e.count) * double(k % 7 + 1) * 0.5;
-      if (k % 97 == 0) {  // top() in the middle of a round: some keys lag, others caught up
-        std::vector<Expected> sorted;
-        for (const auto& [_, x] : all) sorted.push_back(x);
-        std::sort(sorted.begin(), sorted.end(), [](const Expected& a, const Expected& b) {
-          if (a.worth != b.worth) return a.worth > b.worth;
-          if (a.count != b.count) return a.count > b.count;
-          return a.key < b.key;
-        });
-        const auto top = misses.top(sorted.size());
-        ASSERT_EQ(top.size(), sorted.size());
-        for (size_t i = 0; i < top.size(); ++i) {
-          ASSERT_EQ(d.id() + "/" + top[i].problem.key(), sorted[i].key) << round << " " << k;
-          ASSERT_EQ(top[i].count, sorted[i].count) << round << " " << k;
-        }
-      }
-    }
-}
-
 TEST(MissTrackerTest, TopAndDueMatchASortOfEveryKey) {
   MissTracker misses(1 << 30);
   const DeviceClass d = testing::h200();
