@@ -108,7 +108,8 @@ void Session<Socket>::write_ready() {
         m_ready.clear();
     }
   }
-  if (!m_slots.empty()) wake_writer();
+  // A reply still being answered wakes the writer itself when it completes (append).
+  if (!m_slots.empty() && m_slots.front()->done) wake_writer();
 }
 
 template <typename Socket>
