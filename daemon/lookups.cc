@@ -120,10 +120,14 @@ LookupService::LookupService(const DaemonConfig& config, const TemplateSet& temp
 
 std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   const auto split = split_lookup_line(line);
-  if (!split) return std::nullopt;
+  // Longer text is never remembered (remember_line).
+  if (!split || split->rest.size() > k_max_cached_line) return std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t generation = this->generation();
-  const std::string text = split->version + std::string(split->rest);
+  // The text key in a buffer this thread reuses: a cached hit allocates only its reply.
+  thread_local std::string text;
+  text.assign(1, split->version);
+  text.append(split->rest);
   std::shared_ptr<const Answer> answer;
   {
     std::lock_guard lock(m_mutex);

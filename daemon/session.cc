@@ -32,6 +32,8 @@ Session<Socket>::~Session() {
 template <typename Socket>
 void Session<Socket>::start() {
   auto self = this->shared_from_this();
+  boost::system::error_code ec;
+  m_socket.non_blocking(true, ec);  // write_ready()'s send must never wait
   asio::co_spawn(
       m_socket.get_executor(), [self]() { return self->read_loop(); }, asio::detached);
   asio::co_spawn(
@@ -70,7 +72,44 @@ void Session<Socket>::push_ready(std::string line, bool close) {
   slot->done = true;
   slot->close = close;
   m_slots.push_back(std::move(slot));
-  wake_writer();
+  if (!m_batching) wake_writer();
+}
+
+template <typename Socket>
+void Session<Socket>::write_ready() {
+  m_batching = false;
+  if (m_done) return;
+  if (!m_writing) {  // the writer holds no bytes: whatever is ready at the front goes now
+    while (!m_slots.empty() && m_slots.front()->done && !m_slots.front()->close) {
+      if (m_ready.empty())
+        m_ready.swap(m_slots.front()->out);
+      else
+        m_ready += m_slots.front()->out;
+      m_slots.pop_front();
+    }
+    if (!m_ready.empty()) {
+      boost::system::error_code ec;
+      size_t n = m_socket.write_some(asio::buffer(m_ready), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        n = 0;
+        ec.clear();
+      }
+      m_unsent -= n;
+      if (ec) return finish();   // the client is gone
+      if (n < m_ready.size()) {  // the socket is full: the rest is the writer's, first in line
+        auto rest = std::make_shared<Slot>();
+        rest->out = m_ready.substr(n);
+        rest->done = true;
+        m_slots.push_front(std::move(rest));
+      }
+      if (m_ready.capacity() > 64 * 1024)
+        std::string().swap(m_ready);
+      else
+        m_ready.clear();
+    }
+  }
+  // A reply still being answered wakes the writer itself when it completes (append).
+  if (!m_slots.empty() && m_slots.front()->done) wake_writer();
 }
 
 template <typename Socket>
@@ -124,6 +163,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
       size_t pos = 0;
       bool fatal = false;
       auto turn = std::chrono::steady_clock::now();
+      m_batching = true;  // replies wait for write_ready() (before every suspension below)
       for (size_t nl; !fatal && (nl = in.find('\n', pos)) != std::string::npos;) {
         std::string_view line(in.data() + pos, nl - pos);
         pos = nl + 1;
@@ -133,7 +173,9 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         // here) let the other connections' handlers run before the next one.
         if (const auto now = std::chrono::steady_clock::now(); now - turn > m_limits.turn_budget) {
           m_metrics.session_yielded();
+          write_ready();
           co_await asio::post(m_socket.get_executor(), asio::use_awaitable);
+          m_batching = true;
           turn = std::chrono::steady_clock::now();
           if (m_done) {
             fatal = true;
@@ -146,8 +188,12 @@ asio::awaitable<void> Session<Socket>::read_loop() {
           fatal = true;
           break;
         }
-        while (!m_done && must_pause())  // bounds: wait until replies drain
-          co_await m_read_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        if (must_pause()) {  // bounds: wait until replies drain
+          write_ready();
+          while (!m_done && must_pause())
+            co_await m_read_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+          m_batching = true;
+        }
         if (m_done) {
           fatal = true;
           break;
@@ -171,9 +217,11 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         if (body.size() < *attach) {
           const size_t have = body.size();
           body.resize(*attach);
+          write_ready();
           co_await asio::async_read(m_socket, asio::buffer(body.data() + have, *attach - have),
                                     asio::redirect_error(asio::use_awaitable, ec));
           m_last_activity = std::chrono::steady_clock::now();
+          m_batching = true;
           if (ec) {
             fatal = true;
             break;
@@ -181,6 +229,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         }
         dispatch(request, std::move(body));
       }
+      write_ready();
       in.erase(0, std::min(pos, in.size()));
       if (fatal) break;
       while (!m_done && must_pause())  // backpressure: stop reading
@@ -213,6 +262,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
     log(LogLevel::error, "session_error", {{"what", e.what()}});
   }
   // Replies still owed are written before the connection closes (EOF after pipelining).
+  m_batching = false;
   m_reading_done = true;
   wake_writer();
 }

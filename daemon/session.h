@@ -20,6 +20,10 @@
 // (lookups of never-seen shapes cheap enough to build there: daemon/lookups.h), the session
 // yields to the other handlers queued on its thread before it takes the next line, so one client
 // flooding cold lookups delays another's cached lookup by about one budget.
+// Replies answered while the reader takes the lines of one read (cached lookups) are sent by the
+// reader itself once those lines are done, with one non-blocking send (what the socket does not
+// take goes to the writer, ahead of everything else), so a cached lookup costs no writer wake-up;
+// replies that arrive later (from the executor) wake the writer.
 // Everything runs on the session's io_context thread; the executor posts its replies there.
 // No exception leaves a session.
 #pragma once
@@ -83,6 +87,9 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // Runs one request line (and its attachment, if it announced one) through the handler.
   void dispatch(std::string_view line, std::string attachment);
   void wake_writer() { m_write_signal.cancel(); }
+  // Ends the reader's batch: sends the replies ready at the front (not a closing one) without
+  // waiting, and wakes the writer for whatever is left.
+  void write_ready();
   // Whether the reader must wait before taking another request (the bounds above).
   bool must_pause() const;
   // Adds reply text to a slot the executor answers; `last` completes it.
@@ -99,9 +106,11 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   boost::asio::steady_timer m_write_signal;  // wakes the writer
   boost::asio::steady_timer m_read_signal;   // wakes the reader when a bound is no longer hit
   std::deque<std::shared_ptr<Slot>> m_slots;
-  size_t m_running = 0;    // slots not done: requests still being answered
-  size_t m_unsent = 0;     // reply bytes in slots and in the writer, not yet taken by the socket
-  bool m_writing = false;  // a socket write is pending
+  size_t m_running = 0;     // slots not done: requests still being answered
+  size_t m_unsent = 0;      // reply bytes in slots and in the writer, not yet taken by the socket
+  bool m_writing = false;   // a socket write is pending
+  bool m_batching = false;  // the reader is answering a read's lines: write_ready() sends them
+  std::string m_ready;      // write_ready()'s buffer
   std::chrono::steady_clock::time_point m_write_progress;  // when it last moved bytes
   std::chrono::steady_clock::time_point m_last_activity;
   bool m_timed_out = false;

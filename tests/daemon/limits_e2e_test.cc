@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -201,6 +202,84 @@ TEST(LimitsEndToEndTest, SlowSteadyReaderGetsTheWholeReply) {
   EXPECT_GT(seconds, 0.2) << "the read took longer than the read deadline";
   const Json j = Json::parse(reply);
   EXPECT_EQ(j["result"]["count"], k_winners);
+}
+
+// Cached lookups are answered by the reader with one non-blocking send per read (issue 10); a
+// client that pipelines thousands of them and reads nothing for a while fills the socket, so
+// part of a send is left over and goes through the writer. Every reply still arrives, whole and
+// in request order, once the client reads.
+TEST(LimitsEndToEndTest, PipelinedCachedLookupsArriveInOrderWhenTheSocketFills) {
+  TempDir dir;
+  const std::string socket = dir / "ktuned.sock";
+  DaemonProcess d(socket, dir / "data", {});
+  ASSERT_TRUE(d.start());
+  const int fd = unix_connect(socket);
+  ASSERT_GE(fd, 0);
+  const auto line = [](int id) {
+    return R"({"v":1,"id":)" + std::to_string(id) +
+           R"(,"op":"lookup","device":"nvidia-h200.sm90.132sm.140gib","problem":{"op":"gemm",)"
+           R"("dtype":"bf16",)"
+           R"("layout":"rc","dims":{"M":512,"N":4096,"K":4096}}})"
+           "\n";
+  };
+  std::string in;
+  char buf[65536];
+  // Reads until `in` holds a whole line; false at EOF or error.
+  const auto read_line = [&] {
+    for (ssize_t n; in.find('\n') == std::string::npos;) {
+      if ((n = ::recv(fd, buf, sizeof buf, 0)) <= 0) return false;
+      in.append(buf, size_t(n));
+    }
+    return true;
+  };
+  // The first lookup builds the answer; the same text again is a cached hit.
+  const std::string first = line(0);
+  ASSERT_EQ(::send(fd, first.data(), first.size(), MSG_NOSIGNAL), ssize_t(first.size()));
+  ASSERT_TRUE(read_line());
+  ASSERT_NE(in.find(R"("ok":true)"), std::string::npos) << in;
+  in.erase(0, in.find('\n') + 1);
+
+  // Send without reading until the daemon stops taking lines: it pauses a connection only while
+  // replies wait unsent, so by then a send left bytes over for the writer.
+  constexpr int k_lines = 20000;
+  std::string out;
+  for (int id = 1; id <= k_lines; ++id) out += line(id);
+  size_t sent = 0;
+  bool blocked = false;
+  while (sent < out.size()) {
+    const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      blocked = true;
+      break;
+    }
+    ASSERT_GT(n, 0) << std::strerror(errno);
+    sent += size_t(n);
+  }
+  ASSERT_TRUE(blocked) << "the daemon took " << k_lines << " lines without pausing";
+  // Now read every reply, sending the rest as the daemon takes it.
+  for (int id = 1; id <= k_lines; ++id) {
+    while (sent < out.size() && in.find('\n') == std::string::npos) {
+      pollfd p{fd, POLLIN | POLLOUT, 0};
+      ASSERT_EQ(::poll(&p, 1, 30'000), 1) << "no progress at reply " << id;
+      if (p.revents & POLLOUT) {
+        const ssize_t n =
+            ::send(fd, out.data() + sent, out.size() - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0) sent += size_t(n);
+      }
+      if (p.revents & POLLIN) {
+        const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        ASSERT_NE(n, 0) << "closed by the daemon at reply " << id;
+        if (n > 0) in.append(buf, size_t(n));
+      }
+    }
+    ASSERT_TRUE(read_line()) << "closed by the daemon at reply " << id;
+    const size_t nl = in.find('\n');
+    const Json reply = Json::parse(in.substr(0, nl));
+    in.erase(0, nl + 1);
+    ASSERT_EQ(reply["id"], id);
+    ASSERT_EQ(reply["ok"], true) << reply.dump();
+  }
+  ::close(fd);
 }
 
 }  // namespace
