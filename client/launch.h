@@ -190,6 +190,21 @@ inline KernelRequest kernel_request_for(const ProblemSpec& problem, const std::s
   return r;
 }
 
+// A config as a request gives it: a JSON object of param name: integer. `what` names it in errors
+// ("\"params\"", "seeds[0]"), `prefix` each of its params ("params.BLOCK_M").
+inline Expected<std::vector<std::pair<std::string, std::int64_t>>> config_from_json(
+    const Json& j, const std::string& what, const std::string& prefix) {
+  if (!j.is_object())
+    return error(ErrorKind::bad_request, what + " must be an object of name: integer");
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it.value().is_number_integer())
+      return error(ErrorKind::bad_request, prefix + "." + it.key() + " must be an integer");
+    out.emplace_back(it.key(), it.value().get<std::int64_t>());
+  }
+  return out;
+}
+
 inline Expected<KernelRequest> kernel_request_from_json(const Json& body) {
   KernelRequest r;
   auto pj = body.find("problem");
@@ -225,13 +240,10 @@ inline Expected<KernelRequest> kernel_request_from_json(const Json& body) {
     r.arch = *arch;
   }
   auto params = src->find("params");
-  if (params == src->end() || !params->is_object())
-    return error(ErrorKind::bad_request, "\"params\" must be an object of name: integer");
-  for (auto it = params->begin(); it != params->end(); ++it) {
-    if (!it.value().is_number_integer())
-      return error(ErrorKind::bad_request, "params." + it.key() + " must be an integer");
-    r.params.emplace_back(it.key(), it.value().get<std::int64_t>());
-  }
+  auto config =
+      config_from_json(params == src->end() ? Json() : *params, "\"params\"", "params");
+  if (!config) return std::unexpected(config.error());
+  r.params = std::move(*config);
   return r;
 }
 

@@ -98,21 +98,14 @@ protocol::Expected<void> job_templates_and_seeds(OpContext& ctx, const Json& bod
                            "\"seeds\" must be an array of at most " + std::to_string(k_max_seeds) +
                                " configs ({\"NAME\": value, ...})");
   for (size_t i = 0; i < it->size(); ++i) {
-    const Json& c = (*it)[i];
     const std::string where = "seeds[" + std::to_string(i) + "]";
-    if (!c.is_object() || c.empty())
-      return protocol::error(ErrorKind::bad_request, where + " must be an object of param: integer");
-    std::vector<std::pair<std::string, std::int64_t>> given;
-    for (const auto& [name, value] : c.items()) {
-      if (!value.is_number_integer())
-        return protocol::error(ErrorKind::bad_request, where + "." + name + " must be an integer");
-      given.emplace_back(name, value.get<std::int64_t>());
-    }
+    auto given = protocol::config_from_json((*it)[i], where, where);
+    if (!given) return std::unexpected(given.error());
     // A seed that is a whole config of no candidate would never be measured: refuse it, with why.
     std::string why;
     std::optional<Params> config;
     for (const KernelTemplate* t : candidates) {
-      auto p = checked_params(t->manifest, given);
+      auto p = checked_params(t->manifest, *given);
       if (p) {
         config = std::move(*p);
         break;
