@@ -75,41 +75,51 @@ void Session<Socket>::push_ready(std::string line, bool close) {
   if (!m_batching) wake_writer();
 }
 
+namespace {
+
+// Empties a reply buffer; one that grew past 64 KiB (an export) gives its memory back, so an idle
+// connection keeps no export-sized buffer.
+void release(std::string& buf) {
+  if (buf.capacity() > 64 * 1024)
+    std::string().swap(buf);
+  else
+    buf.clear();
+}
+
+}  // namespace
+
 template <typename Socket>
 void Session<Socket>::write_ready() {
   m_batching = false;
   if (m_done) return;
-  if (!m_writing) {  // the writer holds no bytes: whatever is ready at the front goes now
+  // While no socket write is pending the writer is parked with m_out empty (or about to find it
+  // non-empty): whatever is ready at the front goes now, and what the socket does not take stays
+  // in m_out, where the writer sends it before anything behind it.
+  if (!m_writing && m_out.empty()) {
     while (!m_slots.empty() && m_slots.front()->done && !m_slots.front()->close) {
-      if (m_ready.empty())
-        m_ready.swap(m_slots.front()->out);
+      if (m_out.empty())
+        m_out.swap(m_slots.front()->out);
       else
-        m_ready += m_slots.front()->out;
+        m_out += m_slots.front()->out;
       m_slots.pop_front();
     }
-    if (!m_ready.empty()) {
+    if (!m_out.empty()) {
       boost::system::error_code ec;
-      size_t n = m_socket.write_some(asio::buffer(m_ready), ec);
+      size_t n = m_socket.write_some(asio::buffer(m_out), ec);
       if (ec == asio::error::would_block || ec == asio::error::try_again) {
         n = 0;
         ec.clear();
       }
       m_unsent -= n;
-      if (ec) return finish();   // the client is gone
-      if (n < m_ready.size()) {  // the socket is full: the rest is the writer's, first in line
-        auto rest = std::make_shared<Slot>();
-        rest->out = m_ready.substr(n);
-        rest->done = true;
-        m_slots.push_front(std::move(rest));
-      }
-      if (m_ready.capacity() > 64 * 1024)
-        std::string().swap(m_ready);
+      if (ec) return finish();  // the client is gone
+      if (n == m_out.size())
+        release(m_out);
       else
-        m_ready.clear();
+        m_out.erase(0, n);
     }
   }
   // A reply still being answered wakes the writer itself when it completes (append).
-  if (!m_slots.empty() && m_slots.front()->done) wake_writer();
+  if (!m_out.empty() || (!m_slots.empty() && m_slots.front()->done)) wake_writer();
 }
 
 template <typename Socket>
@@ -270,7 +280,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
 template <typename Socket>
 asio::awaitable<void> Session<Socket>::write_loop() {
   boost::system::error_code ec;
-  std::string buf;
+  std::string& buf = m_out;  // may hold what write_ready() could not send: it goes first
   try {
     while (!m_done) {
       bool close_after = false;
@@ -305,10 +315,7 @@ asio::awaitable<void> Session<Socket>::write_loop() {
       }
       m_writing = false;
       m_last_activity = m_write_progress;
-      if (buf.capacity() > 64 * 1024)
-        std::string().swap(buf);  // an idle connection keeps no export-sized buffer
-      else
-        buf.clear();
+      release(buf);
       if (ec || close_after) break;
     }
   } catch (const std::exception& e) {

@@ -110,7 +110,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   size_t m_unsent = 0;      // reply bytes in slots and in the writer, not yet taken by the socket
   bool m_writing = false;   // a socket write is pending
   bool m_batching = false;  // the reader is answering a read's lines: write_ready() sends them
-  std::string m_ready;      // write_ready()'s buffer
+  std::string m_out;        // reply bytes taken from the slots, not yet sent (writer, write_ready)
   std::chrono::steady_clock::time_point m_write_progress;  // when it last moved bytes
   std::chrono::steady_clock::time_point m_last_activity;
   bool m_timed_out = false;
