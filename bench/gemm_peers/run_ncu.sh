@@ -4,7 +4,8 @@
 # "explain it with ncu before building on it".
 #   bash bench/gemm_peers/make_kit.sh                      # dev box: .gpu/ (ktuned, ktune, ...)
 #   SHAPES=4096x4096x14336,... OUT=/tmp/o bash bench/gemm_peers/run_ncu.sh   # GPU node, repo root
-# ktuned serves the shipped tables/h200.json (no tuning); peers.py profile launches each served
+# ktuned serves the shipped tables/h200.json, or TABLE (a `ktune export` file, e.g. the h200.json
+# run_h200.sh just wrote; no tuning); peers.py profile launches each served
 # kernel and torch.matmul once; ncu (--clock-control none: the clocks as the power cap leaves
 # them) profiles those launches. $OUT: ncu.csv (every metric of the sections, one row per metric
 # and kernel), ncu.txt (the readable report), ncu-sass.csv (the first served kernel per SASS
@@ -20,7 +21,8 @@ W=$(mktemp -d /tmp/gemm-ncu-XXXXXX)
 export LD_LIBRARY_PATH=$K/devlibs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export KTUNE_HOME=$PWD PYTHONPATH=$PWD/client/python PYTHONUNBUFFERED=1
 "$K/ktuned" --socket "$W/k.sock" --data-dir "$W/data" --set server.metrics= \
-  --set tuning.gpu_policy=never --set tuning.on_miss=false > "$OUT/ktuned.log" 2>&1 &
+  --set tuning.gpu_policy=never --set tuning.on_miss=false ${TABLE:+--set store.seed_tables="$TABLE"} \
+  > "$OUT/ktuned.log" 2>&1 &
 KPID=$!
 trap 'kill $KPID 2>/dev/null; wait $KPID 2>/dev/null' EXIT
 for _ in $(seq 300); do "$K/ktune" --socket "$W/k.sock" status > /dev/null 2>&1 && break; sleep 0.1; done

@@ -71,6 +71,30 @@ __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const ktune_
       : "memory");
 }
 
+// ---- TMA stores (shared -> global) ----
+// Orders this thread's generic-proxy writes to shared memory before later async-proxy reads of it
+// (a TMA store of what the thread just wrote): every writing thread fences, then the threads sync,
+// then one thread issues the store.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// 2-D TMA store of the box at (x, y) from shared memory at src; elements outside the map's dims
+// are not written. Completes asynchronously: commit_group / wait_group_read below.
+__device__ __forceinline__ void tma_store_2d(const ktune_tensor_map* map, unsigned src, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<unsigned long long>(map)),
+               "r"(src), "r"(x), "r"(y)
+               : "memory");
+}
+// Closes the bulk group of the stores this thread issued since the last commit.
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed bulk groups still read their shared source
+// (the source of the others may be overwritten; their global writes may still be in flight).
+template <int N>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
 // ---- thread-block clusters ----
 __device__ __forceinline__ unsigned cluster_ctarank() {
   unsigned r;

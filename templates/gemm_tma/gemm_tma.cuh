@@ -12,7 +12,9 @@
 // Knobs (the manifest's params): BLOCK_M x BLOCK_N x BLOCK_K tile, STAGES, CONSUMERS (1 or 2
 // warpgroups; each owns BLOCK_M / CONSUMERS rows), GROUP_M (raster: tile rows per band, tiles
 // walked column by column inside a band), EPILOGUE (0: from registers, 4-byte stores; 1: through a
-// dedicated shared area, 8 rows per warp at a time, 16-byte stores), CLUSTER_M (2: vertically
+// dedicated shared area, 8 rows per warp at a time, 16-byte stores; 2: stmatrix into two 128-byte-
+// swizzled boxes per warp and TMA stores through tmC, left in flight while the next tile's main
+// loop runs), CLUSTER_M (2: vertically
 // adjacent tiles in a 2-CTA cluster that multicasts the shared B tile), SPLITS (split-K: each
 // tile's K range in SPLITS work units), SCHEDULE (how the consumer warpgroups share the work,
 // below). Persistence is a launch choice: the kernel walks work
@@ -71,6 +73,7 @@ using ktune_gemm_sm90_detail::wgmma_commit;
 using ktune_gemm_sm90_detail::wgmma_fence;
 using ktune_gemm_sm90_detail::wgmma_wait;
 using ktune_tma::cluster_ctarank;
+using ktune_tma::bulk_wait_group_read;
 using ktune_tma::cluster_sync;
 using ktune_tma::fence_barrier_init;
 using ktune_tma::mbar_arrive_expect_tx;
@@ -104,7 +107,11 @@ struct TmaConfig {
   // Epilogue 1: per consumer warp 8 rows of BLOCK_N outputs; the 16-byte row pad puts the 8 rows x
   // 4 lanes of a fragment store in 32 distinct banks (2-byte outputs).
   static constexpr int kEpiPitch = BLOCK_N * int(sizeof(TOut)) + 16;
-  static constexpr int kEpiWarpBytes = 8 * kEpiPitch;
+  // Epilogue 2: per consumer warp two boxes of 16 rows x 128 bytes (a TMA store's source, in the
+  // 128-byte swizzle), used in turn so that one is filled while the other is being stored.
+  static constexpr int kEpiBoxCols = 128 / int(sizeof(TOut));  // outputs per 128-byte box row
+  static constexpr int kEpiBoxBytes = 16 * 128;
+  static constexpr int kEpiWarpBytes = EPILOGUE == 2 ? 2 * kEpiBoxBytes : 8 * kEpiPitch;
   static constexpr int kEpiBytes = EPILOGUE ? CONSUMERS * 4 * kEpiWarpBytes : 0;
   static constexpr int kBarOffset = STAGES * kStageBytes + kEpiBytes;  // from the aligned base
   static constexpr int kFlagOffset = kBarOffset + 16 * STAGES;        // split-K "last CTA" flag
@@ -121,6 +128,8 @@ struct TmaConfig {
   static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
   static_assert(STAGES >= 2 && STAGES <= 8, "2..8 stages");
   static_assert(kSmemBytes <= 232448, "fits the 227 KB opt-in shared memory of sm_90");
+  static_assert(EPILOGUE >= 0 && EPILOGUE <= 2, "epilogue 0 (direct), 1 (staged) or 2 (TMA store)");
+  static_assert(EPILOGUE != 2 || (STAGES * kStageBytes) % 1024 == 0, "epilogue boxes on 1024-byte swizzle atoms");
 };
 
 // Registers per thread after setmaxnreg with two consumer warpgroups: 128 * 40 + 256 * 232 = 64512.
@@ -225,6 +234,88 @@ __device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], uns
         }
       }
       __syncwarp();
+    }
+  }
+}
+
+// stmatrix .x4: lanes 8j..8j+7 give the row addresses of 8x8 matrix j; r[j] is this thread's
+// pair of it in the mma fragment layout (row lane / 4, columns 2 (lane % 4) + {0, 1}).
+__device__ __forceinline__ void stmatrix_x4(unsigned addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// Epilogue 2: each warp writes its 16 rows of each m64 slice as boxes of 16 rows x 128 bytes:
+// fragments -> shared (stmatrix for 2-byte outputs, 8-byte stores for fp32) in the 128-byte
+// swizzle (16-byte chunk c of row r at chunk c ^ (r % 8): conflict-free, and what TMA expects),
+// then one lane issues the box's TMA store. The warp's two boxes alternate; before refilling one
+// its previous store must have read it (wait_group.read 1). Nothing waits for the stores at the
+// end of a tile: they drain under the next tile's main loop (the kernel waits once at exit). TMA
+// clips rows >= M and columns >= N; beta != 0 reads C first (plain loads, masked).
+template <typename TOut, int BLOCK_N, int MS, int ACC>
+__device__ __forceinline__ void epilogue_tma(const float (&acc)[MS][ACC], unsigned area, const ktune_tensor_map* tmC,
+                                             const TOut* __restrict__ C, int M, int N, int row0, int col0,
+                                             float alpha, float beta) {
+  constexpr int kBoxCols = 128 / int(sizeof(TOut));
+  constexpr int kGroups = kBoxCols / 8;  // 8-column fragment groups per box
+  const int t = static_cast<int>(threadIdx.x) & 127;
+  const int warp = t >> 5, lane = t & 31;
+  int k = 0;  // boxes this warp has issued in this tile (even per tile: the parity restarts)
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms) {
+    const int wrow = row0 + ms * 64 + warp * 16;
+#pragma unroll
+    for (int cb = 0; cb < BLOCK_N / kBoxCols; ++cb, ++k) {
+      const unsigned box = area + (k & 1) * 2048;
+      if (lane == 0) ktune_tma::bulk_wait_group_read<1>();
+      __syncwarp();
+      float v[kGroups * 4];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[4 * g + e] = alpha * acc[ms][4 * (cb * kGroups + g) + e];
+      if (beta != 0.0f) {
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int r = wrow + (lane >> 2) + 8 * (e >> 1);
+            const int c = col0 + cb * kBoxCols + g * 8 + (lane & 3) * 2 + (e & 1);
+            if (r < M && c < N) v[4 * g + e] += beta * ktune_dev::to_float(C[static_cast<long long>(r) * N + c]);
+          }
+      }
+      if constexpr (sizeof(TOut) == 2) {
+        // Matrices j = 0..3 of groups (g, g + 1): rows 0-7 / 8-15 of group g, then of group g + 1.
+        const int r = (lane & 7) + 8 * ((lane >> 3) & 1);
+#pragma unroll
+        for (int g = 0; g < kGroups; g += 2) {
+          const int chunk = g + (lane >> 4);
+          stmatrix_x4(box + r * 128 + ((chunk ^ (r & 7)) << 4), ktune_dev::pack2<TOut>(v[4 * g], v[4 * g + 1]),
+                      ktune_dev::pack2<TOut>(v[4 * g + 2], v[4 * g + 3]),
+                      ktune_dev::pack2<TOut>(v[4 * g + 4], v[4 * g + 5]),
+                      ktune_dev::pack2<TOut>(v[4 * g + 6], v[4 * g + 7]));
+        }
+      } else {
+        // fp32: group g's pair (lane % 4) is 8 bytes at byte 32 g + 8 (lane % 4) of the row.
+#pragma unroll
+        for (int g = 0; g < kGroups; ++g)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = (lane >> 2) + 8 * h;
+            const int chunk = 2 * g + ((lane & 3) >> 1);
+            const unsigned a = box + r * 128 + ((chunk ^ (r & 7)) << 4) + 8 * (lane & 1);
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(a), "f"(v[4 * g + 2 * h]),
+                         "f"(v[4 * g + 2 * h + 1])
+                         : "memory");
+          }
+      }
+      ktune_tma::fence_proxy_async_smem();
+      __syncwarp();
+      if (lane == 0) {
+        ktune_tma::tma_store_2d(tmC, box, col0 + cb * kBoxCols, wrow);
+        ktune_tma::bulk_commit_group();
+      }
     }
   }
 }
@@ -392,7 +483,8 @@ struct BlockWork {
   int units_m, tiles_n, group;  // raster of tile groups (rows of clusters x tile columns)
   unsigned rank;                // CTA rank in the cluster
   unsigned stages, full, empty; // shared addresses: the ring, full[0], empty[0]
-  unsigned char* epi;           // this warp's staged-epilogue area
+  unsigned char* epi;           // this warp's staged-epilogue area (epilogue 1 and 2)
+  const ktune_tensor_map* tmC;  // C as a TMA map (epilogue 2)
   unsigned char* flag;          // the split-K "last CTA" flag
 };
 
@@ -458,7 +550,10 @@ template <typename Cfg, int MS, int ACC>
 __device__ __forceinline__ void store_tile(const float (&acc)[MS][ACC], const BlockWork& w,
                                            typename Cfg::Out* __restrict__ C, int M, int N, int row0, int col0,
                                            float alpha, float beta) {
-  if constexpr (Cfg::kEpilogue == 1) {
+  if constexpr (Cfg::kEpilogue == 2) {
+    epilogue_tma<typename Cfg::Out, Cfg::kBlockN, MS, ACC>(acc, smem_u32(w.epi), w.tmC, C, M, N, row0, col0, alpha,
+                                                           beta);
+  } else if constexpr (Cfg::kEpilogue == 1) {
     epilogue_staged<typename Cfg::Out, Cfg::kBlockN, Cfg::kEpiPitch, MS, ACC>(acc, w.epi, C, M, N, row0, col0, alpha,
                                                                             beta);
   } else {
@@ -558,7 +653,8 @@ __device__ __forceinline__ void consume_pingpong(const BlockWork& w, typename Cf
 // and exit. STREAMK = 1: the persistent grid's last, partial wave of tiles is spread over every
 // cluster (WorkPlan).
 // tmA: bf16/fp16 2-D map over A (dims {K, M}, box {64, BLOCK_M}, 128-byte
-// swizzle); tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}).
+// swizzle); tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}); tmC: over C (EPILOGUE 2: dims
+// {N, M}, box {128 bytes of outputs, 16}, 128-byte swizzle; any map otherwise, unused).
 //
 // CLUSTER_M = 2: the two CTAs of a cluster take vertically adjacent tiles (tile rows 2p and 2p + 1,
 // same tile column), so they need the same B tile: CTA rank r loads rows [r, r + 1) * BLOCK_N / 2 of
@@ -572,8 +668,9 @@ template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, in
           int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS, int SCHEDULE, int STREAMK>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     ktune_gemm_tma(const __grid_constant__ ktune_tensor_map tmA, const __grid_constant__ ktune_tensor_map tmB,
-                   TOut* __restrict__ C, float* __restrict__ workspace, int* __restrict__ tile_counters,
-                   int sk_ctas, int M, int N, int K, float alpha, float beta) {
+                   TOut* __restrict__ C, const __grid_constant__ ktune_tensor_map tmC,
+                   float* __restrict__ workspace, int* __restrict__ tile_counters, int sk_ctas, int M, int N, int K,
+                   float alpha, float beta) {
   using namespace ktune_gemm_tma_detail;
   using Cfg = TmaConfig<TIn, TOut, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, CONSUMERS, EPILOGUE, SCHEDULE>;
   constexpr int splits = SPLITS;
@@ -594,6 +691,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
   if (tid == 0) {
     prefetch_tensormap(&tmA);
     prefetch_tensormap(&tmB);
+    if constexpr (EPILOGUE == 2) prefetch_tensormap(&tmC);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
@@ -659,11 +757,15 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     unsigned char* base = gemm_tma_smem + (stages - raw);
     const BlockWork w{plan,  units_m, tiles_n, group, rank, stages, full, empty,
                       base + STAGES * Cfg::kStageBytes + ((tid - 128) >> 5) * Cfg::kEpiWarpBytes,
-                      base + Cfg::kFlagOffset};
+                      &tmC, base + Cfg::kFlagOffset};
     if constexpr (SCHEDULE == kPingpong) {
       consume_pingpong<Cfg, CLUSTER_M, MS, ACC>(w, C, M, N, alpha, beta, cw);
     } else {
       consume_cooperative<Cfg, CLUSTER_M, MS, ACC>(w, C, workspace, tile_counters, M, N, alpha, beta, cw);
+    }
+    // The last TMA stores must have read their boxes before the block's shared memory goes away.
+    if constexpr (EPILOGUE == 2) {
+      if ((tid & 31) == 0) bulk_wait_group_read<0>();
     }
   }
   // A CTA of a cluster leaves only when its peer no longer multicasts into it or arrives on its

@@ -204,8 +204,10 @@ TEST_F(KernelGpuTest, RowOpsMatchTheHostReference) {
 // gemm_tma (sm_90a, A and B fed by TMA) asked by name through the kernel op and launched with
 // ktune::Kernel, which encodes the two tensor maps from A's and B's addresses on every launch:
 // an aligned shape and a tail shape (M, N not multiples of the tile; K % 8 == 0 for the 16-byte
-// row stride TMA needs), a plain config and a 2-CTA cluster with B multicast and a staged
-// epilogue.
+// row stride TMA needs), a plain config, a 2-CTA cluster with B multicast and a staged
+// epilogue, and (on a shape of more tiles than SMs) a persistent config whose epilogue stores C
+// through a third map (tmC, encoded from C's address; N % 8 == 0 for its row stride). Then C = A W^T + 0.5 C through a beta override:
+// the epilogues read C before they overwrite it.
 TEST_F(KernelGpuTest, GemmTmaThroughClientTensorMapsMatchesTheHostReference) {
   CUdevice dev = 0;
   int major = 0, minor = 0;
@@ -224,15 +226,26 @@ TEST_F(KernelGpuTest, GemmTmaThroughClientTensorMapsMatchesTheHostReference) {
     if (n == "EPILOGUE") v = 1;
     if (n == "STAGES") v = 2;
   }
-  for (auto [M, N, K] : {std::array<std::int64_t, 3>{256, 512, 128}, {200, 300, 136}}) {
+  Params tma_store = base;
+  for (auto& [n, v] : tma_store) {
+    if (n == "EPILOGUE") v = 2;
+    if (n == "PERSISTENT") v = 1;
+    if (n == "STAGES") v = 4;
+  }
+  for (auto [M, N, K] :
+       {std::array<std::int64_t, 3>{256, 512, 128}, {200, 300, 136}, {2200, 1000, 136}}) {
     const auto a = random(size_t(M * K), -1, 1, 7), w = random(size_t(N * K), -1, 1, 8);
     const auto ref = gemm_reference(a, w, M, N, K);
     DeviceBuffer da(m_api, a.size() * 2), dw(m_api, w.size() * 2), dc(m_api, size_t(M * N) * 2);
     da.upload(bf16(a));
     dw.upload(bf16(w));
-    for (const Params* params : std::array<const Params*, 2>{&base, &cluster}) {
-      const std::string what = std::to_string(M) + "x" + std::to_string(N) + "x" +
-                               std::to_string(K) + (params == &base ? " plain" : " cluster");
+    for (const Params* params : std::array<const Params*, 3>{&base, &cluster, &tma_store}) {
+      // The persistent config on the shape of more tiles than SMs (a block stores one tile while
+      // it computes the next); the others on the two small shapes.
+      if ((params == &tma_store) != (M > 256)) continue;
+      const std::string what =
+          std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+          (params == &base ? " plain" : params == &cluster ? " cluster" : " tma-store");
       protocol::KernelRequest r;
       r.problem = {"gemm", "bf16", "", "rc", {{"M", M}, {"N", N}, {"K", K}}};
       r.template_name = "gemm_tma";
@@ -248,7 +261,17 @@ TEST_F(KernelGpuTest, GemmTmaThroughClientTensorMapsMatchesTheHostReference) {
         ASSERT_TRUE(ok) << what << ": " << ok.error().message;
       }
       ASSERT_EQ(m_api->cuStreamSynchronize(m_stream), CUDA_SUCCESS) << what;
-      EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref), 1e-2) << what;
+      const auto c0 = dc.download<std::uint16_t>(ref.size());
+      EXPECT_LT(rel_error(c0, ref), 1e-2) << what;
+      // beta = 0.5: C = A W^T + 0.5 * (the C just computed).
+      std::vector<double> ref_beta(ref.size());
+      for (size_t i = 0; i < ref.size(); ++i) ref_beta[i] = ref[i] + 0.5 * double(from_bf16(c0[i]));
+      const std::array<ScalarArg, 1> beta{ScalarArg{"beta", 0.5}};
+      const std::array<std::uint64_t, 3> buffers{da.ptr, dw.ptr, dc.ptr};
+      auto ok = (*k)->launch(buffers, m_stream, beta);
+      ASSERT_TRUE(ok) << what << " beta: " << ok.error().message;
+      ASSERT_EQ(m_api->cuStreamSynchronize(m_stream), CUDA_SUCCESS) << what;
+      EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref_beta), 1e-2) << what << " beta";
     }
   }
 }

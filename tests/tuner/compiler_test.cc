@@ -342,5 +342,66 @@ TEST(CompilerTest, GemmTmaStreamKConfigsCompileForSm90aWithoutSpills) {
   expect_compiled_without_spills(reqs, 255);
 }
 
+// gemm_tma's TMA-store epilogue (EPILOGUE 2, issue 13): offered only where tmC can be encoded
+// (N * out_bytes a multiple of 16: N = 1000 yes, N = 1001 no, for bf16); its per-warp boxes take
+// 32 KB whatever the output type, so fp32 output keeps 128x256 tiles at 4 stages, which the
+// staged epilogue's 66 KB of areas cannot; its configs (cooperative, fp32 out, ping-pong in a
+// 2-CTA cluster, split-K, stream-K, one consumer) compile for sm_90a without spills or stack.
+TEST(CompilerTest, GemmTmaStoreEpilogueConfigsCompileForSm90aWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  auto epilogues = [&](const Problem& p) {
+    std::set<std::int64_t> e;
+    auto space = SearchSpace::build(*t, p, limits);
+    EXPECT_TRUE(space) << space.error().message;
+    if (space)
+      for (const auto& c : space->configs()) e.insert(c.at("EPILOGUE"));
+    return e;
+  };
+  const Problem even{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 1000}, {"K", 4096}}};
+  const Problem odd{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 1001}, {"K", 4096}}};
+  EXPECT_EQ(epilogues(even), (std::set<std::int64_t>{0, 1, 2}));
+  EXPECT_EQ(epilogues(odd), (std::set<std::int64_t>{0, 1})) << "tmC's rows need 16-byte strides";
+
+  const Params coop{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
+                    {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0}};
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
+  const Problem p32{"gemm", "bf16", "fp32", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
+  Params staged = coop;
+  staged["EPILOGUE"] = 1;
+  EXPECT_TRUE(instantiate(*t, p32, limits, coop)) << "fp32 out, 128x256, 4 stages, TMA store";
+  EXPECT_FALSE(instantiate(*t, p32, limits, staged)) << "the staged areas leave room for 3 stages";
+  std::vector<CompileRequest> reqs, one_consumer;
+  auto add = [&](const Problem& prob, const Params& params, std::vector<CompileRequest>* into = nullptr) {
+    auto inst = instantiate(*t, prob, limits, params);
+    ASSERT_TRUE(inst) << params_to_string(params) << ": " << inst.error().message;
+    (into ? *into : reqs).push_back({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
+  };
+  add(p, coop);
+  add(p32, coop);
+  Params pp = coop;
+  pp["BLOCK_M"] = 64;
+  pp["CLUSTER_M"] = 2;
+  pp["SCHEDULE"] = 1;
+  add(Problem{"gemm", "fp16", "fp16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}}, pp);
+  Params sk = coop;
+  sk["STREAMK"] = 1;
+  add(p, sk);
+  Params split = coop;
+  split["PERSISTENT"] = 0;
+  split["BLOCK_N"] = 128;
+  split["SPLITS"] = 4;
+  add(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 512}, {"K", 16384}}}, split);
+  expect_compiled_without_spills(reqs, 168);
+  Params one = coop;
+  one["CONSUMERS"] = 1;
+  one["BLOCK_N"] = 128;
+  add(p, one, &one_consumer);
+  expect_compiled_without_spills(one_consumer, 255);  // 256 threads, up to 255 registers each
+}
+
 }  // namespace
 }  // namespace ktune

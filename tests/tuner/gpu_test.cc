@@ -350,6 +350,38 @@ TEST(GpuTmaTest, GemmTmaStreamKVerifiesAcrossShapesAndDtypes) {
   EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 8);
 }
 
+// gemm_tma's TMA-store epilogue (EPILOGUE 2): stmatrix boxes stored through tmC while the next
+// tile's main loop runs, under every schedule that reaches it (one block per tile, persistent
+// cooperative with one and two consumers, ping-pong with a 2-CTA cluster, split-K, stream-K), on
+// shapes with tails in M and N (TMA clips the boxes) and bf16/fp32/fp16 outputs (fp32 is written
+// with plain shared stores, not stmatrix): every config the space holds verifies against cuBLAS.
+TEST(GpuTmaTest, GemmTmaStoreEpilogueVerifiesAcrossSchedulesShapesAndDtypes) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
+                    {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0}};
+  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+    return with_params(base, changes);
+  };
+  const std::vector<Params> configs = {
+      base,
+      with({{"PERSISTENT", 1}, {"STAGES", 3}}),
+      with({{"BLOCK_N", 128}, {"CONSUMERS", 1}, {"PERSISTENT", 1}, {"GROUP_M", 1}}),
+      with({{"BLOCK_M", 64}, {"CLUSTER_M", 2}, {"PERSISTENT", 1}, {"SCHEDULE", 1}}),
+      with({{"BLOCK_N", 128}, {"SPLITS", 4}}),
+      with({{"PERSISTENT", 1}, {"STREAMK", 1}, {"STAGES", 3}}),
+  };
+  const std::vector<Problem> problems = {
+      {"gemm", "bf16", "bf16", "rc", {{"M", 4300}, {"N", 2104}, {"K", 520}}},
+      {"gemm", "bf16", "fp32", "rc", {{"M", 3000}, {"N", 2056}, {"K", 1032}}},
+      {"gemm", "fp16", "fp16", "rc", {{"M", 4000}, {"N", 4104}, {"K", 200}}},
+      {"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 520}, {"K", 8192}}},  // split-K
+  };
+  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 10);
+}
+
 TEST(GpuWorkerTest, CopyCeilingIsPlausible) {
   KTUNE_REQUIRE_GPU();
   auto tuner = open_tuner({});
