@@ -96,6 +96,12 @@ struct DaemonConfig {
   int budget_trials = 256;
   // Most wall-clock seconds per tuning job. Default 600.
   double budget_seconds = 600;
+  // Fastest configs of a job's search re-timed interleaved before its winner is declared. The
+  // search times each config in short bursts, at clocks a GPU under its power cap does not keep;
+  // the finalists are timed together in steady state, so more finalists let a config that ranked
+  // lower in bursts win where it is faster in steady state (bench/NOTES.md, "gemm_tma step 4").
+  // Default 5.
+  int finalists = 5;
   // When tuning lanes may use their GPU: "idle" (only while no foreign process uses it and its
   // utilization is at or under idle_threshold_percent for idle_settle_seconds), "always", or
   // "never" (jobs queue but do not run). Default "idle".

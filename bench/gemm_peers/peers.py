@@ -117,7 +117,7 @@ def plan(args: argparse.Namespace) -> Dict[str, Any]:
     doc = {
         "shapes": [shape_name(s) for s in shapes],
         "tuning": {"path": args.tuner, "strategy": args.strategy, "trials": args.trials,
-                   "seconds_per_job": args.job_seconds,
+                   "seconds_per_job": args.job_seconds, "finalists": args.finalists,
                    "what": ("ktune tune per shape through ktuned (every gemm template, the "
                             "daemon's timing: 100 ms per candidate)" if args.tuner == "daemon" else
                             "ktune-bench --template gemm_tma --target-ms 30 into the store ktuned "
@@ -886,6 +886,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--strategy", default="model")
     ap.add_argument("--trials", type=int, default=120, help="tune: trials per job")
     ap.add_argument("--job-seconds", type=float, default=45, help="tune: seconds per job at most")
+    ap.add_argument("--finalists", type=int, default=5,
+                    help="plan: configs each job re-times before its winner (ktuned's tuning.finalists)")
     ap.add_argument("--template", action="append", default=[],
                     help="tune: search only this template (repeatable; default: every one)")
     ap.add_argument("--seed", action="append", default=[],

@@ -27,7 +27,8 @@
 # SUSTAIN_S (4 per phase, 4 phases), SETS (3 input sets of 384 MB at 8192^3), BUDGET_S, K (.gpu),
 # TWINS=1 (also time each served gemm_tma config's stream-K twin, peers.py --twins), TEMPLATES
 # ("gemm_tma ...": the daemon's jobs search only these) and SEEDS ("NAME=V,... ...": configs each
-# job measures first; both TUNER=daemon only).
+# job measures first; both TUNER=daemon only), FINALISTS (5: configs each job re-times in steady
+# state before its winner, tuning.finalists).
 # FAKE=1 runs the same flow on a machine without a GPU: tests/fakes/fake_worker (from $K) measures,
 # `measure` runs on tests/bench/fake_torch (a stand-in torch: shapes, no numbers), no nvidia-smi
 # or cuobjdump; tests/bench/gemm_peers_test.py runs it.
@@ -68,7 +69,8 @@ finish() {
 trap finish EXIT
 
 SETS_DAEMON=(--set tuning.on_miss=false --set store.seed_tables=
-             --set server.metrics= --set tuning.strategy="$STRATEGY")
+             --set server.metrics= --set tuning.strategy="$STRATEGY"
+             --set tuning.finalists="${FINALISTS:-5}")
 WORKER=$K/ktune-worker
 if [ -n "${FAKE:-}" ]; then
   WORKER=$K/fake-worker
@@ -86,7 +88,7 @@ start_ktuned() {  # start_ktuned POLICY: serves $W/data on $S; tunes only with P
 say "1. meta"
 "${PEERS[@]}" meta --commit-file "$K/COMMIT" --ktuned "$K/ktuned" --out "$W/meta.json"
 cat "$W/meta.json"
-"${PEERS[@]}" plan --tuner "$TUNER" --trials "$TRIALS" --job-seconds "$JOB_SECONDS" \
+"${PEERS[@]}" plan --tuner "$TUNER" --trials "$TRIALS" --job-seconds "$JOB_SECONDS" --finalists "${FINALISTS:-5}" \
   --rounds "$ROUNDS" --sustain-s "$SUSTAIN_S" --sets "$SETS" --out "$W/plan.json" > /dev/null
 
 say "2. tuning ($TUNER, $STRATEGY, $TRIALS trials per shape, cap ${TUNE_CAP_S} s)"
@@ -99,7 +101,7 @@ print(' '.join(peers.shape_name(s) for s in peers.parse_shapes('$SHAPES')))"); d
   done
   KTUNE_WORKER=$WORKER timeout "$TUNE_CAP_S" "$K/ktune-bench" "${PROBLEMS[@]}" \
     --template gemm_tma --strategy "$STRATEGY" --budget "$TRIALS" --seconds "$JOB_SECONDS" \
-    --target-ms 30 --data-dir "$W/data" --out "$W/tune.json" > "$L/tune.log" 2>&1
+    --target-ms 30 --finalists "${FINALISTS:-5}" --data-dir "$W/data" --out "$W/tune.json" > "$L/tune.log" 2>&1
   echo "ktune-bench rc=$?"; cat "$L/tune.log"
   start_ktuned never
 else

@@ -162,8 +162,12 @@ protocol::LaunchArg& named(protocol::LaunchDescription& d, std::string_view name
 
 // The inputs the tuner's worker passes cuTensorMapEncodeTiled (tuner/gpu_worker.cc
 // GpuWorker::tensor_map), restated here with cuda.h's names: the plan must hold exactly these.
+// The heuristic serves the first two shapes a config that stores C directly (tmC is then the
+// 16-byte map over C's start that nothing reads) and the third the TMA-store epilogue (tmC over
+// all of C, 16-row boxes of 128 bytes).
 TEST(TensorMapTest, PlansWhatTheWorkerEncodesForTheSameConfig) {
-  for (auto [m, n, k] : {std::array<std::int64_t, 3>{256, 512, 128}, {200, 300, 136}}) {
+  for (auto [m, n, k] :
+       {std::array<std::int64_t, 3>{256, 512, 128}, {200, 300, 136}, {1024, 2048, 1024}}) {
     Instance inst;
     auto d = gemm_tma_description(m, n, k, &inst);
     std::vector<std::string> buffers;
@@ -188,15 +192,25 @@ TEST(TensorMapTest, PlansWhatTheWorkerEncodesForTheSameConfig) {
         EXPECT_EQ(plan->element_strides[i], v.map.element_strides[i]);
       }
       EXPECT_EQ(plan->strides[0], v.map.strides[0]);
-      EXPECT_EQ(plan->strides[0], std::uint64_t(k) * 2) << "K-major rows of bf16";
-      EXPECT_EQ(plan->dims[0], std::uint64_t(k));
-      EXPECT_EQ(plan->dims[1], std::uint64_t(v.map.buffer == "A" ? m : n));
+      if (v.map.buffer == "C") {
+        const bool tma_store = inst.params.at("EPILOGUE") == 2;
+        EXPECT_EQ(tma_store, m == 1024) << "the heuristic's epilogue";
+        EXPECT_EQ(plan->strides[0], tma_store ? std::uint64_t(n) * 2 : 16u);
+        EXPECT_EQ(plan->dims[0], tma_store ? std::uint64_t(n) : 8u);
+        EXPECT_EQ(plan->dims[1], tma_store ? std::uint64_t(m) : 1u);
+        EXPECT_EQ(plan->box[0], tma_store ? 64u : 8u);
+        EXPECT_EQ(plan->box[1], tma_store ? 16u : 1u);
+      } else {
+        EXPECT_EQ(plan->strides[0], std::uint64_t(k) * 2) << "K-major rows of bf16";
+        EXPECT_EQ(plan->dims[0], std::uint64_t(k));
+        EXPECT_EQ(plan->dims[1], std::uint64_t(v.map.buffer == "A" ? m : n));
+      }
       EXPECT_EQ(plan->interleave, std::uint32_t(CU_TENSOR_MAP_INTERLEAVE_NONE));
       EXPECT_EQ(plan->swizzle, std::uint32_t(CU_TENSOR_MAP_SWIZZLE_128B));
       EXPECT_EQ(plan->l2_promotion, std::uint32_t(CU_TENSOR_MAP_L2_PROMOTION_L2_256B));
       EXPECT_EQ(plan->oob_fill, std::uint32_t(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
     }
-    EXPECT_EQ(maps, 2);
+    EXPECT_EQ(maps, 3);
   }
   // The other enum values map in the driver's order; the dtypes to the driver's types.
   auto d = gemm_tma_description(256, 512, 128);

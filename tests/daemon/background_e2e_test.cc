@@ -319,6 +319,32 @@ TEST_F(BackgroundTest, TuneSearchesTheNamedTemplatesAndMeasuresSeedsFirst) {
   EXPECT_EQ(measured[1], "MODE=3,THREADS=128");  // the seed, before the exhaustive order's (128, 0)
 }
 
+// tuning.finalists: a job's winner carries exactly that many re-timed configs (its exact entries,
+// fastest first), where the search measured more configs that passed.
+TEST_F(BackgroundTest, FinalistsKeySetsHowManyConfigsAreRetimed) {
+  const protocol::ProblemSpec scale{"scale", "fp32", "", "", {{"n", 1 << 16}}};
+  for (const int finalists : {2, 6}) {
+    auto d = daemon(1, {"tuning.gpu_policy=always", "tuning.finalists=" + std::to_string(finalists)});
+    ASSERT_TRUE(d->start());
+    Client client(options());
+    Client::TuneOptions o;
+    o.budget_trials = 10;
+    auto r = client.tune(scale, o);
+    ASSERT_TRUE(r) << r.error().message;
+    const std::string id = (*r)["job"]["id"].get<std::string>();
+    ASSERT_TRUE(eventually([&] { return job_in(id, {"done", "failed"}); }));
+    ASSERT_EQ(job(id)["state"], "done") << job(id).dump();
+    EXPECT_EQ(job(id)["trials"], 10);
+    auto answer = client.lookup({scale, "", 64});
+    ASSERT_TRUE(answer) << answer.error().message;
+    size_t exact = 0;
+    for (const auto& e : answer->entries) exact += e.provenance == "exact";
+    EXPECT_EQ(exact, size_t(finalists)) << "finalists=" << finalists;
+    d.reset();
+    std::filesystem::remove_all(m_dir / "state");  // the next round tunes the key afresh
+  }
+}
+
 // gpu_policy idle: a foreign process on the GPU pauses the lane within a second; it resumes when
 // the process leaves, and the job still finishes.
 TEST_F(BackgroundTest, ForeignWorkPausesTheLaneWithinASecond) {
