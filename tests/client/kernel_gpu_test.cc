@@ -206,8 +206,8 @@ TEST_F(KernelGpuTest, RowOpsMatchTheHostReference) {
 // an aligned shape and a tail shape (M, N not multiples of the tile; K % 8 == 0 for the 16-byte
 // row stride TMA needs), a plain config, a 2-CTA cluster with B multicast and a staged
 // epilogue, and (on a shape of more tiles than SMs) a persistent config whose epilogue stores C
-// through a third map (tmC, encoded from C's address; N % 8 == 0 for its row stride). Then C = A W^T + 0.5 C through a beta override:
-// the epilogues read C before they overwrite it.
+// through a third map (tmC, encoded from C's address; N % 8 == 0 for its row stride). Then C = A
+// W^T + 0.5 C through a beta override: the epilogues read C before they overwrite it.
 TEST_F(KernelGpuTest, GemmTmaThroughClientTensorMapsMatchesTheHostReference) {
   CUdevice dev = 0;
   int major = 0, minor = 0;
@@ -243,9 +243,11 @@ TEST_F(KernelGpuTest, GemmTmaThroughClientTensorMapsMatchesTheHostReference) {
       // The persistent config on the shape of more tiles than SMs (a block stores one tile while
       // it computes the next); the others on the two small shapes.
       if ((params == &tma_store) != (M > 256)) continue;
-      const std::string what =
-          std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
-          (params == &base ? " plain" : params == &cluster ? " cluster" : " tma-store");
+      const std::string what = std::to_string(M) + "x" + std::to_string(N) + "x" +
+                               std::to_string(K) +
+                               (params == &base      ? " plain"
+                                : params == &cluster ? " cluster"
+                                                     : " tma-store");
       protocol::KernelRequest r;
       r.problem = {"gemm", "bf16", "", "rc", {{"M", M}, {"N", N}, {"K", K}}};
       r.template_name = "gemm_tma";
@@ -271,7 +273,8 @@ TEST_F(KernelGpuTest, GemmTmaThroughClientTensorMapsMatchesTheHostReference) {
       auto ok = (*k)->launch(buffers, m_stream, beta);
       ASSERT_TRUE(ok) << what << " beta: " << ok.error().message;
       ASSERT_EQ(m_api->cuStreamSynchronize(m_stream), CUDA_SUCCESS) << what;
-      EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref_beta), 1e-2) << what << " beta";
+      EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref_beta), 1e-2)
+          << what << " beta";
     }
   }
 }

@@ -324,7 +324,8 @@ TEST_F(BackgroundTest, TuneSearchesTheNamedTemplatesAndMeasuresSeedsFirst) {
 TEST_F(BackgroundTest, FinalistsKeySetsHowManyConfigsAreRetimed) {
   const protocol::ProblemSpec scale{"scale", "fp32", "", "", {{"n", 1 << 16}}};
   for (const int finalists : {2, 6}) {
-    auto d = daemon(1, {"tuning.gpu_policy=always", "tuning.finalists=" + std::to_string(finalists)});
+    auto d =
+        daemon(1, {"tuning.gpu_policy=always", "tuning.finalists=" + std::to_string(finalists)});
     ASSERT_TRUE(d->start());
     Client client(options());
     Client::TuneOptions o;

@@ -234,6 +234,14 @@ void expect_compiled_without_spills(const std::vector<CompileRequest>& reqs, int
   }
 }
 
+// Appends the compile request of `params` for `problem` to `into`; the config must instantiate.
+void add_request(const KernelTemplate& t, const DeviceLimits& limits, const Problem& problem,
+                 const Params& params, std::vector<CompileRequest>& into) {
+  auto inst = instantiate(t, problem, limits, params);
+  ASSERT_TRUE(inst) << params_to_string(params) << ": " << inst.error().message;
+  into.push_back({&t, inst->name_expression, target_arch(t.manifest, limits.cc)});
+}
+
 // gemm_tma's ping-pong schedule (issue 13 step 2): the space offers it only where it is meant
 // to run (two consumers, persistent, no split-K; BLOCK_M 64 nowhere else), and a spread of its
 // configs, every tile shape and a 2-CTA cluster and fp32 output among them, compiles for sm_90a
@@ -321,9 +329,7 @@ TEST(CompilerTest, GemmTmaStreamKConfigsCompileForSm90aWithoutSpills) {
   EXPECT_FALSE(instantiate(*t, few, limits, sk)) << "128 tiles, under one wave: not offered";
   std::vector<CompileRequest> reqs;
   auto add = [&](const Problem& prob, const Params& params) {
-    auto inst = instantiate(*t, prob, limits, params);
-    ASSERT_TRUE(inst) << params_to_string(params) << ": " << inst.error().message;
-    reqs.push_back({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
+    add_request(*t, limits, prob, params, reqs);
   };
   add(p, sk);
   Params pair = sk;
@@ -375,10 +381,9 @@ TEST(CompilerTest, GemmTmaStoreEpilogueConfigsCompileForSm90aWithoutSpills) {
   EXPECT_TRUE(instantiate(*t, p32, limits, coop)) << "fp32 out, 128x256, 4 stages, TMA store";
   EXPECT_FALSE(instantiate(*t, p32, limits, staged)) << "the staged areas leave room for 3 stages";
   std::vector<CompileRequest> reqs, one_consumer;
-  auto add = [&](const Problem& prob, const Params& params, std::vector<CompileRequest>* into = nullptr) {
-    auto inst = instantiate(*t, prob, limits, params);
-    ASSERT_TRUE(inst) << params_to_string(params) << ": " << inst.error().message;
-    (into ? *into : reqs).push_back({t, inst->name_expression, target_arch(t->manifest, limits.cc)});
+  auto add = [&](const Problem& prob, const Params& params,
+                 std::vector<CompileRequest>* into = nullptr) {
+    add_request(*t, limits, prob, params, into ? *into : reqs);
   };
   add(p, coop);
   add(p32, coop);
