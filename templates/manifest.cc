@@ -469,7 +469,8 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
                          "headers", "entry",     "dims",        "dtypes",        "out_dtypes",
                          "layouts", "min_cc",    "max_cc",      "arch_suffix",   "nvrtc_options",
                          "params",  "derived",   "constraints", "template_args", "launch",
-                         "args",    "reference", "tolerance",   "metric",        "heuristic"});
+                         "args",    "reference", "tolerance",   "metric",        "heuristic",
+                         "heuristic_rank"});
 
   m.name = P.scalar(root["name"], "name");
   const std::string stem = fs::path(path).stem().string();
@@ -523,6 +524,9 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   if (!m.arch_suffix.empty() && m.arch_suffix != "a")
     P.fail_at(root["arch_suffix"], "arch_suffix", "expected \"\" or \"a\"");
   m.nvrtc_options = P.strings(root["nvrtc_options"], "nvrtc_options");
+  m.heuristic_rank = int(root["heuristic_rank"].IsDefined()
+                             ? P.integer(root["heuristic_rank"], "heuristic_rank")
+                             : 0);
 
   parse_params(P, root["params"], m);
 

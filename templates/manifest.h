@@ -160,6 +160,10 @@ struct Manifest {
   int min_cc = 0;
   int max_cc = 0;  // 0: no upper bound
   std::string arch_suffix;
+  // Where this template's heuristic stands among those of the other templates of its op that
+  // can run a problem: higher first (lookups list heuristic entries, and jobs measure them, in
+  // that order; equal ranks keep the registry's order). Default 0.
+  int heuristic_rank = 0;
   std::vector<std::string> nvrtc_options;
 
   std::vector<ParamDomain> params;

@@ -124,6 +124,9 @@ std::vector<const KernelTemplate*> TemplateRegistry::for_problem(const Problem& 
   std::vector<const KernelTemplate*> out;
   for (const auto& t : m_templates)
     if (t->manifest.supports(problem, cc)) out.push_back(t.get());
+  std::stable_sort(out.begin(), out.end(), [](const KernelTemplate* a, const KernelTemplate* b) {
+    return a->manifest.heuristic_rank > b->manifest.heuristic_rank;
+  });
   return out;
 }
 

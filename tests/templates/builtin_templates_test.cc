@@ -2,6 +2,7 @@
 // samples with NVRTC is in tests/tuner/compiler_test.cc.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <initializer_list>
 
 #include "config/config.h"
@@ -34,6 +35,27 @@ TEST(BuiltinTemplatesTest, AllLoadWithoutErrors) {
   auto reg = TemplateRegistry::load({builtin_template_dir()});
   for (const auto& e : reg.errors()) ADD_FAILURE() << e.message;
   for (const auto& name : k_builtin) EXPECT_NE(reg.find(name), nullptr) << name;
+}
+
+// The gemm templates of an sm_90 device come gemm_tma first (heuristic_rank 1), then the others
+// in registry order; on sm_80 only the mma.sync template runs, and a layout gemm_tma lacks (rr)
+// keeps the registry order.
+TEST(BuiltinTemplatesTest, HeuristicRankOrdersTheTemplatesOfAProblem) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  auto names = [&](const Problem& p, int cc) {
+    std::vector<std::string> out;
+    for (const KernelTemplate* t : reg.for_problem(p, cc)) out.push_back(t->name());
+    return out;
+  };
+  Problem rc{"gemm", "bf16", "bf16", "rc", {{"M", 8192}, {"N", 8192}, {"K", 8192}}};
+  EXPECT_EQ(names(rc, 90), (std::vector<std::string>{"gemm_tma", "gemm", "gemm_sm90"}));
+  EXPECT_EQ(names(rc, 80), (std::vector<std::string>{"gemm"}));
+  Problem rr = rc;
+  rr.layout = "rr";
+  const auto rr90 = names(rr, 90);
+  ASSERT_FALSE(rr90.empty());
+  EXPECT_EQ(rr90.front(), "gemm");
+  EXPECT_EQ(std::count(rr90.begin(), rr90.end(), "gemm_tma"), 0);
 }
 
 TEST(BuiltinTemplatesTest, EverySpaceEnumeratesPrunesAndHasAValidHeuristic) {
