@@ -5,6 +5,7 @@
 #include <cmath>
 #include <ctime>
 #include <set>
+#include <utility>
 
 #include "daemon/launch.h"
 #include "templates/space.h"
@@ -116,7 +117,32 @@ LookupService::LookupService(const DaemonConfig& config, const TemplateSet& temp
       m_metrics(metrics),
       m_misses(misses),
       m_by_key(size_t(std::max(0, config.answer_cache_bytes)) / 4 * 3),
-      m_by_text(size_t(std::max(0, config.answer_cache_bytes)) / 4) {}
+      m_by_text(size_t(std::max(0, config.answer_cache_bytes)) / 4) {
+  m_misses.add_source(this, [this] { record_unrecorded_misses(); });
+}
+
+LookupService::~LookupService() {
+  m_misses.remove_source(this);
+  record_unrecorded_misses();
+}
+
+void LookupService::record_unrecorded_misses() {
+  // Taken under the lock, recorded after it (the tracker has its own): the I/O threads' hits
+  // never wait on the tracker. The answers are released here too, outside the lock.
+  std::vector<std::shared_ptr<const Answer>> answers;
+  std::vector<std::uint64_t> counts;
+  {
+    std::lock_guard lock(m_mutex);
+    answers.swap(m_unrecorded);
+    counts.reserve(answers.size());
+    for (const auto& a : answers) counts.push_back(std::exchange(a->unrecorded_misses, 0));
+  }
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const Answer& a = *answers[i];
+    m_misses.record(a.miss_key, a.device, a.problem, a.miss_reason, a.expected_us, a.gain,
+                    counts[i]);
+  }
+}
 
 std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   const auto split = split_lookup_line(line);
@@ -129,6 +155,7 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   text.assign(1, split->version);
   text.append(split->rest);
   std::shared_ptr<const Answer> answer;
+  bool record_now = false;
   {
     std::lock_guard lock(m_mutex);
     const LineEntry* line_entry =
@@ -138,9 +165,21 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
         line_entry->key, [&](CachedAnswer& c) { return still_valid_locked(c, generation); });
     if (!cached) return std::nullopt;
     answer = cached->answer;
+    // Counted here, recorded at the tracker's next fold (before any read of it); past
+    // k_max_unrecorded answers waiting, recorded now, as before folds existed.
+    if (answer->miss) {
+      if (answer->unrecorded_misses > 0) {
+        ++answer->unrecorded_misses;
+      } else if (m_unrecorded.size() < k_max_unrecorded) {
+        answer->unrecorded_misses = 1;
+        m_unrecorded.push_back(answer);
+      } else {
+        record_now = true;
+      }
+    }
   }
   m_metrics.count_request("lookup");
-  if (answer->miss)
+  if (record_now)
     m_misses.record(answer->miss_key, answer->device, answer->problem, answer->miss_reason,
                     answer->expected_us, answer->gain);
   m_metrics.count_lookup(

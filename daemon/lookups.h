@@ -22,7 +22,10 @@
 // two: an average over the last ~8 builds with such a limit, wherever they ran; none measured yet
 // = not cheap) is within `server.inline_build_us`. A gemm whose heuristic rules all miss costs
 // ~10x one whose first rule fits, and which one it is follows the dims' magnitudes. Lookups
-// answered without an exact, valid winner are counted as misses, with their expected worth. A v2
+// answered without an exact, valid winner are counted as misses, with their expected worth; a
+// miss answered by fast_reply is counted on its answer (under the lock its hit holds) and
+// recorded in the MissTracker when it folds (this service is one of its sources), so a hit costs
+// no probe of the tracker and a key hit many times between folds is recorded once. A v2
 // request's answer also carries each entry's launch description (daemon/launch.h) and is cached
 // apart from the v1 answer, which stays exactly as it was. Each lookup builds from one snapshot
 // of the templates (TemplateSet), taken after the generation it is cached at: the catalog moves
@@ -42,6 +45,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "client/protocol.h"
 #include "config/config.h"
@@ -70,6 +74,9 @@ class LookupService {
     std::string miss_key;    // MissTracker::key_of(device, problem), when `miss`
     double expected_us = 0;  // for the miss tracker
     double gain = 0;
+    // Misses answered by fast_reply and not yet recorded in the tracker: guarded by the
+    // service's mutex (an answer is otherwise immutable once cached).
+    mutable std::uint64_t unrecorded_misses = 0;
   };
   enum class Cold { build, refuse, build_if_cheap };
 
@@ -82,6 +89,11 @@ class LookupService {
   // Request text (after the id) longer than this is never cached by text: a line padded with a
   // large unknown field must not pin its size in memory for every distinct padding.
   static constexpr size_t k_max_cached_line = 4096;
+
+  // Answers counting misses for the tracker's next fold at most: they hold the answers (an
+  // evicted one too) until then. The scheduler folds every 250 ms; a hit past this many records
+  // its miss at once.
+  static constexpr size_t k_max_unrecorded = 16384;
 
   // What the answer caches hold and did (metrics, status).
   struct CacheStats {
@@ -106,6 +118,10 @@ class LookupService {
   LookupService(const DaemonConfig& config, const TemplateSet& templates, const Catalog& catalog,
                 const PinTable& pins, const NodeIdentity& node, Metrics& metrics,
                 MissTracker& misses);
+  // Records the misses counted on answers first.
+  ~LookupService();
+  LookupService(const LookupService&) = delete;
+  LookupService& operator=(const LookupService&) = delete;
 
   // The answer for a lookup body, or nullptr when it is not cached and `cold` is refuse (or
   // build_if_cheap and the build is not cheap). With a
@@ -166,6 +182,8 @@ class LookupService {
   bool still_valid_locked(LineEntry& line, std::uint64_t generation) const;
 
   void remember_line(std::string_view line, const std::string& key, std::uint64_t generation);
+  // Records in the tracker the misses counted on answers since the last call (its fold).
+  void record_unrecorded_misses();
   // The build of `key` to wait for, and whether the caller is to run it (none in flight yet, or
   // only one for an older generation). REQUIRES: m_mutex held.
   std::pair<std::shared_ptr<InFlight>, bool> join_build_locked(const std::string& key,
@@ -213,7 +231,7 @@ class LookupService {
 
   BuildObserver m_observer;
 
-  mutable std::mutex m_mutex;  // guards the ten below
+  mutable std::mutex m_mutex;  // guards the eleven below
   ByteLru<CachedAnswer> m_by_key;
   ByteLru<LineEntry> m_by_text;
   std::unordered_map<std::string, std::shared_ptr<InFlight>> m_building;
@@ -224,6 +242,9 @@ class LookupService {
   std::unordered_map<std::string, double> m_build_cpu_us;  // op -> recent builds' CPU time
   std::unordered_map<std::string, double> m_class_cpu_us;  // cost class -> the same
   std::uint64_t m_kept = 0;
+  // Answers whose unrecorded_misses went from 0 since the last fold, each once: held here, an
+  // answer evicted from the cache meanwhile keeps its count.
+  std::vector<std::shared_ptr<const Answer>> m_unrecorded;
 };
 
 }  // namespace ktune
