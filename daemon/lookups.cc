@@ -116,8 +116,8 @@ LookupService::LookupService(const DaemonConfig& config, const TemplateSet& temp
       m_node(node),
       m_metrics(metrics),
       m_misses(misses),
-      m_by_key(size_t(std::max(0, config.answer_cache_bytes)) / 4 * 3),
-      m_by_text(size_t(std::max(0, config.answer_cache_bytes)) / 4) {
+      m_by_key(size_t(std::max(0, config.answer_cache_bytes)) / 2),
+      m_by_text(size_t(std::max(0, config.answer_cache_bytes)) / 2) {
   m_misses.add_source(this, [this] { record_unrecorded_misses(); });
 }
 
@@ -158,11 +158,9 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   bool record_now = false;
   {
     std::lock_guard lock(m_mutex);
-    const LineEntry* line_entry =
-        m_by_text.find(text, [&](LineEntry& e) { return still_valid_locked(e, generation); });
-    if (!line_entry) return std::nullopt;
-    const auto* cached = m_by_key.find(
-        line_entry->key, [&](CachedAnswer& c) { return still_valid_locked(c, generation); });
+    // One probe: the line's entry holds its answer.
+    const auto* cached =
+        m_by_text.find(text, [&](CachedAnswer& c) { return still_valid_locked(c, generation); });
     if (!cached) return std::nullopt;
     answer = cached->answer;
     // Counted here, recorded at the tracker's next fold (before any read of it); past
@@ -197,24 +195,24 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   return out;
 }
 
-void LookupService::remember_line(std::string_view line, const std::string& key,
+void LookupService::remember_line(std::string_view line, std::shared_ptr<const Answer> answer,
                                   std::uint64_t generation) {
   const auto split = split_lookup_line(line);
   if (!split) return;
   // Allocations and frees stay outside the lock the I/O threads' fast path takes.
   std::string text;
-  LineEntry entry;
+  size_t bytes = 0;
   if (split->rest.size() <= k_max_cached_line) {
     text = split->version + std::string(split->rest);
-    entry = LineEntry{key, generation};
+    bytes = sizeof(CachedAnswer) + answer_bytes(*answer);  // in full: it may outlive m_by_key's
   }
-  ByteLru<LineEntry>::Graveyard dead;
+  ByteLru<CachedAnswer>::Graveyard dead;
   std::lock_guard lock(m_mutex);
   if (text.empty()) {
     ++m_lines_too_long;
     return;
   }
-  m_by_text.put(text, std::move(entry), sizeof(LineEntry) + heap_bytes(key), &dead);
+  m_by_text.put(text, CachedAnswer(std::move(answer), generation), bytes, &dead);
 }
 
 LookupService::CacheStats LookupService::cache_stats() const {
@@ -267,14 +265,6 @@ bool LookupService::still_valid_locked(CachedAnswer& cached, std::uint64_t gener
   if (!through) return false;
   cached.valid_through = *through;
   ++m_kept;
-  return true;
-}
-
-bool LookupService::still_valid_locked(LineEntry& line, std::uint64_t generation) const {
-  if (line.generation >= generation) return true;
-  // The key depends on the templates and on how device names resolve, not on any one record.
-  if (line.generation < m_catalog.index().described_since()) return false;
-  line.generation = generation;
   return true;
 }
 
@@ -496,7 +486,7 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     if (!built) return built;
     answer = *built;
   }
-  if (!line.empty()) remember_line(line, key, generation);
+  if (!line.empty()) remember_line(line, answer, generation);
   return answer;
 }
 

@@ -2,17 +2,21 @@
 //
 // An answer is built from the catalog's index (exact, stale), the nearest tuned shapes and every
 // template's heuristic, then cached in a byte-bounded LRU (daemon/lru_cache.h) by (device,
-// problem key, limit). A second LRU maps the request text after its id to that key, so a
-// repeated line is answered without parsing JSON (the fast path, only for peers the policy stage
-// already trusts); lines over k_max_cached_line are never cached by text. Together they hold at
-// most `server.answer_cache_bytes`. A change to the index moves its generation, but only answers
+// problem key, limit). A second LRU maps the request text after its id to that same answer
+// (shared, and charged in full to both, so an answer one of them let go stays bounded by the
+// other), so a repeated line is answered with one probe and without parsing JSON (the fast path,
+// only for peers the policy stage already trusts); lines over k_max_cached_line are never cached
+// by text. Together they hold at most `server.answer_cache_bytes`, half each. A change to the
+// index moves its generation, but only answers
 // it could alter are dropped (issue 14): an answer made at an older generation stays while no
 // change since was to its family within `lookup.nearest_radius` of its dims (its exact key or a
 // shape its nearest search could return) and none was a change the index logs as touching
 // everything (WinnerIndex::untouched_since: a template swap, a load, a bulk import, a new device
 // class); it is then marked checked through the current generation, so a hit costs one integer
-// compare until the next change. Request lines map to answer keys through the templates and
-// device names only, so they stay until a change that touches everything. Building
+// compare until the next change. A request line's entry is checked the same way, from the
+// generation it was last read at: its text maps to its key through the templates and device names
+// only, which change only with a change that touches everything (no answer is vouched for across
+// one). Building
 // an answer costs tens of microseconds to milliseconds: callers on an I/O thread ask with
 // Cold::build_if_cheap, which builds on the calling thread only what is measured to be cheap
 // (below), and hand the other cold keys to the executor, where concurrent cold lookups of one key
@@ -98,7 +102,7 @@ class LookupService {
   // What the answer caches hold and did (metrics, status).
   struct CacheStats {
     LruStats answers;                  // by (device, problem key, limit)
-    LruStats lines;                    // request text -> answer key
+    LruStats lines;                    // request text -> the same answers
     std::uint64_t lines_too_long = 0;  // not cached by text: over k_max_cached_line
     std::uint64_t built = 0;           // answers built (cold lookups that did the work)
     std::uint64_t joined = 0;          // cold lookups that waited for another's build of their key
@@ -163,25 +167,24 @@ class LookupService {
     std::promise<Built> promise;
     std::shared_future<Built> result = promise.get_future().share();
   };
-  // The request text after the id -> the answer key it asked for, as of an index generation.
-  struct LineEntry {
-    std::string key;
-    std::uint64_t generation = 0;
-  };
   // A cached answer, and the generation through which it is known valid: its own, or a newer one
-  // it was checked at (no change in between touched it).
+  // it was checked at (no change in between touched it). Under a request line: the generation the
+  // line was read at, or a newer one it was checked at (the line's key, and its answer, valid).
   struct CachedAnswer {
     CachedAnswer(std::shared_ptr<const Answer> a)  // implicit: the cache is put an answer
         : answer(std::move(a)), valid_through(answer->generation) {}
+    CachedAnswer(std::shared_ptr<const Answer> a, std::uint64_t through)
+        : answer(std::move(a)), valid_through(through) {}
     std::shared_ptr<const Answer> answer;
     std::uint64_t valid_through = 0;
   };
   // Whether `cached` is valid at index generation `generation` (read before the call); a kept
   // one is marked valid through it. REQUIRES: m_mutex held.
   bool still_valid_locked(CachedAnswer& cached, std::uint64_t generation);
-  bool still_valid_locked(LineEntry& line, std::uint64_t generation) const;
 
-  void remember_line(std::string_view line, const std::string& key, std::uint64_t generation);
+  // Remembers `answer` under the line's text, as valid at `generation` (the lookup's).
+  void remember_line(std::string_view line, std::shared_ptr<const Answer> answer,
+                     std::uint64_t generation);
   // Records in the tracker the misses counted on answers since the last call (its fold).
   void record_unrecorded_misses();
   // The build of `key` to wait for, and whether the caller is to run it (none in flight yet, or
@@ -233,7 +236,7 @@ class LookupService {
 
   mutable std::mutex m_mutex;  // guards the eleven below
   ByteLru<CachedAnswer> m_by_key;
-  ByteLru<LineEntry> m_by_text;
+  ByteLru<CachedAnswer> m_by_text;
   std::unordered_map<std::string, std::shared_ptr<InFlight>> m_building;
   std::uint64_t m_lines_too_long = 0;
   std::uint64_t m_built = 0;

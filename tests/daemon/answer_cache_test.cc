@@ -130,8 +130,8 @@ TEST_F(AnswerCacheTest, AnswersAreEvictedLeastRecentlyUsedWithinTheBound) {
           std::min(least_entries_after_first_eviction, s.answers.entries);
   }
   const auto s = lookups().cache_stats();
-  EXPECT_EQ(s.answers.max_bytes, size_t(192 << 10));
-  EXPECT_EQ(s.lines.max_bytes, size_t(64 << 10));
+  EXPECT_EQ(s.answers.max_bytes, size_t(128 << 10));
+  EXPECT_EQ(s.lines.max_bytes, size_t(128 << 10));
   EXPECT_EQ(s.built, size_t(n + 1));
   EXPECT_EQ(s.answers.entries + s.answers.evictions, s.built) << "each answer kept or evicted";
   EXPECT_GT(s.answers.evictions, size_t(n / 4));
@@ -268,6 +268,41 @@ TEST_F(AnswerCacheTest, CachedMissesSurviveEvictionAndInvalidation) {
   EXPECT_EQ(m_parts->misses.distinct(), 2u);
 }
 
+// A line's entry holds its answer (one probe per repeated line), charged in full for it: an
+// answer the answer cache let go stays reachable by its line, within the line cache's bound, and
+// the reply is the same bytes.
+TEST_F(AnswerCacheTest, ALineHoldsItsAnswerChargedInFull) {
+  start(256 << 10);
+  const std::string hot = line_for(100'000);
+  const auto answer = ask(hot, LookupService::Cold::build);
+  ASSERT_TRUE(answer);
+  const auto first = lookups().fast_reply(hot);
+  ASSERT_TRUE(first);
+  auto s = lookups().cache_stats();
+  EXPECT_GT(s.lines.bytes, hot.size() + answer->result.size()) << "the answer is charged";
+  const std::uint64_t answer_hits = s.answers.hits;
+  const std::uint64_t line_hits = s.lines.hits;
+  ASSERT_TRUE(lookups().fast_reply(hot));
+  s = lookups().cache_stats();
+  EXPECT_EQ(s.lines.hits, line_hits + 1);
+  EXPECT_EQ(s.answers.hits, answer_hits) << "one probe: the line cache's";
+  // Other answers, asked without a line, until the answer cache has let the hot one go.
+  for (int m = 1; m <= 1000; ++m) {
+    const std::string other = line_for(m);
+    ASSERT_TRUE(lookups().lookup(Json::parse(other), LookupService::Cold::build));
+    if (m % 100 == 0) {
+      ASSERT_EQ(lookups().fast_reply(hot), first) << m;
+    }
+  }
+  s = lookups().cache_stats();
+  EXPECT_GT(s.answers.evictions, 500u);
+  EXPECT_LE(s.lines.bytes, s.lines.max_bytes);
+  EXPECT_LE(s.answers.bytes, s.answers.max_bytes);
+  EXPECT_FALSE(lookups().lookup(Json::parse(hot), LookupService::Cold::refuse).value())
+      << "gone from the answer cache";
+  EXPECT_EQ(lookups().fast_reply(hot), first) << "still answered by its line, the same bytes";
+}
+
 // No cache at all is a valid setting: every lookup is built, none is kept.
 TEST_F(AnswerCacheTest, ZeroBytesCachesNothing) {
   start(0);
@@ -374,7 +409,7 @@ TEST_F(AnswerCacheTest, MetricsFollowTheCaches) {
   EXPECT_EQ(sample(text, R"(ktune_answer_cache_entries{cache="answers"})"), s.answers.entries);
   EXPECT_GT(s.answers.entries, 0u);
   EXPECT_EQ(sample(text, R"(ktune_answer_cache_bytes{cache="lines"})"), s.lines.bytes);
-  EXPECT_EQ(sample(text, R"(ktune_answer_cache_max_bytes{cache="answers"})"), 48 << 10);
+  EXPECT_EQ(sample(text, R"(ktune_answer_cache_max_bytes{cache="answers"})"), 32 << 10);
   EXPECT_GE(sample(text, R"(ktune_answer_cache_hits_total{cache="answers"})"), 1);
   EXPECT_GE(sample(text, R"(ktune_answer_cache_misses_total{cache="answers"})"), 200);
   EXPECT_GT(sample(text, R"(ktune_answer_cache_evictions_total{cache="answers"})"), 100);
@@ -384,7 +419,7 @@ TEST_F(AnswerCacheTest, MetricsFollowTheCaches) {
   const Json status =
       Json::parse(m_parts->dispatcher.handle(R"({"v":1,"id":1,"op":"status"})").line);
   EXPECT_EQ(status["result"]["answer_cache"]["answers"]["entries"], s.answers.entries);
-  EXPECT_EQ(status["result"]["answer_cache"]["lines"]["max_bytes"], 16 << 10);
+  EXPECT_EQ(status["result"]["answer_cache"]["lines"]["max_bytes"], 32 << 10);
 }
 
 // Cold::build_if_cheap (the I/O thread's ask) builds only what is measured to be cheap: never an
