@@ -67,9 +67,9 @@ struct DaemonConfig {
   // A connection whose client accepts no reply byte for this long while replies wait is closed
   // (a client that pipelines requests and never reads). Default 30000.
   int write_stall_timeout_ms = 30000;
-  // Memory for cached lookup answers, in bytes: 3/4 for the answers by (device, problem, limit),
-  // 1/4 for the request lines that map to them (lines over 4 KiB are never cached). Each entry is
-  // charged its key, its content and its bookkeeping; past the bound the least recently used go.
+  // Memory for cached lookup answers, in bytes: 1/2 for the answers by (device, problem, limit),
+  // 1/2 for the request lines holding them (lines over 4 KiB are never cached). Each entry is
+  // charged its key, its content (a line: its answer, in full) and its bookkeeping; LRU evicts.
   // 0 caches nothing. Default 67108864 (64 MiB).
   int answer_cache_bytes = 64 << 20;
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <ctime>
 #include <set>
+#include <utility>
 
 #include "daemon/launch.h"
 #include "templates/space.h"
@@ -115,8 +116,33 @@ LookupService::LookupService(const DaemonConfig& config, const TemplateSet& temp
       m_node(node),
       m_metrics(metrics),
       m_misses(misses),
-      m_by_key(size_t(std::max(0, config.answer_cache_bytes)) / 4 * 3),
-      m_by_text(size_t(std::max(0, config.answer_cache_bytes)) / 4) {}
+      m_by_key(size_t(std::max(0, config.answer_cache_bytes)) / 2),
+      m_by_text(size_t(std::max(0, config.answer_cache_bytes)) / 2) {
+  m_misses.add_source(this, [this] { record_unrecorded_misses(); });
+}
+
+LookupService::~LookupService() {
+  m_misses.remove_source(this);
+  record_unrecorded_misses();
+}
+
+void LookupService::record_unrecorded_misses() {
+  // Taken under the lock, recorded after it (the tracker has its own): the I/O threads' hits
+  // never wait on the tracker. The answers are released here too, outside the lock.
+  std::vector<std::shared_ptr<const Answer>> answers;
+  std::vector<std::uint64_t> counts;
+  {
+    std::lock_guard lock(m_mutex);
+    answers.swap(m_unrecorded);
+    counts.reserve(answers.size());
+    for (const auto& a : answers) counts.push_back(std::exchange(a->unrecorded_misses, 0));
+  }
+  for (size_t i = 0; i < answers.size(); ++i) {
+    const Answer& a = *answers[i];
+    m_misses.record(a.miss_key, a.device, a.problem, a.miss_reason, a.expected_us, a.gain,
+                    counts[i]);
+  }
+}
 
 std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   const auto split = split_lookup_line(line);
@@ -129,18 +155,29 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   text.assign(1, split->version);
   text.append(split->rest);
   std::shared_ptr<const Answer> answer;
+  bool record_now = false;
   {
     std::lock_guard lock(m_mutex);
-    const LineEntry* line_entry =
-        m_by_text.find(text, [&](LineEntry& e) { return still_valid_locked(e, generation); });
-    if (!line_entry) return std::nullopt;
-    const auto* cached = m_by_key.find(
-        line_entry->key, [&](CachedAnswer& c) { return still_valid_locked(c, generation); });
+    // One probe: the line's entry holds its answer.
+    const auto* cached =
+        m_by_text.find(text, [&](CachedAnswer& c) { return still_valid_locked(c, generation); });
     if (!cached) return std::nullopt;
     answer = cached->answer;
+    // Counted here, recorded at the tracker's next fold (before any read of it); past
+    // k_max_unrecorded answers waiting, recorded now, as before folds existed.
+    if (answer->miss) {
+      if (answer->unrecorded_misses > 0) {
+        ++answer->unrecorded_misses;
+      } else if (m_unrecorded.size() < k_max_unrecorded) {
+        answer->unrecorded_misses = 1;
+        m_unrecorded.push_back(answer);
+      } else {
+        record_now = true;
+      }
+    }
   }
   m_metrics.count_request("lookup");
-  if (answer->miss)
+  if (record_now)
     m_misses.record(answer->miss_key, answer->device, answer->problem, answer->miss_reason,
                     answer->expected_us, answer->gain);
   m_metrics.count_lookup(
@@ -158,24 +195,24 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   return out;
 }
 
-void LookupService::remember_line(std::string_view line, const std::string& key,
+void LookupService::remember_line(std::string_view line, std::shared_ptr<const Answer> answer,
                                   std::uint64_t generation) {
   const auto split = split_lookup_line(line);
   if (!split) return;
   // Allocations and frees stay outside the lock the I/O threads' fast path takes.
   std::string text;
-  LineEntry entry;
+  size_t bytes = 0;
   if (split->rest.size() <= k_max_cached_line) {
     text = split->version + std::string(split->rest);
-    entry = LineEntry{key, generation};
+    bytes = sizeof(CachedAnswer) + answer_bytes(*answer);  // in full: it may outlive m_by_key's
   }
-  ByteLru<LineEntry>::Graveyard dead;
+  ByteLru<CachedAnswer>::Graveyard dead;
   std::lock_guard lock(m_mutex);
   if (text.empty()) {
     ++m_lines_too_long;
     return;
   }
-  m_by_text.put(text, std::move(entry), sizeof(LineEntry) + heap_bytes(key), &dead);
+  m_by_text.put(text, CachedAnswer(std::move(answer), generation), bytes, &dead);
 }
 
 LookupService::CacheStats LookupService::cache_stats() const {
@@ -228,14 +265,6 @@ bool LookupService::still_valid_locked(CachedAnswer& cached, std::uint64_t gener
   if (!through) return false;
   cached.valid_through = *through;
   ++m_kept;
-  return true;
-}
-
-bool LookupService::still_valid_locked(LineEntry& line, std::uint64_t generation) const {
-  if (line.generation >= generation) return true;
-  // The key depends on the templates and on how device names resolve, not on any one record.
-  if (line.generation < m_catalog.index().described_since()) return false;
-  line.generation = generation;
   return true;
 }
 
@@ -457,7 +486,7 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     if (!built) return built;
     answer = *built;
   }
-  if (!line.empty()) remember_line(line, key, generation);
+  if (!line.empty()) remember_line(line, answer, generation);
   return answer;
 }
 

@@ -2,17 +2,21 @@
 //
 // An answer is built from the catalog's index (exact, stale), the nearest tuned shapes and every
 // template's heuristic, then cached in a byte-bounded LRU (daemon/lru_cache.h) by (device,
-// problem key, limit). A second LRU maps the request text after its id to that key, so a
-// repeated line is answered without parsing JSON (the fast path, only for peers the policy stage
-// already trusts); lines over k_max_cached_line are never cached by text. Together they hold at
-// most `server.answer_cache_bytes`. A change to the index moves its generation, but only answers
+// problem key, limit). A second LRU maps the request text after its id to that same answer
+// (shared, and charged in full to both, so an answer one of them let go stays bounded by the
+// other), so a repeated line is answered with one probe and without parsing JSON (the fast path,
+// only for peers the policy stage already trusts); lines over k_max_cached_line are never cached
+// by text. Together they hold at most `server.answer_cache_bytes`, half each. A change to the
+// index moves its generation, but only answers
 // it could alter are dropped (issue 14): an answer made at an older generation stays while no
 // change since was to its family within `lookup.nearest_radius` of its dims (its exact key or a
 // shape its nearest search could return) and none was a change the index logs as touching
 // everything (WinnerIndex::untouched_since: a template swap, a load, a bulk import, a new device
 // class); it is then marked checked through the current generation, so a hit costs one integer
-// compare until the next change. Request lines map to answer keys through the templates and
-// device names only, so they stay until a change that touches everything. Building
+// compare until the next change. A request line's entry is checked the same way, from the
+// generation it was last read at: its text maps to its key through the templates and device names
+// only, which change only with a change that touches everything (no answer is vouched for across
+// one). Building
 // an answer costs tens of microseconds to milliseconds: callers on an I/O thread ask with
 // Cold::build_if_cheap, which builds on the calling thread only what is measured to be cheap
 // (below), and hand the other cold keys to the executor, where concurrent cold lookups of one key
@@ -22,7 +26,10 @@
 // two: an average over the last ~8 builds with such a limit, wherever they ran; none measured yet
 // = not cheap) is within `server.inline_build_us`. A gemm whose heuristic rules all miss costs
 // ~10x one whose first rule fits, and which one it is follows the dims' magnitudes. Lookups
-// answered without an exact, valid winner are counted as misses, with their expected worth. A v2
+// answered without an exact, valid winner are counted as misses, with their expected worth; a
+// miss answered by fast_reply is counted on its answer (under the lock its hit holds) and
+// recorded in the MissTracker when it folds (this service is one of its sources), so a hit costs
+// no probe of the tracker and a key hit many times between folds is recorded once. A v2
 // request's answer also carries each entry's launch description (daemon/launch.h) and is cached
 // apart from the v1 answer, which stays exactly as it was. Each lookup builds from one snapshot
 // of the templates (TemplateSet), taken after the generation it is cached at: the catalog moves
@@ -42,6 +49,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "client/protocol.h"
 #include "config/config.h"
@@ -70,6 +78,9 @@ class LookupService {
     std::string miss_key;    // MissTracker::key_of(device, problem), when `miss`
     double expected_us = 0;  // for the miss tracker
     double gain = 0;
+    // Misses answered by fast_reply and not yet recorded in the tracker: guarded by the
+    // service's mutex (an answer is otherwise immutable once cached).
+    mutable std::uint64_t unrecorded_misses = 0;
   };
   enum class Cold { build, refuse, build_if_cheap };
 
@@ -83,10 +94,15 @@ class LookupService {
   // large unknown field must not pin its size in memory for every distinct padding.
   static constexpr size_t k_max_cached_line = 4096;
 
+  // Answers counting misses for the tracker's next fold at most: they hold the answers (an
+  // evicted one too) until then. The scheduler folds every 250 ms; a hit past this many records
+  // its miss at once.
+  static constexpr size_t k_max_unrecorded = 16384;
+
   // What the answer caches hold and did (metrics, status).
   struct CacheStats {
     LruStats answers;                  // by (device, problem key, limit)
-    LruStats lines;                    // request text -> answer key
+    LruStats lines;                    // request text -> the same answers
     std::uint64_t lines_too_long = 0;  // not cached by text: over k_max_cached_line
     std::uint64_t built = 0;           // answers built (cold lookups that did the work)
     std::uint64_t joined = 0;          // cold lookups that waited for another's build of their key
@@ -106,6 +122,10 @@ class LookupService {
   LookupService(const DaemonConfig& config, const TemplateSet& templates, const Catalog& catalog,
                 const PinTable& pins, const NodeIdentity& node, Metrics& metrics,
                 MissTracker& misses);
+  // Records the misses counted on answers first.
+  ~LookupService();
+  LookupService(const LookupService&) = delete;
+  LookupService& operator=(const LookupService&) = delete;
 
   // The answer for a lookup body, or nullptr when it is not cached and `cold` is refuse (or
   // build_if_cheap and the build is not cheap). With a
@@ -147,25 +167,26 @@ class LookupService {
     std::promise<Built> promise;
     std::shared_future<Built> result = promise.get_future().share();
   };
-  // The request text after the id -> the answer key it asked for, as of an index generation.
-  struct LineEntry {
-    std::string key;
-    std::uint64_t generation = 0;
-  };
   // A cached answer, and the generation through which it is known valid: its own, or a newer one
-  // it was checked at (no change in between touched it).
+  // it was checked at (no change in between touched it). Under a request line: the generation the
+  // line was read at, or a newer one it was checked at (the line's key, and its answer, valid).
   struct CachedAnswer {
     CachedAnswer(std::shared_ptr<const Answer> a)  // implicit: the cache is put an answer
         : answer(std::move(a)), valid_through(answer->generation) {}
+    CachedAnswer(std::shared_ptr<const Answer> a, std::uint64_t through)
+        : answer(std::move(a)), valid_through(through) {}
     std::shared_ptr<const Answer> answer;
     std::uint64_t valid_through = 0;
   };
   // Whether `cached` is valid at index generation `generation` (read before the call); a kept
   // one is marked valid through it. REQUIRES: m_mutex held.
   bool still_valid_locked(CachedAnswer& cached, std::uint64_t generation);
-  bool still_valid_locked(LineEntry& line, std::uint64_t generation) const;
 
-  void remember_line(std::string_view line, const std::string& key, std::uint64_t generation);
+  // Remembers `answer` under the line's text, as valid at `generation` (the lookup's).
+  void remember_line(std::string_view line, std::shared_ptr<const Answer> answer,
+                     std::uint64_t generation);
+  // Records in the tracker the misses counted on answers since the last call (its fold).
+  void record_unrecorded_misses();
   // The build of `key` to wait for, and whether the caller is to run it (none in flight yet, or
   // only one for an older generation). REQUIRES: m_mutex held.
   std::pair<std::shared_ptr<InFlight>, bool> join_build_locked(const std::string& key,
@@ -213,9 +234,9 @@ class LookupService {
 
   BuildObserver m_observer;
 
-  mutable std::mutex m_mutex;  // guards the ten below
+  mutable std::mutex m_mutex;  // guards the eleven below
   ByteLru<CachedAnswer> m_by_key;
-  ByteLru<LineEntry> m_by_text;
+  ByteLru<CachedAnswer> m_by_text;
   std::unordered_map<std::string, std::shared_ptr<InFlight>> m_building;
   std::uint64_t m_lines_too_long = 0;
   std::uint64_t m_built = 0;
@@ -224,6 +245,9 @@ class LookupService {
   std::unordered_map<std::string, double> m_build_cpu_us;  // op -> recent builds' CPU time
   std::unordered_map<std::string, double> m_class_cpu_us;  // cost class -> the same
   std::uint64_t m_kept = 0;
+  // Answers whose unrecorded_misses went from 0 since the last fold, each once: held here, an
+  // answer evicted from the cache meanwhile keeps its count.
+  std::vector<std::shared_ptr<const Answer>> m_unrecorded;
 };
 
 }  // namespace ktune

@@ -35,9 +35,11 @@ void MissTracker::record(const DeviceClass& device, const Problem& problem,
 }
 
 void MissTracker::record(const std::string& key, const DeviceClass& device, const Problem& problem,
-                         const std::string& reason, double expected_us, double gain) {
+                         const std::string& reason, double expected_us, double gain,
+                         std::uint64_t times) {
+  if (times == 0) return;
   std::lock_guard lock(m_mutex);
-  ++m_total;
+  m_total += times;
   auto [it, inserted] = m_misses.try_emplace(key);
   Slot& slot = it->second;
   Miss& m = slot.miss;
@@ -45,7 +47,7 @@ void MissTracker::record(const std::string& key, const DeviceClass& device, cons
     m.device = device;
     m.problem = problem;
   }
-  ++m.count;
+  m.count += times;
   m.reason = reason;
   m.expected_us = finite_or_zero(expected_us);
   m.gain = finite_or_zero(gain);
@@ -104,7 +106,23 @@ void MissTracker::evict_locked(const std::string* keep) {
   }
 }
 
+void MissTracker::add_source(const void* owner, std::function<void()> record_pending) {
+  std::lock_guard lock(m_fold_mutex);
+  m_sources.emplace_back(owner, std::move(record_pending));
+}
+
+void MissTracker::remove_source(const void* owner) {
+  std::lock_guard lock(m_fold_mutex);
+  std::erase_if(m_sources, [owner](const auto& s) { return s.first == owner; });
+}
+
+void MissTracker::fold() const {
+  std::lock_guard lock(m_fold_mutex);
+  for (const auto& [_, record_pending] : m_sources) record_pending();
+}
+
 std::vector<MissTracker::Miss> MissTracker::top(size_t n) const {
+  fold();
   std::vector<Miss> out;
   std::lock_guard lock(m_mutex);
   out.reserve(std::min(n, m_misses.size()));
@@ -120,6 +138,7 @@ std::vector<MissTracker::Miss> MissTracker::top(size_t n) const {
 }
 
 std::vector<MissTracker::Miss> MissTracker::due(double threshold_us) {
+  fold();
   std::vector<Miss> out;
   std::lock_guard lock(m_mutex);
   // The waiting ranking is in worth order: the due keys are a prefix of it.
@@ -141,16 +160,19 @@ void MissTracker::release(const std::string& device_id, const Problem& problem) 
 }
 
 std::uint64_t MissTracker::total() const {
+  fold();
   std::lock_guard lock(m_mutex);
   return m_total;
 }
 
 size_t MissTracker::distinct() const {
+  fold();
   std::lock_guard lock(m_mutex);
   return m_misses.size();
 }
 
 MissTracker::Stats MissTracker::stats() const {
+  fold();
   std::lock_guard lock(m_mutex);
   return {m_total, m_misses.size(), m_bytes, m_max_bytes, m_evicted};
 }

@@ -10,10 +10,18 @@
 // worth least is forgotten, one at a time, never the key being recorded. Keys are kept ordered
 // by worth (one ordered set for keys waiting, one for keys handed to the scheduler), so a record,
 // an eviction and a promotion cost O(log n), and top(n) costs O(n) whatever the number of keys.
-// Thread-safe: one mutex, held for a hash probe and a few set operations per call.
+// Misses may also be counted elsewhere first (LookupService counts a cached answer's misses on the
+// answer, under the lock its hit holds anyway) and recorded here in one go: such a holder is a
+// source, and fold() has every source record what it holds. Every read (top, due, total,
+// distinct, stats) folds first, so it sees every miss counted before it began; the scheduler also
+// folds every 250 ms. A key recorded n times in one go gets the same count and worth as n records;
+// its reason, expected time and gain are the last recorded, as of the fold.
+// Thread-safe: one mutex, held for a hash probe and a few set operations per call; folds are
+// serialized by a second one (held while sources record; never taken by record()).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <string>
@@ -52,8 +60,18 @@ class MissTracker {
               double expected_us, double gain);
   // The same with the key already made (key_of(device, problem)): what a cached answer keeps, so
   // a repeated miss answered from memory builds no text.
+  // `times`: misses of the key counted elsewhere, recorded in one go (a fold).
   void record(const std::string& key, const DeviceClass& device, const Problem& problem,
-              const std::string& reason, double expected_us, double gain);
+              const std::string& reason, double expected_us, double gain, std::uint64_t times = 1);
+  // A holder of misses not recorded yet: fold() calls `record_pending`, which records them (with
+  // record()) and forgets them. `owner` names it for remove_source. A source must not read the
+  // tracker from `record_pending` (a read folds).
+  void add_source(const void* owner, std::function<void()> record_pending);
+  // Stops asking `owner`; returns after any fold that is asking it.
+  void remove_source(const void* owner);
+  // Has every source record what it holds. Reads do it first; the scheduler every 250 ms, so
+  // what sources hold stays small.
+  void fold() const;
   // The key a miss is counted under.
   static std::string key_of(const DeviceClass& device, const Problem& problem);
   // Most worth first (ties: more misses first, then by key).
@@ -97,6 +115,10 @@ class MissTracker {
   void evict_locked(const std::string* keep);
 
   const size_t m_max_bytes;
+  // Guards m_sources; held through a fold, so a read that folds sees what an earlier fold took
+  // from a source (a second fold waits for the first to have recorded it).
+  mutable std::mutex m_fold_mutex;
+  std::vector<std::pair<const void*, std::function<void()>>> m_sources;
   mutable std::mutex m_mutex;
   Map m_misses;
   Ranking m_waiting;   // not promoted, most worth first

@@ -142,6 +142,9 @@ void Scheduler::promoter_loop() {
   std::unique_lock lock(m_mutex);
   while (!m_stopping) {
     lock.unlock();
+    // Misses counted on cached answers reach the tracker here at the latest (with tune_on_miss
+    // off too: what the sources hold stays bounded by 250 ms of traffic).
+    m_deps.misses.fold();
     promote_misses();
     lock.lock();
     m_cv.wait_for(lock, std::chrono::milliseconds(250), [this] { return m_stopping; });

@@ -130,8 +130,8 @@ TEST_F(AnswerCacheTest, AnswersAreEvictedLeastRecentlyUsedWithinTheBound) {
           std::min(least_entries_after_first_eviction, s.answers.entries);
   }
   const auto s = lookups().cache_stats();
-  EXPECT_EQ(s.answers.max_bytes, size_t(192 << 10));
-  EXPECT_EQ(s.lines.max_bytes, size_t(64 << 10));
+  EXPECT_EQ(s.answers.max_bytes, size_t(128 << 10));
+  EXPECT_EQ(s.lines.max_bytes, size_t(128 << 10));
   EXPECT_EQ(s.built, size_t(n + 1));
   EXPECT_EQ(s.answers.entries + s.answers.evictions, s.built) << "each answer kept or evicted";
   EXPECT_GT(s.answers.evictions, size_t(n / 4));
@@ -164,6 +164,143 @@ TEST_F(AnswerCacheTest, RepeatedLinesAreAnsweredFromTextUntilTheirAnswerChanges)
   EXPECT_TRUE(ask(line, LookupService::Cold::build));
   EXPECT_TRUE(lookups().fast_reply(line));
   EXPECT_EQ(lookups().cache_stats().built, 2u);
+}
+
+// A miss answered from the text cache is counted on its answer and recorded when the tracker
+// folds: every read folds first, so no reader (top, total, the status and misses ops, metrics)
+// waits for the scheduler's loop (DaemonParts has none) to see it.
+TEST_F(AnswerCacheTest, CachedMissesAreSeenByEveryReaderAtOnce) {
+  start(64 << 20);
+  const std::string line = line_for(512);  // a heuristic answer: a miss
+  ASSERT_TRUE(ask(line, LookupService::Cold::build)->miss);
+  ASSERT_EQ(m_parts->misses.total(), 0u) << "lookup() alone records nothing (reply() does)";
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(lookups().fast_reply(line));
+  EXPECT_EQ(m_parts->misses.total(), 5u);
+  ASSERT_EQ(m_parts->misses.top(1).size(), 1u);
+  EXPECT_EQ(m_parts->misses.top(1)[0].count, 5u);
+  ASSERT_TRUE(lookups().fast_reply(line));
+  EXPECT_EQ(m_parts->misses.stats().total, 6u);
+  ASSERT_TRUE(lookups().fast_reply(line));
+  const Json status =
+      Json::parse(m_parts->dispatcher.handle(R"({"v":1,"id":1,"op":"status"})").line);
+  EXPECT_EQ(status["result"]["misses"]["total"], 7);
+  EXPECT_EQ(status["result"]["misses"]["top"][0]["count"], 7);
+  ASSERT_TRUE(lookups().fast_reply(line));
+  const Json misses =
+      Json::parse(m_parts->dispatcher.handle(R"({"v":1,"id":2,"op":"misses"})").line);
+  EXPECT_EQ(misses["result"]["total"], 8);
+  EXPECT_EQ(misses["result"]["top"][0]["count"], 8);
+  ASSERT_TRUE(lookups().fast_reply(line));
+  EXPECT_EQ(sample(op_metrics_gauges(m_parts->ctx), "ktune_lookup_misses_total"), 9);
+}
+
+// Misses counted on cached answers and folded give each key the count, worth, reasons and order
+// that recording every one of them gives, folded at any point.
+TEST_F(AnswerCacheTest, CachedMissesFoldToWhatRecordingEachGives) {
+  start(64 << 20);
+  MissTracker direct;
+  const std::vector<std::pair<int, int>> keys = {{512, 7}, {1024, 3}, {96, 12}, {8192, 1}};
+  std::vector<std::pair<std::string, std::shared_ptr<const LookupService::Answer>>> asked;
+  for (const auto& [m, _] : keys) {
+    asked.emplace_back(line_for(m), ask(line_for(m), LookupService::Cold::build));
+    ASSERT_TRUE(asked.back().second->miss);
+  }
+  for (int round = 0; round < 12; ++round) {
+    for (size_t k = 0; k < keys.size(); ++k) {
+      if (round >= keys[k].second) continue;
+      ASSERT_TRUE(lookups().fast_reply(asked[k].first));
+      const auto& a = *asked[k].second;
+      direct.record(a.miss_key, a.device, a.problem, a.miss_reason, a.expected_us, a.gain);
+    }
+    if (round == 4) m_parts->misses.fold();  // some counts folded mid-way, the rest later
+  }
+  const auto folded = m_parts->misses.top(10);
+  const auto recorded = direct.top(10);
+  ASSERT_EQ(folded.size(), keys.size());
+  ASSERT_EQ(recorded.size(), keys.size());
+  for (size_t i = 0; i < folded.size(); ++i) {
+    EXPECT_EQ(folded[i].problem.key(), recorded[i].problem.key()) << i;
+    EXPECT_EQ(folded[i].count, recorded[i].count) << i;
+    EXPECT_EQ(folded[i].worth_us, recorded[i].worth_us) << i;
+    EXPECT_EQ(folded[i].expected_us, recorded[i].expected_us) << i;
+    EXPECT_EQ(folded[i].gain, recorded[i].gain) << i;
+    EXPECT_EQ(folded[i].reason, recorded[i].reason) << i;
+  }
+  EXPECT_EQ(m_parts->misses.total(), direct.total());
+  EXPECT_EQ(m_parts->misses.total(), 23u);
+  EXPECT_EQ(m_parts->misses.distinct(), direct.distinct());
+  EXPECT_EQ(m_parts->misses.stats().bytes, direct.stats().bytes);
+  // The tuning queue's order: the same keys come due, most worth first.
+  const double threshold = recorded[1].worth_us;
+  const auto due_folded = m_parts->misses.due(threshold);
+  const auto due_direct = direct.due(threshold);
+  ASSERT_EQ(due_folded.size(), due_direct.size());
+  ASSERT_GE(due_folded.size(), 2u);
+  for (size_t i = 0; i < due_folded.size(); ++i)
+    EXPECT_EQ(due_folded[i].problem.key(), due_direct[i].problem.key()) << i;
+}
+
+// Counts held on an answer outlive it in the cache: an answer evicted by others, or dropped as
+// invalid after a change to the index, still has its misses recorded at the next fold.
+TEST_F(AnswerCacheTest, CachedMissesSurviveEvictionAndInvalidation) {
+  start(256 << 10);
+  const std::string hot = line_for(100'000);
+  ASSERT_TRUE(ask(hot, LookupService::Cold::build)->miss);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(lookups().fast_reply(hot));
+  // Enough other answers to fill the bound many times over; nothing reads the tracker meanwhile,
+  // so nothing folds.
+  for (int m = 1; m <= 1500; ++m) ask(line_for(m), LookupService::Cold::build);
+  ASSERT_GT(lookups().cache_stats().answers.evictions, 1000u);
+  ASSERT_FALSE(lookups().fast_reply(hot)) << "the hot answer is evicted";
+  EXPECT_EQ(m_parts->misses.total(), 3u);
+  ASSERT_EQ(m_parts->misses.top(1).size(), 1u);
+  EXPECT_EQ(m_parts->misses.top(1)[0].problem.dims[0].second, 100'000);
+  EXPECT_EQ(m_parts->misses.top(1)[0].count, 3u);
+
+  const std::string line = line_for(512);
+  ASSERT_TRUE(ask(line, LookupService::Cold::build)->miss);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(lookups().fast_reply(line));
+  Problem own = testing::gemm_problem(512, 4096, 4096);
+  own.layout = "rc";
+  m_parts->index.upsert(testing::winner(own, 1));
+  ASSERT_FALSE(lookups().fast_reply(line)) << "dropped: a winner for its own key";
+  EXPECT_EQ(m_parts->misses.total(), 5u);
+  EXPECT_EQ(m_parts->misses.distinct(), 2u);
+}
+
+// A line's entry holds its answer (one probe per repeated line), charged in full for it: an
+// answer the answer cache let go stays reachable by its line, within the line cache's bound, and
+// the reply is the same bytes.
+TEST_F(AnswerCacheTest, ALineHoldsItsAnswerChargedInFull) {
+  start(256 << 10);
+  const std::string hot = line_for(100'000);
+  const auto answer = ask(hot, LookupService::Cold::build);
+  ASSERT_TRUE(answer);
+  const auto first = lookups().fast_reply(hot);
+  ASSERT_TRUE(first);
+  auto s = lookups().cache_stats();
+  EXPECT_GT(s.lines.bytes, hot.size() + answer->result.size()) << "the answer is charged";
+  const std::uint64_t answer_hits = s.answers.hits;
+  const std::uint64_t line_hits = s.lines.hits;
+  ASSERT_TRUE(lookups().fast_reply(hot));
+  s = lookups().cache_stats();
+  EXPECT_EQ(s.lines.hits, line_hits + 1);
+  EXPECT_EQ(s.answers.hits, answer_hits) << "one probe: the line cache's";
+  // Other answers, asked without a line, until the answer cache has let the hot one go.
+  for (int m = 1; m <= 1000; ++m) {
+    const std::string other = line_for(m);
+    ASSERT_TRUE(lookups().lookup(Json::parse(other), LookupService::Cold::build));
+    if (m % 100 == 0) {
+      ASSERT_EQ(lookups().fast_reply(hot), first) << m;
+    }
+  }
+  s = lookups().cache_stats();
+  EXPECT_GT(s.answers.evictions, 500u);
+  EXPECT_LE(s.lines.bytes, s.lines.max_bytes);
+  EXPECT_LE(s.answers.bytes, s.answers.max_bytes);
+  EXPECT_FALSE(lookups().lookup(Json::parse(hot), LookupService::Cold::refuse).value())
+      << "gone from the answer cache";
+  EXPECT_EQ(lookups().fast_reply(hot), first) << "still answered by its line, the same bytes";
 }
 
 // No cache at all is a valid setting: every lookup is built, none is kept.
@@ -272,7 +409,7 @@ TEST_F(AnswerCacheTest, MetricsFollowTheCaches) {
   EXPECT_EQ(sample(text, R"(ktune_answer_cache_entries{cache="answers"})"), s.answers.entries);
   EXPECT_GT(s.answers.entries, 0u);
   EXPECT_EQ(sample(text, R"(ktune_answer_cache_bytes{cache="lines"})"), s.lines.bytes);
-  EXPECT_EQ(sample(text, R"(ktune_answer_cache_max_bytes{cache="answers"})"), 48 << 10);
+  EXPECT_EQ(sample(text, R"(ktune_answer_cache_max_bytes{cache="answers"})"), 32 << 10);
   EXPECT_GE(sample(text, R"(ktune_answer_cache_hits_total{cache="answers"})"), 1);
   EXPECT_GE(sample(text, R"(ktune_answer_cache_misses_total{cache="answers"})"), 200);
   EXPECT_GT(sample(text, R"(ktune_answer_cache_evictions_total{cache="answers"})"), 100);
@@ -282,7 +419,7 @@ TEST_F(AnswerCacheTest, MetricsFollowTheCaches) {
   const Json status =
       Json::parse(m_parts->dispatcher.handle(R"({"v":1,"id":1,"op":"status"})").line);
   EXPECT_EQ(status["result"]["answer_cache"]["answers"]["entries"], s.answers.entries);
-  EXPECT_EQ(status["result"]["answer_cache"]["lines"]["max_bytes"], 16 << 10);
+  EXPECT_EQ(status["result"]["answer_cache"]["lines"]["max_bytes"], 32 << 10);
 }
 
 // Cold::build_if_cheap (the I/O thread's ask) builds only what is measured to be cheap: never an
