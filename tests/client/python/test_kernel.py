@@ -406,7 +406,11 @@ class LaunchPathTest(unittest.TestCase):
         self.assertIn("no CUDA context", e.exception.message)
 
     def test_workspaces_are_allocated_zeroed_once_per_context_and_passed(self):
-        best = self.client.lookup("gemm", dtype="bf16", layout="rc", device=H200, M=64, N=64, K=64).best
+        # gemm's (mma.sync) heuristic: its buffers are parameters (gemm_tma's A and B are reached
+        # only through tensor maps, and its entry comes first on the H200: heuristic_rank).
+        reply = self.client.lookup("gemm", dtype="bf16", layout="rc", device=H200, M=64, N=64, K=64,
+                                   limit=8)
+        best = next(e for e in reply.entries if e.template == "gemm")
         image = self.client.kernel("gemm", layout="rc", device=H200, template=best.template,
                                    params=best.params, M=64, N=64, K=64)
         kernel = ktune.Kernel(image)
