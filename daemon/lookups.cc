@@ -137,11 +137,12 @@ void LookupService::record_unrecorded_misses() {
     counts.reserve(answers.size());
     for (const auto& a : answers) counts.push_back(std::exchange(a->unrecorded_misses, 0));
   }
-  for (size_t i = 0; i < answers.size(); ++i) {
-    const Answer& a = *answers[i];
-    m_misses.record(a.miss_key, a.device, a.problem, a.miss_reason, a.expected_us, a.gain,
-                    counts[i]);
-  }
+  for (size_t i = 0; i < answers.size(); ++i) record_misses(*answers[i], counts[i]);
+}
+
+void LookupService::record_misses(const Answer& answer, std::uint64_t times) {
+  m_misses.record(answer.miss_key, answer.device, answer.problem, answer.miss_reason,
+                  answer.expected_us, answer.gain, times);
 }
 
 std::optional<std::string> LookupService::fast_reply(std::string_view line) {
@@ -177,9 +178,7 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
     }
   }
   m_metrics.count_request("lookup");
-  if (record_now)
-    m_misses.record(answer->miss_key, answer->device, answer->problem, answer->miss_reason,
-                    answer->expected_us, answer->gain);
+  if (record_now) record_misses(*answer, 1);
   m_metrics.count_lookup(
       answer->provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -270,9 +269,7 @@ bool LookupService::still_valid_locked(CachedAnswer& cached, std::uint64_t gener
 
 std::string LookupService::reply(const Json& id, const Answer& answer,
                                  std::chrono::steady_clock::time_point t0) {
-  if (answer.miss)
-    m_misses.record(answer.miss_key, answer.device, answer.problem, answer.miss_reason,
-                    answer.expected_us, answer.gain);
+  if (answer.miss) record_misses(answer, 1);
   m_metrics.count_lookup(
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -187,6 +187,9 @@ class LookupService {
                      std::uint64_t generation);
   // Records in the tracker the misses counted on answers since the last call (its fold).
   void record_unrecorded_misses();
+  // Records `times` misses of the key `answer` answered (its miss key, device, problem, reason
+  // and worth) in the tracker.
+  void record_misses(const Answer& answer, std::uint64_t times);
   // The build of `key` to wait for, and whether the caller is to run it (none in flight yet, or
   // only one for an older generation). REQUIRES: m_mutex held.
   std::pair<std::shared_ptr<InFlight>, bool> join_build_locked(const std::string& key,
