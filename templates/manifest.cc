@@ -524,10 +524,6 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   if (!m.arch_suffix.empty() && m.arch_suffix != "a")
     P.fail_at(root["arch_suffix"], "arch_suffix", "expected \"\" or \"a\"");
   m.nvrtc_options = P.strings(root["nvrtc_options"], "nvrtc_options");
-  m.heuristic_rank = int(root["heuristic_rank"].IsDefined()
-                             ? P.integer(root["heuristic_rank"], "heuristic_rank")
-                             : 0);
-
   parse_params(P, root["params"], m);
 
   // Symbols: params, dims, dtype sizes, layout constants, device limits, then derived in order.
@@ -540,6 +536,16 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   m.symbols.add("out_bytes");
   for (const auto& [_, consts] : m.layouts)
     for (const auto& [c, __] : consts) m.symbols.add(c);
+  // Parsed before the device limits and derived values exist, so naming one is an unknown
+  // symbol; params come first in the table and are refused by slot.
+  if (root["heuristic_rank"].IsDefined()) {
+    m.heuristic_rank = P.expr(root["heuristic_rank"], "heuristic_rank", m.symbols);
+    const auto& used = m.heuristic_rank.used_slots;
+    if (!used.empty() && used.front() < int(m.params.size()))
+      P.fail_at(root["heuristic_rank"], "heuristic_rank",
+                "may name the problem's dims, in_bytes, out_bytes and layout constants, not "
+                "params (it orders templates before any config is chosen)");
+  }
   for (const char* s : k_device_symbols) m.symbols.add(s);
   P.set_grid_only_slot(m.symbols.add(k_max_active_clusters));
 

@@ -162,8 +162,10 @@ struct Manifest {
   std::string arch_suffix;
   // Where this template's heuristic stands among those of the other templates of its op that
   // can run a problem: higher first (lookups list heuristic entries, and jobs measure them, in
-  // that order; equal ranks keep the registry's order). Default 0.
-  int heuristic_rank = 0;
+  // that order; equal ranks keep the registry's order). An expression over the problem alone
+  // (dims, in_bytes, out_bytes, layout constants), so a template can rank first only for the
+  // shapes its heuristic is good at; empty text: 0. Evaluate with heuristic_rank() (space.h).
+  Expression heuristic_rank;
   std::vector<std::string> nvrtc_options;
 
   std::vector<ParamDomain> params;

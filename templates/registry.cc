@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "templates/space.h"
+
 namespace ktune {
 namespace {
 
@@ -121,12 +123,13 @@ const KernelTemplate* TemplateRegistry::find(std::string_view name) const {
 
 std::vector<const KernelTemplate*> TemplateRegistry::for_problem(const Problem& problem,
                                                                  int cc) const {
-  std::vector<const KernelTemplate*> out;
+  std::vector<std::pair<double, const KernelTemplate*>> ranked;
   for (const auto& t : m_templates)
-    if (t->manifest.supports(problem, cc)) out.push_back(t.get());
-  std::stable_sort(out.begin(), out.end(), [](const KernelTemplate* a, const KernelTemplate* b) {
-    return a->manifest.heuristic_rank > b->manifest.heuristic_rank;
-  });
+    if (t->manifest.supports(problem, cc)) ranked.emplace_back(heuristic_rank(*t, problem), t.get());
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<const KernelTemplate*> out;
+  for (const auto& [_, t] : ranked) out.push_back(t);
   return out;
 }
 

@@ -44,7 +44,7 @@ class TemplateRegistry {
   const std::vector<std::unique_ptr<KernelTemplate>>& all() const { return m_templates; }
   const KernelTemplate* find(std::string_view name) const;
   // Every template implementing the problem's op, dtypes and layout on compute capability `cc`,
-  // highest heuristic_rank first (equal ranks in registry order).
+  // highest heuristic_rank for this problem first (equal ranks in registry order).
   std::vector<const KernelTemplate*> for_problem(const Problem& problem, int cc) const;
   // Distinct ops, sorted.
   std::vector<std::string> ops() const;

@@ -485,6 +485,15 @@ Result<Params> first_config(const KernelTemplate& tmpl, const Problem& problem,
 }
 }  // namespace
 
+double heuristic_rank(const KernelTemplate& tmpl, const Problem& problem) {
+  const Manifest& m = tmpl.manifest;
+  if (m.heuristic_rank.text.empty()) return 0;
+  Evaluator ev(m.symbols);
+  bind_problem(ev, m, problem, DeviceLimits{});  // the rank reads no device limit (manifest.cc)
+  const auto v = ev.eval(m.heuristic_rank);
+  return v && !std::isnan(*v) ? *v : 0;
+}
+
 Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& problem,
                                 const DeviceLimits& limits) {
   if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());

@@ -128,6 +128,10 @@ Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
 Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& problem,
                                     const DeviceLimits& limits);
 
+// The manifest's heuristic_rank for `problem` (0 when it has none, or evaluates to NaN).
+// REQUIRES: the template supports the problem (dims in the manifest's order).
+double heuristic_rank(const KernelTemplate& tmpl, const Problem& problem);
+
 // The first heuristic rule's config whose `when` holds and which passes the constraints; falls
 // through to later rules when a rule's config is invalid for this problem.
 Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& problem,

@@ -100,6 +100,9 @@ TEST(ManifestTest, StructuralErrors) {
        "no tolerance for output dtype bf16"},
       {"name: scale", "name: scaler", "must match the file name 'scale'"},
       {"  - when: n < 4096\n", "  - when: n < 4096 +\n", "heuristic[0].when: bad expression"},
+      // heuristic_rank orders templates before a config exists: the problem only.
+      {"op: scale", "op: scale\nheuristic_rank: THREADS > 128", "heuristic_rank: may name the problem's dims"},
+      {"op: scale", "op: scale\nheuristic_rank: sm_count > 100", "heuristic_rank: unknown"},
   };
   for (const auto& c : cases) {
     auto m = parse_manifest(edited(c.from, c.to), "scale.yaml");
