@@ -5,17 +5,18 @@
 //   A: M x K row-major, B: N x K row-major (= K x N column-major, nn.Linear's weight): layout rc,
 //   both operands K-major, as wgmma reads them. C: M x N row-major, never read when beta == 0.
 //   bf16/fp16 in, bf16/fp16/fp32 out. A and B reach the kernel only through their tensor maps
-//   (tmA: dims {K, M}, box {64, BLOCK_M}; tmB: dims {K, N}, box {64, BLOCK_N / CLUSTER_M}; both
-//   128-byte swizzle, zero fill), which the worker encodes (docs/templates.md, "Tensor maps"):
+//   (tmA: dims {K, M}, box {64, BLOCK_M / CLUSTER_N}; tmB: dims {K, N}, box {64, BLOCK_N /
+//   CLUSTER_M}; both 128-byte swizzle, zero fill), which the worker encodes (docs/templates.md, "Tensor maps"):
 //   K % 8 == 0 for 16-byte row strides.
 //
 // Knobs (the manifest's params): BLOCK_M x BLOCK_N x BLOCK_K tile, STAGES, CONSUMERS (1 or 2
-// warpgroups; each owns BLOCK_M / CONSUMERS rows), GROUP_M (raster: tile rows per band, tiles
-// walked column by column inside a band), EPILOGUE (0: from registers, 4-byte stores; 1: through a
+// warpgroups; each owns BLOCK_M / CONSUMERS rows), GROUP_M and RASTER (the order of tiles: bands
+// of GROUP_M tile rows walked column by column inside a band, or with RASTER 1 bands of GROUP_M
+// tile columns walked row by row), EPILOGUE (0: from registers, 4-byte stores; 1: through a
 // dedicated shared area, 8 rows per warp at a time, 16-byte stores; 2: stmatrix into two 128-byte-
 // swizzled boxes per warp and TMA stores through tmC, left in flight while the next tile's main
-// loop runs), CLUSTER_M (2: vertically
-// adjacent tiles in a 2-CTA cluster that multicasts the shared B tile), SPLITS (split-K: each
+// loop runs), CLUSTER_M / CLUSTER_N (2-CTA clusters: vertically adjacent tiles that multicast the
+// B tile they share, or horizontally adjacent ones that multicast their A tile), SPLITS (split-K: each
 // tile's K range in SPLITS work units), SCHEDULE (how the consumer warpgroups share the work,
 // below). Persistence is a launch choice: the kernel walks work
 // units blockIdx.x, + gridDim.x, ... (in clusters); a grid of one block per unit is the plain
@@ -44,7 +45,7 @@
 // starts on a 1024-byte boundary. The manifest's `smem` must equal TmaConfig::kSmemBytes.
 //
 // Synchronisation: full[s] (count 1): the producer thread arrives with expect_tx(stage bytes),
-// the TMA loads complete the transaction. empty[s] (count 4 * readers * CLUSTER_M, readers =
+// the TMA loads complete the transaction. empty[s] (count 4 * readers * cluster size, readers =
 // CONSUMERS cooperative, 1 ping-pong): each consumer warp that read the stage (in each CTA of the
 // cluster) arrives once the wgmmas that read stage s have retired
 // (wgmma.wait_group 1 after the next stage's wgmmas are issued; the last stage of a unit after
@@ -85,6 +86,18 @@ using ktune_tma::tma_load_2d_multicast;
 // ---- compile-time configuration -----------------------------------------------------------------
 constexpr int kCooperative = 0;  // SCHEDULE values
 constexpr int kPingpong = 1;
+constexpr int kRasterRows = 0;   // RASTER values: bands of tile rows, or of tile columns
+constexpr int kRasterColumns = 1;
+// Epilogue 2's TMA-store box: 16 rows x 128 bytes of outputs, in the 128-byte swizzle.
+constexpr int kEpiBoxRows = 16;
+constexpr int kEpiBoxBytes = kEpiBoxRows * 128;
+
+// The CTAs of a cluster: CM x CN tiles (at most two CTAs: 2 x 1 share B, 1 x 2 share A).
+template <int CM, int CN>
+struct ClusterShape {
+  static constexpr int kM = CM, kN = CN, kSize = CM * CN;
+  static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2) && kSize <= 2, "clusters of 1 or 2 CTAs");
+};
 
 template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS, int EPILOGUE,
           int SCHEDULE>
@@ -107,10 +120,8 @@ struct TmaConfig {
   // Epilogue 1: per consumer warp 8 rows of BLOCK_N outputs; the 16-byte row pad puts the 8 rows x
   // 4 lanes of a fragment store in 32 distinct banks (2-byte outputs).
   static constexpr int kEpiPitch = BLOCK_N * int(sizeof(TOut)) + 16;
-  // Epilogue 2: per consumer warp two boxes of 16 rows x 128 bytes (a TMA store's source, in the
-  // 128-byte swizzle), used in turn so that one is filled while the other is being stored.
-  static constexpr int kEpiBoxCols = 128 / int(sizeof(TOut));  // outputs per 128-byte box row
-  static constexpr int kEpiBoxBytes = 16 * 128;
+  // Epilogue 2: per consumer warp two boxes (a TMA store's source), used in turn so that one is
+  // filled while the other is being stored.
   static constexpr int kEpiWarpBytes = EPILOGUE == 2 ? 2 * kEpiBoxBytes : 8 * kEpiPitch;
   static constexpr int kEpiBytes = EPILOGUE ? CONSUMERS * 4 * kEpiWarpBytes : 0;
   static constexpr int kBarOffset = STAGES * kStageBytes + kEpiBytes;  // from the aligned base
@@ -257,7 +268,7 @@ template <typename TOut, int BLOCK_N, int MS, int ACC>
 __device__ __forceinline__ void epilogue_tma(const float (&acc)[MS][ACC], unsigned area, const ktune_tensor_map* tmC,
                                              const TOut* __restrict__ C, int M, int N, int row0, int col0,
                                              float alpha, float beta) {
-  constexpr int kBoxCols = 128 / int(sizeof(TOut));
+  constexpr int kBoxCols = 128 / int(sizeof(TOut));  // outputs per box row
   constexpr int kGroups = kBoxCols / 8;  // 8-column fragment groups per box
   const int t = static_cast<int>(threadIdx.x) & 127;
   const int warp = t >> 5, lane = t & 31;
@@ -267,7 +278,7 @@ __device__ __forceinline__ void epilogue_tma(const float (&acc)[MS][ACC], unsign
     const int wrow = row0 + ms * 64 + warp * 16;
 #pragma unroll
     for (int cb = 0; cb < BLOCK_N / kBoxCols; ++cb, ++k) {
-      const unsigned box = area + (k & 1) * 2048;
+      const unsigned box = area + (k & 1) * kEpiBoxBytes;
       if (lane == 0) ktune_tma::bulk_wait_group_read<1>();
       __syncwarp();
       float v[kGroups * 4];
@@ -400,8 +411,8 @@ __device__ __forceinline__ bool reduce_partials(float (&acc)[MS][ACC], float* __
 }
 
 // The order in which a block walks its work: items (tile group, k-tiles [kb, ke)), the same for the
-// producer and the consumers of every CTA of a cluster (items are per cluster; rank r of a cluster
-// takes tile row 2 p + r of the group's).
+// producer and the consumers of every CTA of a cluster (items are per cluster; TileRaster says
+// which tile of the group each CTA takes).
 //   Without stream-K: work units u = first, first + step, ... < units, unit u = tile group
 //   u / splits, k-slice u % splits (splits = 1: whole tiles).
 //   Stream-K (the persistent grid of `step` clusters; a tile-group count that is not a multiple of
@@ -476,12 +487,33 @@ struct WorkCursor {
   }
 };
 
+// Where a tile group lies and which of its tiles this CTA computes. Tile groups form a grid of
+// units_m x units_n (cluster rows x cluster columns); RASTER 0 walks it in bands of `group` rows,
+// column by column inside a band, RASTER 1 in bands of `group` columns, row by row (GROUP_M 1:
+// row-major, column-major). CTA rank r of a 2 x 1 cluster takes tile row 2 um + r, of a 1 x 2
+// cluster tile column 2 un + r.
+template <typename CL, int RASTER>
+struct TileRaster {
+  int units_m, units_n, group;
+  unsigned rank;  // CTA rank in the cluster
+  __device__ __forceinline__ void tile(int unit, int& tm, int& tn) const {
+    int um, un;
+    if constexpr (RASTER == kRasterColumns) {
+      ktune_gemm_sm90_detail::raster(unit, units_n, units_m, group, un, um);
+    } else {
+      ktune_gemm_sm90_detail::raster(unit, units_m, units_n, group, um, un);
+    }
+    tm = um * CL::kM + (CL::kM == 2 ? static_cast<int>(rank) : 0);
+    tn = un * CL::kN + (CL::kN == 2 ? static_cast<int>(rank) : 0);
+  }
+};
+
 // What a block's consumers need to walk their work: the plan, the raster, the cluster rank, the
 // stream-K workspace slots and the shared-memory addresses.
+template <typename Raster>
 struct BlockWork {
   WorkPlan plan;
-  int units_m, tiles_n, group;  // raster of tile groups (rows of clusters x tile columns)
-  unsigned rank;                // CTA rank in the cluster
+  Raster raster;                // tile groups -> this CTA's tiles
   unsigned stages, full, empty; // shared addresses: the ring, full[0], empty[0]
   unsigned char* epi;           // this warp's staged-epilogue area (epilogue 1 and 2)
   const ktune_tensor_map* tmC;  // C as a TMA map (epilogue 2)
@@ -495,12 +527,12 @@ __device__ __forceinline__ void order_wait(int bar) { asm volatile("bar.sync %0,
 __device__ __forceinline__ void order_arrive(int bar) { asm volatile("bar.arrive %0, 256;\n" ::"r"(bar) : "memory"); }
 
 // Releases stage `stage` to the producer(s): one arrival per consumer warp on empty[stage] of this
-// CTA and, in a 2-CTA cluster, of the peer (it multicast half of the stage's B into this CTA).
-template <int CLUSTER_M>
-__device__ __forceinline__ void release_stage(const BlockWork& w, int stage) {
+// CTA and, in a 2-CTA cluster, of the peer (it multicast half of the stage's shared operand here).
+template <typename CL, typename W>
+__device__ __forceinline__ void release_stage(const W& w, int stage) {
   if ((threadIdx.x & 31) != 0) return;
   mbar_arrive(w.empty + 8 * stage);
-  if constexpr (CLUSTER_M == 2) mbar_arrive_remote(w.empty + 8 * stage, w.rank ^ 1u);
+  if constexpr (CL::kSize == 2) mbar_arrive_remote(w.empty + 8 * stage, w.raster.rank ^ 1u);
 }
 
 // One consumer warpgroup's main loop over k-tiles [kt_begin, kt_end) of a work unit, from ring
@@ -508,8 +540,8 @@ __device__ __forceinline__ void release_stage(const BlockWork& w, int stage) {
 // wgmmas into acc (zeroed first) for rows [row0, row0 + kWgM) of the tile, and releases the
 // previous stage once its wgmmas have retired (wait_group 1). Returns the last stage, still held,
 // with its wgmmas possibly in flight (finish_mainloop waits for them and releases it).
-template <typename Cfg, int CLUSTER_M, int MS, int ACC>
-__device__ __forceinline__ int mainloop(float (&acc)[MS][ACC], const BlockWork& w, int& s, int& phase, int kt_begin,
+template <typename Cfg, typename CL, typename W, int MS, int ACC>
+__device__ __forceinline__ int mainloop(float (&acc)[MS][ACC], const W& w, int& s, int& phase, int kt_begin,
                                         int kt_end, int row0) {
 #pragma unroll
   for (int ms = 0; ms < MS; ++ms)
@@ -527,7 +559,7 @@ __device__ __forceinline__ int mainloop(float (&acc)[MS][ACC], const BlockWork& 
     wgmma_wait<1>();  // the previous stage's wgmmas have retired: release it
 #pragma unroll
     for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
-    if (prev >= 0) release_stage<CLUSTER_M>(w, prev);
+    if (prev >= 0) release_stage<CL>(w, prev);
     prev = s;
     if (++s == Cfg::kStages) {
       s = 0;
@@ -537,17 +569,17 @@ __device__ __forceinline__ int mainloop(float (&acc)[MS][ACC], const BlockWork& 
   return prev;
 }
 
-template <int CLUSTER_M, int MS, int ACC>
-__device__ __forceinline__ void finish_mainloop(float (&acc)[MS][ACC], const BlockWork& w, int prev) {
+template <typename CL, typename W, int MS, int ACC>
+__device__ __forceinline__ void finish_mainloop(float (&acc)[MS][ACC], const W& w, int prev) {
   wgmma_wait<0>();
 #pragma unroll
   for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
-  if (prev >= 0) release_stage<CLUSTER_M>(w, prev);
+  if (prev >= 0) release_stage<CL>(w, prev);
 }
 
 // Writes rows [row0, row0 + kWgM) x columns [col0, col0 + BLOCK_N) of C with the configured epilogue.
-template <typename Cfg, int MS, int ACC>
-__device__ __forceinline__ void store_tile(const float (&acc)[MS][ACC], const BlockWork& w,
+template <typename Cfg, typename W, int MS, int ACC>
+__device__ __forceinline__ void store_tile(const float (&acc)[MS][ACC], const W& w,
                                            typename Cfg::Out* __restrict__ C, int M, int N, int row0, int col0,
                                            float alpha, float beta) {
   if constexpr (Cfg::kEpilogue == 2) {
@@ -567,24 +599,23 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MS][ACC], const Bl
 // split-K (tile, split); stream-K two per CTA, (CTA, 0) for the piece its share starts with and
 // (CTA, 1) for the one it ends with (a share that crosses no tile boundary has one piece, slot 0),
 // so no slot is written twice in a launch.
-template <typename Cfg, int CLUSTER_M, int MS, int ACC>
-__device__ __forceinline__ void consume_cooperative(const BlockWork& w, typename Cfg::Out* __restrict__ C,
+template <typename Cfg, typename CL, int MS, int ACC, typename W>
+__device__ __forceinline__ void consume_cooperative(const W& w, typename Cfg::Out* __restrict__ C,
                                                     float* __restrict__ workspace, int* __restrict__ tile_counters,
                                                     int M, int N, float alpha, float beta, int cw) {
   constexpr long long kSlot = static_cast<long long>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial
   const WorkPlan& p = w.plan;
-  const int rank = static_cast<int>(w.rank);
+  const int rank = static_cast<int>(w.raster.rank);
   int s = 0, phase = 0;
   WorkCursor cur(p);
   WorkItem it;
   while (cur.next(p, it)) {
-    int um, tn;
-    ktune_gemm_sm90_detail::raster(it.tile_unit, w.units_m, w.tiles_n, w.group, um, tn);
-    const int tm = um * CLUSTER_M + rank;
+    int tm, tn;
+    w.raster.tile(it.tile_unit, tm, tn);
     float acc[MS][ACC];
-    const int prev = mainloop<Cfg, CLUSTER_M>(acc, w, s, phase, it.kb, it.ke, cw * Cfg::kWgM);
-    finish_mainloop<CLUSTER_M>(acc, w, prev);
-    const int tile = it.tile_unit * CLUSTER_M + rank;  // counter index
+    const int prev = mainloop<Cfg, CL>(acc, w, s, phase, it.kb, it.ke, cw * Cfg::kWgM);
+    finish_mainloop<CL>(acc, w, prev);
+    const int tile = it.tile_unit * CL::kSize + rank;  // counter index
     if (p.splits > 1) {
       float* base = workspace + static_cast<long long>(tile) * p.splits * kSlot;
       const auto slot = [base](int c) { return base + c * kSlot; };
@@ -598,7 +629,7 @@ __device__ __forceinline__ void consume_cooperative(const BlockWork& w, typename
       // Share b's piece of this tile is its first one when the share starts inside the tile.
       const auto slot = [&p, workspace, t0, rank, b0](int c) {
         const int b = b0 + c;
-        return workspace + ((static_cast<long long>(b) * CLUSTER_M + rank) * 2 + (p.share_begin(b) >= t0 ? 0 : 1)) *
+        return workspace + ((static_cast<long long>(b) * CL::kSize + rank) * 2 + (p.share_begin(b) >= t0 ? 0 : 1)) *
                                kSlot;
       };
       if (!reduce_partials<Cfg, MS, ACC>(acc, slot(p.first - b0), slot, n, p.first == b0, tile_counters + tile,
@@ -617,8 +648,8 @@ __device__ __forceinline__ void consume_cooperative(const BlockWork& w, typename
 // every bar.arrive meets a bar.sync. Ring positions of the other's units are stepped over; since
 // the units before have all been waited for, each stage's earlier fills are complete when a
 // warpgroup waits on it, and the parity of its wait names the fill it needs.
-template <typename Cfg, int CLUSTER_M, int MS, int ACC>
-__device__ __forceinline__ void consume_pingpong(const BlockWork& w, typename Cfg::Out* __restrict__ C, int M, int N,
+template <typename Cfg, typename CL, int MS, int ACC, typename W>
+__device__ __forceinline__ void consume_pingpong(const W& w, typename Cfg::Out* __restrict__ C, int M, int N,
                                                  float alpha, float beta, int cw) {
   int s = 0, phase = 0;
   int local = 0;  // index of u among this block's units
@@ -631,41 +662,43 @@ __device__ __forceinline__ void consume_pingpong(const BlockWork& w, typename Cf
       continue;
     }
     if (local > 0) order_wait(2 + cw);
-    int um, tn;
-    ktune_gemm_sm90_detail::raster(u, w.units_m, w.tiles_n, w.group, um, tn);
-    const int tm = um * CLUSTER_M + static_cast<int>(w.rank);
+    int tm, tn;
+    w.raster.tile(u, tm, tn);
     float acc[MS][ACC];
-    const int prev = mainloop<Cfg, CLUSTER_M>(acc, w, s, phase, 0, p.k_tiles, 0);
+    const int prev = mainloop<Cfg, CL>(acc, w, s, phase, 0, p.k_tiles, 0);
     if (u + p.step < p.units) order_arrive(2 + (cw ^ 1));
-    finish_mainloop<CLUSTER_M>(acc, w, prev);
+    finish_mainloop<CL>(acc, w, prev);
     store_tile<Cfg>(acc, w, C, M, N, tm * Cfg::kBlockM, tn * Cfg::kBlockN, alpha, beta);
   }
 }
 
 }  // namespace ktune_gemm_tma_detail
 
-// grid: any number of blocks, a multiple of CLUSTER_M (units = ceil(tiles_m / CLUSTER_M) * tiles_n
-// tile groups; one block per tile, or one per SM for the persistent schedule), launched with
-// cluster dimension (CLUSTER_M, 1, 1); block: (CONSUMERS + 1) * 128 threads; dynamic shared memory
-// TmaConfig::kSmemBytes. workspace: split-K partials, tiles * SPLITS * BLOCK_M * BLOCK_N floats, or
-// stream-K partials, 2 * sk_ctas * BLOCK_M * BLOCK_N floats (every slot written before it is read;
-// a grid of more than sk_ctas blocks walks whole tiles); tile_counters: one per tile, zero at entry
-// and exit. STREAMK = 1: the persistent grid's last, partial wave of tiles is spread over every
-// cluster (WorkPlan).
-// tmA: bf16/fp16 2-D map over A (dims {K, M}, box {64, BLOCK_M}, 128-byte
-// swizzle); tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}); tmC: over C (EPILOGUE 2: dims
-// {N, M}, box {128 bytes of outputs, 16}, 128-byte swizzle; any map otherwise, unused).
+// grid: any number of blocks, a multiple of the cluster size CS = CLUSTER_M * CLUSTER_N (units =
+// ceil(tiles_m / CLUSTER_M) * ceil(tiles_n / CLUSTER_N) tile groups; one cluster per group, or
+// max_active_clusters for the persistent schedule), launched with cluster dimension (CS, 1, 1);
+// block: (CONSUMERS + 1) * 128 threads; dynamic shared memory TmaConfig::kSmemBytes. workspace:
+// split-K partials, tiles * SPLITS * BLOCK_M * BLOCK_N floats, or stream-K partials, 2 * sk_ctas *
+// BLOCK_M * BLOCK_N floats (every slot written before it is read; a grid of more than sk_ctas
+// blocks walks whole tiles); tile_counters: one per tile, zero at entry and exit. STREAMK = 1: the
+// persistent grid's last, partial wave of tiles is spread over every cluster (WorkPlan).
+// tmA: bf16/fp16 2-D map over A (dims {K, M}, box {64, BLOCK_M / CLUSTER_N}, 128-byte swizzle);
+// tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}); tmC: over C (EPILOGUE 2: dims {N, M},
+// box {128 bytes of outputs, 16}, 128-byte swizzle; any map otherwise, unused).
 //
-// CLUSTER_M = 2: the two CTAs of a cluster take vertically adjacent tiles (tile rows 2p and 2p + 1,
-// same tile column), so they need the same B tile: CTA rank r loads rows [r, r + 1) * BLOCK_N / 2 of
-// it and multicasts them into both CTAs (L2 -> SM traffic per stage: 32 KB per CTA instead of 48 KB
-// at 128x256x64). A stage may be refilled only when the consumers of *both* CTAs have released it,
-// so empty[s] counts 2 * 4 * CONSUMERS warp arrivals (one local, one remote per consumer warp). The
-// second CTA of the last cluster row computes a tile past M when tiles_m is odd (zero-filled A,
-// every store masked).
+// 2-CTA clusters: the two CTAs take adjacent tiles that need one operand tile in common, and each
+// loads half of it and multicasts that half into both CTAs. CLUSTER_M = 2: vertically adjacent
+// tiles (tile rows 2p and 2p + 1, same tile column) share B; CTA rank r loads B rows [r, r + 1) *
+// BLOCK_N / 2 (L2 -> SM traffic per stage: 32 KB per CTA instead of 48 KB at 128x256x64).
+// CLUSTER_N = 2: horizontally adjacent tiles share A; rank r loads A rows [r, r + 1) * BLOCK_M / 2
+// (the larger saving where BLOCK_M > BLOCK_N: 256x128x64, 32 KB instead of 48 KB). A stage may be
+// refilled only when the consumers of *both* CTAs have released it, so empty[s] counts 2 * 4 *
+// readers warp arrivals (one local, one remote per consumer warp). Where tiles_m (tiles_n) is odd,
+// the second CTA of the last cluster row (column) computes a tile past M (N): zero-filled operand,
+// every store masked.
 
 template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS,
-          int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS, int SCHEDULE, int STREAMK>
+          int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS, int SCHEDULE, int STREAMK, int CLUSTER_N, int RASTER>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     ktune_gemm_tma(const __grid_constant__ ktune_tensor_map tmA, const __grid_constant__ ktune_tensor_map tmB,
                    TOut* __restrict__ C, const __grid_constant__ ktune_tensor_map tmC,
@@ -673,13 +706,17 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
                    float alpha, float beta) {
   using namespace ktune_gemm_tma_detail;
   using Cfg = TmaConfig<TIn, TOut, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, CONSUMERS, EPILOGUE, SCHEDULE>;
+  using CL = ClusterShape<CLUSTER_M, CLUSTER_N>;
+  using Raster = TileRaster<CL, RASTER>;
   constexpr int splits = SPLITS;
   static_assert(SPLITS >= 1, "at least one k-slice per tile");
   static_assert(SCHEDULE == kCooperative || SPLITS == 1, "ping-pong: whole tiles, no split-K");
   static_assert(STREAMK == 0 || (SCHEDULE == kCooperative && SPLITS == 1), "stream-K: cooperative, no split-K");
+  static_assert(RASTER == kRasterRows || RASTER == kRasterColumns, "raster by tile rows or by tile columns");
   constexpr int MS = Cfg::kMS, ACC = Cfg::kAcc;
-  static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "clusters of 1 or 2 CTAs along M");
-  constexpr int kBHalf = BLOCK_N / CLUSTER_M;  // B rows each CTA of a cluster loads
+  constexpr int kCS = CL::kSize;
+  constexpr int kAPart = BLOCK_M / CLUSTER_N;  // A rows each CTA of a cluster loads
+  constexpr int kBPart = BLOCK_N / CLUSTER_M;  // B rows each CTA of a cluster loads
   extern __shared__ __align__(1024) unsigned char gemm_tma_smem[];
   const unsigned raw = smem_u32(gemm_tma_smem);
   const unsigned stages = (raw + 1023u) & ~1023u;  // same offset in every CTA (multicast relies on it)
@@ -687,7 +724,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
   const unsigned empty = full + 8 * STAGES;
 
   const int tid = static_cast<int>(threadIdx.x);
-  const unsigned rank = CLUSTER_M == 2 ? cluster_ctarank() : 0u;
+  const unsigned rank = kCS == 2 ? cluster_ctarank() : 0u;
   if (tid == 0) {
     prefetch_tensormap(&tmA);
     prefetch_tensormap(&tmB);
@@ -695,19 +732,20 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full + 8 * s, 1);
-      mbar_init(empty + 8 * s, 4 * Cfg::kReaders * CLUSTER_M);
+      mbar_init(empty + 8 * s, 4 * Cfg::kReaders * kCS);
     }
     fence_barrier_init();
   }
-  if constexpr (CLUSTER_M == 2) cluster_sync();  // the peer's barriers exist before any remote use
+  if constexpr (kCS == 2) cluster_sync();  // the peer's barriers exist before any remote use
   else __syncthreads();
 
-  const int tiles_m = ktune_dev::ceil_div(M, BLOCK_M);
-  const int tiles_n = ktune_dev::ceil_div(N, BLOCK_N);
-  const int units_m = ktune_dev::ceil_div(tiles_m, CLUSTER_M);  // tile rows of clusters
-  const int tile_units = units_m * tiles_n;
-  const int group = GROUP_M / CLUSTER_M > 1 ? GROUP_M / CLUSTER_M : 1;
-  const int first = static_cast<int>(blockIdx.x) / CLUSTER_M, step = static_cast<int>(gridDim.x) / CLUSTER_M;
+  const int units_m = ktune_dev::ceil_div(ktune_dev::ceil_div(M, BLOCK_M), CLUSTER_M);  // rows of clusters
+  const int units_n = ktune_dev::ceil_div(ktune_dev::ceil_div(N, BLOCK_N), CLUSTER_N);  // columns of clusters
+  const int tile_units = units_m * units_n;
+  // GROUP_M counts tiles; a band holds GROUP_M / (cluster extent along the band) clusters.
+  constexpr int kBandExtent = RASTER == kRasterColumns ? CLUSTER_N : CLUSTER_M;
+  const Raster raster{units_m, units_n, GROUP_M / kBandExtent > 1 ? GROUP_M / kBandExtent : 1, rank};
+  const int first = static_cast<int>(blockIdx.x) / kCS, step = static_cast<int>(gridDim.x) / kCS;
   const int k_tiles = ktune_dev::ceil_div(K, BLOCK_K);
   // Stream-K needs a workspace slot pair per CTA: with more CTAs than sk_ctas, whole tiles only.
   const WorkPlan plan =
@@ -724,9 +762,9 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
       WorkCursor cur(plan);
       WorkItem it;
       while (cur.next(plan, it)) {
-        int um, tn;
-        ktune_gemm_sm90_detail::raster(it.tile_unit, units_m, tiles_n, group, um, tn);
-        const int m0 = (um * CLUSTER_M + static_cast<int>(rank)) * BLOCK_M, n0 = tn * BLOCK_N;
+        int tm, tn;
+        raster.tile(it.tile_unit, tm, tn);
+        const int m0 = tm * BLOCK_M, n0 = tn * BLOCK_N;
         for (int kt = it.kb; kt < it.ke; ++kt) {
           if (use > 0) {
             mbar_wait(empty + 8 * s, static_cast<unsigned>((use - 1) & 1));
@@ -735,12 +773,19 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
           mbar_arrive_expect_tx(full + 8 * s, Cfg::kStageBytes);
 #pragma unroll
           for (int cb = 0; cb < Cfg::kCB; ++cb) {
-            tma_load_2d(st + cb * BLOCK_M * 128, &tmA, kt * BLOCK_K + cb * 64, m0, full + 8 * s);
-            if constexpr (CLUSTER_M == 2) {
-              tma_load_2d_multicast(st + Cfg::kABytes + cb * BLOCK_N * 128 + rank * kBHalf * 128, &tmB,
-                             kt * BLOCK_K + cb * 64, n0 + static_cast<int>(rank) * kBHalf, full + 8 * s, 0x3);
+            const int k0 = kt * BLOCK_K + cb * 64;
+            const unsigned a_dst = st + cb * BLOCK_M * 128, b_dst = st + Cfg::kABytes + cb * BLOCK_N * 128;
+            if constexpr (CLUSTER_N == 2) {  // the pair's common A tile, half from each CTA
+              tma_load_2d_multicast(a_dst + rank * kAPart * 128, &tmA, k0, m0 + static_cast<int>(rank) * kAPart,
+                                    full + 8 * s, 0x3);
             } else {
-              tma_load_2d(st + Cfg::kABytes + cb * BLOCK_N * 128, &tmB, kt * BLOCK_K + cb * 64, n0, full + 8 * s);
+              tma_load_2d(a_dst, &tmA, k0, m0, full + 8 * s);
+            }
+            if constexpr (CLUSTER_M == 2) {  // the pair's common B tile, half from each CTA
+              tma_load_2d_multicast(b_dst + rank * kBPart * 128, &tmB, k0, n0 + static_cast<int>(rank) * kBPart,
+                                    full + 8 * s, 0x3);
+            } else {
+              tma_load_2d(b_dst, &tmB, k0, n0, full + 8 * s);
             }
           }
           if (++s == STAGES) {
@@ -755,13 +800,13 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     if constexpr (CONSUMERS == 2) setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;
     unsigned char* base = gemm_tma_smem + (stages - raw);
-    const BlockWork w{plan,  units_m, tiles_n, group, rank, stages, full, empty,
-                      base + STAGES * Cfg::kStageBytes + ((tid - 128) >> 5) * Cfg::kEpiWarpBytes,
-                      &tmC, base + Cfg::kFlagOffset};
+    const BlockWork<Raster> w{plan, raster, stages, full, empty,
+                              base + STAGES * Cfg::kStageBytes + ((tid - 128) >> 5) * Cfg::kEpiWarpBytes, &tmC,
+                              base + Cfg::kFlagOffset};
     if constexpr (SCHEDULE == kPingpong) {
-      consume_pingpong<Cfg, CLUSTER_M, MS, ACC>(w, C, M, N, alpha, beta, cw);
+      consume_pingpong<Cfg, CL, MS, ACC>(w, C, M, N, alpha, beta, cw);
     } else {
-      consume_cooperative<Cfg, CLUSTER_M, MS, ACC>(w, C, workspace, tile_counters, M, N, alpha, beta, cw);
+      consume_cooperative<Cfg, CL, MS, ACC>(w, C, workspace, tile_counters, M, N, alpha, beta, cw);
     }
     // The last TMA stores must have read their boxes before the block's shared memory goes away.
     if constexpr (EPILOGUE == 2) {
@@ -770,7 +815,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
   }
   // A CTA of a cluster leaves only when its peer no longer multicasts into it or arrives on its
   // barriers (every thread, the producer warps included, reaches this point).
-  if constexpr (CLUSTER_M == 2) cluster_sync();
+  if constexpr (kCS == 2) cluster_sync();
 }
 
 #endif  // KTUNE_GEMM_TMA_CUH_

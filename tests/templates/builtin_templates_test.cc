@@ -37,9 +37,11 @@ TEST(BuiltinTemplatesTest, AllLoadWithoutErrors) {
   for (const auto& name : k_builtin) EXPECT_NE(reg.find(name), nullptr) << name;
 }
 
-// The gemm templates of an sm_90 device come gemm_tma first (heuristic_rank 1), then the others
-// in registry order; on sm_80 only the mma.sync template runs, and a layout gemm_tma lacks (rr)
-// keeps the registry order.
+// The gemm templates of an sm_90 device come gemm_tma first where its heuristic_rank is 1 (M and
+// N of at least one 128 x 128 tile), then the others in registry order; decode shapes keep the
+// registry order (the mma.sync template's split-K heuristic first: gemm_tma's rules have nothing
+// for M = 16, and its fallback, a 128-row tile, would be served); on sm_80 only the mma.sync
+// template runs, and a layout gemm_tma lacks (rr) keeps the registry order.
 TEST(BuiltinTemplatesTest, HeuristicRankOrdersTheTemplatesOfAProblem) {
   auto reg = TemplateRegistry::load({builtin_template_dir()});
   auto names = [&](const Problem& p, int cc) {
@@ -50,6 +52,12 @@ TEST(BuiltinTemplatesTest, HeuristicRankOrdersTheTemplatesOfAProblem) {
   Problem rc{"gemm", "bf16", "bf16", "rc", {{"M", 8192}, {"N", 8192}, {"K", 8192}}};
   EXPECT_EQ(names(rc, 90), (std::vector<std::string>{"gemm_tma", "gemm", "gemm_sm90"}));
   EXPECT_EQ(names(rc, 80), (std::vector<std::string>{"gemm"}));
+  const Problem decode{"gemm", "bf16", "bf16", "rc", {{"M", 16}, {"N", 4096}, {"K", 4096}}};
+  EXPECT_EQ(names(decode, 90), (std::vector<std::string>{"gemm", "gemm_sm90", "gemm_tma"}));
+  const KernelTemplate* tma = reg.find("gemm_tma");
+  ASSERT_NE(tma, nullptr);
+  EXPECT_EQ(heuristic_rank(*tma, rc), 1);
+  EXPECT_EQ(heuristic_rank(*tma, decode), 0);
   Problem rr = rc;
   rr.layout = "rr";
   const auto rr90 = names(rr, 90);

@@ -285,7 +285,8 @@ TEST(CompilerTest, GemmTmaPingpongConfigsCompileForSm90aWithoutSpills) {
   for (size_t i = 0; i < want; ++i) add(p, pingpong[i * pingpong.size() / want]);  // evenly spread
   Params big{{"BLOCK_M", 64},   {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
              {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 2},
-             {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}, {"STREAMK", 0}};
+             {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}, {"STREAMK", 0},
+             {"CLUSTER_N", 1},  {"RASTER", 0}};
   add(p, big);  // the largest accumulator tile, multicast in a 2-CTA cluster
   Params fp32 = big;
   fp32["BLOCK_M"] = 128;
@@ -321,7 +322,8 @@ TEST(CompilerTest, GemmTmaStreamKConfigsCompileForSm90aWithoutSpills) {
   EXPECT_GT(streamk, 0);
   Params sk{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
             {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
-            {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 1}};
+            {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 1},
+            {"CLUSTER_N", 1},  {"RASTER", 0}};
   EXPECT_TRUE(instantiate(*t, p, limits, sk));
   const Problem whole{"gemm", "bf16", "bf16", "rc", {{"M", 8448}, {"N", 4096}, {"K", 4096}}};
   EXPECT_FALSE(instantiate(*t, whole, limits, sk)) << "8 whole waves: stream-K changes nothing";
@@ -373,7 +375,8 @@ TEST(CompilerTest, GemmTmaStoreEpilogueConfigsCompileForSm90aWithoutSpills) {
 
   const Params coop{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
-                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0}};
+                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
+                    {"CLUSTER_N", 1},  {"RASTER", 0}};
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
   const Problem p32{"gemm", "bf16", "fp32", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
   Params staged = coop;
@@ -406,6 +409,78 @@ TEST(CompilerTest, GemmTmaStoreEpilogueConfigsCompileForSm90aWithoutSpills) {
   one["BLOCK_N"] = 128;
   add(p, one, &one_consumer);
   expect_compiled_without_spills(one_consumer, 255);  // 256 threads, up to 255 registers each
+}
+
+// gemm_tma's 1 x 2 clusters and column raster (issue 13): the space pairs tiles along N only
+// where there are two tile columns, never builds a cluster of more than two CTAs, and offers
+// column bands only where they order tiles differently from a row raster; pairs along N (A
+// multicast, half-boxes of 32 rows under ping-pong's 64-row tiles), split-K and stream-K ones
+// among them, compile for sm_90a without spills or stack.
+TEST(CompilerTest, GemmTmaClusterAlongNAndColumnRasterConfigsCompileForSm90aWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  struct Seen {
+    int pairs_n = 0, column = 0, both = 0;
+  };
+  auto scan = [&](const Problem& p) {
+    Seen seen;
+    auto space = SearchSpace::build(*t, p, limits);
+    EXPECT_TRUE(space) << space.error().message;
+    if (!space) return seen;
+    for (const auto& c : space->configs()) {
+      seen.pairs_n += c.at("CLUSTER_N") == 2;
+      seen.column += c.at("RASTER") == 1;
+      seen.both += c.at("CLUSTER_N") == 2 && c.at("CLUSTER_M") == 2;
+    }
+    return seen;
+  };
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
+  const Seen square = scan(p);
+  EXPECT_GT(square.pairs_n, 0);
+  EXPECT_GT(square.column, 0);
+  EXPECT_EQ(square.both, 0) << "clusters of two CTAs at most";
+  // One column of 256-wide tiles: no pair along N at BLOCK_N 256, and no column bands at all
+  // (with one column of tiles every order is the row raster's).
+  const Problem narrow{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 256}, {"K", 4096}}};
+  auto space = SearchSpace::build(*t, narrow, limits);
+  ASSERT_TRUE(space) << space.error().message;
+  for (const auto& c : space->configs()) {
+    if (c.at("BLOCK_N") == 256) {
+      EXPECT_EQ(c.at("CLUSTER_N"), 1) << params_to_string(c);
+    }
+    if (c.at("RASTER") == 1) {
+      EXPECT_EQ(c.at("BLOCK_N"), 128) << params_to_string(c);
+    }
+  }
+  Params pair{{"BLOCK_M", 256},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
+              {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
+              {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
+              {"CLUSTER_N", 2},  {"RASTER", 1}};
+  Params both = pair;
+  both["CLUSTER_M"] = 2;
+  EXPECT_FALSE(instantiate(*t, p, limits, both)) << "a 2 x 2 cluster is not offered";
+  std::vector<CompileRequest> reqs;
+  auto add = [&](const Problem& prob, const Params& params) { add_request(*t, limits, prob, params, reqs); };
+  add(p, pair);
+  Params pp = pair;  // ping-pong 64-row tiles: each CTA loads 32 rows of A and multicasts them
+  pp["BLOCK_M"] = 64;
+  pp["BLOCK_N"] = 256;
+  pp["SCHEDULE"] = 1;
+  pp["RASTER"] = 0;
+  add(p, pp);
+  Params split = pair;
+  split["PERSISTENT"] = 0;
+  split["SPLITS"] = 4;
+  split["RASTER"] = 0;
+  add(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 1024}, {"K", 65536}}}, split);
+  Params sk = pair;
+  sk["STREAMK"] = 1;
+  sk["EPILOGUE"] = 1;
+  sk["STAGES"] = 3;
+  add(p, sk);
+  expect_compiled_without_spills(reqs, 168);
 }
 
 }  // namespace

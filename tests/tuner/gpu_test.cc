@@ -199,7 +199,8 @@ TEST(GpuTmaTest, GemmTmaVerifiesAcrossShapesDtypesSplitsAndClusters) {
   // Seeded so that the split-K and the cluster shapes surely try one of each.
   const Params split{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                      {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
-                     {"PERSISTENT", 0}, {"SPLITS", 4},    {"SCHEDULE", 0}, {"STREAMK", 0}};
+                     {"PERSISTENT", 0}, {"SPLITS", 4},    {"SCHEDULE", 0}, {"STREAMK", 0},
+                     {"CLUSTER_N", 1},  {"RASTER", 0}};
   Params cluster = split;
   cluster["CLUSTER_M"] = 2;
   cluster["SPLITS"] = 1;
@@ -302,7 +303,8 @@ TEST(GpuTmaTest, GemmTmaPingpongVerifiesAcrossTilesShapesAndDtypes) {
   ASSERT_TRUE(tuner);
   const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
-                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}, {"STREAMK", 0}};
+                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}, {"STREAMK", 0},
+                    {"CLUSTER_N", 1},  {"RASTER", 0}};
   auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
     return with_params(base, changes);
   };
@@ -332,7 +334,8 @@ TEST(GpuTmaTest, GemmTmaStreamKVerifiesAcrossShapesAndDtypes) {
   ASSERT_TRUE(tuner);
   const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
-                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 1}};
+                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 1},
+                    {"CLUSTER_N", 1},  {"RASTER", 0}};
   auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
     return with_params(base, changes);
   };
@@ -361,7 +364,8 @@ TEST(GpuTmaTest, GemmTmaStoreEpilogueVerifiesAcrossSchedulesShapesAndDtypes) {
   ASSERT_TRUE(tuner);
   const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
-                    {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0}};
+                    {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
+                    {"CLUSTER_N", 1},  {"RASTER", 0}};
   auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
     return with_params(base, changes);
   };
@@ -378,6 +382,39 @@ TEST(GpuTmaTest, GemmTmaStoreEpilogueVerifiesAcrossSchedulesShapesAndDtypes) {
       {"gemm", "bf16", "fp32", "rc", {{"M", 3000}, {"N", 2056}, {"K", 1032}}},
       {"gemm", "fp16", "fp16", "rc", {{"M", 4000}, {"N", 4104}, {"K", 200}}},
       {"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 520}, {"K", 8192}}},  // split-K
+  };
+  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 10);
+}
+
+// gemm_tma's 1 x 2 clusters (tile pairs along N multicasting their common A tile) and column
+// raster: cooperative and ping-pong (64-row tiles: 32-row half-boxes of A), one block per tile and
+// persistent, split-K and stream-K, every epilogue, on shapes whose tile-column count is odd (the
+// pair's second CTA computes a tile past N: zero-filled B, every store masked or clipped) and with
+// tails in M, N and K, bf16/fp32/fp16 outputs: every config the space holds verifies against cuBLAS.
+TEST(GpuTmaTest, GemmTmaClusterAlongNAndColumnRasterVerifyAcrossShapesAndDtypes) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  const Params base{{"BLOCK_M", 256},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
+                    {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
+                    {"CLUSTER_N", 2},  {"RASTER", 1}};
+  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+    return with_params(base, changes);
+  };
+  const std::vector<Params> configs = {
+      base,
+      with({{"PERSISTENT", 0}, {"EPILOGUE", 1}, {"RASTER", 0}}),
+      with({{"BLOCK_M", 64}, {"BLOCK_N", 256}, {"SCHEDULE", 1}, {"GROUP_M", 1}}),
+      with({{"BLOCK_M", 128}, {"PERSISTENT", 0}, {"SPLITS", 4}, {"EPILOGUE", 0}, {"RASTER", 0}}),
+      with({{"STREAMK", 1}, {"STAGES", 3}, {"RASTER", 0}}),
+      with({{"BLOCK_M", 128}, {"BLOCK_N", 256}, {"CLUSTER_N", 1}, {"GROUP_M", 16}}),
+  };
+  const std::vector<Problem> problems = {
+      {"gemm", "bf16", "bf16", "rc", {{"M", 4300}, {"N", 2600}, {"K", 520}}},   // 21 / 11 tile columns
+      {"gemm", "bf16", "fp32", "rc", {{"M", 3000}, {"N", 2056}, {"K", 1032}}},
+      {"gemm", "fp16", "fp16", "rc", {{"M", 4000}, {"N", 4104}, {"K", 200}}},
+      {"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 520}, {"K", 8192}}},   // split-K, 5 tile columns
   };
   EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 10);
 }
