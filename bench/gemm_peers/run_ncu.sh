@@ -9,7 +9,8 @@
 # kernel and torch.matmul once; ncu (--clock-control none: the clocks as the power cap leaves
 # them) profiles those launches. $OUT: ncu.csv (every metric of the sections, one row per metric
 # and kernel), ncu.txt (the readable report), ncu-sass.csv (the first served kernel per SASS
-# instruction: executed count, stall samples), profile.json (what was served), ktuned.log.
+# instruction: executed count, stall samples; with CUBLAS_SASS=1 also ncu-sass-cublas.csv, cuBLAS's),
+# profile.json (what was served), ktuned.log.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 K=$(cd "${K:-.gpu}" && pwd) || exit 2
@@ -42,5 +43,13 @@ echo "ncu txt rc=$?"
   --section InstructionStats --section WarpStateStats --page source --print-source sass --csv \
   "${PROFILE[@]}" > "$OUT/ncu-sass.csv" 2>> "$OUT/ncu.err"
 echo "ncu sass rc=$?"
+# CUBLAS_SASS=1: the same listing for cuBLAS's kernel of the first shape (ncu-sass-cublas.csv), to
+# set the two main loops side by side instruction by instruction.
+if [ -n "${CUBLAS_SASS:-}" ]; then
+  "$NCU" --clock-control none -k 'regex:nvjet|xmma|cutlass' --launch-count 1 --section SourceCounters \
+    --section InstructionStats --section WarpStateStats --page source --print-source sass --csv \
+    "${PROFILE[@]}" > "$OUT/ncu-sass-cublas.csv" 2>> "$OUT/ncu.err"
+  echo "ncu sass cublas rc=$?"
+fi
 grep -E "^  [a-z_]+.*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|L2 Hit Rate|DRAM Throughput|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Warp Cycles Per Issued" "$OUT/ncu.txt" | head -120
 tail -5 "$OUT/ncu.err"

@@ -63,6 +63,7 @@ struct CompileArgs {
   bool all = false;
   std::vector<std::string> template_dirs;
   unsigned threads = 0;
+  std::string cubin_dir;  // write each compiled cubin there ("" = none)
 };
 int cmd_compile(const Common& c, const CompileArgs& a);
 

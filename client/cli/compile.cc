@@ -9,12 +9,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <expected>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -332,6 +335,28 @@ void report_compile(const Common& c, const CompilePlan& plan, const CompileRun& 
                 run.done - run.failed, run.failed, run.wall_s, threads, rate);
 }
 
+// Writes each compiled cubin to dir/<template>-<config>.cubin (the config's k=v list with ',' and
+// '=' made file-name safe). Returns the files written, or an error naming the one that failed.
+Result<size_t> write_cubins(const std::string& dir, const CompilePlan& plan, const CompileRun& run) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return fail(ErrorCode::io_error, dir + ": " + ec.message());
+  size_t written = 0;
+  for (size_t i = 0; i < plan.requests.size(); ++i) {
+    if (!run.results[i] || !run.results[i]->ok()) continue;
+    std::string name = params_to_string(plan.configs[i]);
+    std::replace(name.begin(), name.end(), ',', '_');
+    std::replace(name.begin(), name.end(), '=', '-');
+    const auto path = std::filesystem::path(dir) / (plan.tmpl->manifest.name + "-" + name + ".cubin");
+    const auto& cubin = run.results[i]->kernel.cubin;
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(cubin.data()), std::streamsize(cubin.size()));
+    if (!out.flush()) return fail(ErrorCode::io_error, path.string() + ": cannot write");
+    ++written;
+  }
+  return written;
+}
+
 }  // namespace
 
 int cmd_compile(const Common& c, const CompileArgs& a) {
@@ -350,6 +375,12 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
   Compiler compiler({.threads = a.threads});
   const CompileRun run = run_compile(compiler, *plan);
   report_compile(c, *plan, run, compiler.threads());
+  if (!a.cubin_dir.empty()) {
+    auto written = write_cubins(a.cubin_dir, *plan, run);
+    if (!written) return report_failure(c.json, Exit::failed, "io_error", written.error().message);
+    std::fprintf(stderr, "wrote %zu cubin%s to %s\n", *written, *written == 1 ? "" : "s",
+                 a.cubin_dir.c_str());
+  }
   if (run.signal) {
     // The compiles still in flight are abandoned: exit without joining the pool (the Compiler's
     // destructor would wait for them).

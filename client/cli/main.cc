@@ -104,6 +104,9 @@ int main(int argc, char** argv) {
   smp->excludes(all);
   co->add_option("--templates", compile.template_dirs, "template directories (default: built-in)");
   co->add_option("--threads", compile.threads, "compile threads (default: all cores)");
+  co->add_option("--cubin-dir", compile.cubin_dir,
+                 "write each compiled cubin to DIR/<template>-<config>.cubin (read its SASS with "
+                 "cuobjdump -sass or nvdisasm)");
 
   TuneArgs tune;
   auto* tu = app.add_subcommand(

@@ -274,6 +274,28 @@ TEST(CliCompileTest, DefaultArchGetsTheTemplatesSuffix) {
   EXPECT_EQ(Json::parse(out)["arch"], "sm_90");
 }
 
+// `ktune compile --cubin-dir` writes each compiled cubin, named by template and config, for
+// cuobjdump/nvdisasm: two sampled softmax configs give two ELF files.
+TEST(CliCompileTest, CubinDirGetsOneElfFilePerCompiledConfig) {
+  TempDir dir;
+  const std::string out_dir = dir / "cubins";
+  auto [rc, out] = testing::run_command(testing::ktune_cli_path() +
+                                        " compile softmax --sample 2 --json --cubin-dir " +
+                                        out_dir);
+  ASSERT_EQ(rc, 0) << out;
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(out_dir)) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 2u);
+  for (const auto& f : files) {
+    EXPECT_TRUE(f.filename().string().starts_with("softmax-")) << f;
+    EXPECT_EQ(f.extension(), ".cubin") << f;
+    std::ifstream in(f, std::ios::binary);
+    char magic[4] = {};
+    in.read(magic, 4);
+    EXPECT_EQ(std::string(magic, 4), std::string("\x7f" "ELF", 4)) << f;
+  }
+}
+
 // `ktune completion bash`, sourced in bash, completes as a user's <TAB> would: the test sets
 // COMP_WORDS/COMP_CWORD and calls _ktune as bash-completion does, then reads COMPREPLY.
 class CliCompletionTest : public ::testing::Test {
