@@ -52,6 +52,7 @@ print('winners:', c.status()['winners'])
 "
 echo "table of $COUNT winners built and imported in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
 
+LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)  # other work on the box: reported with the numbers
 points=()
 want() { [[ " $POINTS " == *" $1 "* ]]; }
 point() {  # name, then ktune-lookup-load arguments
@@ -96,10 +97,10 @@ fi
 
 mkdir -p bench/results
 OUT=${OUT_JSON:-bench/results/lookup-traffic-$(hostname)-$(date -u +%Y%m%d)${LABEL:+-$LABEL}.json}
-python3 - "$OUT" "$SECS" "$COUNT" "${COMMIT:-$(git rev-parse --short HEAD)}" "$("$REDIS_SERVER" --version 2>/dev/null || echo none)" "${PIN:-all}" "${KTUNED_ARGS:-}" "${points[@]}" <<'PY'
+python3 - "$OUT" "$SECS" "$COUNT" "${COMMIT:-$(git rev-parse --short HEAD)}" "$("$REDIS_SERVER" --version 2>/dev/null || echo none)" "${PIN:-all}" "${KTUNED_ARGS:-}" "$LOAD_AT_START" "${points[@]}" <<'PY'
 import datetime, json, os, platform, sys
-out, secs, count, commit, redis, pin, ktuned_args = sys.argv[1:8]
-points = [json.loads(p) for p in sys.argv[8:]]
+out, secs, count, commit, redis, pin, ktuned_args, load_at_start = sys.argv[1:9]
+points = [json.loads(p) for p in sys.argv[9:]]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
 by = {p["name"]: p["result"] for p in points}
 summary = {}
@@ -124,7 +125,8 @@ for name in ("mixed", "distinct"):
         summary[f"{name}_rss_kib"] = by[name]["server_rss_kib"]
 doc = {"benchmark": "lookup_traffic", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
        "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
-       "commit": commit, "redis": redis, "cpus_pinned": pin, "ktuned_args": ktuned_args, "seconds_per_point": float(secs), "winners_in_index": int(count),
+       "commit": commit, "redis": redis, "cpus_pinned": pin, "ktuned_args": ktuned_args, "seconds_per_point": float(secs),
+       "load_average": {"start": [float(x) for x in load_at_start.split()], "end": list(os.getloadavg())}, "winners_in_index": int(count),
        "summary": summary, "points": points}
 json.dump(doc, open(out, "w"), indent=2)
 print(json.dumps(summary, indent=2))
