@@ -1,5 +1,7 @@
 #include "daemon/session.h"
 
+#include <cstring>
+
 #include "config/log.h"
 #include "daemon/access.h"
 
@@ -258,11 +260,27 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         co_await asio::post(m_socket.get_executor(), asio::use_awaitable);
         if (m_done) break;
       }
-      if (m_timed_out)  // the watchdog fired during the yield: no read of its own to cancel
-        ec = asio::error::operation_aborted;
-      else
-        co_await asio::async_read_until(m_socket, asio::dynamic_buffer(in, protocol::k_max_frame),
-                                        '\n', asio::redirect_error(asio::use_awaitable, ec));
+      // Reads until a newline arrives (a partial line does not hold off the read deadline), what
+      // the socket holds onto the buffer's tail without zero-filling it first; the loop above
+      // finds the lines (async_read_until searched them once more, byte by byte).
+      ec.clear();
+      for (bool line = false; !line && !ec;) {
+        if (m_timed_out) {  // the watchdog fired during the yield: no read of its own to cancel
+          ec = asio::error::operation_aborted;
+        } else if (in.size() >= protocol::k_max_frame) {  // a full buffer without a newline
+          ec = asio::error::not_found;
+        } else {
+          const size_t have = in.size();
+          const size_t room =
+              std::min(std::max<size_t>(4096, in.capacity() - have), protocol::k_max_frame - have);
+          in.resize_and_overwrite(have + room, [](char*, size_t n) { return n; });
+          const size_t n =
+              co_await m_socket.async_read_some(asio::buffer(in.data() + have, room),
+                                                asio::redirect_error(asio::use_awaitable, ec));
+          in.resize(have + n);
+          line = std::memchr(in.data() + have, '\n', n) != nullptr;
+        }
+      }
       m_last_activity = std::chrono::steady_clock::now();
       if (ec == asio::error::not_found) {  // the buffer filled without a newline
         m_metrics.count_error(ErrorKind::frame_too_large);
