@@ -14,6 +14,7 @@
 //   ktune-lookup-load --socket S --mix ops:64 --requests 100000   (fixed work per client)
 //   ktune-lookup-load --socket REDIS_SOCK --redis --mix zipf:64   (GET over the same key law)
 //   ktune-lookup-load --socket S --mix zipf:64 --pin run1   (the same lookups, answered by a pin)
+//   ktune-lookup-load --socket S --mix novel:1 --poll   (latency without the client's wake-up)
 //
 // Latency is measured per batch (send of P requests to receipt of the P-th reply) and counted
 // once per request, as redis-benchmark does. A reply is an error unless it says "ok":true (ktune)
@@ -57,7 +58,7 @@ struct Options {
   int pipeline = 1, zipf_keys = 10'000;
   double seconds = 5, warmup = 0.5, zipf_s = 1.0;
   std::uint64_t requests = 0, seed = 1, novel_offset = 0;
-  bool json = false, redis = false;
+  bool json = false, redis = false, poll = false;
 };
 
 std::string gemm_lookup(const Options& o, long m, long n, long k) {
@@ -269,6 +270,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object");
   app.add_flag("--redis", o.redis, "speak RESP (GET); keys must be set beforehand");
+  app.add_flag("--poll", o.poll,
+               "busy-poll for replies instead of sleeping in epoll_wait: the latency then leaves "
+               "out the generator's own wake-up (takes a whole CPU from the server under test)");
   CLI11_PARSE(app, argc, argv);
   if (o.zipf_keys <= 0 || o.pipeline <= 0) {
     std::fprintf(stderr, "--zipf-keys and --pipeline must be positive\n");
@@ -334,7 +338,7 @@ int main(int argc, char** argv) {
       rss_max = std::max(rss_max, rss_kib(server_pid).first);
       last_sample = now;
     }
-    const int n = ::epoll_wait(ep, events.data(), int(events.size()), 100);
+    const int n = ::epoll_wait(ep, events.data(), int(events.size()), o.poll ? 0 : 100);
     for (int e = 0; e < n; ++e) {
       Conn& c = conns[events[e].data.u64];
       if (c.finished) continue;

@@ -2,6 +2,9 @@
 # Lookups under application traffic (issue 10) and the mixed-load run of issue 9, side by side in
 # one run on one machine, against ktuned holding a table of COUNT (100,000) winners:
 #   cold        one client, a never-seen gemm shape per request (pipeline 1): what a new shape costs
+#               an application that sleeps until its reply comes (its own wake-up included)
+#   cold-poll   the same, the client busy-polling its socket: the daemon's latency alone (the
+#               generator spins on one CPU; with one client the other is the daemon's)
 #   cached      63 clients repeating an exact lookup, alone ...
 #   cached+cold ... and with one more client flooding never-seen shapes (16 in flight)
 #   zipf        64 clients over 10,000 shapes (Zipf s=1), next to redis-server GET over the same law
@@ -25,7 +28,7 @@ COUNT=${COUNT:-100000}
 REQUESTS=${REQUESTS:-100000}
 DISTINCT=${DISTINCT:-0}
 BUILD=${BUILD_DIR:-build}
-POINTS=${POINTS:-cold cached cached+cold zipf zipf-warm mixed distinct redis}
+POINTS=${POINTS:-cold cold-poll cached cached+cold zipf zipf-warm mixed distinct redis}
 if [ -z "${KTUNED:-}" ]; then
   cmake --build "$BUILD" --target ktuned ktune-lookup-load >/dev/null
 fi
@@ -64,6 +67,7 @@ point() {  # name, then ktune-lookup-load arguments
   points+=("{\"name\":\"$name\",\"args\":\"$*\",\"result\":$out}")
 }
 point cold --mix novel:1 --seconds "$SECS" --novel-offset 0
+point cold-poll --mix novel:1 --seconds "$SECS" --novel-offset 400000000 --poll
 point cached --mix repeat:63 --seconds "$SECS"
 point cached+cold --mix repeat:63,novel:1x16 --seconds "$SECS" --novel-offset 100000000
 point zipf --mix zipf:64 --seconds "$SECS"
@@ -107,6 +111,9 @@ summary = {}
 if "cold" in by:
     summary["cold_p50_us"] = by["cold"]["classes"]["novel"]["p50_us"]
     summary["cold_p99_us"] = by["cold"]["classes"]["novel"]["p99_us"]
+if "cold-poll" in by:
+    summary["cold_poll_p50_us"] = by["cold-poll"]["classes"]["novel"]["p50_us"]
+    summary["cold_poll_p99_us"] = by["cold-poll"]["classes"]["novel"]["p99_us"]
 if "cached" in by and "cached+cold" in by:
     a, b = by["cached"]["classes"]["repeat"]["p99_us"], by["cached+cold"]["classes"]["repeat"]["p99_us"]
     summary["cached_p99_us_alone"], summary["cached_p99_us_with_cold_flood"] = a, b
