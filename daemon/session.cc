@@ -274,9 +274,8 @@ asio::awaitable<void> Session<Socket>::read_loop() {
           const size_t room =
               std::min(std::max<size_t>(4096, in.capacity() - have), protocol::k_max_frame - have);
           in.resize_and_overwrite(have + room, [](char*, size_t n) { return n; });
-          const size_t n =
-              co_await m_socket.async_read_some(asio::buffer(in.data() + have, room),
-                                                asio::redirect_error(asio::use_awaitable, ec));
+          const size_t n = co_await m_socket.async_read_some(
+              asio::buffer(in.data() + have, room), asio::redirect_error(asio::use_awaitable, ec));
           in.resize(have + n);
           line = std::memchr(in.data() + have, '\n', n) != nullptr;
         }
