@@ -14,6 +14,7 @@
 //   ktune-lookup-load --socket S --mix ops:64 --requests 100000   (fixed work per client)
 //   ktune-lookup-load --socket REDIS_SOCK --redis --mix zipf:64   (GET over the same key law)
 //   ktune-lookup-load --socket S --mix zipf:64 --pin run1   (the same lookups, answered by a pin)
+//   ktune-lookup-load --socket S --mix novel:1 --poll   (latency without the client's wake-up)
 //
 // Latency is measured per batch (send of P requests to receipt of the P-th reply) and counted
 // once per request, as redis-benchmark does. A reply is an error unless it says "ok":true (ktune)
@@ -57,7 +58,7 @@ struct Options {
   int pipeline = 1, zipf_keys = 10'000;
   double seconds = 5, warmup = 0.5, zipf_s = 1.0;
   std::uint64_t requests = 0, seed = 1, novel_offset = 0;
-  bool json = false, redis = false;
+  bool json = false, redis = false, poll = false;
 };
 
 std::string gemm_lookup(const Options& o, long m, long n, long k) {
@@ -141,6 +142,7 @@ class Generator {
 
 struct Conn {
   int fd = -1;
+  bool want_out = false;     // registered for EPOLLOUT: a send would have blocked
   Traffic traffic = Traffic::repeat;
   int pipeline = 1;
   std::uint64_t seq = 0;     // requests generated
@@ -217,6 +219,24 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[std::min(sorted.size() - 1, size_t(p / 100.0 * double(sorted.size())))];
 }
 
+// Sends what c.out holds, without waiting; asks epoll for EPOLLOUT only while bytes are left
+// (a connection registered for EPOLLOUT level-triggered while its socket is writable makes
+// epoll_wait return at once: the generator would spin on a CPU the server under test needs).
+void flush(int ep, Conn& c, size_t index) {
+  while (!c.out.empty()) {
+    const ssize_t w = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (w <= 0) break;  // EAGAIN (wait for EPOLLOUT) or an error (EPOLLHUP/EPOLLERR report it)
+    c.out.erase(0, size_t(w));
+  }
+  const bool want_out = !c.out.empty();
+  if (want_out == c.want_out) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | (want_out ? EPOLLOUT : 0u);
+  ev.data.u64 = index;
+  ::epoll_ctl(ep, EPOLL_CTL_MOD, c.fd, &ev);
+  c.want_out = want_out;
+}
+
 // The reply at the front of c.in is complete: is it a success?
 bool reply_ok(const Conn& c, bool redis) {
   if (redis) return c.in[0] == '$';
@@ -250,6 +270,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object");
   app.add_flag("--redis", o.redis, "speak RESP (GET); keys must be set beforehand");
+  app.add_flag("--poll", o.poll,
+               "busy-poll for replies instead of sleeping in epoll_wait: the latency then leaves "
+               "out the generator's own wake-up (takes a whole CPU from the server under test)");
   CLI11_PARSE(app, argc, argv);
   if (o.zipf_keys <= 0 || o.pipeline <= 0) {
     std::fprintf(stderr, "--zipf-keys and --pipeline must be positive\n");
@@ -270,7 +293,7 @@ int main(int argc, char** argv) {
     conns[i].pipeline = traffic[i].pipeline;
     ++stats[size_t(traffic[i].traffic)].clients;
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT;
+    ev.events = EPOLLIN;
     ev.data.u64 = i;
     ::epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].fd, &ev);
   }
@@ -297,7 +320,10 @@ int main(int argc, char** argv) {
     c.replies_due = size_t(c.pipeline);
     c.batch_start = Clock::now();
   };
-  for (auto& c : conns) start_batch(c);
+  for (auto& c : conns) {
+    start_batch(c);
+    flush(ep, c, size_t(&c - conns.data()));
+  }
 
   for (auto& s : stats) s.latencies_us.reserve(timed ? 1 << 20 : o.requests * size_t(s.clients));
   size_t running = conns.size();
@@ -312,14 +338,11 @@ int main(int argc, char** argv) {
       rss_max = std::max(rss_max, rss_kib(server_pid).first);
       last_sample = now;
     }
-    const int n = ::epoll_wait(ep, events.data(), int(events.size()), 100);
+    const int n = ::epoll_wait(ep, events.data(), int(events.size()), o.poll ? 0 : 100);
     for (int e = 0; e < n; ++e) {
       Conn& c = conns[events[e].data.u64];
       if (c.finished) continue;
-      if (!c.out.empty() && (events[e].events & EPOLLOUT)) {
-        const ssize_t w = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-        if (w > 0) c.out.erase(0, size_t(w));
-      }
+      if (events[e].events & EPOLLOUT) flush(ep, c, events[e].data.u64);
       if (!(events[e].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) continue;
       ssize_t r;
       while ((r = ::recv(c.fd, buf, sizeof buf, 0)) > 0) c.in.append(buf, size_t(r));
@@ -361,8 +384,7 @@ int main(int argc, char** argv) {
         continue;
       }
       start_batch(c);
-      const ssize_t w = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
-      if (w > 0) c.out.erase(0, size_t(w));
+      flush(ep, c, events[e].data.u64);
     }
   }
   const double elapsed =

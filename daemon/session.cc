@@ -1,5 +1,7 @@
 #include "daemon/session.h"
 
+#include <cstring>
+
 #include "config/log.h"
 #include "daemon/access.h"
 
@@ -89,9 +91,10 @@ void release(std::string& buf) {
 }  // namespace
 
 template <typename Socket>
-void Session<Socket>::write_ready() {
+bool Session<Socket>::write_ready() {
   m_batching = false;
-  if (m_done) return;
+  if (m_done) return false;
+  bool sent = false;
   // While no socket write is pending the writer is parked with m_out empty (or about to find it
   // non-empty): whatever is ready at the front goes now, and what the socket does not take stays
   // in m_out, where the writer sends it before anything behind it.
@@ -111,7 +114,11 @@ void Session<Socket>::write_ready() {
         ec.clear();
       }
       m_unsent -= n;
-      if (ec) return finish();  // the client is gone
+      if (ec) {  // the client is gone
+        finish();
+        return false;
+      }
+      sent = n > 0;
       if (n == m_out.size())
         release(m_out);
       else
@@ -120,6 +127,7 @@ void Session<Socket>::write_ready() {
   }
   // A reply still being answered wakes the writer itself when it completes (append).
   if (!m_out.empty() || (!m_slots.empty() && m_slots.front()->done)) wake_writer();
+  return sent;
 }
 
 template <typename Socket>
@@ -239,14 +247,39 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         }
         dispatch(request, std::move(body));
       }
-      write_ready();
+      const bool replied = write_ready();
       in.erase(0, std::min(pos, in.size()));
       if (fatal) break;
       while (!m_done && must_pause())  // backpressure: stop reading
         co_await m_read_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
       if (m_done) break;
-      co_await asio::async_read_until(m_socket, asio::dynamic_buffer(in, protocol::k_max_frame),
-                                      '\n', asio::redirect_error(asio::use_awaitable, ec));
+      // A client that waits for its replies sends nothing before it has them: a read tried now
+      // (Asio tries every read at once, before asking epoll) fails, one recv per request wasted.
+      // Behind the other handlers queued on this thread it usually finds the next request.
+      if (replied) {
+        co_await asio::post(m_socket.get_executor(), asio::use_awaitable);
+        if (m_done) break;
+      }
+      // Reads until a newline arrives (a partial line does not hold off the read deadline), what
+      // the socket holds onto the buffer's tail without zero-filling it first; the loop above
+      // finds the lines (async_read_until searched them once more, byte by byte).
+      ec.clear();
+      for (bool line = false; !line && !ec;) {
+        if (m_timed_out) {  // the watchdog fired during the yield: no read of its own to cancel
+          ec = asio::error::operation_aborted;
+        } else if (in.size() >= protocol::k_max_frame) {  // a full buffer without a newline
+          ec = asio::error::not_found;
+        } else {
+          const size_t have = in.size();
+          const size_t room =
+              std::min(std::max<size_t>(4096, in.capacity() - have), protocol::k_max_frame - have);
+          in.resize_and_overwrite(have + room, [](char*, size_t n) { return n; });
+          const size_t n = co_await m_socket.async_read_some(
+              asio::buffer(in.data() + have, room), asio::redirect_error(asio::use_awaitable, ec));
+          in.resize(have + n);
+          line = std::memchr(in.data() + have, '\n', n) != nullptr;
+        }
+      }
       m_last_activity = std::chrono::steady_clock::now();
       if (ec == asio::error::not_found) {  // the buffer filled without a newline
         m_metrics.count_error(ErrorKind::frame_too_large);

@@ -23,7 +23,10 @@
 // Replies answered while the reader takes the lines of one read (cached lookups) are sent by the
 // reader itself once those lines are done, with one non-blocking send (what the socket does not
 // take goes to the writer, ahead of everything else), so a cached lookup costs no writer wake-up;
-// replies that arrive later (from the executor) wake the writer.
+// replies that arrive later (from the executor) wake the writer. After a read whose replies went
+// out, the reader lets the other handlers queued on its thread run before it reads again: a client
+// that waits for its replies has usually sent its next request by then, so the read finds it
+// rather than failing with EAGAIN (Asio tries a read before it asks epoll).
 // Everything runs on the session's io_context thread; the executor posts its replies there.
 // No exception leaves a session.
 #pragma once
@@ -88,8 +91,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   void dispatch(std::string_view line, std::string attachment);
   void wake_writer() { m_write_signal.cancel(); }
   // Ends the reader's batch: sends the replies ready at the front (not a closing one) without
-  // waiting, and wakes the writer for whatever is left.
-  void write_ready();
+  // waiting, and wakes the writer for whatever is left. True when the socket took reply bytes.
+  bool write_ready();
   // Whether the reader must wait before taking another request (the bounds above).
   bool must_pause() const;
   // Adds reply text to a slot the executor answers; `last` completes it.

@@ -2,6 +2,9 @@
 # Lookups under application traffic (issue 10) and the mixed-load run of issue 9, side by side in
 # one run on one machine, against ktuned holding a table of COUNT (100,000) winners:
 #   cold        one client, a never-seen gemm shape per request (pipeline 1): what a new shape costs
+#               an application that sleeps until its reply comes (its own wake-up included)
+#   cold-poll   the same, the client busy-polling its socket: the daemon's latency alone (the
+#               generator spins on one CPU; with one client the other is the daemon's)
 #   cached      63 clients repeating an exact lookup, alone ...
 #   cached+cold ... and with one more client flooding never-seen shapes (16 in flight)
 #   zipf        64 clients over 10,000 shapes (Zipf s=1), next to redis-server GET over the same law
@@ -25,7 +28,7 @@ COUNT=${COUNT:-100000}
 REQUESTS=${REQUESTS:-100000}
 DISTINCT=${DISTINCT:-0}
 BUILD=${BUILD_DIR:-build}
-POINTS=${POINTS:-cold cached cached+cold zipf zipf-warm mixed distinct redis}
+POINTS=${POINTS:-cold cold-poll cached cached+cold zipf zipf-warm mixed distinct redis}
 if [ -z "${KTUNED:-}" ]; then
   cmake --build "$BUILD" --target ktuned ktune-lookup-load >/dev/null
 fi
@@ -52,6 +55,7 @@ print('winners:', c.status()['winners'])
 "
 echo "table of $COUNT winners built and imported in $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s"
 
+LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)  # other work on the box: reported with the numbers
 points=()
 want() { [[ " $POINTS " == *" $1 "* ]]; }
 point() {  # name, then ktune-lookup-load arguments
@@ -63,6 +67,7 @@ point() {  # name, then ktune-lookup-load arguments
   points+=("{\"name\":\"$name\",\"args\":\"$*\",\"result\":$out}")
 }
 point cold --mix novel:1 --seconds "$SECS" --novel-offset 0
+point cold-poll --mix novel:1 --seconds "$SECS" --novel-offset 400000000 --poll
 point cached --mix repeat:63 --seconds "$SECS"
 point cached+cold --mix repeat:63,novel:1x16 --seconds "$SECS" --novel-offset 100000000
 point zipf --mix zipf:64 --seconds "$SECS"
@@ -96,16 +101,19 @@ fi
 
 mkdir -p bench/results
 OUT=${OUT_JSON:-bench/results/lookup-traffic-$(hostname)-$(date -u +%Y%m%d)${LABEL:+-$LABEL}.json}
-python3 - "$OUT" "$SECS" "$COUNT" "${COMMIT:-$(git rev-parse --short HEAD)}" "$("$REDIS_SERVER" --version 2>/dev/null || echo none)" "${PIN:-all}" "${KTUNED_ARGS:-}" "${points[@]}" <<'PY'
+python3 - "$OUT" "$SECS" "$COUNT" "${COMMIT:-$(git rev-parse --short HEAD)}" "$("$REDIS_SERVER" --version 2>/dev/null || echo none)" "${PIN:-all}" "${KTUNED_ARGS:-}" "$LOAD_AT_START" "${points[@]}" <<'PY'
 import datetime, json, os, platform, sys
-out, secs, count, commit, redis, pin, ktuned_args = sys.argv[1:8]
-points = [json.loads(p) for p in sys.argv[8:]]
+out, secs, count, commit, redis, pin, ktuned_args, load_at_start = sys.argv[1:9]
+points = [json.loads(p) for p in sys.argv[9:]]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
 by = {p["name"]: p["result"] for p in points}
 summary = {}
 if "cold" in by:
     summary["cold_p50_us"] = by["cold"]["classes"]["novel"]["p50_us"]
     summary["cold_p99_us"] = by["cold"]["classes"]["novel"]["p99_us"]
+if "cold-poll" in by:
+    summary["cold_poll_p50_us"] = by["cold-poll"]["classes"]["novel"]["p50_us"]
+    summary["cold_poll_p99_us"] = by["cold-poll"]["classes"]["novel"]["p99_us"]
 if "cached" in by and "cached+cold" in by:
     a, b = by["cached"]["classes"]["repeat"]["p99_us"], by["cached+cold"]["classes"]["repeat"]["p99_us"]
     summary["cached_p99_us_alone"], summary["cached_p99_us_with_cold_flood"] = a, b
@@ -124,7 +132,8 @@ for name in ("mixed", "distinct"):
         summary[f"{name}_rss_kib"] = by[name]["server_rss_kib"]
 doc = {"benchmark": "lookup_traffic", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
        "host": platform.node(), "cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
-       "commit": commit, "redis": redis, "cpus_pinned": pin, "ktuned_args": ktuned_args, "seconds_per_point": float(secs), "winners_in_index": int(count),
+       "commit": commit, "redis": redis, "cpus_pinned": pin, "ktuned_args": ktuned_args, "seconds_per_point": float(secs),
+       "load_average": {"start": [float(x) for x in load_at_start.split()], "end": list(os.getloadavg())}, "winners_in_index": int(count),
        "summary": summary, "points": points}
 json.dump(doc, open(out, "w"), indent=2)
 print(json.dumps(summary, indent=2))

@@ -257,6 +257,28 @@ TEST_F(EndToEndTest, ReadDeadlineAndConnectionCap) {
   ::close(third);
 }
 
+// Bytes that complete no line do not hold the read deadline off: a client trickling half a
+// request, one byte well inside every deadline, is still timed out and closed mid-trickle.
+TEST_F(EndToEndTest, ReadDeadlineIsNotExtendedByAPartialLine) {
+  DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data",
+                       {"--set", "server.read_timeout_ms=300"});
+  ASSERT_TRUE(daemon.start());
+  int slow = raw_connect(daemon.socket());
+  const std::string half(100, ' ');  // 100 bytes at one per 50 ms: 5 s, far past the deadline
+  bool closed_mid_line = false;
+  for (char c : "{\"v\":1" + half) {
+    if (::send(slow, &c, 1, MSG_NOSIGNAL) != 1) {
+      closed_mid_line = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(closed_mid_line);
+  Json reply = Json::parse(raw_read_line(slow));
+  EXPECT_EQ(reply["error"]["code"], "timeout");
+  ::close(slow);
+}
+
 TEST_F(EndToEndTest, StaleSocketFromACrashIsReplacedLiveOneIsNot) {
   auto daemon = std::make_unique<DaemonProcess>(m_dir / "ktuned.sock", m_dir / "data");
   ASSERT_TRUE(daemon->start());
