@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <expected>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -27,6 +26,7 @@
 #include "client/cli/output.h"
 #include "client/cli/table.h"
 #include "config/config.h"
+#include "store/table_io.h"
 #include "templates/registry.h"
 #include "templates/space.h"
 #include "tuner/compiler.h"
@@ -348,10 +348,8 @@ Result<size_t> write_cubins(const std::string& dir, const CompilePlan& plan, con
     std::replace(name.begin(), name.end(), ',', '_');
     std::replace(name.begin(), name.end(), '=', '-');
     const auto path = std::filesystem::path(dir) / (plan.tmpl->manifest.name + "-" + name + ".cubin");
-    const auto& cubin = run.results[i]->kernel.cubin;
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(cubin.data()), std::streamsize(cubin.size()));
-    if (!out.flush()) return fail(ErrorCode::io_error, path.string() + ": cannot write");
+    if (auto ok = write_file_atomic(path.string(), run.results[i]->kernel.cubin); !ok)
+      return std::unexpected(ok.error());
     ++written;
   }
   return written;
