@@ -5,6 +5,9 @@
 #               an application that sleeps until its reply comes (its own wake-up included)
 #   cold-poll   the same, the client busy-polling its socket: the daemon's latency alone (the
 #               generator spins on one CPU; with one client the other is the daemon's)
+#   one         one client repeating one cached lookup (pipeline 1), sleeping / busy-polling
+#   one-poll    (as cold / cold-poll): the round trip any reply costs on this machine, which
+#               the cold points include; Redis GET is measured the same way (redis-one*)
 #   cached      63 clients repeating an exact lookup, alone ...
 #   cached+cold ... and with one more client flooding never-seen shapes (16 in flight)
 #   zipf        64 clients over 10,000 shapes (Zipf s=1), next to redis-server GET over the same law
@@ -28,7 +31,7 @@ COUNT=${COUNT:-100000}
 REQUESTS=${REQUESTS:-100000}
 DISTINCT=${DISTINCT:-0}
 BUILD=${BUILD_DIR:-build}
-POINTS=${POINTS:-cold cold-poll cached cached+cold zipf zipf-warm mixed distinct redis}
+POINTS=${POINTS:-cold cold-poll one one-poll cached cached+cold zipf zipf-warm mixed distinct redis}
 if [ -z "${KTUNED:-}" ]; then
   cmake --build "$BUILD" --target ktuned ktune-lookup-load >/dev/null
 fi
@@ -68,6 +71,8 @@ point() {  # name, then ktune-lookup-load arguments
 }
 point cold --mix novel:1 --seconds "$SECS" --novel-offset 0
 point cold-poll --mix novel:1 --seconds "$SECS" --novel-offset 400000000 --poll
+point one --mix repeat:1 --seconds "$SECS"
+point one-poll --mix repeat:1 --seconds "$SECS" --poll
 point cached --mix repeat:63 --seconds "$SECS"
 point cached+cold --mix repeat:63,novel:1x16 --seconds "$SECS" --novel-offset 100000000
 point zipf --mix zipf:64 --seconds "$SECS"
@@ -97,6 +102,13 @@ for z in range(10000):
   rz=$("${LOAD[@]}" --socket "$TMP/r.sock" --redis --json --mix zipf:64 --seconds "$SECS")
   echo "redis zipf: $rz"
   points+=("{\"name\":\"redis-zipf\",\"args\":\"--redis --mix zipf:64\",\"result\":$rz}")
+  if want one; then  # one client's round trip to Redis, as the one/one-poll points measure ktuned's
+    for poll in "" --poll; do
+      r1=$("${LOAD[@]}" --socket "$TMP/r.sock" --redis --json --mix zipf:1 --seconds "$SECS" $poll)
+      echo "redis-one${poll:+-poll}: $r1"
+      points+=("{\"name\":\"redis-one${poll:+-poll}\",\"args\":\"--redis --mix zipf:1 $poll\",\"result\":$r1}")
+    done
+  fi
 fi
 
 mkdir -p bench/results
@@ -114,6 +126,17 @@ if "cold" in by:
 if "cold-poll" in by:
     summary["cold_poll_p50_us"] = by["cold-poll"]["classes"]["novel"]["p50_us"]
     summary["cold_poll_p99_us"] = by["cold-poll"]["classes"]["novel"]["p99_us"]
+# What a never-seen shape costs beyond the round trip of any reply (the one* points: a cached
+# lookup from one client the same way), and that round trip to Redis.
+for cold, one in (("cold", "one"), ("cold-poll", "one-poll")):
+    if cold in by and one in by:
+        key = one.replace("-", "_")
+        summary[f"{key}_p50_us"] = by[one]["classes"]["repeat"]["p50_us"]
+        summary[f"{cold.replace('-', '_')}_minus_{key}_p50_us"] = round(
+            by[cold]["classes"]["novel"]["p50_us"] - by[one]["classes"]["repeat"]["p50_us"], 1)
+for name in ("redis-one", "redis-one-poll"):
+    if name in by:
+        summary[f"{name.replace('-', '_')}_p50_us"] = by[name]["classes"]["zipf"]["p50_us"]
 if "cached" in by and "cached+cold" in by:
     a, b = by["cached"]["classes"]["repeat"]["p99_us"], by["cached+cold"]["classes"]["repeat"]["p99_us"]
     summary["cached_p99_us_alone"], summary["cached_p99_us_with_cold_flood"] = a, b
