@@ -102,6 +102,12 @@ struct DaemonConfig {
   // lower in bursts win where it is faster in steady state (bench/NOTES.md, "gemm_tma step 4").
   // Default 5.
   int finalists = 5;
+  // Rounds of the finalists' re-timing: each round times every finalist once, in a rotated order,
+  // for a 1/rounds share of the time one of them gets; the winner is ranked by the median over
+  // rounds. A GPU at its power cap drifts in clock over the re-timing, so more, shorter rounds
+  // sample every finalist across the same drift (bench/NOTES.md, "Finalist re-time rounds").
+  // 0: three per finalist, at least 5. Default 0.
+  int retime_rounds = 0;
   // When tuning lanes may use their GPU: "idle" (only while no foreign process uses it and its
   // utilization is at or under idle_threshold_percent for idle_settle_seconds), "always", or
   // "never" (jobs queue but do not run). Default "idle".

@@ -486,7 +486,9 @@ class JobRun {
       const std::vector<std::uint64_t>& ids) {
     for (int take = 0;; ++take) {
       const std::uint64_t before = disturbance();
-      auto r = m_runner.retime(ids, m_req.retime_rounds, m_req.timing);
+      const int rounds = m_req.retime_rounds > 0 ? m_req.retime_rounds
+                                                 : std::max(5, 3 * static_cast<int>(ids.size()));
+      auto r = m_runner.retime(ids, rounds, m_req.timing);
       if (!r || before == disturbance() || take == k_max_retakes) return r;
       ++m_stats.retaken;
       if (!acquire_gpu()) return stopped_error();

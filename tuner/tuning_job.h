@@ -53,7 +53,10 @@ struct TuneRequest {
   std::string strategy = "model";
   Budget budget{256, 600, 0};
   int finalists = 5;  // re-timed interleaved before a winner is declared
-  int retime_rounds = 5;
+  // Rounds of the finalists' interleaved re-timing, each a 1/rounds share of timing.target_ms per
+  // finalist; 0: three per finalist, at least 5 (more, shorter rounds spread every finalist over
+  // the clock drift of a GPU at its power cap).
+  int retime_rounds = 0;
   std::vector<std::string> templates;  // restrict to these (empty: every template for the op)
   std::vector<Params> seeds;           // extra seed configs (e.g. winners of neighbouring shapes)
   std::uint64_t rng_seed = 1;

@@ -28,7 +28,8 @@
 # TWINS=1 (also time each served gemm_tma config's stream-K twin, peers.py --twins), TEMPLATES
 # ("gemm_tma ...": the daemon's jobs search only these) and SEEDS ("NAME=V,... ...": configs each
 # job measures first; both TUNER=daemon only), FINALISTS (5: configs each job re-times in steady
-# state before its winner, tuning.finalists).
+# state before its winner, tuning.finalists), DAEMON_SETS ("key=value ...": more ktuned
+# settings, e.g. tuning.retime_rounds=5).
 # FAKE=1 runs the same flow on a machine without a GPU: tests/fakes/fake_worker (from $K) measures,
 # `measure` runs on tests/bench/fake_torch (a stand-in torch: shapes, no numbers), no nvidia-smi
 # or cuobjdump; tests/bench/gemm_peers_test.py runs it.
@@ -77,6 +78,7 @@ if [ -n "${FAKE:-}" ]; then
   SETS_DAEMON+=(--set tuning.devices=0 --set templates.compile_threads="${COMPILE_THREADS:-2}")
 fi
 SETS_DAEMON+=(--set tuning.worker="$WORKER")
+for kv in ${DAEMON_SETS:-}; do SETS_DAEMON+=(--set "$kv"); done
 start_ktuned() {  # start_ktuned POLICY: serves $W/data on $S; tunes only with POLICY always
   "$K/ktuned" --socket "$S" --data-dir "$W/data" "${SETS_DAEMON[@]}" --set tuning.gpu_policy="$1" \
     >> "$L/ktuned.log" 2>&1 &

@@ -98,6 +98,7 @@ void Lane::run_job(const JobRecord& job) {
   req.strategy = job.strategy;
   req.budget = Budget{job.budget_trials, job.budget_seconds, 0};
   req.finalists = m_deps.config.finalists;
+  req.retime_rounds = m_deps.config.retime_rounds;
   req.job_id = id;
   req.resume = true;
   req.store_winner = false;  // the catalog commits it

@@ -346,6 +346,35 @@ TEST_F(BackgroundTest, FinalistsKeySetsHowManyConfigsAreRetimed) {
   }
 }
 
+// tuning.retime_rounds: the finalists' re-timing runs that many rounds; 0 (the default) runs three
+// per finalist, at least 5.
+TEST_F(BackgroundTest, RetimeRoundsKeySetsTheRoundsOfTheFinalistsRetime) {
+  const protocol::ProblemSpec scale{"scale", "fp32", "", "", {{"n", 1 << 16}}};
+  const std::string log = m_dir / "retime.log";
+  for (const auto& [rounds, want] : {std::pair{0, "rounds=12 finalists=4"}, {7, "rounds=7 finalists=4"}}) {
+    std::filesystem::remove(log);
+    auto d = daemon(1,
+                    {"tuning.gpu_policy=always", "tuning.finalists=4",
+                     "tuning.retime_rounds=" + std::to_string(rounds)},
+                    {"FAKE_WORKER_RETIME_LOG=" + log});
+    ASSERT_TRUE(d->start());
+    Client client(options());
+    Client::TuneOptions o;
+    o.budget_trials = 10;
+    auto r = client.tune(scale, o);
+    ASSERT_TRUE(r) << r.error().message;
+    const std::string id = (*r)["job"]["id"].get<std::string>();
+    ASSERT_TRUE(eventually([&] { return job_in(id, {"done", "failed"}); }));
+    ASSERT_EQ(job(id)["state"], "done") << job(id).dump();
+    std::ifstream in(log);
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line)) << "no retime request, retime_rounds=" << rounds;
+    EXPECT_EQ(line, want) << "retime_rounds=" << rounds;
+    d.reset();
+    std::filesystem::remove_all(m_dir / "state");  // the next round tunes the key afresh
+  }
+}
+
 // gpu_policy idle: a foreign process on the GPU pauses the lane within a second; it resumes when
 // the process leaves, and the job still finishes.
 TEST_F(BackgroundTest, ForeignWorkPausesTheLaneWithinASecond) {

@@ -10,6 +10,7 @@
 //   FAKE_WORKER_DELAY_MS=n   sleeps n ms at the start of every trial (slow jobs to kill mid-way)
 //   FAKE_WORKER_PROTOCOL=n   says protocol n in its hello (default: this build's)
 //   FAKE_WORKER_CLUSTERS=n   answers every `occupancy` request with n (default 132 / cluster size)
+//   FAKE_WORKER_RETIME_LOG=path  appends "rounds=R finalists=F" for every retime request
 // A logged line ends with " grid=X,Y,Z cluster=X,Y,Z" when FAKE_WORKER_LOG_LAUNCH is set.
 // An ok trial's message is "fake measurement <n>", n counting the ok trials this process ran.
 #include <fcntl.h>
@@ -29,15 +30,20 @@ using namespace ktune;
 
 namespace {
 
-// One line, appended with a single write so lines of successive workers never interleave.
-void log_trial(const Params& params, const std::string& suffix) {
-  const char* path = std::getenv("FAKE_WORKER_LOG");
+// One line to the file the environment variable `var` names, appended with a single write so
+// lines of successive workers never interleave.
+void log_line(const char* var, const std::string& line) {
+  const char* path = std::getenv(var);
   if (!path || !*path) return;
   const int fd = ::open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
-  const std::string line = params_to_string(params) + suffix + "\n";
-  (void)!::write(fd, line.data(), line.size());
+  const std::string text = line + "\n";
+  (void)!::write(fd, text.data(), text.size());
   ::close(fd);
+}
+
+void log_trial(const Params& params, const std::string& suffix) {
+  log_line("FAKE_WORKER_LOG", params_to_string(params) + suffix);
 }
 
 }  // namespace
@@ -113,6 +119,8 @@ int main(int argc, char** argv) {
       reply = to_json(r);
       reply["ok"] = true;
     } else if (op == "retime") {
+      log_line("FAKE_WORKER_RETIME_LOG", "rounds=" + std::to_string(h.value("rounds", 0)) +
+                                             " finalists=" + std::to_string(h.at("ids").size()));
       reply["times"] = WorkerJson::array();
       for (auto id : h.at("ids").get<std::vector<std::uint64_t>>()) {
         if (!medians.count(id)) {  // as the real worker: only what this process ran
