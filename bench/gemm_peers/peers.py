@@ -124,7 +124,8 @@ def plan(args: argparse.Namespace) -> Dict[str, Any]:
                             "then serves")},
         "measure": {"peers": ["cublas", "torch.compile max-autotune", "ktune (ktune.torch)",
                               "ktune (Kernel, preallocated C)"],
-                    "rounds": args.rounds, "do_bench": "warmup 25 ms, rep 100 ms, median",
+                    "rounds": args.rounds,
+                    "do_bench": f"warmup 25 ms, rep {rep_ms(args.rounds):g} ms, median",
                     "checks": "ktune vs torch (rel L2), fp64 on 64 sampled rows, NaN-poisoned C"},
         "sustained": {"shape": shape_name(SUSTAINED_SHAPE), "input_sets": args.sets,
                       "bytes_rotated": args.sets * per_set,
@@ -133,7 +134,7 @@ def plan(args: argparse.Namespace) -> Dict[str, Any]:
                       "sampling": "nvidia-smi clocks.sm, power.draw every 100 ms"},
         "estimate_s": {"tuning": [8 * len(shapes), 18 * len(shapes)],
                        "torch_compile": [2.4 * len(shapes), 28.5 * len(shapes)],
-                       "timing": 0.6 * args.rounds * len(shapes),
+                       "timing": 3.0 * len(shapes),
                        "sustained": 4 * args.sustain_s + 8},
     }
     return doc
@@ -368,6 +369,12 @@ def summarize_samples(samples: List[Dict[str, float]], windows: List[Tuple[float
             "temp_c": stats("temp_c"), "util_pct": stats("util_pct")}
 
 
+def rep_ms(rounds: int) -> float:
+    """do_bench's rep per peer and round: 500 ms of timing per peer in all, however many rounds
+    (more, shorter rounds put every peer through the same clock drift of a GPU at its power cap)."""
+    return max(20.0, 500.0 / max(1, rounds))
+
+
 def measure(args: argparse.Namespace) -> Dict[str, Any]:
     import torch
     import triton
@@ -555,7 +562,8 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
     per: Dict[str, List[float]] = {p: [] for p in names}
     for r in range(args.rounds):
         for p in names[r % len(names):] + names[:r % len(names)]:
-            per[p].append(testing.do_bench(peers[p], warmup=25, rep=100, return_mode="median"))
+            per[p].append(testing.do_bench(peers[p], warmup=25, rep=rep_ms(args.rounds),
+                                           return_mode="median"))
     timing = {}
     for p in names:
         ms = statistics.median(per[p])
@@ -564,6 +572,10 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
     row["timing"] = timing
     tk = timing["ktune"]["tflops"]
     row["ktune_vs_cublas"] = tk / timing["cublas"]["tflops"]     # > 1: ktune faster
+    # The same ratio taken round by round (each round's neighbours share its clock), then the
+    # median: a second reading of the comparison, less moved by drift between rounds.
+    row["ktune_vs_cublas_paired"] = statistics.median(
+        c / k for c, k in zip(per["cublas"], per["ktune"]))
     if "ktune_twin" in timing:
         row["twin_vs_served"] = timing["ktune_twin"]["tflops"] / timing["ktune_kernel"]["tflops"]
     if "compile" in timing:
@@ -823,6 +835,8 @@ def assemble(args: argparse.Namespace) -> Dict[str, Any]:
         "shapes_timed": len(timed),
         "geomean_ktune_vs_cublas": geomean(vs_cublas),
         "min_ktune_vs_cublas": min(vs_cublas) if vs_cublas else None,
+        "geomean_ktune_vs_cublas_paired": geomean(
+            [r["ktune_vs_cublas_paired"] for r in timed if "ktune_vs_cublas_paired" in r]),
         "geomean_ktune_vs_compile": geomean(vs_compile),
         "min_ktune_vs_compile": min(vs_compile) if vs_compile else None,
         "checks_ok": sum(1 for r in timed if r.get("check", {}).get("ok")),
@@ -894,7 +908,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="tune: a config NAME=V,... measured first in every job (repeatable)")
     ap.add_argument("--cubins", help="measure: write each served cubin here; sass: read them")
     ap.add_argument("--logs", default=".", help="measure: where the nvidia-smi samples go")
-    ap.add_argument("--rounds", type=int, default=5, help="measure: interleaved do_bench rounds")
+    ap.add_argument("--rounds", type=int, default=15,
+                    help="measure: interleaved do_bench rounds (500 ms per peer in all)")
     ap.add_argument("--twins", action="store_true",
                     help="measure: also time each served gemm_tma config's stream-K twin")
     ap.add_argument("--reserve-s", type=float, default=30,

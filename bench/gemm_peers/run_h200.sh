@@ -23,7 +23,7 @@
 #   5. $OUT/gemm-peers-h200.json (everything, with a summary) and $OUT/logs.tar.gz (logs, each
 #      step's JSON, cubins, SASS listings, nvidia-smi samples).
 # Knobs (environment): SHAPES ("tma" = the 10 of `ktune-bench --suite tma`, or MxNxK,...),
-# TUNER, TRIALS (120), STRATEGY (model), JOB_SECONDS (45 per shape), TUNE_CAP_S (230), ROUNDS (5),
+# TUNER, TRIALS (120), STRATEGY (model), JOB_SECONDS (45 per shape), TUNE_CAP_S (230), ROUNDS (15),
 # SUSTAIN_S (4 per phase, 4 phases), SETS (3 input sets of 384 MB at 8192^3), BUDGET_S, K (.gpu),
 # TWINS=1 (also time each served gemm_tma config's stream-K twin, peers.py --twins), TEMPLATES
 # ("gemm_tma ...": the daemon's jobs search only these) and SEEDS ("NAME=V,... ...": configs each
@@ -45,7 +45,7 @@ TRIALS=${TRIALS:-120}
 STRATEGY=${STRATEGY:-model}
 JOB_SECONDS=${JOB_SECONDS:-45}
 TUNE_CAP_S=${TUNE_CAP_S:-230}
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-15}
 SUSTAIN_S=${SUSTAIN_S:-4}
 SETS=${SETS:-3}
 mkdir -p "$OUT"

@@ -13,6 +13,7 @@ import datetime
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -275,6 +276,12 @@ class FakeRunTest(unittest.TestCase):
         self.assertEqual(sorted(row["timing"]), ["compile", "cublas", "ktune", "ktune_kernel"])
         for peer in row["timing"].values():
             self.assertEqual(len(peer["rounds_us"]), 2)
+        # The paired reading: the median over rounds of each round's cuBLAS / ktune time.
+        t = row["timing"]
+        self.assertAlmostEqual(row["ktune_vs_cublas_paired"], statistics.median(
+            c / k for c, k in zip(t["cublas"]["rounds_us"], t["ktune"]["rounds_us"])))
+        self.assertAlmostEqual(doc["summary"]["geomean_ktune_vs_cublas_paired"],
+                               row["ktune_vs_cublas_paired"])
         self.assertIn("ktune_vs_compile", row)
         sustained = doc["sustained"]
         self.assertGreaterEqual(sustained["x_L2"], 3)
