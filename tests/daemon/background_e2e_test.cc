@@ -125,6 +125,19 @@ class BackgroundTest : public ::testing::Test {
     return out;
   }
   std::string fake_log() const { return m_dir / "fake-worker.log"; }
+  // Sends a tune job for `problem` with a budget of `trials` and waits until it is done, having
+  // measured exactly that many. REQUIRES: a started daemon whose lane may use its GPU.
+  void tune_until_done(Client& client, const protocol::ProblemSpec& problem, int trials) {
+    Client::TuneOptions o;
+    o.budget_trials = trials;
+    auto r = client.tune(problem, o);
+    ASSERT_TRUE(r) << r.error().message;
+    const std::string id = (*r)["job"]["id"].get<std::string>();
+    ASSERT_TRUE(eventually([&] { return job_in(id, {"done", "failed"}); }));
+    ASSERT_EQ(job(id)["state"], "done") << job(id).dump();
+    EXPECT_EQ(job(id)["trials"], trials);
+  }
+
   std::vector<std::string> measured_configs() const {
     std::vector<std::string> out;
     std::ifstream in(fake_log());
@@ -328,14 +341,7 @@ TEST_F(BackgroundTest, FinalistsKeySetsHowManyConfigsAreRetimed) {
         daemon(1, {"tuning.gpu_policy=always", "tuning.finalists=" + std::to_string(finalists)});
     ASSERT_TRUE(d->start());
     Client client(options());
-    Client::TuneOptions o;
-    o.budget_trials = 10;
-    auto r = client.tune(scale, o);
-    ASSERT_TRUE(r) << r.error().message;
-    const std::string id = (*r)["job"]["id"].get<std::string>();
-    ASSERT_TRUE(eventually([&] { return job_in(id, {"done", "failed"}); }));
-    ASSERT_EQ(job(id)["state"], "done") << job(id).dump();
-    EXPECT_EQ(job(id)["trials"], 10);
+    ASSERT_NO_FATAL_FAILURE(tune_until_done(client, scale, 10));
     auto answer = client.lookup({scale, "", 64});
     ASSERT_TRUE(answer) << answer.error().message;
     size_t exact = 0;
@@ -351,7 +357,9 @@ TEST_F(BackgroundTest, FinalistsKeySetsHowManyConfigsAreRetimed) {
 TEST_F(BackgroundTest, RetimeRoundsKeySetsTheRoundsOfTheFinalistsRetime) {
   const protocol::ProblemSpec scale{"scale", "fp32", "", "", {{"n", 1 << 16}}};
   const std::string log = m_dir / "retime.log";
-  for (const auto& [rounds, want] : {std::pair{0, "rounds=12 finalists=4"}, {7, "rounds=7 finalists=4"}}) {
+  const std::pair<int, std::string> cases[] = {{0, "rounds=12 finalists=4"},
+                                               {7, "rounds=7 finalists=4"}};
+  for (const auto& [rounds, want] : cases) {
     std::filesystem::remove(log);
     auto d = daemon(1,
                     {"tuning.gpu_policy=always", "tuning.finalists=4",
@@ -359,13 +367,7 @@ TEST_F(BackgroundTest, RetimeRoundsKeySetsTheRoundsOfTheFinalistsRetime) {
                     {"FAKE_WORKER_RETIME_LOG=" + log});
     ASSERT_TRUE(d->start());
     Client client(options());
-    Client::TuneOptions o;
-    o.budget_trials = 10;
-    auto r = client.tune(scale, o);
-    ASSERT_TRUE(r) << r.error().message;
-    const std::string id = (*r)["job"]["id"].get<std::string>();
-    ASSERT_TRUE(eventually([&] { return job_in(id, {"done", "failed"}); }));
-    ASSERT_EQ(job(id)["state"], "done") << job(id).dump();
+    ASSERT_NO_FATAL_FAILURE(tune_until_done(client, scale, 10));
     std::ifstream in(log);
     std::string line;
     ASSERT_TRUE(std::getline(in, line)) << "no retime request, retime_rounds=" << rounds;
