@@ -140,6 +140,51 @@ TEST(BuiltinTemplatesTest, HeuristicInstanceIsInstantiateOfHeuristicConfig) {
   EXPECT_GT(compared, 50);
 }
 
+// ArgValues::checked (v1 lookup entries) makes the same instance but the args, and fails where
+// ArgValues::kept fails, with the same error.
+TEST(BuiltinTemplatesTest, CheckedArgsInstanceIsTheKeptOneWithoutArgs) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  int compared = 0, failed = 0;
+  for_each_scaled_problem(
+      reg, {1, 7, 64, 1000, 4096, 1 << 20},
+      [&](const KernelTemplate& t, const DeviceLimits& limits, const Problem& p) {
+        auto kept = heuristic_instance(t, p, limits, ArgValues::kept);
+        auto checked = heuristic_instance(t, p, limits, ArgValues::checked);
+        ASSERT_EQ(bool(kept), bool(checked)) << t.name() << " " << p.describe();
+        if (!kept) {
+          EXPECT_EQ(kept.error().message, checked.error().message);
+          return;
+        }
+        ++compared;
+        EXPECT_TRUE(checked->args.empty());
+        EXPECT_EQ(checked->params, kept->params);
+        EXPECT_EQ(checked->name_expression, kept->name_expression);
+        EXPECT_EQ(checked->launch, kept->launch);
+        EXPECT_EQ(checked->metric, kept->metric);
+        EXPECT_EQ(checked->max_active_clusters, kept->max_active_clusters);
+        // Every config of a small space, valid or not for its args: the same verdict and error.
+        auto space = SearchSpace::build(t, p, limits, 64);
+        if (!space) return;
+        for (Params c : space->configs()) {
+          for (auto& [name, v] : c) {
+            const ParamDomain* d = t.manifest.param(name);
+            if (d && d->values.size() > 1) v = d->values.back();  // may break an arg's range
+            auto a = instantiate(t, p, limits, c, {}, ArgValues::kept);
+            auto b = instantiate(t, p, limits, c, {}, ArgValues::checked);
+            ASSERT_EQ(bool(a), bool(b)) << t.name() << " " << p.describe();
+            if (!a) {
+              ++failed;
+              EXPECT_EQ(a.error().message, b.error().message);
+            } else {
+              EXPECT_EQ(a->launch, b->launch);
+            }
+          }
+        }
+      });
+  EXPECT_GT(compared, 50);
+  EXPECT_GT(failed, 0);
+}
+
 // The heuristics' fallback (no rule fits) stops the enumeration at the first valid config: the
 // same config, or the same error, as the full enumeration, for every template and problems small
 // and large (gemm with N = K = 64 is where every rule misses).
