@@ -466,13 +466,44 @@ Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& p
 }
 
 namespace {
+// Whether a heuristic rule's config passes every constraint for the problem bound in `ev`, from
+// its plan (manifest.h, RulePlan); `ev` then holds the rule's params and every derived value, as
+// after check_config().
+bool rule_fits(Evaluator& ev, const Manifest& m, const RulePlan& plan) {
+  if (!plan.fixed_constraints_hold) return false;
+  const ManifestSlots& s = m.slots;
+  for (size_t i = 0; i < plan.params.size(); ++i) ev.set(s.params[i], plan.params[i]);
+  for (size_t i = 0; i < m.derived.size(); ++i) {
+    if (s.derived_fixed[i]) {
+      ev.set(s.derived[i], plan.derived[i]);
+      continue;
+    }
+    auto v = ev.eval(m.derived[i].expr);
+    if (!v) return false;
+    ev.set(s.derived[i], *v);
+  }
+  for (size_t i = 0; i < m.constraints.size(); ++i)
+    if (!s.constraint_fixed[i] && !truthy(ev.eval(m.constraints[i].expr))) return false;
+  return true;
+}
+
 // The first heuristic rule whose `when` holds and whose params pass the constraints of the
 // problem bound in `ev`, or null. `ev` then holds what instantiate() would bind and derive for
 // that rule's params.
 const HeuristicRule* fitting_rule(Evaluator& ev, const Manifest& m) {
-  for (const auto& rule : m.heuristic) {
-    if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
-    if (check_config(ev, m, rule.params, /*explain=*/false)) return &rule;
+  // Planned when the manifest loaded (always, for a parsed one): the same verdict as
+  // check_config(explain = false), evaluating only what reads the problem or the device.
+  const bool planned = m.slots.rules.size() == m.heuristic.size();
+  bool when_held = false;  // the last `when` evaluated: a rule repeating it (RulePlan) reuses it
+  for (size_t r = 0; r < m.heuristic.size(); ++r) {
+    const HeuristicRule& rule = m.heuristic[r];
+    if (!rule.when.text.empty()) {
+      when_held = planned && m.slots.rules[r].when_repeats ? when_held : truthy(ev.eval(rule.when));
+      if (!when_held) continue;
+    }
+    if (planned ? rule_fits(ev, m, m.slots.rules[r])
+                : bool(check_config(ev, m, rule.params, /*explain=*/false)))
+      return &rule;
   }
   return nullptr;
 }
