@@ -4,7 +4,6 @@
 #include <bit>
 #include <cmath>
 #include <ctime>
-#include <set>
 #include <utility>
 
 #include "daemon/launch.h"
@@ -278,9 +277,18 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
   m_metrics.count_lookup(
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return R"({"v":)" + std::to_string(answer.version) + R"(,"id":)" +
-         id.dump(-1, ' ', false, Json::error_handler_t::replace) + R"(,"ok":true,"result":)" +
-         answer.result + "}\n";
+  // One buffer sized up front: the answer's text is most of the line.
+  const std::string id_text = id.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out;
+  out.reserve(answer.result.size() + id_text.size() + 48);
+  out += R"({"v":)";
+  out += std::to_string(answer.version);
+  out += R"(,"id":)";
+  out += id_text;
+  out += R"(,"ok":true,"result":)";
+  out += answer.result;
+  out += "}\n";
+  return out;
 }
 
 protocol::Expected<std::shared_ptr<const LookupService::ResolvedDevice>>
@@ -394,10 +402,19 @@ protocol::Expected<Problem> LookupService::canonical_problem(
     }
   if (first) {
     const auto& names = first->manifest.dims;
-    std::set<std::string> given;
-    for (const auto& [n, _] : spec.dims) given.insert(n);
-    if (given.size() != spec.dims.size() ||
-        given != std::set<std::string>(names.begin(), names.end())) {
+    // The given names are distinct and, as a set, the op's: compared in place (a handful of
+    // names), as every lookup asks.
+    auto given_has = [&](const std::string& n, size_t before) {
+      for (size_t j = 0; j < before; ++j)
+        if (spec.dims[j].first == n) return true;
+      return false;
+    };
+    bool same = true;
+    for (size_t i = 0; i < spec.dims.size() && same; ++i)
+      same = !given_has(spec.dims[i].first, i) &&
+             std::find(names.begin(), names.end(), spec.dims[i].first) != names.end();
+    for (size_t i = 0; i < names.size() && same; ++i) same = given_has(names[i], spec.dims.size());
+    if (!same) {
       std::string want;
       for (const auto& n : names) want += (want.empty() ? "" : ", ") + n;
       return protocol::error(ErrorKind::invalid_problem, spec.op + " takes dims " + want);
