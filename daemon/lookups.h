@@ -227,8 +227,8 @@ class LookupService {
                     std::uint64_t generation) const;
   // The cost class of a problem (see the header comment).
   static std::string cost_class(const Problem& p);
-  Built build(const BuildInput& in, const Problem& problem, const ResolvedDevice& device,
-              int limit, int version, const std::string& assumed_layout);
+  Built build(const BuildInput& in, const Problem& problem, const ResolvedDevice& device, int limit,
+              int version, const std::string& assumed_layout);
   // Fills the entry's kernel details from `ready` when given, else from instantiate(); false
   // when the template is not installed here or the config does not instantiate.
   bool complete_entry(const TemplateRegistry& templates, protocol::LookupEntry& entry,

@@ -444,8 +444,9 @@ void plan_rules(const Manifest& m, ManifestSlots& s) {
   for (int slot : s.params)
     if (slot >= 0) fixed[size_t(slot)] = true;
   auto reads_fixed_only = [&](const Expression& e) {
-    return std::all_of(e.used_slots.begin(), e.used_slots.end(),
-                       [&](int u) { return u >= 0 && size_t(u) < fixed.size() && fixed[size_t(u)]; });
+    return std::all_of(e.used_slots.begin(), e.used_slots.end(), [&](int u) {
+      return u >= 0 && size_t(u) < fixed.size() && fixed[size_t(u)];
+    });
   };
   for (size_t i = 0; i < m.derived.size(); ++i) {
     // A derived value reads only names defined before it (the parser adds it after its

@@ -150,7 +150,8 @@ Result<std::string> name_expression(Evaluator& ev, const Problem& p, const std::
       if (std::floor(v) != v)
         return fail(ErrorCode::invalid_argument, "template arg " + args[i] + " is not an integer");
       char digits[24];
-      const auto [end, _] = std::to_chars(digits, digits + sizeof digits, static_cast<long long>(v));
+      const auto [end, _] =
+          std::to_chars(digits, digits + sizeof digits, static_cast<long long>(v));
       s.append(digits, end);
     }
   }
@@ -189,8 +190,7 @@ Result<void> eval_map(Evaluator& ev, const TensorMapSpec& t, const Where& where,
                           v ? &v->strides : nullptr);
       !ok)
     return ok;
-  if (auto ok = eval_list(ev, t.box, field(".box"), 1, 256, v ? &v->box : nullptr); !ok)
-    return ok;
+  if (auto ok = eval_list(ev, t.box, field(".box"), 1, 256, v ? &v->box : nullptr); !ok) return ok;
   if (auto ok = eval_list(ev, t.element_strides, field(".element_strides"), 1, 8,
                           v ? &v->element_strides : nullptr);
       !ok)

@@ -26,8 +26,8 @@ TEST(ProblemTest, KeyTextForAnyDims) {
   const std::int64_t big = std::numeric_limits<std::int64_t>::max();
   const std::int64_t small = std::numeric_limits<std::int64_t>::min();
   const Problem odd{"gemm", "fp16", "fp32", "rc", {{"M", big}, {"N", small}, {"K", 0}}};
-  EXPECT_EQ(odd.key(), "gemm|fp16|fp32|rc|M=" + std::to_string(big) + ",N=" +
-                           std::to_string(small) + ",K=0");
+  EXPECT_EQ(odd.key(),
+            "gemm|fp16|fp32|rc|M=" + std::to_string(big) + ",N=" + std::to_string(small) + ",K=0");
   EXPECT_EQ(Problem{}.key(), "||||");
 }
 
