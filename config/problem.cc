@@ -82,10 +82,22 @@ int dtype_bytes(std::string_view d) {
 }
 
 std::string Problem::key() const {
-  std::string k = op + "|" + dtype + "|" + out_dtype + "|" + layout + "|";
+  // Appended into one buffer sized up front: a cold lookup makes several keys.
+  size_t size = op.size() + dtype.size() + out_dtype.size() + layout.size() + 4;
+  for (const auto& [name, _] : dims) size += name.size() + 22;
+  std::string k;
+  k.reserve(size);
+  for (const std::string* part : {&op, &dtype, &out_dtype, &layout}) {
+    k += *part;
+    k += '|';
+  }
   for (size_t i = 0; i < dims.size(); ++i) {
-    if (i) k += ",";
-    k += dims[i].first + "=" + std::to_string(dims[i].second);
+    if (i) k += ',';
+    k += dims[i].first;
+    k += '=';
+    char digits[24];
+    const auto [end, _] = std::to_chars(digits, digits + sizeof digits, dims[i].second);
+    k.append(digits, end);
   }
   return k;
 }

@@ -4,7 +4,6 @@
 #include <bit>
 #include <cmath>
 #include <ctime>
-#include <set>
 #include <utility>
 
 #include "daemon/launch.h"
@@ -64,6 +63,11 @@ protocol::LookupEntry measured_entry(const RankedConfig& c, std::string provenan
   e.tflops = c.tflops;
   e.gbps = c.gbps;
   return e;
+}
+
+// A v1 entry carries no launch description: its instance's args are checked, not kept.
+ArgValues arg_values(int version) {
+  return version >= 2 ? ArgValues::kept : ArgValues::checked;
 }
 
 double work(const Problem& p) {
@@ -273,9 +277,43 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
   m_metrics.count_lookup(
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return R"({"v":)" + std::to_string(answer.version) + R"(,"id":)" +
-         id.dump(-1, ' ', false, Json::error_handler_t::replace) + R"(,"ok":true,"result":)" +
-         answer.result + "}\n";
+  // One buffer sized up front: the answer's text is most of the line.
+  const std::string id_text = id.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::string out;
+  out.reserve(answer.result.size() + id_text.size() + 48);
+  out += R"({"v":)";
+  out += std::to_string(answer.version);
+  out += R"(,"id":)";
+  out += id_text;
+  out += R"(,"ok":true,"result":)";
+  out += answer.result;
+  out += "}\n";
+  return out;
+}
+
+protocol::Expected<std::shared_ptr<const LookupService::ResolvedDevice>>
+LookupService::resolve_device_cached(const std::string& name) const {
+  // Read before resolving: a class added meanwhile moves it, so this resolution is not kept past
+  // that change.
+  const std::uint64_t version = m_catalog.index().device_ids_version();
+  {
+    std::lock_guard lock(m_resolved_mutex);
+    if (m_resolved_for != version) {
+      m_resolved.clear();
+      m_resolved_for = version;
+    }
+    if (auto it = m_resolved.find(name); it != m_resolved.end()) return it->second;
+  }
+  auto resolved = resolve_device(name);
+  if (!resolved) return std::unexpected(resolved.error());
+  auto out = std::make_shared<const ResolvedDevice>(
+      ResolvedDevice{resolved->first, resolved->second, resolved->first.id()});
+  std::lock_guard lock(m_resolved_mutex);
+  if (m_resolved_for == version) {
+    if (m_resolved.size() >= k_max_resolved_names) m_resolved.clear();
+    m_resolved.emplace(name, out);
+  }
+  return out;
 }
 
 protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_device(
@@ -364,10 +402,19 @@ protocol::Expected<Problem> LookupService::canonical_problem(
     }
   if (first) {
     const auto& names = first->manifest.dims;
-    std::set<std::string> given;
-    for (const auto& [n, _] : spec.dims) given.insert(n);
-    if (given.size() != spec.dims.size() ||
-        given != std::set<std::string>(names.begin(), names.end())) {
+    // The given names are distinct and, as a set, the op's: compared in place (a handful of
+    // names), as every lookup asks.
+    auto given_has = [&](const std::string& n, size_t before) {
+      for (size_t j = 0; j < before; ++j)
+        if (spec.dims[j].first == n) return true;
+      return false;
+    };
+    bool same = true;
+    for (size_t i = 0; i < spec.dims.size() && same; ++i)
+      same = !given_has(spec.dims[i].first, i) &&
+             std::find(names.begin(), names.end(), spec.dims[i].first) != names.end();
+    for (size_t i = 0; i < names.size() && same; ++i) same = given_has(names[i], spec.dims.size());
+    if (!same) {
       std::string want;
       for (const auto& n : names) want += (want.empty() ? "" : ", ") + n;
       return protocol::error(ErrorKind::invalid_problem, spec.op + " takes dims " + want);
@@ -394,7 +441,8 @@ bool LookupService::complete_entry(const TemplateRegistry& templates, protocol::
   if (!t) return false;
   std::optional<Instance> made;
   if (!ready) {
-    auto r = instantiate(*t, problem, limits, Params(e.params.begin(), e.params.end()));
+    auto r = instantiate(*t, problem, limits, Params(e.params.begin(), e.params.end()), {},
+                         arg_values(version));
     if (!r) return false;
     ready = &made.emplace(std::move(*r));
   }
@@ -423,7 +471,7 @@ double LookupService::estimate_us(const TemplateRegistry& templates, const Probl
   for (const KernelTemplate* t : templates.for_problem(problem, limits.cc)) {
     auto h = heuristic_config(*t, problem, limits);
     if (!h) continue;
-    auto inst = instantiate(*t, problem, limits, *h);
+    auto inst = instantiate(*t, problem, limits, *h, {}, ArgValues::checked);
     if (!inst) continue;
     return kernel_us(*inst, limits);
   }
@@ -447,17 +495,21 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   }
   auto problem = canonical_problem(req->problem, *templates);
   if (!problem) return std::unexpected(problem.error());
-  auto device = resolve_device(req->device);
+  auto device = resolve_device_cached(req->device);
   if (!device) return std::unexpected(device.error());
-  const auto& [dev, limits] = *device;
+  const ResolvedDevice& resolved = **device;
   // v2 replies say which layout was assumed for a request that named none (v1 replies stay as
   // they were): such an answer is cached apart from the one to a request naming that layout.
   const std::string assumed_layout =
       version >= 2 && req->problem.layout.empty() ? problem->layout : std::string();
-  const std::string key = dev.id() + "\n" + problem->key() + "\n" + std::to_string(req->limit) +
-                          (version >= 2 ? "\nv2" : "") +
-                          (assumed_layout.empty() ? "" : "\nassumed") +
-                          (pin ? "\npin:" + req->pin : "");
+  std::string key = resolved.id;
+  key += '\n';
+  key += problem->key();
+  key += '\n';
+  key += std::to_string(req->limit);
+  if (version >= 2) key += "\nv2";
+  if (!assumed_layout.empty()) key += "\nassumed";
+  if (pin) key += "\npin:" + req->pin;
   std::shared_ptr<const Answer> answer;
   std::shared_ptr<InFlight> flight;
   bool run_it = false;
@@ -478,7 +530,7 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     if (!flight) return nullptr;  // refuse, or not cheap enough to build here
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
     auto built = run_it ? run_build(key, *flight, {generation, *templates, pin.get()}, *problem,
-                                    dev, limits, req->limit, version, assumed_layout, inline_build)
+                                    resolved, req->limit, version, assumed_layout, inline_build)
                         : flight->result.get();
     if (!built) return built;
     answer = *built;
@@ -501,8 +553,7 @@ std::pair<std::shared_ptr<LookupService::InFlight>, bool> LookupService::join_bu
 
 LookupService::Built LookupService::run_build(const std::string& key, InFlight& flight,
                                               const BuildInput& in, const Problem& problem,
-                                              const DeviceClass& dev, const DeviceLimits& limits,
-                                              int limit, int version,
+                                              const ResolvedDevice& device, int limit, int version,
                                               const std::string& assumed_layout,
                                               bool inline_build) {
   if (m_observer.on_build) m_observer.on_build(key);
@@ -532,7 +583,7 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
   };
   Built built;
   try {
-    built = build(in, problem, dev, limits, limit, version, assumed_layout);
+    built = build(in, problem, device, limit, version, assumed_layout);
   } catch (...) {
     land(nullptr);
     flight.promise.set_exception(std::current_exception());
@@ -544,13 +595,14 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
 }
 
 LookupService::Built LookupService::build(const BuildInput& in, const Problem& problem,
-                                          const DeviceClass& dev, const DeviceLimits& limits,
-                                          int limit, int version,
+                                          const ResolvedDevice& device, int limit, int version,
                                           const std::string& assumed_layout) {
   // A pinned lookup sees the pin's records only: never a winner that came after the pin.
   const WinnerIndex& index = in.pin ? in.pin->index : m_catalog.index();
   const TemplateRegistry& templates = in.templates;
-  const std::string device_id = dev.id();
+  const DeviceClass& dev = device.device;
+  const DeviceLimits& limits = device.limits;
+  const std::string& device_id = device.id;
   auto fresh = std::make_shared<Answer>();
   // Not the index's generation now: the templates were read before it, and an answer is only
   // valid at a generation no newer than what it was built from.
@@ -627,7 +679,7 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     for (const KernelTemplate* t :
          full ? std::vector<const KernelTemplate*>{} : templates.for_problem(problem, dev.cc)) {
       // heuristic_config() and instantiate() sharing one evaluation of the rule's constraints.
-      auto inst = heuristic_instance(*t, problem, limits);
+      auto inst = heuristic_instance(*t, problem, limits, arg_values(version));
       if (!inst) continue;
       if (!estimate && dev.cc == limits.cc) estimate = kernel_us(*inst, limits);
       protocol::LookupEntry e;
@@ -643,7 +695,7 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     }
   }
   fresh->miss = !exact;
-  if (fresh->miss) fresh->miss_key = MissTracker::key_of(dev, problem);
+  if (fresh->miss) fresh->miss_key = MissTracker::key_of(device_id, problem);
   if (pin && !exact) {
     // The pin answers the same whatever is tuned; the key is worth tuning (for the live table
     // and later pins) only when the live table has no fresh exact winner for it either.

@@ -143,6 +143,20 @@ class LookupService {
   // Resolves a device class named by id or unique prefix, or this node's first GPU.
   protocol::Expected<std::pair<DeviceClass, DeviceLimits>> resolve_device(
       const std::string& name) const;
+  // A resolved device name with its class's id (DeviceClass::id, built once).
+  struct ResolvedDevice {
+    DeviceClass device;
+    DeviceLimits limits;
+    std::string id;
+  };
+  // resolve_device, remembered per name until the index's set of device classes changes (what
+  // else a resolution reads, this node's GPUs, never does): every lookup names a device, and
+  // resolving one compares the name with every known class's id.
+  protocol::Expected<std::shared_ptr<const ResolvedDevice>> resolve_device_cached(
+      const std::string& name) const;
+  // Names remembered at most; past it the memory starts afresh (a client naming many distinct
+  // prefixes costs resolutions, not memory).
+  static constexpr size_t k_max_resolved_names = 64;
   // Orders dims as the op's templates declare them, fills out_dtype and layout defaults (the
   // layout: TemplateRegistry::default_layout, `rc` for gemm), checks.
   // By the templates served now, or by a snapshot the caller holds.
@@ -205,17 +219,16 @@ class LookupService {
   };
   // `inline_build`: on the asking thread under Cold::build_if_cheap (counted apart).
   Built run_build(const std::string& key, InFlight& flight, const BuildInput& in,
-                  const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
-                  int limit, int version, const std::string& assumed_layout, bool inline_build);
+                  const Problem& problem, const ResolvedDevice& device, int limit, int version,
+                  const std::string& assumed_layout, bool inline_build);
   // Whether a cold build of `key` may run on the caller's thread now (see the header comment).
   // REQUIRES: m_mutex held.
   bool cheap_locked(const std::string& key, const std::string& cost_key, int limit,
                     std::uint64_t generation) const;
   // The cost class of a problem (see the header comment).
   static std::string cost_class(const Problem& p);
-  Built build(const BuildInput& in, const Problem& problem, const DeviceClass& device,
-              const DeviceLimits& limits, int limit, int version,
-              const std::string& assumed_layout);
+  Built build(const BuildInput& in, const Problem& problem, const ResolvedDevice& device, int limit,
+              int version, const std::string& assumed_layout);
   // Fills the entry's kernel details from `ready` when given, else from instantiate(); false
   // when the template is not installed here or the config does not instantiate.
   bool complete_entry(const TemplateRegistry& templates, protocol::LookupEntry& entry,
@@ -236,6 +249,11 @@ class LookupService {
   MissTracker& m_misses;
 
   BuildObserver m_observer;
+
+  // resolve_device_cached's memory: valid for the index's device_ids_version m_resolved_for.
+  mutable std::mutex m_resolved_mutex;
+  mutable std::uint64_t m_resolved_for = 0;
+  mutable std::unordered_map<std::string, std::shared_ptr<const ResolvedDevice>> m_resolved;
 
   mutable std::mutex m_mutex;  // guards the eleven below
   ByteLru<CachedAnswer> m_by_key;

@@ -26,7 +26,14 @@ double finite_or_zero(double v) {
 MissTracker::MissTracker(size_t max_bytes) : m_max_bytes(max_bytes) {}
 
 std::string MissTracker::key_of(const DeviceClass& device, const Problem& problem) {
-  return device.id() + "/" + problem.key();
+  return key_of(device.id(), problem);
+}
+
+std::string MissTracker::key_of(std::string_view device_id, const Problem& problem) {
+  std::string key(device_id);
+  key += '/';
+  key += problem.key();
+  return key;
 }
 
 void MissTracker::record(const DeviceClass& device, const Problem& problem,

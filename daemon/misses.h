@@ -25,6 +25,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -74,6 +75,8 @@ class MissTracker {
   void fold() const;
   // The key a miss is counted under.
   static std::string key_of(const DeviceClass& device, const Problem& problem);
+  // The same from the device's id (DeviceClass::id), when the caller has it already.
+  static std::string key_of(std::string_view device_id, const Problem& problem);
   // Most worth first (ties: more misses first, then by key).
   std::vector<Miss> top(size_t n) const;
   // Keys whose worth reached `threshold_us` and were not handed out before, most worth first;

@@ -35,7 +35,8 @@ WinnerIndex::Family* WinnerIndex::insert_locked(WinnerRecord record) {
     return nullptr;
   }
   const std::string device_id = ptr->device.id();
-  m_device_ids.insert(device_id);
+  if (m_device_ids.insert(device_id).second)
+    m_device_ids_version.fetch_add(1, std::memory_order_acq_rel);
   const std::string family_name = family_key(device_id, ptr->problem);
   Family& family = m_families.try_emplace(family_name, ptr->problem.dims.size()).first->second;
   const std::uint32_t slot = family.shapes.add(log2_dims(ptr->problem), ptr->problem.key());
@@ -66,6 +67,7 @@ void WinnerIndex::load(std::vector<WinnerRecord> records) {
   m_by_key.clear();
   m_families.clear();
   m_device_ids.clear();
+  m_device_ids_version.fetch_add(1, std::memory_order_acq_rel);
   for (auto& r : records) insert_locked(std::move(r));
   for (auto& [_, family] : m_families) family.shapes.settle();
   clear_changes_locked(next);

@@ -56,6 +56,11 @@ class WinnerIndex {
   // Distinct device class ids, sorted. Kept as records arrive: no scan of the index (every
   // lookup naming a device asks).
   std::vector<std::string> device_ids() const;
+  // Moves whenever device_ids() may have changed (a class new to the index, a load): lets a
+  // caller keep what it derived from the set (a resolved device name) until then.
+  std::uint64_t device_ids_version() const {
+    return m_device_ids_version.load(std::memory_order_acquire);
+  }
   // Incremented on every change; lets callers cache answers derived from the index.
   std::uint64_t generation() const { return m_generation.load(std::memory_order_acquire); }
   // Moves the generation with no record changed: something else answers are built from (the
@@ -112,6 +117,7 @@ class WinnerIndex {
   std::unordered_map<std::string, Entry> m_by_key;
   std::unordered_map<std::string, Family> m_families;
   std::set<std::string> m_device_ids;
+  std::atomic<std::uint64_t> m_device_ids_version{0};  // written under the unique lock
   std::atomic<std::uint64_t> m_generation{0};  // written under the unique lock
   std::deque<Change> m_changes;                // by generation, oldest first
   std::atomic<std::uint64_t> m_described_since{0};

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -435,6 +436,68 @@ void check_template_args(const Parser& P, const YAML::Node& n, const std::string
   }
 }
 
+namespace {
+// ManifestSlots' derived_fixed, constraint_fixed and rules (see RulePlan).
+void plan_rules(const Manifest& m, ManifestSlots& s) {
+  // Slots whose value a rule alone decides: its params, then derived values reading only those.
+  std::vector<bool> fixed(m.symbols.size(), false);
+  for (int slot : s.params)
+    if (slot >= 0) fixed[size_t(slot)] = true;
+  auto reads_fixed_only = [&](const Expression& e) {
+    return std::all_of(e.used_slots.begin(), e.used_slots.end(), [&](int u) {
+      return u >= 0 && size_t(u) < fixed.size() && fixed[size_t(u)];
+    });
+  };
+  for (size_t i = 0; i < m.derived.size(); ++i) {
+    // A derived value reads only names defined before it (the parser adds it after its
+    // expression), so deciding in order is deciding on final answers.
+    const bool f = reads_fixed_only(m.derived[i].expr) && s.derived[i] >= 0;
+    s.derived_fixed.push_back(f);
+    if (f) fixed[size_t(s.derived[i])] = true;
+  }
+  for (const auto& c : m.constraints) s.constraint_fixed.push_back(reads_fixed_only(c.expr));
+  // Slots trying a rule writes: its params and every derived value.
+  std::vector<bool> written(m.symbols.size(), false);
+  for (int slot : s.params)
+    if (slot >= 0) written[size_t(slot)] = true;
+  for (int slot : s.derived)
+    if (slot >= 0) written[size_t(slot)] = true;
+  for (size_t r = 0; r < m.heuristic.size(); ++r) {
+    const HeuristicRule& rule = m.heuristic[r];
+    RulePlan plan;
+    const auto& used = rule.when.used_slots;
+    plan.when_repeats = r > 0 && !rule.when.text.empty() &&
+                        rule.when.text == m.heuristic[r - 1].when.text &&
+                        std::none_of(used.begin(), used.end(), [&](int u) {
+                          return u < 0 || size_t(u) >= written.size() || written[size_t(u)];
+                        });
+    Evaluator ev(m.symbols);
+    for (size_t i = 0; i < m.params.size(); ++i) {
+      const auto it = rule.params.find(m.params[i].name);
+      plan.params.push_back(it == rule.params.end() ? 0.0 : double(it->second));
+      if (s.params[i] >= 0) ev.set(s.params[i], plan.params.back());
+    }
+    plan.derived.assign(m.derived.size(), 0.0);
+    for (size_t i = 0; i < m.derived.size(); ++i) {
+      if (!s.derived_fixed[i]) continue;
+      const auto v = ev.eval(m.derived[i].expr);
+      if (!v) {  // never for a compiled expression; if it were, the rule is planned as unusable
+        plan.fixed_constraints_hold = false;
+        break;
+      }
+      plan.derived[i] = *v;
+      ev.set(s.derived[i], *v);
+    }
+    for (size_t i = 0; i < m.constraints.size() && plan.fixed_constraints_hold; ++i) {
+      if (!s.constraint_fixed[i]) continue;
+      const auto v = ev.eval(m.constraints[i].expr);
+      if (!v || std::isnan(*v) || *v == 0) plan.fixed_constraints_hold = false;
+    }
+    s.rules.push_back(std::move(plan));
+  }
+}
+}  // namespace
+
 ManifestSlots resolve_slots(const Manifest& m) {
   ManifestSlots s;
   for (const auto& p : m.params) s.params.push_back(m.symbols.find(p.name));
@@ -456,6 +519,7 @@ ManifestSlots resolve_slots(const Manifest& m) {
   };
   s.template_args = arg_slots(m.template_args);
   s.reference_template_args = arg_slots(m.reference.template_args);
+  plan_rules(m, s);
   return s;
 }
 

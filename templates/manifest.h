@@ -125,6 +125,20 @@ struct MetricSpec {
   Expression amount;
 };
 
+// A heuristic rule made ready when the manifest loads: its params as the values their slots are
+// bound to (every rule is a whole config within its domains: the parser checks), and what reads
+// its params alone evaluated once, the derived values of params only and whether every
+// constraint of params only holds. Trying the rule for a problem then evaluates only what reads
+// the problem or the device (a cold lookup tries rules of every template of its op).
+struct RulePlan {
+  std::vector<double> params;   // per Manifest::params
+  std::vector<double> derived;  // per Manifest::derived; set where ManifestSlots::derived_fixed
+  bool fixed_constraints_hold = true;  // every constraint where ManifestSlots::constraint_fixed
+  // Its `when` is the previous rule's text and reads no param or derived value (nothing trying a
+  // rule sets): it holds exactly when the previous rule's did (rules come in runs of one `when`).
+  bool when_repeats = false;
+};
+
 // The value-array slots of the names instantiate() binds on every call, resolved once when the
 // manifest loads so that a cold lookup probes no symbol table (see Manifest::symbols).
 struct ManifestSlots {
@@ -139,6 +153,11 @@ struct ManifestSlots {
   std::map<std::string, std::vector<std::pair<int, std::int64_t>>> layouts;  // by layout name
   std::vector<int> template_args;            // per Manifest::template_args; -1 for T_IN and T_OUT
   std::vector<int> reference_template_args;  // the same for reference.template_args
+  // Per Manifest::derived / Manifest::constraints: whether it reads params only (directly or
+  // through derived values that do), so a rule's value of it is known when the manifest loads.
+  std::vector<bool> derived_fixed;
+  std::vector<bool> constraint_fixed;
+  std::vector<RulePlan> rules;  // per Manifest::heuristic
 };
 
 struct Manifest {

@@ -1,6 +1,7 @@
 #include "templates/space.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -132,7 +133,10 @@ Result<std::string> name_expression(Evaluator& ev, const Problem& p, const std::
                                     const std::vector<std::string>& args,
                                     const std::vector<int>& slots) {
   if (args.empty()) return entry;  // a plain (non-template) kernel
-  std::string s = entry + "<";
+  std::string s;
+  s.reserve(entry.size() + 2 + args.size() * 8);  // most args are a type or a few digits, ", "
+  s += entry;
+  s += '<';
   for (size_t i = 0; i < args.size(); ++i) {
     if (i) s += ", ";
     if (args[i] == "T_IN") {
@@ -145,83 +149,92 @@ Result<std::string> name_expression(Evaluator& ev, const Problem& p, const std::
       const double v = ev.get(slot);
       if (std::floor(v) != v)
         return fail(ErrorCode::invalid_argument, "template arg " + args[i] + " is not an integer");
-      s += std::to_string(static_cast<long long>(v));
+      char digits[24];
+      const auto [end, _] =
+          std::to_chars(digits, digits + sizeof digits, static_cast<long long>(v));
+      s.append(digits, end);
     }
   }
-  return s + ">";
+  s += '>';
+  return s;
 }
 
+// Each expression an integer in lo..hi, appended to `out`; with no `out`, only checked.
 template <typename T, typename Where>
-Result<std::vector<T>> eval_list(Evaluator& ev, const std::vector<Expression>& exprs,
-                                 const Where& where, std::int64_t lo, std::int64_t hi) {
-  std::vector<T> out;
-  out.reserve(exprs.size());
+Result<void> eval_list(Evaluator& ev, const std::vector<Expression>& exprs, const Where& where,
+                       std::int64_t lo, std::int64_t hi, std::vector<T>* out) {
+  if (out) out->reserve(exprs.size());
   for (size_t i = 0; i < exprs.size(); ++i) {
     auto v = eval_in_range(ev, exprs[i], element(where, "", i), lo, hi);
     if (!v) return std::unexpected(v.error());
-    out.push_back(T(*v));
+    if (out) out->push_back(T(*v));
   }
-  return out;
+  return {};
 }
 
-// A tensor map's fields; the ranges are cuTensorMapEncodeTiled's (finer rules, such as 16-byte
-// strides, are the constraints the loader added).
+// A tensor map's fields into `v`; the ranges are cuTensorMapEncodeTiled's (finer rules, such as
+// 16-byte strides, are the constraints the loader added). With no `v`, only checked.
 template <typename Where>
-Result<TensorMapValue> eval_map(Evaluator& ev, const TensorMapSpec& t, const Where& where) {
-  TensorMapValue v;
-  v.buffer = t.buffer;
-  v.swizzle = t.swizzle;
-  v.l2_promotion = t.l2_promotion;
-  v.oob_fill = t.oob_fill;
+Result<void> eval_map(Evaluator& ev, const TensorMapSpec& t, const Where& where,
+                      TensorMapValue* v) {
+  if (v) {
+    v->buffer = t.buffer;
+    v->swizzle = t.swizzle;
+    v->l2_promotion = t.l2_promotion;
+    v->oob_fill = t.oob_fill;
+  }
   auto field = [&](const char* name) { return [&where, name] { return where() + name; }; };
-  auto dims = eval_list<std::uint64_t>(ev, t.dims, field(".dims"), 1, 1ll << 32);
-  if (!dims) return std::unexpected(dims.error());
-  auto strides = eval_list<std::uint64_t>(ev, t.strides, field(".strides"), 16, (1ll << 40) - 1);
-  if (!strides) return std::unexpected(strides.error());
-  auto box = eval_list<std::uint32_t>(ev, t.box, field(".box"), 1, 256);
-  if (!box) return std::unexpected(box.error());
-  auto es = eval_list<std::uint32_t>(ev, t.element_strides, field(".element_strides"), 1, 8);
-  if (!es) return std::unexpected(es.error());
-  v.dims = std::move(*dims);
-  v.strides = std::move(*strides);
-  v.box = std::move(*box);
-  v.element_strides = std::move(*es);
-  return v;
+  if (auto ok = eval_list(ev, t.dims, field(".dims"), 1, 1ll << 32, v ? &v->dims : nullptr); !ok)
+    return ok;
+  if (auto ok = eval_list(ev, t.strides, field(".strides"), 16, (1ll << 40) - 1,
+                          v ? &v->strides : nullptr);
+      !ok)
+    return ok;
+  if (auto ok = eval_list(ev, t.box, field(".box"), 1, 256, v ? &v->box : nullptr); !ok) return ok;
+  if (auto ok = eval_list(ev, t.element_strides, field(".element_strides"), 1, 8,
+                          v ? &v->element_strides : nullptr);
+      !ok)
+    return ok;
+  return {};
 }
 
-Result<std::vector<ArgValue>> eval_args(Evaluator& ev, const Manifest& m, const Problem& p) {
-  std::vector<ArgValue> out;
-  out.reserve(m.args.size());
+// The args' values into `out`, in the manifest's order; with no `out`, every value is evaluated
+// and checked as it would be, and nothing is built (ArgValues::checked).
+Result<void> eval_args(Evaluator& ev, const Manifest& m, const Problem& p,
+                       std::vector<ArgValue>* out) {
+  if (out) out->reserve(m.args.size());
   for (const auto& a : m.args) {
     auto where = [&] { return "args." + a.name; };
-    ArgValue v;
-    v.name = a.name;
-    v.kind = a.kind;
+    ArgValue* v = out ? &out->emplace_back() : nullptr;
+    if (v) {
+      v->name = a.name;
+      v->kind = a.kind;
+    }
     if (a.kind == ArgKind::buffer) {
-      v.role = a.role;
-      v.dtype = concrete_dtype(a.dtype, p);
       auto count = as_integer(ev.eval(a.count), [&] { return where() + ".count"; });
       if (!count) return std::unexpected(count.error());
       if (*count < 1) return fail(ErrorCode::invalid_argument, where() + ".count < 1");
-      v.count = *count;
-      v.init = a.init;
-      v.pass = a.pass;
-      v.zero = a.zero;
+      if (!v) continue;
+      v->role = a.role;
+      v->dtype = concrete_dtype(a.dtype, p);
+      v->count = *count;
+      v->init = a.init;
+      v->pass = a.pass;
+      v->zero = a.zero;
     } else if (a.kind == ArgKind::scalar) {
-      v.scalar = a.scalar;
       auto value = ev.eval(a.value);
       if (!value) return std::unexpected(value.error());
-      v.value = *value;
+      if (!v) continue;
+      v->scalar = a.scalar;
+      v->value = *value;
     } else {
-      auto map = eval_map(ev, a.map, where);
-      if (!map) return std::unexpected(map.error());
-      v.map = std::move(*map);
+      if (auto ok = eval_map(ev, a.map, where, v ? &v->map : nullptr); !ok) return ok;
+      if (!v) continue;
       for (const auto& b : m.args)
-        if (b.is_buffer() && b.name == a.map.buffer) v.dtype = concrete_dtype(b.dtype, p);
+        if (b.is_buffer() && b.name == a.map.buffer) v->dtype = concrete_dtype(b.dtype, p);
     }
-    out.push_back(std::move(v));
   }
-  return out;
+  return {};
 }
 
 // Evaluates derived values then constraints for a full config; the first failure is returned.
@@ -385,12 +398,12 @@ namespace {
 // instantiate() after the params passed check_config() in `ev`.
 Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem& problem,
                                  const Params& params,
-                                 std::optional<std::int64_t> max_active_clusters);
+                                 std::optional<std::int64_t> max_active_clusters, ArgValues args);
 }  // namespace
 
 Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
                              const DeviceLimits& limits, const Params& params,
-                             std::optional<std::int64_t> max_active_clusters) {
+                             std::optional<std::int64_t> max_active_clusters, ArgValues args) {
   if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());
   const Manifest& m = tmpl.manifest;
   Evaluator ev(m.symbols);
@@ -398,14 +411,14 @@ Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
   if (auto ok = check_config(ev, m, params); !ok)
     return fail(ok.error().code,
                 m.name + " {" + params_to_string(params) + "}: " + ok.error().message);
-  return finish_instance(ev, m, problem, params, max_active_clusters);
+  return finish_instance(ev, m, problem, params, max_active_clusters, args);
 }
 
 namespace {
 
 Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem& problem,
                                  const Params& params,
-                                 std::optional<std::int64_t> max_active_clusters) {
+                                 std::optional<std::int64_t> max_active_clusters, ArgValues args) {
   Instance inst;
   inst.params = params;
   auto name = name_expression(ev, problem, m.entry, m.template_args, m.slots.template_args);
@@ -416,9 +429,8 @@ Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem
   if (!launch) return std::unexpected(launch.error());
   inst.launch = *launch;
   inst.grid_reads_max_active_clusters = m.grid_reads_max_active_clusters();
-  auto args = eval_args(ev, m, problem);
-  if (!args) return std::unexpected(args.error());
-  inst.args = std::move(*args);
+  if (auto ok = eval_args(ev, m, problem, args == ArgValues::kept ? &inst.args : nullptr); !ok)
+    return std::unexpected(ok.error());
   auto metric = ev.eval(m.metric.amount);
   if (!metric) return std::unexpected(metric.error());
   inst.metric = *metric;
@@ -454,13 +466,44 @@ Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& p
 }
 
 namespace {
+// Whether a heuristic rule's config passes every constraint for the problem bound in `ev`, from
+// its plan (manifest.h, RulePlan); `ev` then holds the rule's params and every derived value, as
+// after check_config().
+bool rule_fits(Evaluator& ev, const Manifest& m, const RulePlan& plan) {
+  if (!plan.fixed_constraints_hold) return false;
+  const ManifestSlots& s = m.slots;
+  for (size_t i = 0; i < plan.params.size(); ++i) ev.set(s.params[i], plan.params[i]);
+  for (size_t i = 0; i < m.derived.size(); ++i) {
+    if (s.derived_fixed[i]) {
+      ev.set(s.derived[i], plan.derived[i]);
+      continue;
+    }
+    auto v = ev.eval(m.derived[i].expr);
+    if (!v) return false;
+    ev.set(s.derived[i], *v);
+  }
+  for (size_t i = 0; i < m.constraints.size(); ++i)
+    if (!s.constraint_fixed[i] && !truthy(ev.eval(m.constraints[i].expr))) return false;
+  return true;
+}
+
 // The first heuristic rule whose `when` holds and whose params pass the constraints of the
 // problem bound in `ev`, or null. `ev` then holds what instantiate() would bind and derive for
 // that rule's params.
 const HeuristicRule* fitting_rule(Evaluator& ev, const Manifest& m) {
-  for (const auto& rule : m.heuristic) {
-    if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;
-    if (check_config(ev, m, rule.params, /*explain=*/false)) return &rule;
+  // Planned when the manifest loaded (always, for a parsed one): the same verdict as
+  // check_config(explain = false), evaluating only what reads the problem or the device.
+  const bool planned = m.slots.rules.size() == m.heuristic.size();
+  bool when_held = false;  // the last `when` evaluated: a rule repeating it (RulePlan) reuses it
+  for (size_t r = 0; r < m.heuristic.size(); ++r) {
+    const HeuristicRule& rule = m.heuristic[r];
+    if (!rule.when.text.empty()) {
+      when_held = planned && m.slots.rules[r].when_repeats ? when_held : truthy(ev.eval(rule.when));
+      if (!when_held) continue;
+    }
+    if (planned ? rule_fits(ev, m, m.slots.rules[r])
+                : bool(check_config(ev, m, rule.params, /*explain=*/false)))
+      return &rule;
   }
   return nullptr;
 }
@@ -505,16 +548,16 @@ Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& probl
 }
 
 Result<Instance> heuristic_instance(const KernelTemplate& tmpl, const Problem& problem,
-                                    const DeviceLimits& limits) {
+                                    const DeviceLimits& limits, ArgValues args) {
   if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());
   const Manifest& m = tmpl.manifest;
   Evaluator ev(m.symbols);
   bind_problem(ev, m, problem, limits);
   if (const HeuristicRule* rule = fitting_rule(ev, m))
-    return finish_instance(ev, m, problem, rule->params, {});
+    return finish_instance(ev, m, problem, rule->params, {}, args);
   auto params = first_config(tmpl, problem, limits);
   if (!params) return std::unexpected(params.error());
-  return instantiate(tmpl, problem, limits, *params);
+  return instantiate(tmpl, problem, limits, *params, {}, args);
 }
 
 }  // namespace ktune

@@ -116,13 +116,19 @@ class SearchSpace {
   SpaceReport m_report;
 };
 
+// What an Instance keeps of its args: every value (what a launch or a v2 lookup's description
+// needs), or none, each still evaluated and checked, so a config fails exactly where it would
+// with them kept (a v1 lookup entry carries only the name and the launch geometry).
+enum class ArgValues { kept, checked };
+
 // Checks `params` against the declared domains and every constraint and makes the Instance.
 // Fails naming the first constraint it breaks, a value outside its domain, or an unknown/missing
 // param. `max_active_clusters`: what the worker measured for this config's compiled kernel
 // (TrialRunner::occupancy); without it launch.grid sees the fallback (see Instance).
 Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
                              const DeviceLimits& limits, const Params& params,
-                             std::optional<std::int64_t> max_active_clusters = std::nullopt);
+                             std::optional<std::int64_t> max_active_clusters = std::nullopt,
+                             ArgValues args = ArgValues::kept);
 
 // The reference kernel's Instance (kernel references only; params empty).
 Result<Instance> reference_instance(const KernelTemplate& tmpl, const Problem& problem,
@@ -140,6 +146,6 @@ Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& probl
 // instantiate(heuristic_config()), evaluating the fitting rule's constraints once (a cold lookup's
 // heuristic entries). Fails as either would; the Instance's params are the config picked.
 Result<Instance> heuristic_instance(const KernelTemplate& tmpl, const Problem& problem,
-                                    const DeviceLimits& limits);
+                                    const DeviceLimits& limits, ArgValues args = ArgValues::kept);
 
 }  // namespace ktune

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 namespace ktune {
 namespace {
 
@@ -15,6 +17,18 @@ TEST(ProblemTest, KeyRoundTrips) {
   auto back = parse_problem_key(p.key());
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(*back, p);
+}
+
+// The key's text, written into one buffer, is what concatenating its parts gives, for any dims.
+TEST(ProblemTest, KeyTextForAnyDims) {
+  const Problem one{"reduce_sum", "fp32", "fp32", "", {{"n", 7}}};
+  EXPECT_EQ(one.key(), "reduce_sum|fp32|fp32||n=7");
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t small = std::numeric_limits<std::int64_t>::min();
+  const Problem odd{"gemm", "fp16", "fp32", "rc", {{"M", big}, {"N", small}, {"K", 0}}};
+  EXPECT_EQ(odd.key(),
+            "gemm|fp16|fp32|rc|M=" + std::to_string(big) + ",N=" + std::to_string(small) + ",K=0");
+  EXPECT_EQ(Problem{}.key(), "||||");
 }
 
 TEST(ProblemTest, RejectsAbsurdDims) {

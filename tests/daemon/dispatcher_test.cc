@@ -260,6 +260,36 @@ TEST_F(DispatcherTest, DeviceClassesMatchByUniqueSubstringAndAmbiguityListsCandi
   EXPECT_EQ(device_of("a100").substr(0, 43), "not_found: device class 'a100' is unknown (");
 }
 
+// Lookups remember how a device name resolved; a device class the index learns afterwards (by
+// one upsert, not only a load) must still make a name that now matches two classes ambiguous.
+TEST_F(DispatcherTest, RememberedDeviceNamesFollowNewDeviceClasses) {
+  auto resolve = [&](const std::string& name) -> std::string {
+    auto r = m_parts->lookups.resolve_device_cached(name);
+    if (!r) return "error: " + r.error().message;
+    EXPECT_EQ((*r)->id, (*r)->device.id());
+    return (*r)->id;
+  };
+  EXPECT_EQ(resolve("h200"), k_h200);
+  EXPECT_EQ(resolve("h200"), k_h200) << "remembered";
+  EXPECT_EQ(resolve("nvl").substr(0, 34), "error: device class 'nvl' is unkno");
+  auto nvl = testing::winner(
+      Problem{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}}, 180.0);
+  nvl.device = DeviceClass{"NVIDIA H200 NVL", 90, 132, 141};
+  const auto version = m_parts->index.device_ids_version();
+  m_parts->index.upsert(nvl);
+  EXPECT_NE(m_parts->index.device_ids_version(), version);
+  EXPECT_EQ(resolve("h200").substr(0, 41), "error: device class 'h200' is ambiguous: ");
+  EXPECT_EQ(resolve("nvl"), "nvidia-h200-nvl.sm90.132sm.141gib");
+  // More distinct names than are remembered: each still resolves as when asked alone.
+  for (int i = 0; i < int(LookupService::k_max_resolved_names) + 10; ++i) {
+    const std::string id = i % 2 ? k_h200 : "nvidia-h200-nvl.sm90.132sm.141gib";
+    std::string name = id;
+    for (size_t j = 0; j <= size_t(i / 2) && j < name.size(); ++j)
+      name[j] = char(std::toupper(static_cast<unsigned char>(name[j])));
+    EXPECT_EQ(resolve(name), id) << name;
+  }
+}
+
 // Errors about the problem name what is valid.
 TEST_F(DispatcherTest, ProblemErrorsListWhatIsValid) {
   auto message = [&](const std::string& problem) {

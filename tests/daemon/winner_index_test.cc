@@ -244,10 +244,18 @@ TEST(NearestTest, DeviceIdsFollowLoadsAndUpserts) {
   a100.device = DeviceClass{"NVIDIA A100-SXM4-80GB", 80, 108, 80};
   index.load({testing::winner(testing::gemm_problem(64, 64, 64), 1)});
   EXPECT_EQ(index.device_ids(), std::vector<std::string>{k_device});
+  // device_ids_version moves whenever the set may have changed, and only then (lookups keep
+  // resolved device names until it moves).
+  const auto v0 = index.device_ids_version();
   index.upsert(a100);
+  const auto v1 = index.device_ids_version();
+  EXPECT_NE(v1, v0) << "a new class";
   index.upsert(testing::winner(testing::gemm_problem(64, 64, 64), 2));  // replaces: no new id
+  index.upsert(testing::winner(testing::gemm_problem(128, 64, 64), 2));  // a known class
+  EXPECT_EQ(index.device_ids_version(), v1);
   EXPECT_EQ(index.device_ids(), (std::vector<std::string>{a100.device.id(), k_device}));
   index.load({a100});
+  EXPECT_NE(index.device_ids_version(), v1) << "a load";
   EXPECT_EQ(index.device_ids(), std::vector<std::string>{a100.device.id()});
 }
 

@@ -140,6 +140,102 @@ TEST(BuiltinTemplatesTest, HeuristicInstanceIsInstantiateOfHeuristicConfig) {
   EXPECT_GT(compared, 50);
 }
 
+// ArgValues::checked (v1 lookup entries) makes the same instance but the args, and fails where
+// ArgValues::kept fails, with the same error.
+TEST(BuiltinTemplatesTest, CheckedArgsInstanceIsTheKeptOneWithoutArgs) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  int compared = 0, failed = 0;
+  for_each_scaled_problem(
+      reg, {1, 7, 64, 1000, 4096, 1 << 20},
+      [&](const KernelTemplate& t, const DeviceLimits& limits, const Problem& p) {
+        auto kept = heuristic_instance(t, p, limits, ArgValues::kept);
+        auto checked = heuristic_instance(t, p, limits, ArgValues::checked);
+        ASSERT_EQ(bool(kept), bool(checked)) << t.name() << " " << p.describe();
+        if (!kept) {
+          EXPECT_EQ(kept.error().message, checked.error().message);
+          return;
+        }
+        ++compared;
+        EXPECT_TRUE(checked->args.empty());
+        EXPECT_EQ(checked->params, kept->params);
+        EXPECT_EQ(checked->name_expression, kept->name_expression);
+        EXPECT_EQ(checked->launch, kept->launch);
+        EXPECT_EQ(checked->metric, kept->metric);
+        EXPECT_EQ(checked->max_active_clusters, kept->max_active_clusters);
+        // Every config of a small space, valid or not for its args: the same verdict and error.
+        auto space = SearchSpace::build(t, p, limits, 64);
+        if (!space) return;
+        for (Params c : space->configs()) {
+          for (auto& [name, v] : c) {
+            const ParamDomain* d = t.manifest.param(name);
+            if (d && d->values.size() > 1) v = d->values.back();  // may break an arg's range
+            auto a = instantiate(t, p, limits, c, {}, ArgValues::kept);
+            auto b = instantiate(t, p, limits, c, {}, ArgValues::checked);
+            ASSERT_EQ(bool(a), bool(b)) << t.name() << " " << p.describe();
+            if (!a) {
+              ++failed;
+              EXPECT_EQ(a.error().message, b.error().message);
+            } else {
+              EXPECT_EQ(a->launch, b->launch);
+            }
+          }
+        }
+      });
+  EXPECT_GT(compared, 50);
+  EXPECT_GT(failed, 0);
+}
+
+// Heuristic rules are tried from their plans (manifest.h, RulePlan: what reads params alone
+// evaluated when the manifest loads, a repeated `when` reused): the same config, or the same
+// error, as evaluating each rule's `when` and check_config() (a template whose plans are
+// dropped), over a grid of shapes on both archs, every output dtype, where rules fit and where
+// none does.
+TEST(BuiltinTemplatesTest, PlannedRulesPickWhatCheckingEveryConstraintPicks) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const std::vector<std::int64_t> sizes = {1, 8, 63, 128, 1000, 1024, 4096, 8192, 44864, 65536};
+  int compared = 0, fixed_derived = 0, fixed_constraints = 0, whens_repeated = 0;
+  for (const auto& t : reg.all()) {
+    const Manifest& m = t->manifest;
+    ASSERT_EQ(m.slots.rules.size(), m.heuristic.size()) << t->name();
+    for (bool f : m.slots.derived_fixed) fixed_derived += f;
+    for (bool f : m.slots.constraint_fixed) fixed_constraints += f;
+    for (const auto& plan : m.slots.rules) whens_repeated += plan.when_repeats;
+    KernelTemplate unplanned = *t;
+    unplanned.manifest.slots.rules.clear();
+    std::vector<std::string> outs = m.out_dtypes.empty() ? m.dtypes : m.out_dtypes;
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      const auto limits = *DeviceLimits::for_arch(arch);
+      if (m.min_cc > limits.cc || (m.max_cc && m.max_cc < limits.cc)) continue;
+      for (const auto& out : outs) {
+        Problem p = problem_for(m);
+        p.out_dtype = out;
+        if (m.out_dtypes.empty()) p.dtype = out;
+        // Every combination of sizes over the first three dims.
+        std::vector<size_t> at(p.dims.size(), 0);
+        while (true) {
+          for (size_t d = 0; d < p.dims.size(); ++d) p.dims[d].second = sizes[at[d]];
+          auto want = heuristic_config(unplanned, p, limits);
+          auto got = heuristic_config(*t, p, limits);
+          ASSERT_EQ(bool(got), bool(want)) << t->name() << " " << p.describe();
+          if (got)
+            EXPECT_EQ(*got, *want) << t->name() << " " << p.describe();
+          else
+            EXPECT_EQ(got.error().message, want.error().message);
+          ++compared;
+          size_t d = 0;
+          while (d < at.size() && ++at[d] == sizes.size()) at[d++] = 0;
+          if (d == at.size()) break;
+        }
+      }
+    }
+  }
+  EXPECT_GT(compared, 3000);
+  // Not vacuous: the gemm templates have derived values and constraints of params alone.
+  EXPECT_GT(fixed_derived, 5);
+  EXPECT_GT(fixed_constraints, 10);
+  EXPECT_GT(whens_repeated, 10);  // gemm_tma's rules come in runs of one `when`
+}
+
 // The heuristics' fallback (no rule fits) stops the enumeration at the first valid config: the
 // same config, or the same error, as the full enumeration, for every template and problems small
 // and large (gemm with N = K = 64 is where every rule misses).
