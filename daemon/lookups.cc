@@ -70,6 +70,21 @@ ArgValues arg_values(int version) {
   return version >= 2 ? ArgValues::kept : ArgValues::checked;
 }
 
+// A lookup's reply line from its parts as JSON text, in one buffer sized up front (the answer's
+// text is most of it): the fast path's and the dispatcher's replies are the same bytes.
+std::string reply_line(std::string_view version, std::string_view id, std::string_view result) {
+  std::string out;
+  out.reserve(result.size() + id.size() + version.size() + 32);
+  out += R"({"v":)";
+  out += version;
+  out += R"(,"id":)";
+  out += id;
+  out += R"(,"ok":true,"result":)";
+  out += result;
+  out += "}\n";
+  return out;
+}
+
 double work(const Problem& p) {
   double w = 1;
   for (const auto& [_, v] : p.dims) w *= double(v);
@@ -186,16 +201,7 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   m_metrics.count_lookup(
       answer->provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  std::string out;
-  out.reserve(answer->result.size() + split->id.size() + 40);
-  out += R"({"v":)";
-  out += split->version;
-  out += R"(,"id":)";
-  out += split->id;
-  out += R"(,"ok":true,"result":)";
-  out += answer->result;
-  out += "}\n";
-  return out;
+  return reply_line(std::string_view(&split->version, 1), split->id, answer->result);
 }
 
 void LookupService::remember_line(std::string_view line, std::shared_ptr<const Answer> answer,
@@ -277,18 +283,8 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
   m_metrics.count_lookup(
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  // One buffer sized up front: the answer's text is most of the line.
-  const std::string id_text = id.dump(-1, ' ', false, Json::error_handler_t::replace);
-  std::string out;
-  out.reserve(answer.result.size() + id_text.size() + 48);
-  out += R"({"v":)";
-  out += std::to_string(answer.version);
-  out += R"(,"id":)";
-  out += id_text;
-  out += R"(,"ok":true,"result":)";
-  out += answer.result;
-  out += "}\n";
-  return out;
+  return reply_line(std::to_string(answer.version),
+                    id.dump(-1, ' ', false, Json::error_handler_t::replace), answer.result);
 }
 
 protocol::Expected<std::shared_ptr<const LookupService::ResolvedDevice>>
