@@ -40,21 +40,18 @@ PinRecord PinTable::record(const Pin& pin) {
 }
 
 void PinTable::put_locked(std::shared_ptr<const Pin> pin) {
-  {
-    std::unique_lock lock(m_mutex);
-    m_pins[pin->info.name] = std::move(pin);
-    m_generation.fetch_add(1, std::memory_order_release);
-  }
-  m_live.invalidate_answers();  // cached answers of a pin of this name (or none) are stale now
+  std::unique_lock lock(m_mutex);
+  m_pins[pin->info.name] = std::move(pin);
+  // Cached answers of a pin of this name (or none) are stale now. Invalidated before the lock is
+  // released: a lookup that sees the new pin table must not be served an answer from the old one.
+  // Lock order: this table's mutex, then the index's (the index never calls back here).
+  m_live.invalidate_answers();
 }
 
 void PinTable::erase_locked(const std::string& name) {
-  {
-    std::unique_lock lock(m_mutex);
-    m_pins.erase(name);
-    m_generation.fetch_add(1, std::memory_order_release);
-  }
-  m_live.invalidate_answers();
+  std::unique_lock lock(m_mutex);
+  m_pins.erase(name);
+  m_live.invalidate_answers();  // under the lock, as in put_locked
 }
 
 Result<void> PinTable::load() {

@@ -6,13 +6,13 @@
 // publishes the pin through the PinPublisher (daemon/fleet/pins.h), which refuses a name that
 // exists fleet-wide and makes the pin reach every node; then the pin is written to the store
 // (sync, survives restarts) and installed. Pins read from the fleet arrive through install()
-// and drop(). Every change bumps generation(), which invalidates cached lookup answers (a name
-// deleted and created again must never be answered from its predecessor).
+// and drop(). Every change moves the live index's answer generation in the same critical section,
+// which invalidates cached lookup answers (a name deleted and created again must never be
+// answered from its predecessor, nor a deleted pin once find() no longer sees it).
 // Thread-safe: readers share a lock; writers are serialized on another (store and Redis calls
 // are made under it, never under the readers' lock).
 #pragma once
 
-#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -75,8 +75,6 @@ class PinTable {
   std::string names() const;
   // A pin with its records again (to publish it, or for `ktune pin show`).
   static PinRecord record(const Pin& pin);
-  // Moves on every change (see above).
-  std::uint64_t generation() const { return m_generation.load(std::memory_order_acquire); }
 
   // With a fleet: where create() and remove() publish. Set before serving.
   void set_publisher(PinPublisher* publisher) { m_publisher = publisher; }
@@ -94,7 +92,6 @@ class PinTable {
   std::mutex m_write_mutex;           // create, remove, install, drop: one at a time
   mutable std::shared_mutex m_mutex;  // guards m_pins
   std::map<std::string, std::shared_ptr<const Pin>, std::less<>> m_pins;
-  std::atomic<std::uint64_t> m_generation{0};
 };
 
 }  // namespace ktune

@@ -3,7 +3,11 @@
 // restart of a RocksDB store, and the answer caches never serve a deleted or replaced pin.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "daemon/dispatcher.h"
+#include "store/mem_store.h"
 #include "store/rocksdb_store.h"
 #include "store/table_io.h"
 #include "templates/space.h"
@@ -216,6 +220,38 @@ TEST(PinTableTest, PinsSurviveARestartOfTheStore) {
   ASSERT_TRUE(exact);
   EXPECT_EQ(*exact, measured(gemm(4096), 190.0));
   EXPECT_FALSE(pins.find("gone"));
+}
+
+// A pin's change and the invalidation of cached answers are one step: a reader that sees the
+// pin table change (a pin appear, or disappear) also sees the index's answer generation moved, so
+// no lookup after it is served an answer cached before it. (They were two steps once, and a
+// lookup between them was answered from a deleted pin: FleetPinsTest failed on CI.) The reader
+// spins on the table from another thread while the writer changes it, round after round.
+TEST(PinTableTest, AReaderThatSeesAPinChangeSeesTheAnswersInvalidated) {
+  MemStore store;
+  WinnerIndex live;
+  live.load({measured(gemm(4096), 190.0)});
+  PinTable pins(store, live, test_node());
+  const auto seen_after = [&](bool present, auto change) {
+    const std::uint64_t before = live.generation();
+    std::atomic<bool> started{false};
+    std::uint64_t seen = 0;
+    std::thread reader([&] {
+      started = true;
+      while (static_cast<bool>(pins.find("run1")) != present) {
+      }
+      seen = live.generation();
+    });
+    while (!started) {
+    }
+    change();
+    reader.join();
+    return seen > before;
+  };
+  for (int round = 0; round < 200; ++round) {
+    ASSERT_TRUE(seen_after(true, [&] { ASSERT_TRUE(pins.create("run1", {})); })) << round;
+    ASSERT_TRUE(seen_after(false, [&] { ASSERT_TRUE(pins.remove("run1")); })) << round;
+  }
 }
 
 TEST(PinDocumentTest, RoundTripsAndRefusesBadDocuments) {
