@@ -17,7 +17,9 @@
 // swizzled boxes per warp and TMA stores through tmC, left in flight while the next tile's main
 // loop runs), CLUSTER_M / CLUSTER_N (2-CTA clusters: vertically adjacent tiles that multicast the
 // B tile they share, or horizontally adjacent ones that multicast their A tile), SPLITS (split-K: each
-// tile's K range in SPLITS work units), SCHEDULE (how the consumer warpgroups share the work,
+// tile's K range in SPLITS work units), REDUCE (how a split tile's partials are summed: 0 through
+// a global workspace by the CTA that finishes last, 1 in a cluster of the tile's SPLITS CTAs
+// through distributed shared memory, below), SCHEDULE (how the consumer warpgroups share the work,
 // below). Persistence is a launch choice: the kernel walks work
 // units blockIdx.x, + gridDim.x, ... (in clusters); a grid of one block per unit is the plain
 // kernel, a grid of max_active_clusters clusters the persistent one. The stage ring and its
@@ -74,12 +76,16 @@ using ktune_gemm_sm90_detail::wgmma_commit;
 using ktune_gemm_sm90_detail::wgmma_fence;
 using ktune_gemm_sm90_detail::wgmma_wait;
 using ktune_tma::cluster_ctarank;
+using ktune_tma::cluster_map;
+using ktune_tma::cluster_nctarank;
 using ktune_tma::bulk_wait_group_read;
 using ktune_tma::cluster_sync;
 using ktune_tma::fence_barrier_init;
+using ktune_tma::ld_cluster_f4;
 using ktune_tma::mbar_arrive_expect_tx;
 using ktune_tma::mbar_arrive_remote;
 using ktune_tma::prefetch_tensormap;
+using ktune_tma::st_shared_f4;
 using ktune_tma::tma_load_2d;
 using ktune_tma::tma_load_2d_multicast;
 
@@ -593,13 +599,88 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MS][ACC], const W&
   }
 }
 
+// REDUCE 1: split-K within one cluster (non-persistent grid, one work item per CTA). The SPLITS
+// CTAs of a cluster are the k-slices of one tile, CTA rank = slice. After its main loop each stores
+// its fp32 partial into its own stage ring, idle by then, in fragment order (element i of consumer
+// thread t at [i / 4][t][i % 4], as reduce_partials lays out a workspace slot); after a cluster
+// barrier, CTA r sums column band r of the tile (BLOCK_N / SPLITS columns: each consumer thread's
+// n8 blocks [r kBand, (r + 1) kBand)) over every CTA's partial, in slice (= K) order, through
+// distributed shared memory, and writes that band of C. The sum is bitwise the one
+// reduce_partials makes, nothing goes through global memory, and every CTA reads 1 / SPLITS of
+// the partials instead of the last one reading all of them (bench/NOTES.md, "cluster split-K").
+// Every thread of the block, the producer's included, meets that barrier once and the kernel's
+// last one, so no partial goes away while a peer still reads it.
+template <typename Cfg, int MS, int ACC, int SPLITS, typename W>
+__device__ __forceinline__ void reduce_in_cluster(const float (&acc)[MS][ACC], const W& w,
+                                                  typename Cfg::Out* __restrict__ C, int M, int N, int row0,
+                                                  int col0, float alpha, float beta, int slice) {
+  constexpr int kT = Cfg::kThreads - 128;  // consumer threads
+  constexpr int kGroups = ACC / 4;         // n8 blocks per m64 slice and thread: one float4 each
+  constexpr int kBand = kGroups / SPLITS;  // of them summed and written by this CTA
+  static_assert(kGroups % SPLITS == 0, "whole n8 blocks per band");
+  static_assert(static_cast<long long>(Cfg::kStages) * Cfg::kStageBytes >= 4LL * Cfg::kBlockM * Cfg::kBlockN,
+                "the fp32 partial fits the stage ring");
+  const int t = static_cast<int>(threadIdx.x) - 128;
+  const auto at = [t](unsigned base, int ms, int g) {
+    return base + static_cast<unsigned>(((ms * kGroups + g) * kT + t) * 16);
+  };
+  // Each warpgroup waited only for its own wgmmas: the other's may still read the ring.
+  ktune_gemm_sm90_detail::named_barrier(kT);
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      st_shared_f4(at(w.stages, ms, g), make_float4(acc[ms][4 * g], acc[ms][4 * g + 1], acc[ms][4 * g + 2],
+                                                   acc[ms][4 * g + 3]));
+  cluster_sync();  // every partial of the tile written (release) and visible here (acquire)
+  const int g0 = slice * kBand;
+  float4 sum[MS][kBand];
+#pragma unroll 1
+  for (int c = 0; c < SPLITS; ++c) {
+    const unsigned part = cluster_map(w.stages, static_cast<unsigned>(c));
+    float4 v[MS][kBand];  // every load of a term in flight at once
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+      for (int j = 0; j < kBand; ++j) v[ms][j] = ld_cluster_f4(at(part, ms, g0 + j));
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+      for (int j = 0; j < kBand; ++j) {
+        if (c == 0) {  // the first term as is (no 0 + x: the sign of a zero survives)
+          sum[ms][j] = v[ms][j];
+        } else {
+          sum[ms][j].x += v[ms][j].x;
+          sum[ms][j].y += v[ms][j].y;
+          sum[ms][j].z += v[ms][j].z;
+          sum[ms][j].w += v[ms][j].w;
+        }
+      }
+  }
+  const int lt = t & 127, warp = lt >> 5, lane = lt & 31;
+  const bool vec_ok = (N & 1) == 0;
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms) {
+    const int r = row0 + ms * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < kBand; ++j) {
+      const int c = col0 + (g0 + j) * 8 + (lane & 3) * 2;
+      ktune_gemm_store::store_pair<typename Cfg::Out>(C, M, N, r, c, sum[ms][j].x, sum[ms][j].y, alpha, beta,
+                                                      vec_ok);
+      ktune_gemm_store::store_pair<typename Cfg::Out>(C, M, N, r + 8, c, sum[ms][j].z, sum[ms][j].w, alpha, beta,
+                                                      vec_ok);
+    }
+  }
+}
+
 // SCHEDULE 0: consumer warpgroup cw computes rows [cw * kWgM, (cw + 1) * kWgM) of every work item.
 // An item that covers only part of its tile's K range (a split-K slice, a stream-K piece) hands its
 // partial to reduce_partials, and the CTA that arrives last writes the tile. Workspace slots:
 // split-K (tile, split); stream-K two per CTA, (CTA, 0) for the piece its share starts with and
 // (CTA, 1) for the one it ends with (a share that crosses no tile boundary has one piece, slot 0),
-// so no slot is written twice in a launch.
-template <typename Cfg, typename CL, int MS, int ACC, typename W>
+// so no slot is written twice in a launch. CLUSTER_SPLITS > 0 (REDUCE 1): split-K items are summed
+// by reduce_in_cluster instead, over that many CTAs.
+template <typename Cfg, typename CL, int MS, int ACC, int CLUSTER_SPLITS, typename W>
 __device__ __forceinline__ void consume_cooperative(const W& w, typename Cfg::Out* __restrict__ C,
                                                     float* __restrict__ workspace, int* __restrict__ tile_counters,
                                                     int M, int N, float alpha, float beta, int cw) {
@@ -616,7 +697,11 @@ __device__ __forceinline__ void consume_cooperative(const W& w, typename Cfg::Ou
     const int prev = mainloop<Cfg, CL>(acc, w, s, phase, it.kb, it.ke, cw * Cfg::kWgM);
     finish_mainloop<CL>(acc, w, prev);
     const int tile = it.tile_unit * CL::kSize + rank;  // counter index
-    if (p.splits > 1) {
+    if constexpr (CLUSTER_SPLITS > 0) {
+      reduce_in_cluster<Cfg, MS, ACC, CLUSTER_SPLITS>(acc, w, C, M, N, tm * Cfg::kBlockM + cw * Cfg::kWgM,
+                                                      tn * Cfg::kBlockN, alpha, beta, it.split);
+      continue;
+    } else if (p.splits > 1) {
       float* base = workspace + static_cast<long long>(tile) * p.splits * kSlot;
       const auto slot = [base](int c) { return base + c * kSlot; };
       if (!reduce_partials<Cfg, MS, ACC>(acc, base + it.split * kSlot, slot, p.splits, false, tile_counters + tile,
@@ -698,7 +783,8 @@ __device__ __forceinline__ void consume_pingpong(const W& w, typename Cfg::Out* 
 // every store masked.
 
 template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS,
-          int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS, int SCHEDULE, int STREAMK, int CLUSTER_N, int RASTER>
+          int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS, int SCHEDULE, int STREAMK, int CLUSTER_N, int RASTER,
+          int REDUCE>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     ktune_gemm_tma(const __grid_constant__ ktune_tensor_map tmA, const __grid_constant__ ktune_tensor_map tmB,
                    TOut* __restrict__ C, const __grid_constant__ ktune_tensor_map tmC,
@@ -713,6 +799,8 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
   static_assert(SCHEDULE == kCooperative || SPLITS == 1, "ping-pong: whole tiles, no split-K");
   static_assert(STREAMK == 0 || (SCHEDULE == kCooperative && SPLITS == 1), "stream-K: cooperative, no split-K");
   static_assert(RASTER == kRasterRows || RASTER == kRasterColumns, "raster by tile rows or by tile columns");
+  static_assert(REDUCE == 0 || (SPLITS > 1 && CLUSTER_M * CLUSTER_N == 1 && EPILOGUE == 0),
+                "cluster split-K: the cluster is the tile's k-slices; its epilogue writes bands from registers");
   constexpr int MS = Cfg::kMS, ACC = Cfg::kAcc;
   constexpr int kCS = CL::kSize;
   constexpr int kAPart = BLOCK_M / CLUSTER_N;  // A rows each CTA of a cluster loads
@@ -750,6 +838,11 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
   // Stream-K needs a workspace slot pair per CTA: with more CTAs than sk_ctas, whole tiles only.
   const WorkPlan plan =
       WorkPlan::make(tile_units, splits, STREAMK == 1 && static_cast<int>(gridDim.x) <= sk_ctas, k_tiles, first, step);
+  // Cluster split-K pairs one item per CTA with one cluster barrier, in clusters of SPLITS CTAs: a
+  // persistent grid or another cluster shape is a launch error, refused here, not deadlocked.
+  if constexpr (REDUCE == 1) {
+    if (plan.units != static_cast<int>(gridDim.x) || cluster_nctarank() != SPLITS) __trap();
+  }
   // Warpgroup index through a shuffle: the compiler then knows it is warp-uniform and keeps what
   // derives from it (the consumers' rows, their wgmma descriptors) in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
@@ -795,6 +888,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         }
       }
     }
+    if constexpr (REDUCE == 1) cluster_sync();  // the consumers' partials barrier (reduce_in_cluster)
   } else {
     // ---- consumers ----
     if constexpr (CONSUMERS == 2) setmaxnreg_inc<kConsumerRegs>();
@@ -806,7 +900,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     if constexpr (SCHEDULE == kPingpong) {
       consume_pingpong<Cfg, CL, MS, ACC>(w, C, M, N, alpha, beta, cw);
     } else {
-      consume_cooperative<Cfg, CL, MS, ACC>(w, C, workspace, tile_counters, M, N, alpha, beta, cw);
+      consume_cooperative<Cfg, CL, MS, ACC, REDUCE == 1 ? SPLITS : 0>(w, C, workspace, tile_counters, M, N, alpha, beta, cw);
     }
     // The last TMA stores must have read their boxes before the block's shared memory goes away.
     if constexpr (EPILOGUE == 2) {
@@ -814,8 +908,9 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     }
   }
   // A CTA of a cluster leaves only when its peer no longer multicasts into it or arrives on its
-  // barriers (every thread, the producer warps included, reaches this point).
-  if constexpr (kCS == 2) cluster_sync();
+  // barriers, or reads its split-K partial (every thread, the producer warps included, reaches
+  // this point).
+  if constexpr (kCS == 2 || REDUCE == 1) cluster_sync();
 }
 
 #endif  // KTUNE_GEMM_TMA_CUH_

@@ -219,7 +219,7 @@ TEST_F(KernelGpuTest, GemmTmaThroughClientTensorMapsMatchesTheHostReference) {
   const Params base = {{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 3},
                        {"CONSUMERS", 2},  {"GROUP_M", 1},   {"EPILOGUE", 0}, {"CLUSTER_M", 1},
                        {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
-                       {"CLUSTER_N", 1},  {"RASTER", 0}};
+                       {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
   Params cluster = base;
   for (auto& [n, v] : cluster) {
     if (n == "CLUSTER_M") v = 2;

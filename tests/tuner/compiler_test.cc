@@ -286,7 +286,7 @@ TEST(CompilerTest, GemmTmaPingpongConfigsCompileForSm90aWithoutSpills) {
   Params big{{"BLOCK_M", 64},   {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
              {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 2},
              {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}, {"STREAMK", 0},
-             {"CLUSTER_N", 1},  {"RASTER", 0}};
+             {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
   add(p, big);  // the largest accumulator tile, multicast in a 2-CTA cluster
   Params fp32 = big;
   fp32["BLOCK_M"] = 128;
@@ -323,7 +323,7 @@ TEST(CompilerTest, GemmTmaStreamKConfigsCompileForSm90aWithoutSpills) {
   Params sk{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
             {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
             {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 1},
-            {"CLUSTER_N", 1},  {"RASTER", 0}};
+            {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
   EXPECT_TRUE(instantiate(*t, p, limits, sk));
   const Problem whole{"gemm", "bf16", "bf16", "rc", {{"M", 8448}, {"N", 4096}, {"K", 4096}}};
   EXPECT_FALSE(instantiate(*t, whole, limits, sk)) << "8 whole waves: stream-K changes nothing";
@@ -376,7 +376,7 @@ TEST(CompilerTest, GemmTmaStoreEpilogueConfigsCompileForSm90aWithoutSpills) {
   const Params coop{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
                     {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
-                    {"CLUSTER_N", 1},  {"RASTER", 0}};
+                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
   const Problem p32{"gemm", "bf16", "fp32", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
   Params staged = coop;
@@ -457,12 +457,14 @@ TEST(CompilerTest, GemmTmaClusterAlongNAndColumnRasterConfigsCompileForSm90aWith
   Params pair{{"BLOCK_M", 256},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
               {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
               {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
-              {"CLUSTER_N", 2},  {"RASTER", 1}};
+              {"CLUSTER_N", 2},  {"RASTER", 1},    {"REDUCE", 0}};
   Params both = pair;
   both["CLUSTER_M"] = 2;
   EXPECT_FALSE(instantiate(*t, p, limits, both)) << "a 2 x 2 cluster is not offered";
   std::vector<CompileRequest> reqs;
-  auto add = [&](const Problem& prob, const Params& params) { add_request(*t, limits, prob, params, reqs); };
+  auto add = [&](const Problem& prob, const Params& params) {
+    add_request(*t, limits, prob, params, reqs);
+  };
   add(p, pair);
   Params pp = pair;  // ping-pong 64-row tiles: each CTA loads 32 rows of A and multicasts them
   pp["BLOCK_M"] = 64;
@@ -480,6 +482,69 @@ TEST(CompilerTest, GemmTmaClusterAlongNAndColumnRasterConfigsCompileForSm90aWith
   sk["EPILOGUE"] = 1;
   sk["STAGES"] = 3;
   add(p, sk);
+  expect_compiled_without_spills(reqs, 168);
+}
+
+// gemm_tma's cluster split-K (REDUCE 1, issue 13): the space offers it only for split tiles of a
+// one-block-per-unit grid, outside multicast pairs, with the register epilogue and a stage ring
+// that holds the fp32 partial; its configs (128x128 in 2, 4 and 8 slices, 128x256 and 256x128
+// tiles, fp32 out) compile for sm_90a without spills.
+TEST(CompilerTest, GemmTmaClusterSplitKConfigsAreOfferedWhereTheyFitAndCompileWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 1024}, {"K", 32768}}};
+  auto space = SearchSpace::build(*t, p, limits);
+  ASSERT_TRUE(space) << space.error().message;
+  std::set<std::int64_t> slices;
+  for (const auto& c : space->configs()) {
+    if (c.at("REDUCE") != 1) continue;
+    slices.insert(c.at("SPLITS"));
+    EXPECT_EQ(c.at("PERSISTENT"), 0) << params_to_string(c);
+    EXPECT_EQ(c.at("CLUSTER_M") * c.at("CLUSTER_N"), 1) << params_to_string(c);
+    EXPECT_EQ(c.at("EPILOGUE"), 0) << params_to_string(c);
+    EXPECT_GE(c.at("STAGES") * (c.at("BLOCK_M") + c.at("BLOCK_N")) * c.at("BLOCK_K") * 2,
+              c.at("BLOCK_M") * c.at("BLOCK_N") * 4)
+        << params_to_string(c);
+  }
+  EXPECT_EQ(slices, (std::set<std::int64_t>{2, 4, 8}));
+  Params split{{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 6},
+               {"CONSUMERS", 2},  {"GROUP_M", 1},   {"EPILOGUE", 0}, {"CLUSTER_M", 1},
+               {"PERSISTENT", 0}, {"SPLITS", 4},    {"SCHEDULE", 0}, {"STREAMK", 0},
+               {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 1}};
+  auto launch = instantiate(*t, p, limits, split);
+  ASSERT_TRUE(launch) << launch.error().message;
+  EXPECT_EQ(launch->launch.cluster[0], 4u) << "the tile's four k-slices are the cluster";
+  EXPECT_EQ(launch->launch.grid[0], 4u * 8u * 4u) << "one block per k-slice of each tile";
+  Params staged = split;
+  staged["EPILOGUE"] = 1;
+  EXPECT_FALSE(instantiate(*t, p, limits, staged)) << "bands are written from registers";
+  Params pair = split;
+  pair["CLUSTER_M"] = 2;
+  EXPECT_FALSE(instantiate(*t, p, limits, pair)) << "no multicast pair beside the k-slices";
+  Params whole = split;
+  whole["SPLITS"] = 1;
+  EXPECT_FALSE(instantiate(*t, p, limits, whole)) << "nothing to reduce";
+  std::vector<CompileRequest> reqs;
+  auto add = [&](const Problem& prob, const Params& params) {
+    add_request(*t, limits, prob, params, reqs);
+  };
+  for (std::int64_t n : {2, 4, 8}) {
+    Params c = split;
+    c["SPLITS"] = n;
+    add(p, c);
+  }
+  Params wide = split;  // the 128-accumulator tiles: the band sums live beside no accumulators
+  wide["BLOCK_N"] = 256;
+  wide["STAGES"] = 4;
+  wide["SPLITS"] = 2;
+  add(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 1024}, {"K", 65536}}}, wide);
+  Params tall = wide;
+  tall["BLOCK_M"] = 256;
+  tall["BLOCK_N"] = 128;
+  tall["SPLITS"] = 8;
+  add(Problem{"gemm", "bf16", "fp32", "rc", {{"M", 1024}, {"N", 1024}, {"K", 65536}}}, tall);
   expect_compiled_without_spills(reqs, 168);
 }
 

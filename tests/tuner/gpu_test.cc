@@ -200,7 +200,7 @@ TEST(GpuTmaTest, GemmTmaVerifiesAcrossShapesDtypesSplitsAndClusters) {
   const Params split{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                      {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
                      {"PERSISTENT", 0}, {"SPLITS", 4},    {"SCHEDULE", 0}, {"STREAMK", 0},
-                     {"CLUSTER_N", 1},  {"RASTER", 0}};
+                     {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
   Params cluster = split;
   cluster["CLUSTER_M"] = 2;
   cluster["SPLITS"] = 1;
@@ -304,7 +304,7 @@ TEST(GpuTmaTest, GemmTmaPingpongVerifiesAcrossTilesShapesAndDtypes) {
   const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
                     {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 1}, {"STREAMK", 0},
-                    {"CLUSTER_N", 1},  {"RASTER", 0}};
+                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
   auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
     return with_params(base, changes);
   };
@@ -335,7 +335,7 @@ TEST(GpuTmaTest, GemmTmaStreamKVerifiesAcrossShapesAndDtypes) {
   const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
                     {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 1},
-                    {"CLUSTER_N", 1},  {"RASTER", 0}};
+                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
   auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
     return with_params(base, changes);
   };
@@ -365,7 +365,7 @@ TEST(GpuTmaTest, GemmTmaStoreEpilogueVerifiesAcrossSchedulesShapesAndDtypes) {
   const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
                     {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
-                    {"CLUSTER_N", 1},  {"RASTER", 0}};
+                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
   auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
     return with_params(base, changes);
   };
@@ -390,7 +390,8 @@ TEST(GpuTmaTest, GemmTmaStoreEpilogueVerifiesAcrossSchedulesShapesAndDtypes) {
 // raster: cooperative and ping-pong (64-row tiles: 32-row half-boxes of A), one block per tile and
 // persistent, split-K and stream-K, every epilogue, on shapes whose tile-column count is odd (the
 // pair's second CTA computes a tile past N: zero-filled B, every store masked or clipped) and with
-// tails in M, N and K, bf16/fp32/fp16 outputs: every config the space holds verifies against cuBLAS.
+// tails in M, N and K, bf16/fp32/fp16 outputs: every config the space holds verifies against
+// cuBLAS.
 TEST(GpuTmaTest, GemmTmaClusterAlongNAndColumnRasterVerifyAcrossShapesAndDtypes) {
   KTUNE_REQUIRE_GPU();
   auto tuner = open_tuner({});
@@ -398,7 +399,7 @@ TEST(GpuTmaTest, GemmTmaClusterAlongNAndColumnRasterVerifyAcrossShapesAndDtypes)
   const Params base{{"BLOCK_M", 256},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
                     {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
                     {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
-                    {"CLUSTER_N", 2},  {"RASTER", 1}};
+                    {"CLUSTER_N", 2},  {"RASTER", 1},    {"REDUCE", 0}};
   auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
     return with_params(base, changes);
   };
@@ -411,10 +412,49 @@ TEST(GpuTmaTest, GemmTmaClusterAlongNAndColumnRasterVerifyAcrossShapesAndDtypes)
       with({{"BLOCK_M", 128}, {"BLOCK_N", 256}, {"CLUSTER_N", 1}, {"GROUP_M", 16}}),
   };
   const std::vector<Problem> problems = {
-      {"gemm", "bf16", "bf16", "rc", {{"M", 4300}, {"N", 2600}, {"K", 520}}},   // 21 / 11 tile columns
+      {"gemm",
+       "bf16",
+       "bf16",
+       "rc",
+       {{"M", 4300}, {"N", 2600}, {"K", 520}}},  // 21 / 11 tile columns
       {"gemm", "bf16", "fp32", "rc", {{"M", 3000}, {"N", 2056}, {"K", 1032}}},
       {"gemm", "fp16", "fp16", "rc", {{"M", 4000}, {"N", 4104}, {"K", 200}}},
-      {"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 520}, {"K", 8192}}},   // split-K, 5 tile columns
+      {"gemm",
+       "bf16",
+       "bf16",
+       "rc",
+       {{"M", 1000}, {"N", 520}, {"K", 8192}}},  // split-K, 5 tile columns
+  };
+  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 10);
+}
+
+// gemm_tma's cluster split-K (REDUCE 1): each tile's k-slices as one cluster, partials summed in
+// column bands through distributed shared memory, in 2, 4 and 8 slices, with both wide tiles,
+// on shapes with tails in M, N and K and bf16/fp32/fp16 outputs: every config the space holds
+// verifies against cuBLAS (an unwritten band or a partial read before it was stored fails).
+TEST(GpuTmaTest, GemmTmaClusterSplitKVerifiesAcrossSlicesShapesAndDtypes) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
+                    {"CONSUMERS", 2},  {"GROUP_M", 1},   {"EPILOGUE", 0}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 0}, {"SPLITS", 4},    {"SCHEDULE", 0}, {"STREAMK", 0},
+                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 1}};
+  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+    return with_params(base, changes);
+  };
+  const std::vector<Params> configs = {
+      base,
+      with({{"SPLITS", 2}}),
+      with({{"SPLITS", 8}, {"STAGES", 3}}),
+      with({{"BLOCK_N", 256}, {"SPLITS", 2}, {"STAGES", 3}}),
+      with({{"BLOCK_M", 256}, {"SPLITS", 4}, {"STAGES", 3}}),
+      with({{"BLOCK_K", 128}, {"SPLITS", 2}, {"STAGES", 2}}),
+  };
+  const std::vector<Problem> problems = {
+      {"gemm", "bf16", "bf16", "rc", {{"M", 264}, {"N", 136}, {"K", 4104}}},    // 3 x 2 tiles
+      {"gemm", "bf16", "fp32", "rc", {{"M", 777}, {"N", 520}, {"K", 16392}}},   // 7 x 5
+      {"gemm", "fp16", "fp16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 8200}}},  // 8 x 8
   };
   EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 10);
 }
