@@ -452,21 +452,53 @@ def twin_params(template: str, params: Dict[str, int]) -> Optional[Dict[str, int
     return twin
 
 
-def fetch_twin(client: Any, s: Shape, served: Dict[str, Any]) -> Tuple[Dict[str, Any], Any]:
-    """({params, lowered_name} or {params, error}, its ktune.Kernel or None)."""
+def twin_name(i: int) -> str:
+    """The timing peer of the i-th twin: ktune_twin, ktune_twin2, ..."""
+    return "ktune_twin" if i == 0 else f"ktune_twin{i + 1}"
+
+
+def reduce_twins(template: str, params: Dict[str, int]) -> List[Dict[str, int]]:
+    """A non-persistent split-K gemm_tma winner's cluster-reduction pair: the same tile, ring and
+    slices summed through DSMEM (REDUCE 1, which needs EPILOGUE 0 and no multicast pair), and the
+    same config with the workspace hand-off (REDUCE 0), so the two differ in REDUCE alone. A
+    REDUCE 1 winner's pair is its REDUCE 0 twin. Whole-tile and stream-K winners have none."""
+    if (template != "gemm_tma" or "REDUCE" not in params or params.get("SPLITS", 1) < 2
+            or params.get("PERSISTENT") != 0 or params.get("STREAMK") != 0):
+        return []
+    if params["REDUCE"] == 1:
+        return [dict(params, REDUCE=0)]
+    cluster = dict(params, EPILOGUE=0, CLUSTER_M=1, CLUSTER_N=1)
+    return [dict(cluster, REDUCE=1), dict(cluster, REDUCE=0)]
+
+
+def twins_of(kind: str, template: str, params: Dict[str, int]) -> List[Dict[str, int]]:
+    """The configs --twins KIND times beside the served one: "streamk" (twin_params) or "reduce"."""
+    if kind == "reduce":
+        return reduce_twins(template, params)
+    twin = twin_params(template, params)
+    return [] if twin is None else [twin]
+
+
+def fetch_twins(client: Any, s: Shape, served: Dict[str, Any],
+                kind: str) -> List[Tuple[Dict[str, Any], Any]]:
+    """Per twin: ({params, lowered_name} or {params, error} or {none}, its ktune.Kernel or None)."""
     import ktune
     m, n, k = s
-    params = twin_params(served["template"], served["params"])
-    if params is None:
-        return {"none": f"no stream-K twin for {served['template']} {served['params']}"}, None
-    try:
-        image = client.kernel("gemm", dtype="bf16", layout="rc", device=served["device"],
-                              template=served["template"], params=params, M=m, N=n, K=k)
-    except Exception as e:  # e.g. the twin breaks a constraint for this shape
-        return {"params": params, "error": f"{type(e).__name__}: {e}"[-1000:]}, None
-    kernel = ktune.Kernel(image)
-    return {"params": params, "lowered_name": image["lowered_name"],
-            "grid": kernel.description.get("grid")}, kernel
+    all_params = twins_of(kind, served["template"], served["params"])
+    if not all_params:
+        return [({"none": f"no {kind} twin for {served['template']} {served['params']}"}, None)]
+    twins = []
+    for params in all_params:
+        try:
+            image = client.kernel("gemm", dtype="bf16", layout="rc", device=served["device"],
+                                  template=served["template"], params=params, M=m, N=n, K=k)
+        except Exception as e:  # e.g. the twin breaks a constraint for this shape
+            twins.append(({"params": params, "error": f"{type(e).__name__}: {e}"[-1000:]}, None))
+            continue
+        kernel = ktune.Kernel(image)
+        twins.append(({"params": params, "lowered_name": image["lowered_name"],
+                       "grid": kernel.description.get("grid")}, kernel))
+    return twins
 
 
 def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allowed: bool) -> Dict:
@@ -478,9 +510,14 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
     b = w.t()                                        # [K, N], column-major: layout rc
     served, kernel = fetch_served(client, s, args.cubins)
     row["served"] = served
-    twin = None
-    if args.twins:
-        row["twin"], twin = fetch_twin(client, s, served)
+    # Twins (--twins): row["twin"] and the peer "ktune_twin" are the first, "ktune_twin2"... the
+    # rest, each also in row["twins"] with its time relative to the served kernel.
+    twins = fetch_twins(client, s, served, args.twins) if args.twins else []
+    if twins:
+        row["twin"] = twins[0][0]
+        row["twins"] = [info for info, _ in twins]
+    timed_twins = [(twin_name(i), info, kern) for i, (info, kern) in enumerate(twins)
+                   if kern is not None]
     stream = torch.cuda.current_stream().cuda_stream
 
     # Outputs. ktune through ktune.torch (linear: x @ weight^T, the nn.Linear call, whose fast
@@ -499,10 +536,10 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
     c = torch.full((m, n), float("nan"), dtype=bf16, device=dev)
     kernel.launch_addresses((a.data_ptr(), w.data_ptr(), c.data_ptr()), stream)
     out_t = torch.matmul(a, b)
-    c_twin = None
-    if twin is not None:
-        c_twin = torch.full((m, n), float("nan"), dtype=bf16, device=dev)
-        twin.launch_addresses((a.data_ptr(), w.data_ptr(), c_twin.data_ptr()), stream)
+    c_twins = {}
+    for name, _, twin in timed_twins:
+        c_twins[name] = torch.full((m, n), float("nan"), dtype=bf16, device=dev)
+        twin.launch_addresses((a.data_ptr(), w.data_ptr(), c_twins[name].data_ptr()), stream)
     torch.cuda.synchronize()
 
     compiled, out_c = None, None
@@ -540,11 +577,15 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
         check["compile_vs_fp64_rel_l2"] = rel_l2(out_c[rows], exact)
     check["ok"] = (check["ktune_nan"] == 0 and check["ktune_vs_fp64_rel_l2"] < BF16_TOLERANCE
                    and check["ktune_vs_torch_rel_l2"] < BF16_TOLERANCE)
-    if c_twin is not None:
-        check["twin_vs_torch_rel_l2"] = rel_l2(c_twin, out_t)
-        check["twin_vs_fp64_rel_l2"] = rel_l2(c_twin[rows], exact)
-        check["twin_nan"] = int(torch.isnan(c_twin).sum())
-        check["twin_ok"] = (check["twin_nan"] == 0 and check["twin_vs_fp64_rel_l2"] < BF16_TOLERANCE)
+    for name, info, _ in timed_twins:
+        key = name[len("ktune_"):]           # twin, twin2, ...
+        c_twin = c_twins[name]
+        check[f"{key}_vs_torch_rel_l2"] = rel_l2(c_twin, out_t)
+        check[f"{key}_vs_fp64_rel_l2"] = rel_l2(c_twin[rows], exact)
+        check[f"{key}_nan"] = int(torch.isnan(c_twin).sum())
+        check[f"{key}_ok"] = (check[f"{key}_nan"] == 0
+                              and check[f"{key}_vs_fp64_rel_l2"] < BF16_TOLERANCE)
+        info["ok"] = check[f"{key}_ok"]
     row["check"] = check
     del exact, out_k, out_c
 
@@ -555,9 +596,9 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
                  (a.data_ptr(), w.data_ptr(), c.data_ptr()), stream)}
     if compiled is not None:
         peers["compile"] = lambda: compiled(a, b)
-    if twin is not None:
-        peers["ktune_twin"] = lambda: twin.launch_addresses(
-            (a.data_ptr(), w.data_ptr(), c_twin.data_ptr()), stream)
+    for name, _, twin in timed_twins:
+        peers[name] = (lambda kern, out: lambda: kern.launch_addresses(
+            (a.data_ptr(), w.data_ptr(), out.data_ptr()), stream))(twin, c_twins[name])
     names = list(peers)
     per: Dict[str, List[float]] = {p: [] for p in names}
     for r in range(args.rounds):
@@ -576,6 +617,8 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
     # median: a second reading of the comparison, less moved by drift between rounds.
     row["ktune_vs_cublas_paired"] = statistics.median(
         c / k for c, k in zip(per["cublas"], per["ktune"]))
+    for name, info, _ in timed_twins:
+        info["vs_served"] = timing[name]["tflops"] / timing["ktune_kernel"]["tflops"]
     if "ktune_twin" in timing:
         row["twin_vs_served"] = timing["ktune_twin"]["tflops"] / timing["ktune_kernel"]["tflops"]
     if "compile" in timing:
@@ -586,13 +629,16 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
           f"({row.get('compile_s', float('nan')):5.1f} s)  ktune {tk:6.1f} "
           f"x{row['ktune_vs_cublas']:.3f}  {served['provenance']} {served['template']} "
           f"check {'ok' if check['ok'] else 'FAILED'}", flush=True)
-    if "ktune_twin" in timing:
-        print(f"{'':>18} stream-K twin STREAMK={row['twin']['params']['STREAMK']} "
-              f"{timing['ktune_twin']['tflops']:6.1f} x{row['twin_vs_served']:.3f} of the served kernel "
-              f"check {'ok' if check.get('twin_ok') else 'FAILED'}", flush=True)
-    elif "twin" in row:
-        print(f"{'':>18} no twin timed: {row['twin'].get('error') or row['twin'].get('none')}"[:300],
-              flush=True)
+    for info in row.get("twins", []):
+        if "vs_served" in info:
+            p = info["params"]
+            print(f"{'':>18} {args.twins} twin STREAMK={p.get('STREAMK')} REDUCE={p.get('REDUCE')} "
+                  f"EPILOGUE={p.get('EPILOGUE')} SPLITS={p.get('SPLITS')} "
+                  f"x{info['vs_served']:.3f} of the served kernel "
+                  f"check {'ok' if info.get('ok') else 'FAILED'}", flush=True)
+        else:
+            print(f"{'':>18} no twin timed: {info.get('error') or info.get('none')}"[:300],
+                  flush=True)
     return row
 
 
@@ -910,8 +956,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--logs", default=".", help="measure: where the nvidia-smi samples go")
     ap.add_argument("--rounds", type=int, default=15,
                     help="measure: interleaved do_bench rounds (500 ms per peer in all)")
-    ap.add_argument("--twins", action="store_true",
-                    help="measure: also time each served gemm_tma config's stream-K twin")
+    ap.add_argument("--twins", nargs="?", const="streamk", choices=["streamk", "reduce"],
+                    help="measure: also time each served gemm_tma config's stream-K twin, or "
+                         "(reduce) a split-K winner's REDUCE 1 / REDUCE 0 pair")
     ap.add_argument("--reserve-s", type=float, default=30,
                     help="measure: seconds kept for the sustained run at the end")
     ap.add_argument("--compile-reserve-s", type=float, default=40,

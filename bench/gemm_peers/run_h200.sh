@@ -25,7 +25,8 @@
 # Knobs (environment): SHAPES ("tma" = the 10 of `ktune-bench --suite tma`, or MxNxK,...),
 # TUNER, TRIALS (120), STRATEGY (model), JOB_SECONDS (45 per shape), TUNE_CAP_S (230), ROUNDS (15),
 # SUSTAIN_S (4 per phase, 4 phases), SETS (3 input sets of 384 MB at 8192^3), BUDGET_S, K (.gpu),
-# TWINS=1 (also time each served gemm_tma config's stream-K twin, peers.py --twins), TEMPLATES
+# TWINS=1 (also time each served gemm_tma config's stream-K twin, peers.py --twins; TWINS=reduce:
+# a split-K winner's REDUCE 1 / REDUCE 0 pair at its tile, peers.py --twins reduce), TEMPLATES
 # ("gemm_tma ...": the daemon's jobs search only these) and SEEDS ("NAME=V,... ...": configs each
 # job measures first; both TUNER=daemon only), FINALISTS (5: configs each job re-times in steady
 # state before its winner, tuning.finalists), DAEMON_SETS ("key=value ...": more ktuned
@@ -124,9 +125,14 @@ END=$(( T0 + BUDGET_S - 25 ))   # kept for export, SASS, the report and the arch
 say "3. peers: cuBLAS, torch.compile max-autotune, ktune (until $(( END - T0 )) s)"
 # Progress on stdout; torch's and Inductor's logs (its AUTOTUNE tables) on stderr.
 LEFT=$(( END - $(date +%s) + 15 ))
+case "${TWINS:-}" in
+  "") TWIN_ARGS=() ;;
+  1) TWIN_ARGS=(--twins) ;;
+  *) TWIN_ARGS=(--twins "$TWINS") ;;
+esac
 timeout $(( LEFT > 30 ? LEFT : 30 )) "${PEERS[@]}" measure --socket "$S" --deadline "$END" \
   --rounds "$ROUNDS" --sustain-s "$SUSTAIN_S" --sets "$SETS" --cubins "$W/cubins" --logs "$L" \
-  --out "$W/measure.json" ${TWINS:+--twins} > "$L/measure.log" 2> "$L/measure.err"
+  --out "$W/measure.json" "${TWIN_ARGS[@]}" > "$L/measure.log" 2> "$L/measure.err"
 RC=$?
 cat "$L/measure.log"
 echo "measure rc=$RC"; [ $RC = 0 ] || tail -20 "$L/measure.err"

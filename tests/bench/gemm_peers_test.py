@@ -19,6 +19,7 @@ import sys
 import tarfile
 import tempfile
 import unittest
+from typing import Any, Dict, Set, Tuple
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench", "gemm_peers"))
@@ -90,6 +91,34 @@ class TwinTest(unittest.TestCase):
         self.assertIsNone(peers.twin_params("gemm_sm90", {"BLOCK_M": 128}))
         old = {k: v for k, v in self.BASE.items() if k != "STREAMK"}
         self.assertIsNone(peers.twin_params("gemm_tma", old))
+
+
+class ReduceTwinTest(unittest.TestCase):
+    SPLIT = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "STAGES": 6, "CONSUMERS": 2, "GROUP_M": 1,
+             "EPILOGUE": 2, "CLUSTER_M": 2, "CLUSTER_N": 1, "PERSISTENT": 0, "SPLITS": 4,
+             "SCHEDULE": 0, "STREAMK": 0, "REDUCE": 0, "RASTER": 1}
+
+    def test_a_workspace_split_k_winner_gets_the_pair_that_differs_in_reduce_alone(self):
+        one, zero = peers.twins_of("reduce", "gemm_tma", self.SPLIT)
+        self.assertEqual(one, dict(self.SPLIT, REDUCE=1, EPILOGUE=0, CLUSTER_M=1, CLUSTER_N=1))
+        self.assertEqual(zero, dict(one, REDUCE=0))
+        self.assertEqual(self.SPLIT["REDUCE"], 0, "the served params are not modified")
+
+    def test_a_cluster_reduce_winner_is_compared_with_its_workspace_twin(self):
+        served = dict(self.SPLIT, REDUCE=1, EPILOGUE=0, CLUSTER_M=1)
+        self.assertEqual(peers.twins_of("reduce", "gemm_tma", served), [dict(served, REDUCE=0)])
+
+    def test_whole_tile_persistent_stream_k_and_old_winners_have_no_pair(self):
+        for params in (dict(self.SPLIT, SPLITS=1), dict(self.SPLIT, PERSISTENT=1),
+                       dict(self.SPLIT, STREAMK=1),
+                       {k: v for k, v in self.SPLIT.items() if k != "REDUCE"}):
+            self.assertEqual(peers.twins_of("reduce", "gemm_tma", params), [], params)
+        self.assertEqual(peers.twins_of("reduce", "gemm_sm90", {"BLOCK_M": 128}), [])
+
+    def test_stream_k_kind_is_the_single_stream_k_twin(self):
+        self.assertEqual(peers.twins_of("streamk", "gemm_tma", self.SPLIT),
+                         [peers.twin_params("gemm_tma", self.SPLIT)])
+        self.assertEqual(peers.twins_of("streamk", "gemm_tma", dict(self.SPLIT, SCHEDULE=1)), [])
 
 
 class ConfigTest(unittest.TestCase):
@@ -233,7 +262,8 @@ class AssembleTest(unittest.TestCase):
 class FakeRunTest(unittest.TestCase):
     """run_h200.sh with FAKE=1: every step, `measure` on the stand-in torch."""
 
-    def test_tunes_serves_exports_and_archives(self):
+    def run_flow(self, **knobs: str) -> Tuple[Dict[str, Any], Dict[str, Any], Set[str]]:
+        """run_h200.sh FAKE=1 with these knobs: (the report, the exported table, the archive)."""
         with tempfile.TemporaryDirectory() as d:
             kit, out = os.path.join(d, "kit"), os.path.join(d, "out")
             os.makedirs(kit)
@@ -242,8 +272,8 @@ class FakeRunTest(unittest.TestCase):
                 os.symlink(os.environ[env], os.path.join(kit, name))
             with open(os.path.join(kit, "COMMIT"), "w") as f:
                 f.write("abc123-test\n")
-            env = dict(os.environ, FAKE="1", K=kit, OUT=out, SHAPES="8192x8192x512", TRIALS="2",
-                       COMPILE_THREADS="2", ROUNDS="2", SUSTAIN_S="0.01")
+            env = dict(os.environ, FAKE="1", K=kit, OUT=out, COMPILE_THREADS="2", ROUNDS="2",
+                       SUSTAIN_S="0.01", **knobs)
             run = subprocess.run(["bash", os.path.join(ROOT, "bench", "gemm_peers", "run_h200.sh")],
                                  env=env, capture_output=True, text=True, timeout=240)
             self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
@@ -255,6 +285,34 @@ class FakeRunTest(unittest.TestCase):
                 table = json.load(f)
             with tarfile.open(os.path.join(out, "logs.tar.gz")) as t:
                 archived = set(t.getnames())
+        return doc, table, archived
+
+    def test_a_split_k_winner_is_timed_beside_its_reduce_pair(self):
+        seed = ("BLOCK_K=64,BLOCK_M=128,BLOCK_N=128,CLUSTER_M=1,CLUSTER_N=1,CONSUMERS=2,EPILOGUE=1,"
+                "GROUP_M=8,PERSISTENT=0,RASTER=0,REDUCE=0,SCHEDULE=0,SPLITS=2,STAGES=5,STREAMK=0")
+        doc, _, _ = self.run_flow(SHAPES="1024x1024x65536", TRIALS="1", TEMPLATES="gemm_tma",
+                                  SEEDS=seed, TWINS="reduce")
+        (row,) = doc["shapes"]
+        # The fake worker ties every config of a thread count; whichever split-K config won,
+        # its pair is timed beside it.
+        served = row["served"]
+        pair = peers.twins_of("reduce", served["template"], served["params"])
+        self.assertEqual(len(pair), 2, served)
+        self.assertEqual([t.get("params") for t in row["twins"]], pair)
+        one, zero = row["twins"]
+        self.assertEqual(row["twin"], one)
+        self.assertEqual((one["params"]["REDUCE"], one["params"]["EPILOGUE"]), (1, 0))
+        self.assertEqual(zero["params"], dict(one["params"], REDUCE=0))
+        for twin in (one, zero):
+            self.assertIn("lowered_name", twin, twin)   # compiled: the pair fits this shape
+            self.assertTrue(twin["ok"])
+            self.assertGreater(twin["vs_served"], 0)
+        self.assertEqual(sorted(row["timing"]), ["compile", "cublas", "ktune", "ktune_kernel",
+                                                 "ktune_twin", "ktune_twin2"])
+        self.assertEqual(row["twin_vs_served"], one["vs_served"])
+
+    def test_tunes_serves_exports_and_archives(self):
+        doc, table, archived = self.run_flow(SHAPES="8192x8192x512", TRIALS="2")
         self.assertEqual(doc["commit"], "abc123-test")
         self.assertEqual(doc["tuning_path"], "daemon")
         self.assertEqual(doc["plan"]["shapes"], ["8192x8192x512"])
