@@ -7,7 +7,9 @@ and cuBLAS with triton.testing.do_bench, which zeroes a 256 MB buffer before eve
 shape this takes the top configs of a `ktune export` (what the tuner ranked best) and times each,
 and cuBLAS, both ways in one process, in rounds that rotate the order:
   flush: do_bench (L2 flushed before every run, one event pair per run, median);
-  hot:   launches back to back, one event pair per launch, median (the worker's way).
+  hot:   launches back to back, one event pair per launch, median (the worker's way). From
+         Python a launch takes longer to enqueue than a kernel under ~60 us takes to run, so for
+         those the hot times include the enqueue gap (the worker, C++ and CUDA graphs, does not).
 It reports, per shape, each config's time both ways, the rank both ways, and how much faster the
 best config under `flush` is than the tuner's first under `flush`: what a tuner timing with an
 L2 flush could gain in the peers' comparison.
@@ -17,14 +19,28 @@ L2 flush could gain in the peers' comparison.
 """
 
 import argparse
+import datetime
 import json
 import os
 import statistics
+import subprocess
 import sys
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers  # noqa: E402
+
+
+def nvidia_smi() -> Dict[str, str]:
+    """The GPU's driver, clocks and power limit now (empty where nvidia-smi is missing)."""
+    fields = "driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit"
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    values = [v.strip() for v in out.splitlines()[0].split(",")] if out.strip() else []
+    return dict(zip(fields.split(","), values))
 
 
 def hot_ms(fn, torch, runs: int) -> float:
@@ -140,7 +156,9 @@ def main() -> int:
     with open(args.table) as f:
         table = configs_of(json.load(f), args.top)
     wanted = peers.parse_shapes(args.shapes) if args.shapes else sorted(table)
-    doc: Dict[str, Any] = {"benchmark": "flush_rank", "gpu": torch.cuda.get_device_name(),
+    doc: Dict[str, Any] = {"benchmark": "flush_rank", "date": datetime.datetime.now(
+                               datetime.timezone.utc).isoformat(timespec="seconds"),
+                           "gpu": torch.cuda.get_device_name(), "nvidia_smi": nvidia_smi(),
                            "table": os.path.basename(args.table), "top": args.top, "shapes": []}
     for s in wanted:
         if s not in table:
