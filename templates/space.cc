@@ -395,9 +395,9 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
 }
 
 namespace {
-// instantiate() after the params passed check_config() in `ev`.
+// instantiate() after the params passed check_config() in `ev`, but for Instance::params, which
+// the caller sets where it needs them.
 Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem& problem,
-                                 const Params& params,
                                  std::optional<std::int64_t> max_active_clusters, ArgValues args);
 }  // namespace
 
@@ -411,16 +411,16 @@ Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
   if (auto ok = check_config(ev, m, params); !ok)
     return fail(ok.error().code,
                 m.name + " {" + params_to_string(params) + "}: " + ok.error().message);
-  return finish_instance(ev, m, problem, params, max_active_clusters, args);
+  auto inst = finish_instance(ev, m, problem, max_active_clusters, args);
+  if (inst) inst->params = params;
+  return inst;
 }
 
 namespace {
 
 Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem& problem,
-                                 const Params& params,
                                  std::optional<std::int64_t> max_active_clusters, ArgValues args) {
   Instance inst;
-  inst.params = params;
   auto name = name_expression(ev, problem, m.entry, m.template_args, m.slots.template_args);
   if (!name) return std::unexpected(name.error());
   inst.name_expression = std::move(*name);
@@ -547,17 +547,22 @@ Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& probl
   return first_config(tmpl, problem, limits);
 }
 
-Result<Instance> heuristic_instance(const KernelTemplate& tmpl, const Problem& problem,
-                                    const DeviceLimits& limits, ArgValues args) {
+Result<HeuristicInstance> heuristic_instance(const KernelTemplate& tmpl, const Problem& problem,
+                                             const DeviceLimits& limits, ArgValues args) {
   if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());
   const Manifest& m = tmpl.manifest;
   Evaluator ev(m.symbols);
   bind_problem(ev, m, problem, limits);
-  if (const HeuristicRule* rule = fitting_rule(ev, m))
-    return finish_instance(ev, m, problem, rule->params, {}, args);
+  if (const HeuristicRule* rule = fitting_rule(ev, m)) {
+    auto inst = finish_instance(ev, m, problem, {}, args);
+    if (!inst) return std::unexpected(inst.error());
+    return HeuristicInstance{std::move(*inst), &rule->params};
+  }
   auto params = first_config(tmpl, problem, limits);
   if (!params) return std::unexpected(params.error());
-  return instantiate(tmpl, problem, limits, *params, {}, args);
+  auto inst = instantiate(tmpl, problem, limits, *params, {}, args);
+  if (!inst) return std::unexpected(inst.error());
+  return HeuristicInstance{std::move(*inst), nullptr};
 }
 
 }  // namespace ktune

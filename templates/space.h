@@ -143,9 +143,20 @@ double heuristic_rank(const KernelTemplate& tmpl, const Problem& problem);
 Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& problem,
                                 const DeviceLimits& limits);
 
+// What heuristic_instance() picked. When a rule fit, its config is the rule's own (owned by the
+// template's manifest: valid while the template is) and instance.params stays empty, since a
+// cold lookup only reads the config (copying a Params map was a fifth of its CPU); when none
+// fit, instance.params holds the config found.
+struct HeuristicInstance {
+  Instance instance;
+  const Params* rule = nullptr;
+  const Params& config() const { return rule ? *rule : instance.params; }
+};
+
 // instantiate(heuristic_config()), evaluating the fitting rule's constraints once (a cold lookup's
-// heuristic entries). Fails as either would; the Instance's params are the config picked.
-Result<Instance> heuristic_instance(const KernelTemplate& tmpl, const Problem& problem,
-                                    const DeviceLimits& limits, ArgValues args = ArgValues::kept);
+// heuristic entries). Fails as either would; config() is the config picked.
+Result<HeuristicInstance> heuristic_instance(const KernelTemplate& tmpl, const Problem& problem,
+                                             const DeviceLimits& limits,
+                                             ArgValues args = ArgValues::kept);
 
 }  // namespace ktune
