@@ -39,8 +39,15 @@ double thread_cpu_us() {
   return double(ts.tv_sec) * 1e6 + double(ts.tv_nsec) / 1e3;
 }
 
-// Weight of the newest build in an op's average build cost (about the last 8 builds).
+// Weight of the newest build in an op's average build cost (about the last 8 builds measured).
 constexpr double k_build_cost_weight = 1.0 / 8;
+
+// One inline build in this many (per thread) reads the thread's CPU clock before and after: two
+// clock_gettime(CLOCK_THREAD_CPUTIME_ID) calls, which are system calls (no vDSO path), cost ~7 %
+// of a cold build. An inline build's class is already measured (cheap_locked), so the sample
+// only keeps its average current; a build on the executor (a class not measured yet, or not
+// cheap) is always measured.
+constexpr unsigned k_inline_cpu_sample_every = 4;
 
 // Expected fraction of a kernel's time tuning saves, by what the lookup could answer.
 constexpr double k_gain_heuristic = 0.3;
@@ -510,6 +517,9 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
   std::shared_ptr<InFlight> flight;
   bool run_it = false;
   bool inline_build = false;
+  // Built before the lock (an allocation), only where cheap_locked() may read it; run_build()
+  // makes it otherwise.
+  std::string cost_key = cold == Cold::build_if_cheap ? cost_class(*problem) : std::string();
   {
     std::lock_guard lock(m_mutex);
     if (const auto* cached = m_by_key.find(
@@ -517,7 +527,7 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
       answer = cached->answer;
     } else if (cold == Cold::build ||
                (cold == Cold::build_if_cheap &&
-                cheap_locked(key, cost_class(*problem), req->limit, generation))) {
+                cheap_locked(key, cost_key, req->limit, generation))) {
       inline_build = cold == Cold::build_if_cheap;
       std::tie(flight, run_it) = join_build_locked(key, generation);
     }
@@ -526,7 +536,8 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     if (!flight) return nullptr;  // refuse, or not cheap enough to build here
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
     auto built = run_it ? run_build(key, *flight, {generation, *templates, pin.get()}, *problem,
-                                    resolved, req->limit, version, assumed_layout, inline_build)
+                                    resolved, req->limit, version, assumed_layout, inline_build,
+                                    std::move(cost_key))
                         : flight->result.get();
     if (!built) return built;
     answer = *built;
@@ -551,21 +562,23 @@ LookupService::Built LookupService::run_build(const std::string& key, InFlight& 
                                               const BuildInput& in, const Problem& problem,
                                               const ResolvedDevice& device, int limit, int version,
                                               const std::string& assumed_layout,
-                                              bool inline_build) {
+                                              bool inline_build, std::string cost_key) {
   if (m_observer.on_build) m_observer.on_build(key);
-  const double cpu0 = thread_cpu_us();
+  thread_local unsigned inline_builds = 0;
+  const bool timed = !inline_build || inline_builds++ % k_inline_cpu_sample_every == 0;
+  const double cpu0 = timed ? thread_cpu_us() : 0;
+  if (cost_key.empty()) cost_key = cost_class(problem);
   // Whatever happens, the flight leaves the table (unless a newer build replaced it) before its
   // waiters wake: a lookup arriving after finds the answer cached or starts afresh.
-  const std::string cost_key = cost_class(problem);
   auto land = [&](const Built* built) {
-    const double cpu = thread_cpu_us() - cpu0;
+    const double cpu = timed ? thread_cpu_us() - cpu0 : 0;
     // Declared before the lock: what the caches evict is freed after it is released, so the
     // I/O threads' fast path never waits on an executor thread's frees (nor on a preempted one).
     ByteLru<CachedAnswer>::Graveyard dead;
     std::lock_guard lock(m_mutex);
     ++m_built;
     if (inline_build) ++m_built_inline;
-    if (limit <= k_inline_max_limit && built && *built) {  // ops that answered: a bounded set
+    if (timed && limit <= k_inline_max_limit && built && *built) {  // ops that answered: bounded
       auto [it, first] = m_build_cpu_us.try_emplace(problem.op, cpu);
       if (!first) it->second += (cpu - it->second) * k_build_cost_weight;
       if (auto c = m_class_cpu_us.find(cost_key); c != m_class_cpu_us.end())
@@ -615,17 +628,22 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     reply.pin = pin->info.name;
     reply.pin_id = pin->info.id;
   }
-  // Template + params already offered (listed, or refused by complete_entry): a handful, so a
-  // linear scan. Every entry's params come from a Params map (params_list): sorted, distinct.
-  std::vector<std::pair<std::string, decltype(protocol::LookupEntry::params)>> seen;
+  // Template + params already offered: listed, or refused by complete_entry (kept apart, rare).
+  // A handful, so linear scans. Every entry's params come from a Params map (params_list):
+  // sorted, distinct.
+  std::vector<protocol::LookupEntry> refused;
   auto add = [&](protocol::LookupEntry e, const Instance* ready = nullptr) {
     if (reply.entries.size() >= size_t(limit)) return false;
-    if (std::any_of(seen.begin(), seen.end(), [&](const auto& s) {
-          return s.first == e.template_name && s.second == e.params;
-        }))
+    const auto same = [&](const protocol::LookupEntry& s) {
+      return s.template_name == e.template_name && s.params == e.params;
+    };
+    if (std::any_of(reply.entries.begin(), reply.entries.end(), same) ||
+        std::any_of(refused.begin(), refused.end(), same))
       return false;
-    seen.emplace_back(e.template_name, e.params);
-    if (!complete_entry(templates, e, problem, dev, limits, version, ready)) return false;
+    if (!complete_entry(templates, e, problem, dev, limits, version, ready)) {
+      refused.push_back(std::move(e));
+      return false;
+    }
     reply.entries.push_back(std::move(e));
     return true;
   };
@@ -675,15 +693,15 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     for (const KernelTemplate* t :
          full ? std::vector<const KernelTemplate*>{} : templates.for_problem(problem, dev.cc)) {
       // heuristic_config() and instantiate() sharing one evaluation of the rule's constraints.
-      auto inst = heuristic_instance(*t, problem, limits, arg_values(version));
-      if (!inst) continue;
-      if (!estimate && dev.cc == limits.cc) estimate = kernel_us(*inst, limits);
+      auto picked = heuristic_instance(*t, problem, limits, arg_values(version));
+      if (!picked) continue;
+      if (!estimate && dev.cc == limits.cc) estimate = kernel_us(picked->instance, limits);
       protocol::LookupEntry e;
       e.provenance = "heuristic";
       e.template_name = t->name();
       e.template_hash = t->hash;
-      e.params = params_list(inst->params);
-      add(std::move(e), &*inst);
+      e.params = params_list(picked->config());
+      add(std::move(e), &picked->instance);
     }
     if (fresh->gain == 0) {
       fresh->expected_us = estimate ? *estimate : estimate_us(templates, problem, limits);

@@ -23,8 +23,9 @@
 // share one build (the first builds, the others wait for its result). Cheap: the request's limit
 // is at most k_inline_max_limit, no build of the key is in flight (the caller never waits), and
 // the CPU time of recent builds of its cost class (the op, types, layout and each dim's power of
-// two: an average over the last ~8 builds with such a limit, wherever they ran; none measured yet
-// = not cheap) is within `server.inline_build_us`. A gemm whose heuristic rules all miss costs
+// two: an average over the last ~8 builds measured with such a limit, wherever they ran: every
+// build on the executor, one inline build in 4 per thread; none measured yet = not cheap) is
+// within `server.inline_build_us`. A gemm whose heuristic rules all miss costs
 // ~10x one whose first rule fits, and which one it is follows the dims' magnitudes. Lookups
 // answered without an exact, valid winner are counted as misses, with their expected worth; a
 // miss answered by fast_reply is counted on its answer (under the lock its hit holds) and
@@ -217,10 +218,11 @@ class LookupService {
     const TemplateRegistry& templates;
     const PinTable::Pin* pin = nullptr;  // answer from its records only (null: the live index)
   };
-  // `inline_build`: on the asking thread under Cold::build_if_cheap (counted apart).
+  // `inline_build`: on the asking thread under Cold::build_if_cheap (counted apart). `cost_key`:
+  // cost_class(problem) when the caller made it, else empty.
   Built run_build(const std::string& key, InFlight& flight, const BuildInput& in,
                   const Problem& problem, const ResolvedDevice& device, int limit, int version,
-                  const std::string& assumed_layout, bool inline_build);
+                  const std::string& assumed_layout, bool inline_build, std::string cost_key);
   // Whether a cold build of `key` may run on the caller's thread now (see the header comment).
   // REQUIRES: m_mutex held.
   bool cheap_locked(const std::string& key, const std::string& cost_key, int limit,
