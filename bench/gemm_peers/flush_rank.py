@@ -23,24 +23,11 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
 from typing import Any, Dict, List
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers  # noqa: E402
-
-
-def nvidia_smi() -> Dict[str, str]:
-    """The GPU's driver, clocks and power limit now (empty where nvidia-smi is missing)."""
-    fields = "driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit"
-    try:
-        out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    values = [v.strip() for v in out.splitlines()[0].split(",")] if out.strip() else []
-    return dict(zip(fields.split(","), values))
 
 
 def hot_ms(fn, torch, runs: int) -> float:
@@ -96,8 +83,7 @@ def rank_shape(s: peers.Shape, entries: List[Dict[str, Any]], client, torch, tes
             continue
         kernel = ktune.Kernel(image)
         c = torch.full((m, n), float("nan"), dtype=bf16, device=dev)
-        fn = (lambda kern, out: lambda: kern.launch_addresses(
-            (a.data_ptr(), w.data_ptr(), out.data_ptr()), stream))(kernel, c)
+        fn = peers.launcher(kernel, a, w, c, stream)
         fn()
         torch.cuda.synchronize()
         row["vs_fp64_rel_l2"] = peers.rel_l2(c[rows], exact)
@@ -110,7 +96,7 @@ def rank_shape(s: peers.Shape, entries: List[Dict[str, Any]], client, torch, tes
     flush: Dict[str, List[float]] = {p: [] for p in names}
     hot: Dict[str, List[float]] = {p: [] for p in names}
     for r in range(rounds):
-        for p in names[r % len(names):] + names[:r % len(names)]:
+        for p in peers.rotated(names, r):
             flush[p].append(testing.do_bench(runs[p], warmup=10, rep=40, return_mode="median"))
             hot[p].append(hot_ms(runs[p], torch, 30))
     med = {p: (statistics.median(flush[p]) * 1e3, statistics.median(hot[p]) * 1e3) for p in names}
@@ -158,7 +144,7 @@ def main() -> int:
     wanted = peers.parse_shapes(args.shapes) if args.shapes else sorted(table)
     doc: Dict[str, Any] = {"benchmark": "flush_rank", "date": datetime.datetime.now(
                                datetime.timezone.utc).isoformat(timespec="seconds"),
-                           "gpu": torch.cuda.get_device_name(), "nvidia_smi": nvidia_smi(),
+                           "gpu": torch.cuda.get_device_name(), "nvidia_smi": peers.gpu_info(),
                            "table": os.path.basename(args.table), "top": args.top, "shapes": []}
     for s in wanted:
         if s not in table:
@@ -178,18 +164,13 @@ def main() -> int:
                   f"tuner's first; vs cuBLAS {row['tuner_first_vs_cublas_flush']:.3f} -> "
                   f"{row['best_vs_cublas_flush']:.3f} (hot: {row['tuner_first_vs_cublas_hot']:.3f})",
                   flush=True)
-    ratios = [r["gain_flush"] for r in doc["shapes"] if "gain_flush" in r]
-    doc["summary"] = {
-        "shapes": len(doc["shapes"]),
-        "geomean_gain_flush": peers.geomean(ratios),
-        "geomean_tuner_first_vs_cublas_flush": peers.geomean(
-            [r["tuner_first_vs_cublas_flush"] for r in doc["shapes"] if "gain_flush" in r]),
-        "geomean_best_vs_cublas_flush": peers.geomean(
-            [r["best_vs_cublas_flush"] for r in doc["shapes"] if "gain_flush" in r]),
-        "geomean_tuner_first_vs_cublas_hot": peers.geomean(
-            [r["tuner_first_vs_cublas_hot"] for r in doc["shapes"] if "gain_flush" in r]),
-        "shapes_where_tuner_first_is_best_flush": sum(
-            1 for r in doc["shapes"] if r.get("best_flush") == "tuned#1")}
+    scored = [r for r in doc["shapes"] if "gain_flush" in r]   # at least one config timed
+    doc["summary"] = {"shapes": len(doc["shapes"]),
+                      "shapes_where_tuner_first_is_best_flush": sum(
+                          1 for r in scored if r["best_flush"] == "tuned#1")}
+    for key in ("gain_flush", "tuner_first_vs_cublas_flush", "best_vs_cublas_flush",
+                "tuner_first_vs_cublas_hot"):
+        doc["summary"]["geomean_" + key] = peers.geomean([r[key] for r in scored])
     peers.write_json(args.out, doc)
     print(json.dumps(doc["summary"], indent=1))
     return 0

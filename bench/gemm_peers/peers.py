@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 import traceback
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 Shape = Tuple[int, int, int]
 
@@ -369,6 +369,16 @@ def summarize_samples(samples: List[Dict[str, float]], windows: List[Tuple[float
             "temp_c": stats("temp_c"), "util_pct": stats("util_pct")}
 
 
+def rotated(names: Sequence[str], r: int) -> List[str]:
+    """Round r's order of the peers: rotated by r, so that none always runs first (clocks drift)."""
+    return list(names[r % len(names):]) + list(names[:r % len(names)])
+
+
+def launcher(kernel: Any, a: Any, w: Any, out: Any, stream: int) -> Callable[[], None]:
+    """A call that launches a GEMM Kernel on (a, w) into out on the stream."""
+    return lambda: kernel.launch_addresses((a.data_ptr(), w.data_ptr(), out.data_ptr()), stream)
+
+
 def rep_ms(rounds: int) -> float:
     """do_bench's rep per peer and round: 500 ms of timing per peer in all, however many rounds
     (more, shorter rounds put every peer through the same clock drift of a GPU at its power cap)."""
@@ -592,17 +602,15 @@ def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allow
     # Timing: each peer with do_bench (L2 flushed between runs), in rounds that rotate the order.
     peers = {"cublas": lambda: torch.matmul(a, b),
              "ktune": lambda: kt.linear(a, w),
-             "ktune_kernel": lambda: kernel.launch_addresses(
-                 (a.data_ptr(), w.data_ptr(), c.data_ptr()), stream)}
+             "ktune_kernel": launcher(kernel, a, w, c, stream)}
     if compiled is not None:
         peers["compile"] = lambda: compiled(a, b)
     for name, _, twin in timed_twins:
-        peers[name] = (lambda kern, out: lambda: kern.launch_addresses(
-            (a.data_ptr(), w.data_ptr(), out.data_ptr()), stream))(twin, c_twins[name])
+        peers[name] = launcher(twin, a, w, c_twins[name], stream)
     names = list(peers)
     per: Dict[str, List[float]] = {p: [] for p in names}
     for r in range(args.rounds):
-        for p in names[r % len(names):] + names[:r % len(names)]:
+        for p in rotated(names, r):
             per[p].append(testing.do_bench(peers[p], warmup=25, rep=rep_ms(args.rounds),
                                            return_mode="median"))
     timing = {}
@@ -773,17 +781,20 @@ def meta(args: argparse.Namespace) -> Dict[str, Any]:
     if args.ktuned:
         run = subprocess.run([args.ktuned, "--version"], capture_output=True, text=True)
         doc["ktuned_version"] = (run.stdout or run.stderr).strip()
-    if shutil.which("nvidia-smi"):
-        run = subprocess.run(["nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS),
-                              "--format=csv,noheader"], capture_output=True, text=True)
-        first = run.stdout.strip().splitlines()[:1]
-        if run.returncode == 0 and first:
-            doc["gpu"] = dict(zip(GPU_FIELDS, (v.strip() for v in first[0].split(","))))
-        else:
-            doc["gpu_error"] = (run.stdout + run.stderr).strip()[-300:]
-    else:
-        doc["gpu_error"] = "no nvidia-smi"
+    doc.update(gpu_info())
     return doc
+
+
+def gpu_info() -> Dict[str, Any]:
+    """{"gpu": GPU_FIELDS as nvidia-smi reports them now} or {"gpu_error": why not}."""
+    if not shutil.which("nvidia-smi"):
+        return {"gpu_error": "no nvidia-smi"}
+    run = subprocess.run(["nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS),
+                          "--format=csv,noheader"], capture_output=True, text=True)
+    first = run.stdout.strip().splitlines()[:1]
+    if run.returncode == 0 and first:
+        return {"gpu": dict(zip(GPU_FIELDS, (v.strip() for v in first[0].split(","))))}
+    return {"gpu_error": (run.stdout + run.stderr).strip()[-300:]}
 
 
 # ---- Inductor's autotuning log ----------------------------------------------------------------
