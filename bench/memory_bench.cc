@@ -10,7 +10,11 @@
 //    them, then with the default tuning.miss_tracker_bytes), then the `status` and `misses`
 //    (limit 20) ops through the Dispatcher, and the RSS the tracker took.
 //  - cold: `--queries` lookups of shapes never asked before, through LookupService (JSON parse
-//    included, as on the executor), with the `--winners` winners in the index; and
+//    included, as on the executor), with the `--winners` winners in the index. Their configs
+//    carry a made-up template hash, so every neighbour found is stale and skipped: the nearest
+//    search, then three heuristic entries. cold_live: the same lookups with each winner's config
+//    the gemm template's heuristic pick for its shape under the installed hash, so neighbours
+//    are served (the path of a node whose table came from the installed templates); and
 //    cold_novel_n64_k64, the same over the shapes ktune-lookup-load's novel mix asks first
 //    (M = 1..8192, N = K = 64: far from the socket benchmark's table, so three heuristic entries).
 //  - fast path: one cached line answered by LookupService::fast_reply (the I/O thread's path),
@@ -36,6 +40,7 @@
 #include <thread>
 
 #include "templates/registry.h"
+#include "templates/space.h"
 #include "tests/fakes/daemon_parts.h"
 #include "tests/fakes/test_records.h"
 
@@ -176,11 +181,31 @@ json bench_misses(testing::DaemonParts& parts, int misses) {
   return out;
 }
 
+// Each record's config becomes `tmpl`'s heuristic pick for its shape, under the installed hash
+// (what a table exported by a node running these templates holds); records it cannot serve keep
+// their made-up config.
+void make_live(std::vector<WinnerRecord>& records, const KernelTemplate& tmpl,
+               const DeviceLimits& limits) {
+  for (auto& r : records) {
+    auto config = heuristic_config(tmpl, r.problem, limits);
+    if (!config) continue;
+    r.ranked.resize(1);
+    r.ranked[0].template_name = tmpl.name();
+    r.ranked[0].template_hash = tmpl.hash;
+    r.ranked[0].params = std::move(*config);
+  }
+}
+
+enum class Neighbours { stale, live };
+
 // `novel`: the shapes ktune-lookup-load's novel mix asks at --novel-offset 0 (M = 1 + i, N = K =
 // 64) instead of llm_gemm() draws.
-json bench_cold(testing::DaemonParts& parts, int winners, int queries, bool novel = false) {
+json bench_cold(testing::DaemonParts& parts, int winners, int queries, bool novel = false,
+                Neighbours neighbours = Neighbours::stale) {
   std::mt19937_64 rng(7);
   std::vector<WinnerRecord> records = llm_winners(rng, winners);
+  if (neighbours == Neighbours::live)
+    make_live(records, *parts.templates.find("gemm"), parts.node.limits_for(testing::h200()));
   parts.index.load(std::move(records));
   std::vector<std::string> lines;
   for (int i = 0; i < queries; ++i) {
@@ -192,15 +217,17 @@ json bench_cold(testing::DaemonParts& parts, int winners, int queries, bool nove
         R"(,"K":)" + std::to_string(p.dims[2].second) + "}}}");
   }
   std::vector<double> us;
-  int errors = 0;
+  int errors = 0, nearest_first = 0;
   for (const auto& line : lines) {
     const auto t0 = Clock::now();
     auto a = parts.lookups.lookup(protocol::Json::parse(line), LookupService::Cold::build, line);
     us.push_back(micros(t0, Clock::now()));
     if (!a && ++errors == 1) std::cerr << a.error().message << "\n";
+    if (a && *a && (*a)->provenance == "nearest") ++nearest_first;
   }
   json out = summary(us);
   out["errors"] = errors;
+  out["nearest_first"] = nearest_first;  // answers whose best entry is a neighbour's winner
   out["winners"] = parts.index.size();
   return out;
 }
@@ -447,6 +474,10 @@ int run(int winners, int queries, int misses, int big_lines, int fast, std::int6
   {
     testing::DaemonParts parts(config, templates, node);
     out["cold"] = bench_cold(parts, winners, queries);
+  }
+  {
+    testing::DaemonParts parts(config, templates, node);
+    out["cold_live"] = bench_cold(parts, winners, queries, false, Neighbours::live);
   }
   {
     testing::DaemonParts parts(config, templates, node);

@@ -5,11 +5,15 @@
 #               an application that sleeps until its reply comes (its own wake-up included)
 #   cold-poll   the same, the client busy-polling its socket: the daemon's latency alone (the
 #               generator spins on one CPU; with one client the other is the daemon's)
+#   cold-near   (and cold-near-poll) the same over shapes whose N and K lie inside the table's grid
+#               (offset 730,000,000: N from 1536, K 5632, M 1..8192), as an LLM server's are:
+#               nearest shapes answer, the dearer build (the points above have no neighbour)
 #   one         one client repeating one cached lookup (pipeline 1), sleeping / busy-polling
 #   one-poll    (as cold / cold-poll): the round trip any reply costs on this machine, which
 #               the cold points include; Redis GET is measured the same way (redis-one*)
 #   cached      63 clients repeating an exact lookup, alone ...
 #   cached+cold ... and with one more client flooding never-seen shapes (16 in flight)
+#   cached+near ... the flood's shapes inside the grid (offset 746,777,216), as cold-near's
 #   zipf        64 clients over 10,000 shapes (Zipf s=1), next to redis-server GET over the same law
 #   zipf-warm   the same again, ktune's answers built by the zipf point (Redis's keys are all set)
 #   mixed       64 clients x REQUESTS (100,000) requests: lookups (zipf), status, templates,
@@ -31,7 +35,7 @@ COUNT=${COUNT:-100000}
 REQUESTS=${REQUESTS:-100000}
 DISTINCT=${DISTINCT:-0}
 BUILD=${BUILD_DIR:-build}
-POINTS=${POINTS:-cold cold-poll one one-poll cached cached+cold zipf zipf-warm mixed distinct redis}
+POINTS=${POINTS:-cold cold-poll cold-near cold-near-poll one one-poll cached cached+cold cached+near zipf zipf-warm mixed distinct redis}
 if [ -z "${KTUNED:-}" ]; then
   cmake --build "$BUILD" --target ktuned ktune-lookup-load >/dev/null
 fi
@@ -71,10 +75,13 @@ point() {  # name, then ktune-lookup-load arguments
 }
 point cold --mix novel:1 --seconds "$SECS" --novel-offset 0
 point cold-poll --mix novel:1 --seconds "$SECS" --novel-offset 400000000 --poll
+point cold-near --mix novel:1 --seconds "$SECS" --novel-offset 730000000
+point cold-near-poll --mix novel:1 --seconds "$SECS" --novel-offset 738388608 --poll
 point one --mix repeat:1 --seconds "$SECS"
 point one-poll --mix repeat:1 --seconds "$SECS" --poll
 point cached --mix repeat:63 --seconds "$SECS"
 point cached+cold --mix repeat:63,novel:1x16 --seconds "$SECS" --novel-offset 100000000
+point cached+near --mix repeat:63,novel:1x16 --seconds "$SECS" --novel-offset 746777216
 point zipf --mix zipf:64 --seconds "$SECS"
 # The same law again: by now ktune has built (nearly) every one of the 10,000 shapes, as Redis
 # holds every key before its run: the like-for-like comparison with Redis GET.
@@ -123,9 +130,11 @@ summary = {}
 if "cold" in by:
     summary["cold_p50_us"] = by["cold"]["classes"]["novel"]["p50_us"]
     summary["cold_p99_us"] = by["cold"]["classes"]["novel"]["p99_us"]
-if "cold-poll" in by:
-    summary["cold_poll_p50_us"] = by["cold-poll"]["classes"]["novel"]["p50_us"]
-    summary["cold_poll_p99_us"] = by["cold-poll"]["classes"]["novel"]["p99_us"]
+for name in ("cold-poll", "cold-near", "cold-near-poll"):
+    if name in by:
+        key = name.replace("-", "_")
+        summary[f"{key}_p50_us"] = by[name]["classes"]["novel"]["p50_us"]
+        summary[f"{key}_p99_us"] = by[name]["classes"]["novel"]["p99_us"]
 # What a never-seen shape costs beyond the round trip of any reply (the one* points: a cached
 # lookup from one client the same way), and that round trip to Redis.
 for cold, one in (("cold", "one"), ("cold-poll", "one-poll")):
@@ -141,6 +150,10 @@ if "cached" in by and "cached+cold" in by:
     a, b = by["cached"]["classes"]["repeat"]["p99_us"], by["cached+cold"]["classes"]["repeat"]["p99_us"]
     summary["cached_p99_us_alone"], summary["cached_p99_us_with_cold_flood"] = a, b
     summary["cached_p99_ratio"] = round(b / a, 3) if a else None
+if "cached" in by and "cached+near" in by:
+    a, b = by["cached"]["classes"]["repeat"]["p99_us"], by["cached+near"]["classes"]["repeat"]["p99_us"]
+    summary["cached_p99_us_alone"], summary["cached_p99_us_with_near_flood"] = a, b
+    summary["cached_p99_ratio_near_flood"] = round(b / a, 3) if a else None
 for name in ("zipf", "zipf-warm"):
     if name in by and "redis-zipf" in by:
         key = name.replace("-", "_")
