@@ -671,9 +671,15 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
   }
   if (!exact) {
     if (fresh->miss_reason.empty()) fresh->miss_reason = "no winner";
+    // Configs of neighbours already handed to add(). Neighbours often share one (3 in 4 of the
+    // nearest 4 in ktune-memory-bench's cold_live); add() would turn such a one away, so its
+    // record is not read (its staleness, params and key: cache misses on a large index).
+    std::vector<std::uint64_t> offered;
     for (const auto& near :
          index.nearest(device_id, problem, m_config.nearest_radius, size_t(limit))) {
+      if (std::find(offered.begin(), offered.end(), near.config) != offered.end()) continue;
       if (!m_catalog.staleness(*near.record, own, templates).empty()) continue;
+      offered.push_back(near.config);
       auto e = measured_entry(near.record->ranked.front(), "nearest");
       e.distance = near.distance;
       e.from = near.record->problem.key();

@@ -5,12 +5,27 @@
 #include <mutex>
 #include <set>
 
+#include <xxhash.h>
+
 namespace ktune {
 
 std::string WinnerIndex::family_key(const std::string& device_id, const Problem& p) {
   std::string k = device_id + "/" + p.op + "|" + p.dtype + "|" + p.out_dtype + "|" + p.layout + "|";
   for (size_t i = 0; i < p.dims.size(); ++i) k += (i ? "," : "") + p.dims[i].first;
   return k;
+}
+
+std::uint64_t WinnerIndex::config_hash(const WinnerRecord& record) {
+  if (record.ranked.empty()) return 0;
+  const RankedConfig& c = record.ranked.front();
+  std::string bytes = c.template_name;
+  for (const auto& [name, value] : c.params) {
+    bytes += '\0';
+    bytes += name;
+    bytes += '=';
+    bytes += std::to_string(value);
+  }
+  return XXH3_64bits(bytes.data(), bytes.size());
 }
 
 namespace {
@@ -31,6 +46,7 @@ WinnerIndex::Family* WinnerIndex::insert_locked(WinnerRecord record) {
     // Same key, same problem: the same point in its family's tree, only the record changes.
     Entry& e = it->second;
     e.family->records[e.slot] = ptr;
+    e.family->configs[e.slot] = config_hash(*ptr);
     e.record = std::move(ptr);
     return nullptr;
   }
@@ -41,6 +57,7 @@ WinnerIndex::Family* WinnerIndex::insert_locked(WinnerRecord record) {
   Family& family = m_families.try_emplace(family_name, ptr->problem.dims.size()).first->second;
   const std::uint32_t slot = family.shapes.add(log2_dims(ptr->problem), ptr->problem.key());
   family.records.push_back(ptr);
+  family.configs.push_back(config_hash(*ptr));
   m_by_key.emplace(std::move(key), Entry{std::move(ptr), &family, slot});
   return &family;
 }
@@ -149,7 +166,7 @@ std::vector<WinnerIndex::Near> WinnerIndex::nearest(const std::string& device_id
   if (it == m_families.end()) return out;
   const Family& family = it->second;
   for (const auto& hit : family.shapes.nearest(target, radius, max))
-    out.push_back({family.records[hit.slot], hit.distance});
+    out.push_back({family.records[hit.slot], hit.distance, family.configs[hit.slot]});
   return out;
 }
 

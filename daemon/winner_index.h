@@ -33,7 +33,14 @@ class WinnerIndex {
   struct Near {
     std::shared_ptr<const WinnerRecord> record;
     double distance = 0;  // sum over dims of |log2 a - log2 b|
+    std::uint64_t config = 0;  // config_hash() of the record's best config, kept beside the tree
   };
+
+  // XXH3-64 over a config's template name and params (names and values, in order): neighbours
+  // with equal values offer the same lookup entry, told apart without reading their records.
+  // Two different configs share a value with probability 2^-64 per pair (then a lookup lists
+  // one neighbour fewer). 0 for a record with no config.
+  static std::uint64_t config_hash(const WinnerRecord& record);
 
   // Replaces the whole content.
   void load(std::vector<WinnerRecord> records);
@@ -92,6 +99,7 @@ class WinnerIndex {
     explicit Family(size_t dims) : shapes(dims) {}
     ShapeTree shapes;
     std::vector<std::shared_ptr<const WinnerRecord>> records;  // by the tree's slot
+    std::vector<std::uint64_t> configs;  // by the tree's slot: config_hash(*records[slot])
   };
   struct Entry {
     std::shared_ptr<const WinnerRecord> record;

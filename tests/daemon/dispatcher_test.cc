@@ -118,6 +118,52 @@ TEST_F(DispatcherTest, NearestShapeAnswersWithDistanceThenHeuristic) {
   EXPECT_EQ(misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=32,N=4096,K=4096");
 }
 
+// Neighbours sharing a config are listed once, from the nearest fresh one: a stale neighbour
+// does not count as having offered its config, and a farther one with another config follows.
+TEST_F(DispatcherTest, NeighboursSharingAConfigAreListedOnceFromTheNearestFreshOne) {
+  const Problem target{"gemm", "bf16", "bf16", "rc", {{"M", 256}, {"N", 2048}, {"K", 2048}}};
+  const KernelTemplate& gemm = *m_templates.find("gemm");
+  const Params shared = *heuristic_config(gemm, target, DeviceLimits{});
+  Params other;
+  const auto space = SearchSpace::build(gemm, target, DeviceLimits{});
+  ASSERT_TRUE(space);
+  for (const auto& p : space->configs())
+    if (p != shared) {
+      other = p;
+      break;
+    }
+  ASSERT_FALSE(other.empty());
+  // At distance 1, in key order (the nearest-first tie-break): M=128 (stale), N=1024, M=512;
+  // at distance 2: K=8192, with the other config.
+  auto put = [&](std::int64_t m, std::int64_t n, std::int64_t k, const Params& config,
+                 const std::string& hash) {
+    auto w = testing::winner(Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", n}, {"K", k}}},
+                             50.0);
+    w.ranked.resize(1);
+    w.ranked[0].template_hash = hash;
+    w.ranked[0].params = config;
+    w.validators.nvrtc = "13.0";
+    EXPECT_TRUE(put_winner(m_parts->store, w));
+  };
+  put(128, 2048, 2048, shared, "0123456789abcdef");
+  put(256, 1024, 2048, shared, gemm_hash());
+  put(512, 2048, 2048, shared, gemm_hash());
+  put(256, 2048, 8192, other, gemm_hash());
+  ASSERT_TRUE(m_parts->catalog.load());
+
+  Json r = ok(lookup_line(R"({"M":256,"N":2048,"K":2048})"));
+  ASSERT_GE(r["entries"].size(), 3u) << r.dump();
+  EXPECT_EQ(r["entries"][0]["provenance"], "nearest");
+  EXPECT_EQ(r["entries"][0]["from"], "gemm|bf16|bf16|rc|M=256,N=1024,K=2048");
+  EXPECT_EQ(r["entries"][0]["params"], Json(shared));
+  EXPECT_EQ(r["entries"][1]["provenance"], "nearest");
+  EXPECT_EQ(r["entries"][1]["from"], "gemm|bf16|bf16|rc|M=256,N=2048,K=8192");
+  EXPECT_EQ(r["entries"][1]["distance"], 2.0);
+  EXPECT_EQ(r["entries"][1]["params"], Json(other));
+  for (size_t i = 2; i < r["entries"].size(); ++i)
+    EXPECT_EQ(r["entries"][i]["provenance"], "heuristic") << r["entries"][i].dump();
+}
+
 TEST_F(DispatcherTest, FarShapeGetsEachTemplatesHeuristicAndIsCountedAsAMiss) {
   // Every template implementing gemm rc on sm_90 offers its heuristic config (kernel selection).
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1000}}};

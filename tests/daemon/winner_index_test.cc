@@ -259,6 +259,34 @@ TEST(NearestTest, DeviceIdsFollowLoadsAndUpserts) {
   EXPECT_EQ(index.device_ids(), std::vector<std::string>{a100.device.id()});
 }
 
+// Each neighbour carries its best config's hash (lookups list a config once without reading the
+// records that repeat it): equal for equal template and params, apart otherwise, and following an
+// upsert that replaces the record.
+TEST(NearestTest, NeighboursCarryTheirBestConfigsHash) {
+  auto with = [](std::int64_t m, std::int64_t stages, const std::string& tmpl = "gemm") {
+    WinnerRecord w = testing::winner(testing::gemm_problem(m, 4096, 4096), 1);
+    w.ranked[0].template_name = tmpl;
+    w.ranked[0].params["STAGES"] = stages;
+    w.ranked[1].params["STAGES"] = 7;  // only the best config counts
+    return w;
+  };
+  WinnerIndex index;
+  index.load({with(32, 4), with(128, 4), with(8, 3), with(512, 4, "gemm_sm90")});
+  const auto hash_of = [&](std::int64_t m) {
+    for (const auto& n : index.nearest(k_device, testing::gemm_problem(64, 4096, 4096), 4.0, 8))
+      if (n.record->problem.dim("M") == m) return n.config;
+    ADD_FAILURE() << "no neighbour M=" << m;
+    return std::uint64_t{0};
+  };
+  EXPECT_EQ(hash_of(32), WinnerIndex::config_hash(with(32, 4)));
+  EXPECT_EQ(hash_of(32), hash_of(128)) << "same template and params";
+  EXPECT_NE(hash_of(32), hash_of(8)) << "a param differs";
+  EXPECT_NE(hash_of(32), hash_of(512)) << "the template differs";
+  index.upsert(with(128, 3));
+  EXPECT_EQ(hash_of(128), hash_of(8)) << "replaced record";
+  EXPECT_EQ(WinnerIndex::config_hash(WinnerRecord{}), 0u);
+}
+
 // Issue 14: what changed since a generation, as far as one answer is concerned.
 TEST(ChangeLogTest, UntouchedSinceSeesTheFamilyWithinTheRadiusOnly) {
   WinnerIndex index;
