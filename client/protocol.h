@@ -8,6 +8,8 @@
 // Thread-safety: plain functions and value types.
 #pragma once
 
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <expected>
 #include <nlohmann/json.hpp>
@@ -544,8 +546,16 @@ inline void append_json_string(std::string& out, std::string_view s) {
   out += s;
   out += '"';
 }
+// Json(v).dump() without the Json and the string it returns (2-3 % of a cold lookup's CPU): the
+// library's serializer writes a finite double with its detail::to_chars (Grisu2, ".0" after an
+// integral value) into a 64-byte buffer, and anything else as null. Tests compare the two.
 inline void append_json_number(std::string& out, double v) {
-  out += Json(v).dump();
+  if (!std::isfinite(v)) {
+    out += "null";
+    return;
+  }
+  std::array<char, 64> buf;
+  out.append(buf.data(), nlohmann::detail::to_chars(buf.data(), buf.data() + buf.size(), v));
 }
 template <class T>
 inline void append_json_uints(std::string& out, const std::vector<T>& v) {

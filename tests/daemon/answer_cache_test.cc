@@ -2,11 +2,14 @@
 // lines never kept (issue 9 item 12, issue 10).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <condition_variable>
 #include <fstream>
 #include <future>
 #include <latch>
+#include <limits>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "daemon/dispatcher.h"
@@ -599,6 +602,25 @@ TEST(ExecutorLaneTest, ALaneMayOutliveItsExecutor) {
   Executor::post(*lane, [&] { ran_after_stop = true; });  // queued, never run: no threads left
   lane.reset();
   EXPECT_FALSE(ran_after_stop);
+}
+
+// Numbers in a reply's text: the library's dump of the same double, byte for byte, over special
+// values and 100,000 random bit patterns (every exponent, denormals, NaNs and infinities).
+TEST(LookupReplyTextTest, NumbersAreTheLibrarysDump) {
+  std::vector<double> values = {0.0, -0.0, 1.0, -1.0, 2.5, 1e-7, 1e300, 1e-320, 123456789.125,
+                                1.0 / 3.0, 4294967296.0, 9007199254740993.0,
+                                std::numeric_limits<double>::max(), std::numeric_limits<double>::min(),
+                                std::numeric_limits<double>::denorm_min(),
+                                std::numeric_limits<double>::infinity(),
+                                -std::numeric_limits<double>::infinity(),
+                                std::numeric_limits<double>::quiet_NaN()};
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 100000; ++i) values.push_back(std::bit_cast<double>(rng()));
+  for (const double v : values) {
+    std::string out = "x";
+    protocol::detail::append_json_number(out, v);
+    ASSERT_EQ(out, "x" + Json(v).dump()) << std::bit_cast<std::uint64_t>(v);
+  }
 }
 
 // A cold answer's text is written straight into a string (protocol::lookup_reply_text), not
