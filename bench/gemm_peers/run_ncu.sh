@@ -30,8 +30,9 @@ for _ in $(seq 300); do "$K/ktune" --socket "$W/k.sock" status > /dev/null 2>&1 
 SECTIONS=(--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
           --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy)
 PROFILE=(python3 bench/gemm_peers/peers.py profile --socket "$W/k.sock" --shapes "$SHAPES")
-# The served kernels and cuBLAS's (nvjet / sm90_xmma / cutlass names), not torch's randn.
-FILTER='regex:ktune_gemm|nvjet|xmma|cutlass|gemm'
+# The served kernels and cuBLAS's (nvjet / sm90_xmma / cutlass names, and the split-K reduce kernel
+# it launches after a splitK GEMM), not torch's randn.
+FILTER='regex:ktune_gemm|nvjet|xmma|cutlass|gemm|splitKreduce'
 "$NCU" --clock-control none -k "$FILTER" "${SECTIONS[@]}" --csv --page details \
   "${PROFILE[@]}" --out "$OUT/profile.json" > "$OUT/ncu.csv" 2> "$OUT/ncu.err"
 echo "ncu csv rc=$?"
