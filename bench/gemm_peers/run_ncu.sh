@@ -57,23 +57,11 @@ fi
 # the other L2 partition through the fabric, DRAM), from the memory tables and raw counters
 # (ncu-memory.txt, ncu-metrics.csv): for comparing two kernels that move the same operands.
 if [ -n "${MEMORY:-}" ]; then
-  "$NCU" --clock-control none -k "$FILTER" --section MemoryWorkloadAnalysis_Tables "${PROFILE[@]}" \
+  "$NCU" --clock-control none -k "$FILTER" --section MemoryWorkloadAnalysis_Tables --print-details all "${PROFILE[@]}" \
     > "$OUT/ncu-memory.txt" 2>> "$OUT/ncu.err"
   echo "ncu memory tables rc=$?"
-  METRICS=lts__t_sectors.sum,lts__t_sectors_op_read.sum,lts__t_sectors_op_write.sum,lts__t_sectors_op_atom.sum
-  METRICS+=,lts__t_sectors_op_red.sum,lts__t_sectors_lookup_hit.sum,lts__t_sectors_lookup_miss.sum
-  METRICS+=,lts__t_sectors_srcunit_tex.sum,lts__t_sectors_srcunit_ltcfabric.sum,lts__t_sectors_srcunit_tex_lookup_hit.sum
-  METRICS+=,dram__bytes_read.sum,dram__bytes_write.sum,sm__cycles_active.avg,gpc__cycles_elapsed.max
-  # An unknown name fails the whole list, so fall back to one metric at a time.
-  if ! "$NCU" --clock-control none -k "$FILTER" --metrics "$METRICS" --csv "${PROFILE[@]}" \
-      > "$OUT/ncu-metrics.csv" 2>> "$OUT/ncu.err"; then
-    : > "$OUT/ncu-metrics.csv"
-    for m in ${METRICS//,/ }; do
-      "$NCU" --clock-control none -k "$FILTER" --metrics "$m" --csv "${PROFILE[@]}" 2>> "$OUT/ncu.err" \
-        | grep -E "^\"[0-9]" >> "$OUT/ncu-metrics.csv" || echo "metric $m: not collected"
-    done
-  fi
-  echo "ncu metrics: $(grep -c . "$OUT/ncu-metrics.csv") lines"
+  . bench/gemm_peers/ncu_metrics.sh
+  ncu_metrics "$OUT/ncu-metrics.csv" -k "$FILTER" -- "${PROFILE[@]}"
 fi
 grep -E "^  [a-z_]+.*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Memory Throughput|L2 Hit Rate|DRAM Throughput|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Warp Cycles Per Issued" "$OUT/ncu.txt" | head -120
 tail -5 "$OUT/ncu.err"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# L2 traffic of one gemm_tma config against cuBLAS's kernel for the same problem, and of the same
+# config with its A/B tensor maps' L2 promotion changed (variant templates made here, on the GPU
+# node, never committed): ncu counters (ncu_metrics.sh) per variant, then ROUNDS alternated
+# ktune-bench timings of every variant (trial medians, the tuner's timing and fp64 check).
+#   bash bench/gemm_peers/make_kit.sh                       # dev box: .gpu/
+#   OUT=/tmp/o bash bench/gemm_peers/l2_probe.sh            # GPU node, repo root
+# $OUT: metrics-<template>.csv, metrics-cublas.csv, time-<template>-<round>.json, ncu.err.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+K=$(cd "${K:-.gpu}" && pwd) || exit 2
+OUT=${OUT:-/tmp/l2-probe}
+NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
+PROBLEM=${PROBLEM:-gemm:bf16:rc:M=512,N=1024,K=32768}
+# The shipped winner of 512x1024x32768 (tables/h200.json) and its kernel's template arguments.
+CONFIG=${CONFIG:-BLOCK_M=128,BLOCK_N=128,BLOCK_K=64,STAGES=6,CONSUMERS=2,GROUP_M=1,EPILOGUE=2,CLUSTER_M=2,PERSISTENT=0,SPLITS=4,SCHEDULE=0,STREAMK=0,CLUSTER_N=1,RASTER=1,REDUCE=0}
+KERNEL=${KERNEL:-"ktune_gemm_tma<ktune_bf16, ktune_bf16, 128, 128, 64, 6, 2, 1, 2, 2, 4, 0, 0, 1, 1, 0>"}
+PROMOTIONS=${PROMOTIONS:-"none 128B"}
+ROUNDS=${ROUNDS:-2}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$K/devlibs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export KTUNE_HOME=$PWD KTUNE_WORKER=$K/ktune-worker
+. bench/gemm_peers/ncu_metrics.sh
+
+templates=(gemm_tma)
+for p in $PROMOTIONS; do
+  t=gemm_tma_l2$(echo "$p" | tr 'A-Z' 'a-z')
+  rm -rf "templates/$t" && cp -r templates/gemm_tma "templates/$t"
+  sed -i -e "s/^name: gemm_tma$/name: $t/" \
+    -e "/{name: tm[AB], tensor_map/s/swizzle: 128B}/swizzle: 128B, l2_promotion: $p}/" "templates/$t/gemm_tma.yaml"
+  grep -c "l2_promotion: $p" "templates/$t/gemm_tma.yaml" | grep -qx 2 || { echo "variant $t: sed missed"; exit 2; }
+  templates+=("$t")
+done
+bench() {  # bench TEMPLATE OUTFILE: the config alone (after the heuristic's), finalists re-timed
+  "$K/ktune-bench" --problem "$PROBLEM" --template "$1" --strategy model --seed "$CONFIG" --budget 2 \
+    --target-ms 30 --finalists 2 --out "$2"
+}
+for t in "${templates[@]}"; do
+  ncu_metrics "$OUT/metrics-$t.csv" --kernel-name-base demangled -k "regex:$KERNEL" --launch-count 1 \
+    -- "$K/ktune-bench" --problem "$PROBLEM" --template "$t" --seed "$CONFIG" --budget 2 --target-ms 5 --finalists 1
+done
+ncu_metrics "$OUT/metrics-cublas.csv" -k regex:nvjet --launch-count 1 \
+  -- "$K/ktune-bench" --problem "$PROBLEM" --template gemm_tma --seed "$CONFIG" --budget 1 --target-ms 5 --finalists 1
+for r in $(seq "$ROUNDS"); do
+  for t in "${templates[@]}"; do bench "$t" "$OUT/time-$t-$r.json" > "$OUT/time-$t-$r.log" 2>&1; done
+done
+python3 - "$OUT" <<'PY'
+import csv, glob, json, os, sys
+out = sys.argv[1]
+for f in sorted(glob.glob(os.path.join(out, "metrics-*.csv"))):
+    vals = {}
+    for r in csv.reader(open(f)):
+        if len(r) > 14 and r[0].isdigit():
+            vals[r[-3]] = r[-1]
+    print(os.path.basename(f), {k: vals[k] for k in sorted(vals)})
+for f in sorted(glob.glob(os.path.join(out, "time-*.json"))):
+    d = json.load(open(f))
+    print(os.path.basename(f), json.dumps(d)[:600])
+PY
