@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# L2 traffic of one gemm_tma config against cuBLAS's kernel for the same problem, and of the same
-# config with its A/B tensor maps' L2 promotion changed (variant templates made here, on the GPU
-# node, never committed): ncu counters (ncu_metrics.sh) per variant, then ROUNDS alternated
-# ktune-bench timings of every variant (trial medians, the tuner's timing and fp64 check).
+# L2 traffic of one gemm_tma config against cuBLAS's kernel for the same problem, of CALIBRATE
+# configs whose operand traffic is known (no multicast, the other operand multicast: does the
+# counter count what the kernel asks for?), and of the first config with its A/B tensor maps' L2
+# promotion changed (variant templates made here, on the GPU node, never committed): ncu counters
+# (ncu_metrics.sh) per kernel, then ROUNDS alternated ktune-bench timings of the promotion
+# variants (trial medians, the tuner's timing and fp64 check).
 #   bash bench/gemm_peers/make_kit.sh                       # dev box: .gpu/
 #   OUT=/tmp/o bash bench/gemm_peers/l2_probe.sh            # GPU node, repo root
-# $OUT: metrics-<template>.csv, metrics-cublas.csv, time-<template>-<round>.json, ncu.err.
+# $OUT: metrics-<template>.csv, metrics-calibrate-<i>.csv, metrics-cublas.csv, time-<template>-<round>.json, ncu.err.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 K=$(cd "${K:-.gpu}" && pwd) || exit 2
@@ -14,7 +16,19 @@ NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
 PROBLEM=${PROBLEM:-gemm:bf16:rc:M=512,N=1024,K=32768}
 # The shipped winner of 512x1024x32768 (tables/h200.json) and its kernel's template arguments.
 CONFIG=${CONFIG:-BLOCK_M=128,BLOCK_N=128,BLOCK_K=64,STAGES=6,CONSUMERS=2,GROUP_M=1,EPILOGUE=2,CLUSTER_M=2,PERSISTENT=0,SPLITS=4,SCHEDULE=0,STREAMK=0,CLUSTER_N=1,RASTER=1,REDUCE=0}
-KERNEL=${KERNEL:-"ktune_gemm_tma<ktune_bf16, ktune_bf16, 128, 128, 64, 6, 2, 1, 2, 2, 4, 0, 0, 1, 1, 0>"}
+# No multicast, then A multicast instead of B (CLUSTER_N 2): 32 KB and 24 KB asked per CTA and k-tile.
+CALIBRATE=${CALIBRATE-"${CONFIG/CLUSTER_M=2/CLUSTER_M=1} $(echo "$CONFIG" | sed 's/CLUSTER_M=2/CLUSTER_M=1/; s/CLUSTER_N=1/CLUSTER_N=2/')"}
+# The kernel's demangled name for a config: gemm_tma's template_args in the manifest's order.
+kernel_of() {
+  python3 - "$1" templates/gemm_tma/gemm_tma.yaml <<'PY'
+import re, sys
+cfg = dict(kv.split("=") for kv in sys.argv[1].split(","))
+text = open(sys.argv[2]).read()
+names = re.search(r"template_args: \[([^\]]*)\]", text, re.S).group(1).replace("\n", " ").split(",")
+args = ["ktune_bf16" if n.strip() in ("T_IN", "T_OUT") else cfg[n.strip()] for n in names]
+print("ktune_gemm_tma<" + ", ".join(args) + ">")
+PY
+}
 PROMOTIONS=${PROMOTIONS:-"none 128B"}
 ROUNDS=${ROUNDS:-2}
 mkdir -p "$OUT"
@@ -35,10 +49,13 @@ bench() {  # bench TEMPLATE OUTFILE: the config alone (after the heuristic's), f
   "$K/ktune-bench" --problem "$PROBLEM" --template "$1" --strategy model --seed "$CONFIG" --budget 2 \
     --target-ms 30 --finalists 2 --out "$2"
 }
-for t in "${templates[@]}"; do
-  ncu_metrics "$OUT/metrics-$t.csv" --kernel-name-base demangled -k "regex:$KERNEL" --launch-count 1 \
-    -- "$K/ktune-bench" --problem "$PROBLEM" --template "$t" --seed "$CONFIG" --budget 2 --target-ms 5 --finalists 1
-done
+profile() {  # profile OUTFILE TEMPLATE CONFIG
+  ncu_metrics "$1" --kernel-name-base demangled -k "regex:$(kernel_of "$3")" --launch-count 1 \
+    -- "$K/ktune-bench" --problem "$PROBLEM" --template "$2" --seed "$3" --budget 2 --target-ms 5 --finalists 1
+}
+for t in "${templates[@]}"; do profile "$OUT/metrics-$t.csv" "$t" "$CONFIG"; done
+i=0
+for c in $CALIBRATE; do i=$((i + 1)); echo "calibrate $i: $c"; profile "$OUT/metrics-calibrate-$i.csv" gemm_tma "$c"; done
 ncu_metrics "$OUT/metrics-cublas.csv" -k regex:nvjet --launch-count 1 \
   -- "$K/ktune-bench" --problem "$PROBLEM" --template gemm_tma --seed "$CONFIG" --budget 1 --target-ms 5 --finalists 1
 for r in $(seq "$ROUNDS"); do
