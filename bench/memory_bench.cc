@@ -423,7 +423,7 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
 }
 
 int run(int winners, int queries, int misses, int big_lines, int fast, std::int64_t distinct,
-        int threads, double max_seconds, const std::string& label, bool pins) {
+        int threads, double max_seconds, const std::string& label, bool pins, const std::string& only_cold) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::time_t now = std::time(nullptr);
@@ -454,13 +454,23 @@ int run(int winners, int queries, int misses, int big_lines, int fast, std::int6
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  out["nearest"] = bench_nearest(winners, queries);
-
   const auto templates = TemplateRegistry::load({builtin_template_dir()});
   DaemonConfig config = default_config();
   NodeIdentity node;
   node.node_id = "bench";
   node.gpu_error = "no GPU in the bench";
+  const auto cold_phase = [&](const std::string& name) {
+    testing::DaemonParts parts(config, templates, node);
+    if (name == "cold") return bench_cold(parts, winners, queries);
+    if (name == "cold_live") return bench_cold(parts, winners, queries, false, Neighbours::live);
+    return bench_cold(parts, winners, std::min(queries, 8192), true);
+  };
+  if (!only_cold.empty()) {  // one cold phase alone (e.g. under callgrind: bench/lookup_instructions.sh)
+    out[only_cold] = cold_phase(only_cold);
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  out["nearest"] = bench_nearest(winners, queries);
   {
     DaemonConfig roomy = config;
     roomy.miss_tracker_bytes = 2'000'000'000;  // keep every key: the cost at --misses keys
@@ -471,18 +481,9 @@ int run(int winners, int queries, int misses, int big_lines, int fast, std::int6
     testing::DaemonParts parts(config, templates, node);  // the default bound
     out["misses_default_bound"] = bench_misses(parts, misses);
   }
-  {
-    testing::DaemonParts parts(config, templates, node);
-    out["cold"] = bench_cold(parts, winners, queries);
-  }
-  {
-    testing::DaemonParts parts(config, templates, node);
-    out["cold_live"] = bench_cold(parts, winners, queries, false, Neighbours::live);
-  }
-  {
-    testing::DaemonParts parts(config, templates, node);
-    out["cold_novel_n64_k64"] = bench_cold(parts, winners, std::min(queries, 8192), true);
-  }
+  out["cold"] = cold_phase("cold");
+  out["cold_live"] = cold_phase("cold_live");
+  out["cold_novel_n64_k64"] = cold_phase("cold_novel_n64_k64");
   {
     testing::DaemonParts parts(config, templates, node);
     out["fast_path"] = bench_fast(parts, fast);
@@ -510,6 +511,7 @@ int main(int argc, char** argv) {
   double max_seconds = 1e9;
   std::string label = "run";
   bool pins = false;
+  std::string only_cold;
   app.add_option("--winners", winners, "winners in the one family nearest searches");
   app.add_option("--queries", queries, "nearest calls per limit");
   app.add_option("--misses", misses, "distinct missed keys recorded");
@@ -522,7 +524,9 @@ int main(int argc, char** argv) {
   app.add_option("--label", label, "a name for this run in the output");
   app.add_flag("--pins", pins,
                "only: cold and fast-path lookups of a pin against the live table, interleaved");
+  app.add_option("--cold", only_cold, "only: this cold phase")
+      ->check(CLI::IsMember({"cold", "cold_live", "cold_novel_n64_k64"}));
   CLI11_PARSE(app, argc, argv);
   return ktune::run(winners, queries, misses, big_lines, fast, distinct, threads, max_seconds,
-                    label, pins);
+                    label, pins, only_cold);
 }
