@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <expected>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -534,13 +535,32 @@ inline Json to_json(const LookupReply& r) {
 // (one allocation per node, the launch description copied into it) was a fifth of its cost
 // (bench/NOTES.md § Cold lookups under traffic). Tests compare the two over many replies.
 namespace detail {
+// Whether `s` is printable ASCII without '"' or '\\' (written as is between quotes). Eight bytes
+// a step (SWAR): a reply holds a few hundred short strings and a byte loop was 6 % of a cold
+// lookup's instructions. Each test below is exact for the word as a whole (a borrow or carry
+// only spills past a byte that already matched).
+inline bool json_plain(std::string_view s) {
+  constexpr std::uint64_t k_ones = 0x0101010101010101ull, k_highs = 0x8080808080808080ull;
+  const auto has_zero = [](std::uint64_t v) { return (v - k_ones) & ~v & k_highs; };
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    std::uint64_t x;
+    std::memcpy(&x, s.data() + i, 8);
+    const std::uint64_t below_space = (x - k_ones * 0x20) & ~x & k_highs;
+    const std::uint64_t del_or_high = ((x + k_ones) | x) & k_highs;  // a byte >= 0x7f
+    if (below_space | del_or_high | has_zero(x ^ (k_ones * '"')) | has_zero(x ^ (k_ones * '\\')))
+      return false;
+  }
+  for (; i < s.size(); ++i) {
+    const auto u = static_cast<unsigned char>(s[i]);
+    if (u < 0x20 || u >= 0x7f || u == '"' || u == '\\') return false;
+  }
+  return true;
+}
 inline void append_json_string(std::string& out, std::string_view s) {
-  for (const char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u >= 0x7f || c == '"' || c == '\\') {  // escapes, non-ASCII: the library's
-      out += Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace);
-      return;
-    }
+  if (!json_plain(s)) {  // escapes, non-ASCII: the library's
+    out += Json(std::string(s)).dump(-1, ' ', false, Json::error_handler_t::replace);
+    return;
   }
   out += '"';
   out += s;

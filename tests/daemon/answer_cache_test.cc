@@ -623,6 +623,21 @@ TEST(LookupReplyTextTest, NumbersAreTheLibrarysDump) {
   }
 }
 
+// Strings in a reply's text: the library's dump, byte for byte, with each of the 256 byte values
+// at every position of strings of 1-24 bytes (the eight-byte steps of json_plain and its tail).
+TEST(LookupReplyTextTest, StringsAreTheLibrarysDump) {
+  for (size_t len = 1; len <= 24; ++len)
+    for (size_t at = 0; at < len; ++at)
+      for (int b = 0; b < 256; ++b) {
+        std::string s(len, 'a');
+        s[at] = char(b);
+        std::string out = "x";
+        protocol::detail::append_json_string(out, s);
+        ASSERT_EQ(out, "x" + Json(s).dump(-1, ' ', false, Json::error_handler_t::replace))
+            << "byte " << b << " at " << at << " of " << len;
+      }
+}
+
 // A cold answer's text is written straight into a string (protocol::lookup_reply_text), not
 // through an ordered_json tree: it must be the library's serialization byte for byte, for
 // replies built here (escapes, non-ASCII and invalid UTF-8, numbers of every magnitude,
