@@ -474,7 +474,7 @@ double LookupService::estimate_us(const TemplateRegistry& templates, const Probl
   for (const KernelTemplate* t : templates.for_problem(problem, limits.cc)) {
     auto h = heuristic_config(*t, problem, limits);
     if (!h) continue;
-    auto inst = instantiate(*t, problem, limits, *h, {}, ArgValues::checked);
+    auto inst = instantiate(*t, problem, limits, std::move(*h), {}, ArgValues::checked);
     if (!inst) continue;
     return kernel_us(*inst, limits);
   }

@@ -1,5 +1,7 @@
 #include "templates/expression.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "templates/expression_ops.h"
@@ -71,7 +73,81 @@ inline double binary(OpCode op, double a, double b) {
   }
 }
 
+using Known = std::optional<double>;
+
+// fold()'s walk from `pc` with operand stack `s` (by value: a `?:` on an unknown condition walks
+// both branches from the same stack). `forks` bounds the branches walked per expression.
+Known fold_from(const std::vector<Instruction>& code, size_t pc, std::vector<Known> s,
+                const std::vector<Known>& known, int& forks) {
+  for (; pc < code.size(); ++pc) {
+    const Instruction& in = code[pc];
+    switch (in.op) {
+      case OpCode::constant:
+        s.push_back(in.value);
+        break;
+      case OpCode::load:
+        s.push_back(size_t(in.arg) < known.size() ? known[size_t(in.arg)] : std::nullopt);
+        break;
+      case OpCode::jump_if_zero: {
+        const Known c = s.back();
+        s.pop_back();
+        if (c) {
+          if (*c == 0) pc = size_t(in.arg) - 1;
+          break;
+        }
+        if (++forks > 64) return std::nullopt;
+        const Known taken = fold_from(code, size_t(in.arg), s, known, forks);
+        if (!taken || std::isnan(*taken)) return std::nullopt;
+        const Known fall = fold_from(code, pc + 1, std::move(s), known, forks);
+        return fall && *fall == *taken ? fall : std::nullopt;
+      }
+      case OpCode::jump:
+        pc = size_t(in.arg) - 1;
+        break;
+      case OpCode::min:
+      case OpCode::max: {
+        const size_t n = size_t(in.arg), base = s.size() - n;
+        Known r;
+        if (std::all_of(s.begin() + long(base), s.end(), [](const Known& k) { return bool(k); })) {
+          std::array<double, Evaluator::k_max_stack> v{};
+          for (size_t i = 0; i < n; ++i) v[i] = *s[base + i];
+          r = in.op == OpCode::min ? expr_ops::min(v.data(), in.arg) : expr_ops::max(v.data(), in.arg);
+        }
+        s.resize(base);
+        s.push_back(r);
+        break;
+      }
+      default:
+        if (in.op < expression_detail::k_first_binary) {
+          if (s.back()) s.back() = unary(in.op, *s.back());
+        } else {
+          const Known b = s.back();
+          s.pop_back();
+          const Known a = s.back();
+          if (a && b) {
+            s.back() = binary(in.op, *a, *b);
+          } else if (in.op == OpCode::logical_and && ((a && *a == 0) || (b && *b == 0))) {
+            s.back() = 0.0;  // both operands are evaluated, but one false decides (NaN is true)
+          } else if (in.op == OpCode::logical_or && ((a && *a != 0) || (b && *b != 0))) {
+            s.back() = 1.0;
+          } else {
+            s.back() = std::nullopt;
+          }
+        }
+    }
+  }
+  return s.empty() ? std::nullopt : s.front();
+}
+
 }  // namespace
+
+std::optional<double> fold(const Expression& expr, const std::vector<std::optional<double>>& known) {
+  if (!expr.program) return std::nullopt;
+  int forks = 0;
+  std::vector<Known> stack;
+  stack.reserve(8);
+  return fold_from(expr.program->code, 0, std::move(stack), known, forks);
+}
 
 int SymbolTable::add(const std::string& name) {
   if (auto it = m_slots.find(name); it != m_slots.end()) return it->second;

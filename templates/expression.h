@@ -17,6 +17,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -60,6 +61,13 @@ struct Expression {
 // Parses `text` against `symbols` into its program. Errors name the unknown variable, or the
 // syntax problem and its position, without a file (callers prefix "file:line: where: ").
 Result<Expression> compile_expression(std::string_view text, const SymbolTable& symbols);
+
+// The value `expr` takes whatever the slots without a value in `known` hold, when the known ones
+// alone decide it (constants, `0 && x`, `1 || x`, a `?:` whose condition is known or whose two
+// branches agree); nullopt otherwise, or for an Expression never compiled. `known` has one entry
+// per slot of the expression's SymbolTable. Used when a manifest loads, to drop from a heuristic
+// rule's plan what its params alone decide (manifest.h, RulePlan).
+std::optional<double> fold(const Expression& expr, const std::vector<std::optional<double>>& known);
 
 // Evaluates compiled expressions over one array of variable values (one slot per symbol).
 class Evaluator {

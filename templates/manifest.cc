@@ -437,25 +437,8 @@ void check_template_args(const Parser& P, const YAML::Node& n, const std::string
 }
 
 namespace {
-// ManifestSlots' derived_fixed, constraint_fixed and rules (see RulePlan).
+// ManifestSlots::rules (see RulePlan).
 void plan_rules(const Manifest& m, ManifestSlots& s) {
-  // Slots whose value a rule alone decides: its params, then derived values reading only those.
-  std::vector<bool> fixed(m.symbols.size(), false);
-  for (int slot : s.params)
-    if (slot >= 0) fixed[size_t(slot)] = true;
-  auto reads_fixed_only = [&](const Expression& e) {
-    return std::all_of(e.used_slots.begin(), e.used_slots.end(), [&](int u) {
-      return u >= 0 && size_t(u) < fixed.size() && fixed[size_t(u)];
-    });
-  };
-  for (size_t i = 0; i < m.derived.size(); ++i) {
-    // A derived value reads only names defined before it (the parser adds it after its
-    // expression), so deciding in order is deciding on final answers.
-    const bool f = reads_fixed_only(m.derived[i].expr) && s.derived[i] >= 0;
-    s.derived_fixed.push_back(f);
-    if (f) fixed[size_t(s.derived[i])] = true;
-  }
-  for (const auto& c : m.constraints) s.constraint_fixed.push_back(reads_fixed_only(c.expr));
   // Slots trying a rule writes: its params and every derived value.
   std::vector<bool> written(m.symbols.size(), false);
   for (int slot : s.params)
@@ -471,28 +454,46 @@ void plan_rules(const Manifest& m, ManifestSlots& s) {
                         std::none_of(used.begin(), used.end(), [&](int u) {
                           return u < 0 || size_t(u) >= written.size() || written[size_t(u)];
                         });
-    Evaluator ev(m.symbols);
+    // What the rule's params decide: every slot they or a decided derived value fill.
+    std::vector<std::optional<double>> known(m.symbols.size());
     for (size_t i = 0; i < m.params.size(); ++i) {
       const auto it = rule.params.find(m.params[i].name);
       plan.params.push_back(it == rule.params.end() ? 0.0 : double(it->second));
-      if (s.params[i] >= 0) ev.set(s.params[i], plan.params.back());
+      if (s.params[i] >= 0) known[size_t(s.params[i])] = plan.params.back();
     }
     plan.derived.assign(m.derived.size(), 0.0);
+    plan.derived_known.assign(m.derived.size(), false);
     for (size_t i = 0; i < m.derived.size(); ++i) {
-      if (!s.derived_fixed[i]) continue;
-      const auto v = ev.eval(m.derived[i].expr);
-      if (!v) {  // never for a compiled expression; if it were, the rule is planned as unusable
-        plan.fixed_constraints_hold = false;
-        break;
-      }
+      const auto v = s.derived[i] >= 0 ? fold(m.derived[i].expr, known) : std::nullopt;
+      if (!v) continue;
       plan.derived[i] = *v;
-      ev.set(s.derived[i], *v);
+      plan.derived_known[i] = true;
+      known[size_t(s.derived[i])] = *v;
     }
+    // Slots the open checks read, directly or through open derived values (which read only
+    // names defined before them: walking backwards closes the set).
+    std::vector<bool> read(m.symbols.size(), false);
+    auto mark = [&](const Expression& e) {
+      for (int u : e.used_slots)
+        if (u >= 0 && size_t(u) < read.size()) read[size_t(u)] = true;
+    };
     for (size_t i = 0; i < m.constraints.size() && plan.fixed_constraints_hold; ++i) {
-      if (!s.constraint_fixed[i]) continue;
-      const auto v = ev.eval(m.constraints[i].expr);
-      if (!v || std::isnan(*v) || *v == 0) plan.fixed_constraints_hold = false;
+      const auto v = fold(m.constraints[i].expr, known);
+      if (!v) {
+        plan.checks.push_back(int(i));
+        mark(m.constraints[i].expr);
+      } else if (std::isnan(*v) || *v == 0) {
+        plan.fixed_constraints_hold = false;
+      }
     }
+    std::vector<bool> for_checks(m.derived.size(), false);
+    for (size_t i = m.derived.size(); i-- > 0;)
+      if (!plan.derived_known[i] && s.derived[i] >= 0 && read[size_t(s.derived[i])]) {
+        for_checks[i] = true;
+        mark(m.derived[i].expr);
+      }
+    for (size_t i = 0; i < m.derived.size(); ++i)
+      if (!plan.derived_known[i]) (for_checks[i] ? plan.check_derived : plan.rest_derived).push_back(int(i));
     s.rules.push_back(std::move(plan));
   }
 }

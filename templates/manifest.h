@@ -129,11 +129,18 @@ struct MetricSpec {
 // bound to (every rule is a whole config within its domains: the parser checks), and what reads
 // its params alone evaluated once, the derived values of params only and whether every
 // constraint of params only holds. Trying the rule for a problem then evaluates only what reads
-// the problem or the device (a cold lookup tries rules of every template of its op).
+// the problem or the device (a cold lookup tries rules of every template of its op), and of that
+// only what the rule's params leave open (fold(): `STREAMK == 0 || units > wave_clusters` holds
+// for every problem when STREAMK is 0), and the derived values those checks read.
 struct RulePlan {
   std::vector<double> params;   // per Manifest::params
-  std::vector<double> derived;  // per Manifest::derived; set where ManifestSlots::derived_fixed
-  bool fixed_constraints_hold = true;  // every constraint where ManifestSlots::constraint_fixed
+  std::vector<double> derived;  // per Manifest::derived; set where `derived_known`
+  std::vector<bool> derived_known;  // per Manifest::derived: decided by the params alone
+  std::vector<int> check_derived;   // derived values (indices, in order) the checks read
+  std::vector<int> checks;          // constraints (indices) the params leave open
+  std::vector<int> rest_derived;    // the other derived values, evaluated once the rule fits
+  // Every constraint the params alone decide holds (else the rule never fits).
+  bool fixed_constraints_hold = true;
   // Its `when` is the previous rule's text and reads no param or derived value (nothing trying a
   // rule sets): it holds exactly when the previous rule's did (rules come in runs of one `when`).
   bool when_repeats = false;
@@ -153,10 +160,6 @@ struct ManifestSlots {
   std::map<std::string, std::vector<std::pair<int, std::int64_t>>> layouts;  // by layout name
   std::vector<int> template_args;            // per Manifest::template_args; -1 for T_IN and T_OUT
   std::vector<int> reference_template_args;  // the same for reference.template_args
-  // Per Manifest::derived / Manifest::constraints: whether it reads params only (directly or
-  // through derived values that do), so a rule's value of it is known when the manifest loads.
-  std::vector<bool> derived_fixed;
-  std::vector<bool> constraint_fixed;
   std::vector<RulePlan> rules;  // per Manifest::heuristic
 };
 

@@ -402,7 +402,7 @@ Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem
 }  // namespace
 
 Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
-                             const DeviceLimits& limits, const Params& params,
+                             const DeviceLimits& limits, Params params,
                              std::optional<std::int64_t> max_active_clusters, ArgValues args) {
   if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());
   const Manifest& m = tmpl.manifest;
@@ -412,7 +412,7 @@ Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
     return fail(ok.error().code,
                 m.name + " {" + params_to_string(params) + "}: " + ok.error().message);
   auto inst = finish_instance(ev, m, problem, max_active_clusters, args);
-  if (inst) inst->params = params;
+  if (inst) inst->params = std::move(params);
   return inst;
 }
 
@@ -473,18 +473,20 @@ bool rule_fits(Evaluator& ev, const Manifest& m, const RulePlan& plan) {
   if (!plan.fixed_constraints_hold) return false;
   const ManifestSlots& s = m.slots;
   for (size_t i = 0; i < plan.params.size(); ++i) ev.set(s.params[i], plan.params[i]);
-  for (size_t i = 0; i < m.derived.size(); ++i) {
-    if (s.derived_fixed[i]) {
-      ev.set(s.derived[i], plan.derived[i]);
-      continue;
+  for (size_t i = 0; i < m.derived.size(); ++i)
+    if (plan.derived_known[i]) ev.set(s.derived[i], plan.derived[i]);
+  const auto derive = [&](const std::vector<int>& which) {
+    for (int i : which) {
+      auto v = ev.eval(m.derived[size_t(i)].expr);
+      if (!v) return false;
+      ev.set(s.derived[size_t(i)], *v);
     }
-    auto v = ev.eval(m.derived[i].expr);
-    if (!v) return false;
-    ev.set(s.derived[i], *v);
-  }
-  for (size_t i = 0; i < m.constraints.size(); ++i)
-    if (!s.constraint_fixed[i] && !truthy(ev.eval(m.constraints[i].expr))) return false;
-  return true;
+    return true;
+  };
+  if (!derive(plan.check_derived)) return false;
+  for (int i : plan.checks)
+    if (!truthy(ev.eval(m.constraints[size_t(i)].expr))) return false;
+  return derive(plan.rest_derived);
 }
 
 // The first heuristic rule whose `when` holds and whose params pass the constraints of the

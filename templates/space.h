@@ -124,9 +124,10 @@ enum class ArgValues { kept, checked };
 // Checks `params` against the declared domains and every constraint and makes the Instance.
 // Fails naming the first constraint it breaks, a value outside its domain, or an unknown/missing
 // param. `max_active_clusters`: what the worker measured for this config's compiled kernel
-// (TrialRunner::occupancy); without it launch.grid sees the fallback (see Instance).
+// (TrialRunner::occupancy); without it launch.grid sees the fallback (see Instance). `params` is
+// taken by value and becomes Instance::params (pass a temporary or std::move to spare a copy).
 Result<Instance> instantiate(const KernelTemplate& tmpl, const Problem& problem,
-                             const DeviceLimits& limits, const Params& params,
+                             const DeviceLimits& limits, Params params,
                              std::optional<std::int64_t> max_active_clusters = std::nullopt,
                              ArgValues args = ArgValues::kept);
 

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
+#include <vector>
 
 namespace ktune {
 namespace {
@@ -127,6 +129,44 @@ TEST_F(ExpressionTest, ModuloByZeroIsNaN) {
   ev.set(m_a, 3);
   ev.set(m_b, 0);
   EXPECT_TRUE(std::isnan(*ev.eval(*e)));
+}
+
+// fold(): with A known, the value it gives is what evaluation gives for every B (special values
+// included), and it gives one where A alone decides: short-circuit-free && and ||, ?: on a known
+// condition or with agreeing branches, min/max and arithmetic over known operands.
+TEST_F(ExpressionTest, FoldGivesAValueOnlyWhereTheKnownSlotsDecideIt) {
+  const std::vector<double> bs = {0.0, -0.0, 1.0, -3.5, 7.0, 1e300, INFINITY, -INFINITY, NAN};
+  struct Case {
+    const char* text;
+    double a;
+    bool decided;
+  };
+  const std::vector<Case> cases = {
+      {"A == 0 || B > 3", 0, true},        {"A == 0 || B > 3", 1, false},
+      {"A > 0 && B > 3", 0, true},         {"A > 0 && B > 3", 2, false},
+      {"A ? B : 2", 0, true},              {"A ? B : 2", 1, false},
+      {"B > 1 ? A + 1 : A + 1", 4, true},  {"B > 1 ? A : A + 1", 4, false},
+      {"max(A, 2) * 3", 1, true},          {"max(A, B)", 1, false},
+      {"ceil_div(A, 4) + (A % 3)", 10, true}, {"A * B", 0, false},
+      {"!(A == 1) || B", 2, true},         {"(A == 1 || B) && (A == 2)", 1, true},
+  };
+  for (const auto& c : cases) {
+    auto e = compile_expression(c.text, m_symbols);
+    ASSERT_TRUE(e) << c.text;
+    std::vector<std::optional<double>> known(m_symbols.size());
+    known[size_t(m_a)] = c.a;
+    const auto folded = fold(*e, known);
+    EXPECT_EQ(bool(folded), c.decided) << c.text << " with A = " << c.a;
+    if (!folded) continue;
+    for (double b : bs) {
+      const double v = eval(c.text, c.a, b);
+      if (std::isnan(*folded))
+        EXPECT_TRUE(std::isnan(v)) << c.text;
+      else
+        EXPECT_EQ(v, *folded) << c.text << " with B = " << b;
+    }
+  }
+  EXPECT_FALSE(fold(Expression{}, {}));  // never compiled
 }
 
 }  // namespace
