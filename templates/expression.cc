@@ -77,8 +77,17 @@ using Known = std::optional<double>;
 
 // fold()'s walk from `pc` with operand stack `s` (by value: a `?:` on an unknown condition walks
 // both branches from the same stack). `forks` bounds the branches walked per expression.
+Known fold_binary(OpCode op, Known a, Known b) {
+  if (a && b) return binary(op, *a, *b);
+  // Both operands are evaluated, but one false decides && and one true || (NaN counts as true).
+  if (op == OpCode::logical_and && ((a && *a == 0) || (b && *b == 0))) return 0.0;
+  if (op == OpCode::logical_or && ((a && *a != 0) || (b && *b != 0))) return 1.0;
+  return std::nullopt;
+}
+
 Known fold_from(const std::vector<Instruction>& code, size_t pc, std::vector<Known> s,
                 const std::vector<Known>& known, int& forks) {
+  const auto slot = [&known](int at) { return size_t(at) < known.size() ? known[size_t(at)] : std::nullopt; };
   for (; pc < code.size(); ++pc) {
     const Instruction& in = code[pc];
     switch (in.op) {
@@ -86,7 +95,7 @@ Known fold_from(const std::vector<Instruction>& code, size_t pc, std::vector<Kno
         s.push_back(in.value);
         break;
       case OpCode::load:
-        s.push_back(size_t(in.arg) < known.size() ? known[size_t(in.arg)] : std::nullopt);
+        s.push_back(slot(in.arg));
         break;
       case OpCode::jump_if_zero: {
         const Known c = s.back();
@@ -117,22 +126,22 @@ Known fold_from(const std::vector<Instruction>& code, size_t pc, std::vector<Kno
         s.push_back(r);
         break;
       }
+      case OpCode::binary_load_const:
+        s.push_back(fold_binary(in.sub, slot(in.arg), in.value));
+        break;
+      case OpCode::binary_load_load:
+        s.push_back(fold_binary(in.sub, slot(in.arg), slot(in.arg2)));
+        break;
+      case OpCode::binary_const_load:
+        s.push_back(fold_binary(in.sub, in.value, slot(in.arg)));
+        break;
       default:
         if (in.op < expression_detail::k_first_binary) {
           if (s.back()) s.back() = unary(in.op, *s.back());
         } else {
           const Known b = s.back();
           s.pop_back();
-          const Known a = s.back();
-          if (a && b) {
-            s.back() = binary(in.op, *a, *b);
-          } else if (in.op == OpCode::logical_and && ((a && *a == 0) || (b && *b == 0))) {
-            s.back() = 0.0;  // both operands are evaluated, but one false decides (NaN is true)
-          } else if (in.op == OpCode::logical_or && ((a && *a != 0) || (b && *b != 0))) {
-            s.back() = 1.0;
-          } else {
-            s.back() = std::nullopt;
-          }
+          s.back() = fold_binary(in.op, s.back(), b);
         }
     }
   }
@@ -197,6 +206,15 @@ Result<double> Evaluator::eval(const Expression& expr) {
         n -= size_t(in.arg);
         s[n] = in.op == OpCode::min ? expr_ops::min(s + n, in.arg) : expr_ops::max(s + n, in.arg);
         ++n;
+        break;
+      case OpCode::binary_load_const:
+        s[n++] = binary(in.sub, values[in.arg], in.value);
+        break;
+      case OpCode::binary_load_load:
+        s[n++] = binary(in.sub, values[in.arg], values[in.arg2]);
+        break;
+      case OpCode::binary_const_load:
+        s[n++] = binary(in.sub, in.value, values[in.arg]);
         break;
       default:
         if (in.op < expression_detail::k_first_binary) {

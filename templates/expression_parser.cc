@@ -109,8 +109,39 @@ class Parser {
       if (!op || op->precedence < min_precedence) return true;
       m_pos += op->token.size();
       if (!binary(op->right_associative ? op->precedence : op->precedence + 1)) return false;
-      emit({op->op}, -1);
+      emit_binary(op->op);
     }
+  }
+
+  // A binary operator whose two operands are plain loads or constants becomes one instruction
+  // (three dispatches become one), unless a jump lands on the second operand or after it: a jump
+  // target stays an instruction boundary. Targets are patched to the code's size at the time, so
+  // only those patched already can point into the fused pair.
+  void emit_binary(OpCode op) {
+    const size_t n = m_code.size();
+    const auto is_target = [&](size_t at) {
+      return std::any_of(m_code.begin(), m_code.end(), [&](const Instruction& in) {
+        return (in.op == OpCode::jump || in.op == OpCode::jump_if_zero) && in.arg == int(at);
+      });
+    };
+    if (n >= 2 && !is_target(n - 1) && !is_target(n)) {
+      Instruction& a = m_code[n - 2];
+      const Instruction& b = m_code[n - 1];
+      std::optional<Instruction> fused;
+      if (a.op == OpCode::load && b.op == OpCode::constant)
+        fused = Instruction{.op = OpCode::binary_load_const, .arg = a.arg, .value = b.value, .sub = op};
+      else if (a.op == OpCode::load && b.op == OpCode::load)
+        fused = Instruction{.op = OpCode::binary_load_load, .arg = a.arg, .sub = op, .arg2 = b.arg};
+      else if (a.op == OpCode::constant && b.op == OpCode::load)
+        fused = Instruction{.op = OpCode::binary_const_load, .arg = b.arg, .value = a.value, .sub = op};
+      if (fused) {
+        a = *fused;
+        m_code.pop_back();
+        --m_depth;  // two operands pushed, one result: as emit({op}, -1) leaves it
+        return;
+      }
+    }
+    emit({op}, -1);
   }
 
   // muparser refuses two prefix operators in a row ("--1", "!-1"), and so does this.

@@ -22,6 +22,12 @@ enum class OpCode : std::uint8_t {
   jump,
   min,  // variadic: `arg` operands
   max,
+  // A binary operator (`sub`) over two plain operands, fused by the parser (the most common shape
+  // of a manifest expression: `STAGES <= 4`, `M * N`, `2 * K`): push sub(slot arg, value),
+  // sub(slot arg, slot arg2), sub(value, slot arg).
+  binary_load_const,
+  binary_load_load,
+  binary_const_load,
   // Unary: replace the top of the stack.
   negate,
   logical_not,
@@ -51,8 +57,10 @@ constexpr OpCode k_first_binary = OpCode::add;
 
 struct Instruction {
   OpCode op = OpCode::constant;
-  int arg = 0;       // load: the slot; jumps: the target index; min/max: the argument count
-  double value = 0;  // constant: the value
+  int arg = 0;       // load, binary_*: the slot; jumps: the target index; min/max: the argument count
+  double value = 0;  // constant, binary_load_const, binary_const_load: the value
+  OpCode sub = OpCode::constant;  // binary_*: the binary operator
+  int arg2 = 0;                   // binary_load_load: the second operand's slot
 };
 
 // Parses `text` into an Expression with its program (compile_expression's work).

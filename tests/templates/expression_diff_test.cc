@@ -166,6 +166,13 @@ TEST_F(ExpressionDiffTest, GrammarCornersMatchMuparser) {
       "1 + 0 ? 5 : 6",
       "1 && 2 ? 3 : 4",
       "1 ? (2) : (3)",
+      // A fused operator pair (load/constant, binary) never spans a jump target.
+      "(A ? B : 3) + 1",
+      "(A ? 2 : B) * A",
+      "A ? B + 1 : B * 2",
+      "(A > 1 ? A : B) < B",
+      "2 * (A ? B : A) - A",
+      "A ? B : A == B",
       "1<2<3",
       "3>2>1",
       "1==1==1",
