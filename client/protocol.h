@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -577,12 +578,17 @@ inline void append_json_number(std::string& out, double v) {
   std::array<char, 64> buf;
   out.append(buf.data(), nlohmann::detail::to_chars(buf.data(), buf.data() + buf.size(), v));
 }
+// An integer as std::to_string (and the library) writes it, without the temporary string.
+inline void append_json_int(std::string& out, std::int64_t v) {
+  std::array<char, 24> buf;
+  out.append(buf.data(), std::to_chars(buf.data(), buf.data() + buf.size(), v).ptr);
+}
 template <class T>
 inline void append_json_uints(std::string& out, const std::vector<T>& v) {
   out += '[';
   for (size_t i = 0; i < v.size(); ++i) {
     if (i) out += ',';
-    out += std::to_string(v[i]);
+    append_json_int(out, std::int64_t(v[i]));
   }
   out += ']';
 }
@@ -601,7 +607,7 @@ inline void append_lookup_entry_text(std::string& out, const LookupEntry& e) {
     if (i) out += ',';
     append_json_string(out, e.params[i].first);
     out += ':';
-    out += std::to_string(e.params[i].second);
+    append_json_int(out, e.params[i].second);
   }
   out += '}';
   const auto number = [&out](const char* name, double v) {
@@ -625,7 +631,7 @@ inline void append_lookup_entry_text(std::string& out, const LookupEntry& e) {
   out += R"(,"block":)";
   append_json_uints(out, e.block);
   out += R"(,"smem":)";
-  out += std::to_string(e.smem);
+  append_json_int(out, std::int64_t(e.smem));
   if (!e.cluster.empty()) {
     out += R"(,"cluster":)";
     append_json_uints(out, e.cluster);

@@ -138,14 +138,17 @@ Result<std::string> name_expression(Evaluator& ev, const Problem& p, const std::
   s += entry;
   s += '<';
   for (size_t i = 0; i < args.size(); ++i) {
-    if (i) s += ", ";
-    if (args[i] == "T_IN") {
-      s += cpp_type(p.dtype);
-    } else if (args[i] == "T_OUT") {
-      s += cpp_type(p.out_dtype);
+    if (i) s.append(", ", 2);
+    // Most args are params or derived values (a slot); T_IN and T_OUT have none (ManifestSlots).
+    const int slot = i < slots.size() ? slots[i] : -1;
+    if (slot < 0) {
+      if (args[i] == "T_IN")
+        s += cpp_type(p.dtype);
+      else if (args[i] == "T_OUT")
+        s += cpp_type(p.out_dtype);
+      else
+        return fail(ErrorCode::internal, "template arg '" + args[i] + "' has no slot");
     } else {
-      const int slot = i < slots.size() ? slots[i] : -1;
-      if (slot < 0) return fail(ErrorCode::internal, "template arg '" + args[i] + "' has no slot");
       const double v = ev.get(slot);
       if (std::floor(v) != v)
         return fail(ErrorCode::invalid_argument, "template arg " + args[i] + " is not an integer");
