@@ -423,7 +423,8 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
 }
 
 int run(int winners, int queries, int misses, int big_lines, int fast, std::int64_t distinct,
-        int threads, double max_seconds, const std::string& label, bool pins, const std::string& only_cold) {
+        int threads, double max_seconds, const std::string& label, bool pins,
+        const std::string& only_cold) {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   const std::time_t now = std::time(nullptr);
@@ -465,7 +466,8 @@ int run(int winners, int queries, int misses, int big_lines, int fast, std::int6
     if (name == "cold_live") return bench_cold(parts, winners, queries, false, Neighbours::live);
     return bench_cold(parts, winners, std::min(queries, 8192), true);
   };
-  if (!only_cold.empty()) {  // one cold phase alone (e.g. under callgrind: bench/lookup_instructions.sh)
+  // One cold phase alone (e.g. under callgrind: bench/lookup_instructions.sh).
+  if (!only_cold.empty()) {
     out[only_cold] = cold_phase(only_cold);
     std::cout << out.dump(2) << "\n";
     return 0;

@@ -87,7 +87,9 @@ Known fold_binary(OpCode op, Known a, Known b) {
 
 Known fold_from(const std::vector<Instruction>& code, size_t pc, std::vector<Known> s,
                 const std::vector<Known>& known, int& forks) {
-  const auto slot = [&known](int at) { return size_t(at) < known.size() ? known[size_t(at)] : std::nullopt; };
+  const auto slot = [&known](int at) {
+    return size_t(at) < known.size() ? known[size_t(at)] : std::nullopt;
+  };
   for (; pc < code.size(); ++pc) {
     const Instruction& in = code[pc];
     switch (in.op) {
@@ -120,7 +122,8 @@ Known fold_from(const std::vector<Instruction>& code, size_t pc, std::vector<Kno
         if (std::all_of(s.begin() + long(base), s.end(), [](const Known& k) { return bool(k); })) {
           std::array<double, Evaluator::k_max_stack> v{};
           for (size_t i = 0; i < n; ++i) v[i] = *s[base + i];
-          r = in.op == OpCode::min ? expr_ops::min(v.data(), in.arg) : expr_ops::max(v.data(), in.arg);
+          r = in.op == OpCode::min ? expr_ops::min(v.data(), in.arg)
+                                   : expr_ops::max(v.data(), in.arg);
         }
         s.resize(base);
         s.push_back(r);
@@ -150,7 +153,8 @@ Known fold_from(const std::vector<Instruction>& code, size_t pc, std::vector<Kno
 
 }  // namespace
 
-std::optional<double> fold(const Expression& expr, const std::vector<std::optional<double>>& known) {
+std::optional<double> fold(const Expression& expr,
+                           const std::vector<std::optional<double>>& known) {
   if (!expr.program) return std::nullopt;
   int forks = 0;
   std::vector<Known> stack;

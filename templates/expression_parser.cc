@@ -129,11 +129,13 @@ class Parser {
       const Instruction& b = m_code[n - 1];
       std::optional<Instruction> fused;
       if (a.op == OpCode::load && b.op == OpCode::constant)
-        fused = Instruction{.op = OpCode::binary_load_const, .arg = a.arg, .value = b.value, .sub = op};
+        fused =
+            Instruction{.op = OpCode::binary_load_const, .arg = a.arg, .value = b.value, .sub = op};
       else if (a.op == OpCode::load && b.op == OpCode::load)
         fused = Instruction{.op = OpCode::binary_load_load, .arg = a.arg, .sub = op, .arg2 = b.arg};
       else if (a.op == OpCode::constant && b.op == OpCode::load)
-        fused = Instruction{.op = OpCode::binary_const_load, .arg = b.arg, .value = a.value, .sub = op};
+        fused =
+            Instruction{.op = OpCode::binary_const_load, .arg = b.arg, .value = a.value, .sub = op};
       if (fused) {
         a = *fused;
         m_code.pop_back();

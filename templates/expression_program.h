@@ -57,8 +57,8 @@ constexpr OpCode k_first_binary = OpCode::add;
 
 struct Instruction {
   OpCode op = OpCode::constant;
-  int arg = 0;       // load, binary_*: the slot; jumps: the target index; min/max: the argument count
-  double value = 0;  // constant, binary_load_const, binary_const_load: the value
+  int arg = 0;  // load, binary_*: the slot; jumps: the target index; min/max: the argument count
+  double value = 0;               // constant, binary_load_const, binary_const_load: the value
   OpCode sub = OpCode::constant;  // binary_*: the binary operator
   int arg2 = 0;                   // binary_load_load: the second operand's slot
 };

@@ -493,7 +493,8 @@ void plan_rules(const Manifest& m, ManifestSlots& s) {
         mark(m.derived[i].expr);
       }
     for (size_t i = 0; i < m.derived.size(); ++i)
-      if (!plan.derived_known[i]) (for_checks[i] ? plan.check_derived : plan.rest_derived).push_back(int(i));
+      if (!plan.derived_known[i])
+        (for_checks[i] ? plan.check_derived : plan.rest_derived).push_back(int(i));
     s.rules.push_back(std::move(plan));
   }
 }

@@ -213,8 +213,9 @@ TEST(BuiltinTemplatesTest, PlannedRulesPickWhatCheckingEveryConstraintPicks) {
     };
     for (size_t i = 0; i < m.derived.size(); ++i)
       if (params_only(m.derived[i].expr)) of_params[size_t(m.slots.derived[i])] = true;
-    const auto unsettled = size_t(std::count_if(m.constraints.begin(), m.constraints.end(),
-                                                [&](const Constraint& c) { return !params_only(c.expr); }));
+    const auto unsettled =
+        size_t(std::count_if(m.constraints.begin(), m.constraints.end(),
+                             [&](const Constraint& c) { return !params_only(c.expr); }));
     for (const auto& plan : m.slots.rules) {
       whens_repeated += plan.when_repeats;
       for (bool k : plan.derived_known) known_derived += k;
@@ -246,7 +247,8 @@ TEST(BuiltinTemplatesTest, PlannedRulesPickWhatCheckingEveryConstraintPicks) {
             ASSERT_EQ(bool(fast), bool(slow)) << t->name() << " " << p.describe();
             if (fast) {
               EXPECT_EQ(fast->instance.name_expression, slow->name_expression);
-              EXPECT_EQ(fast->instance.launch.grid, slow->launch.grid) << t->name() << " " << p.describe();
+              EXPECT_EQ(fast->instance.launch.grid, slow->launch.grid)
+                  << t->name() << " " << p.describe();
               EXPECT_EQ(fast->instance.launch.block, slow->launch.block);
               EXPECT_EQ(fast->instance.launch.smem, slow->launch.smem);
               EXPECT_EQ(fast->instance.launch.cluster, slow->launch.cluster);

@@ -142,13 +142,20 @@ TEST_F(ExpressionTest, FoldGivesAValueOnlyWhereTheKnownSlotsDecideIt) {
     bool decided;
   };
   const std::vector<Case> cases = {
-      {"A == 0 || B > 3", 0, true},        {"A == 0 || B > 3", 1, false},
-      {"A > 0 && B > 3", 0, true},         {"A > 0 && B > 3", 2, false},
-      {"A ? B : 2", 0, true},              {"A ? B : 2", 1, false},
-      {"B > 1 ? A + 1 : A + 1", 4, true},  {"B > 1 ? A : A + 1", 4, false},
-      {"max(A, 2) * 3", 1, true},          {"max(A, B)", 1, false},
-      {"ceil_div(A, 4) + (A % 3)", 10, true}, {"A * B", 0, false},
-      {"!(A == 1) || B", 2, true},         {"(A == 1 || B) && (A == 2)", 1, true},
+      {"A == 0 || B > 3", 0, true},
+      {"A == 0 || B > 3", 1, false},
+      {"A > 0 && B > 3", 0, true},
+      {"A > 0 && B > 3", 2, false},
+      {"A ? B : 2", 0, true},
+      {"A ? B : 2", 1, false},
+      {"B > 1 ? A + 1 : A + 1", 4, true},
+      {"B > 1 ? A : A + 1", 4, false},
+      {"max(A, 2) * 3", 1, true},
+      {"max(A, B)", 1, false},
+      {"ceil_div(A, 4) + (A % 3)", 10, true},
+      {"A * B", 0, false},
+      {"!(A == 1) || B", 2, true},
+      {"(A == 1 || B) && (A == 2)", 1, true},
   };
   for (const auto& c : cases) {
     auto e = compile_expression(c.text, m_symbols);
