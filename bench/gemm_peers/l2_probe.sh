@@ -7,7 +7,9 @@
 # variants (trial medians, the tuner's timing and fp64 check).
 #   bash bench/gemm_peers/make_kit.sh                       # dev box: .gpu/
 #   OUT=/tmp/o bash bench/gemm_peers/l2_probe.sh            # GPU node, repo root
-# $OUT: metrics-<template>.csv, metrics-calibrate-<i>.csv, metrics-cublas.csv, time-<template>-<round>.json, ncu.err.
+# $OUT: summary.txt (what the script prints) and probe.tar.gz (metrics-<template>.csv,
+# metrics-calibrate-<i>.csv, metrics-cublas.csv, time-<template>-<round>.json, ncu.err; the device
+# returns only a few files).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 K=$(cd "${K:-.gpu}" && pwd) || exit 2
@@ -25,7 +27,8 @@ import re, sys
 cfg = dict(kv.split("=") for kv in sys.argv[1].split(","))
 text = open(sys.argv[2]).read()
 names = re.search(r"template_args: \[([^\]]*)\]", text, re.S).group(1).replace("\n", " ").split(",")
-args = ["ktune_bf16" if n.strip() in ("T_IN", "T_OUT") else cfg[n.strip()] for n in names]
+# As ncu demangles it (int template arguments printed with a cast), as a regex.
+args = ["ktune_bf16" if n.strip() in ("T_IN", "T_OUT") else "\\(int\\)" + cfg[n.strip()] for n in names]
 print("ktune_gemm_tma<" + ", ".join(args) + ">")
 PY
 }
@@ -59,9 +62,9 @@ for c in $CALIBRATE; do i=$((i + 1)); echo "calibrate $i: $c"; profile "$OUT/met
 ncu_metrics "$OUT/metrics-cublas.csv" -k regex:nvjet --launch-count 1 \
   -- "$K/ktune-bench" --problem "$PROBLEM" --template gemm_tma --seed "$CONFIG" --budget 1 --target-ms 5 --finalists 1
 for r in $(seq "$ROUNDS"); do
-  for t in "${templates[@]}"; do bench "$t" "$OUT/time-$t-$r.json" > "$OUT/time-$t-$r.log" 2>&1; done
+  for t in "${templates[@]}"; do bench "$t" "$OUT/time-$t-$r.json" > /dev/null 2>&1; done
 done
-python3 - "$OUT" <<'PY'
+python3 - "$OUT" <<'PY' | tee "$OUT/summary.txt"
 import csv, glob, json, os, sys
 out = sys.argv[1]
 for f in sorted(glob.glob(os.path.join(out, "metrics-*.csv"))):
@@ -71,6 +74,10 @@ for f in sorted(glob.glob(os.path.join(out, "metrics-*.csv"))):
             vals[r[-3]] = r[-1]
     print(os.path.basename(f), {k: vals[k] for k in sorted(vals)})
 for f in sorted(glob.glob(os.path.join(out, "time-*.json"))):
-    d = json.load(open(f))
-    print(os.path.basename(f), json.dumps(d)[:600])
+    for r in json.load(open(f)).get("results", []):
+        i = r.get("interleaved", {})
+        print(os.path.basename(f), "median_us", round(r["median_us"], 2), "spread_pct",
+              round(r["spread_pct"], 1), "interleaved ktune/cublas us", i.get("ktune_us"), i.get("cublas_us"))
 PY
+tar -C "$OUT" -czf "$OUT/probe.tar.gz" $(cd "$OUT" && ls metrics-*.csv time-*.json ncu.err 2>/dev/null) &&
+  (cd "$OUT" && rm -f metrics-*.csv time-*.json ncu.err)
