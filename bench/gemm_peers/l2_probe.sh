@@ -40,14 +40,26 @@ export KTUNE_HOME=$PWD KTUNE_WORKER=$K/ktune-worker
 . bench/gemm_peers/ncu_metrics.sh
 
 templates=(gemm_tma)
+variant() {  # variant NAME: templates/NAME, a copy of gemm_tma under that name (manifest NAME.yaml)
+  rm -rf "templates/$1" && cp -r templates/gemm_tma "templates/$1"
+  mv "templates/$1/gemm_tma.yaml" "templates/$1/$1.yaml"
+  sed -i -e "s/^name: gemm_tma$/name: $1/" "templates/$1/$1.yaml"
+  templates+=("$1")
+}
 for p in $PROMOTIONS; do
   t=gemm_tma_l2$(echo "$p" | tr 'A-Z' 'a-z')
-  rm -rf "templates/$t" && cp -r templates/gemm_tma "templates/$t"
-  sed -i -e "s/^name: gemm_tma$/name: $t/" \
-    -e "/{name: tm[AB], tensor_map/s/swizzle: 128B}/swizzle: 128B, l2_promotion: $p}/" "templates/$t/gemm_tma.yaml"
-  grep -c "l2_promotion: $p" "templates/$t/gemm_tma.yaml" | grep -qx 2 || { echo "variant $t: sed missed"; exit 2; }
-  templates+=("$t")
+  variant "$t"
+  sed -i -e "/{name: tm[AB], tensor_map/s/swizzle: 128B}/swizzle: 128B, l2_promotion: $p}/" "templates/$t/$t.yaml"
+  grep -c "l2_promotion: $p" "templates/$t/$t.yaml" | grep -qx 2 || { echo "variant $t: sed missed"; exit 2; }
 done
+# SLICES_OUTER=1: work unit u is k-slice u / tiles, tile u % tiles (today: tile u / splits, slice
+# u % splits), so the CTAs of one k-slice, which read the same k-tiles, launch together.
+if [ -n "${SLICES_OUTER:-}" ]; then
+  variant gemm_tma_so
+  sed -i -e 's|w.tile_unit = u / p.splits;|w.tile_unit = u % (p.units / p.splits);|' \
+    -e 's|w.split = u % p.splits;|w.split = u / (p.units / p.splits);|' templates/gemm_tma_so/gemm_tma.cuh
+  grep -c "p.units / p.splits" templates/gemm_tma_so/gemm_tma.cuh | grep -qx 2 || { echo "variant gemm_tma_so: sed missed"; exit 2; }
+fi
 bench() {  # bench TEMPLATE OUTFILE: the config alone (after the heuristic's), finalists re-timed
   "$K/ktune-bench" --problem "$PROBLEM" --template "$1" --strategy model --seed "$CONFIG" --budget 2 \
     --target-ms 30 --finalists 2 --out "$2"
