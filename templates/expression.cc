@@ -75,8 +75,7 @@ inline double binary(OpCode op, double a, double b) {
 
 using Known = std::optional<double>;
 
-// fold()'s walk from `pc` with operand stack `s` (by value: a `?:` on an unknown condition walks
-// both branches from the same stack). `forks` bounds the branches walked per expression.
+// binary() over operands that may be unknown: known when both are, or when one decides.
 Known fold_binary(OpCode op, Known a, Known b) {
   if (a && b) return binary(op, *a, *b);
   // Both operands are evaluated, but one false decides && and one true || (NaN counts as true).
@@ -85,6 +84,8 @@ Known fold_binary(OpCode op, Known a, Known b) {
   return std::nullopt;
 }
 
+// fold()'s walk from `pc` with operand stack `s` (by value: a `?:` on an unknown condition walks
+// both branches from the same stack). `forks` bounds the branches walked per expression.
 Known fold_from(const std::vector<Instruction>& code, size_t pc, std::vector<Known> s,
                 const std::vector<Known>& known, int& forks) {
   const auto slot = [&known](int at) {

@@ -126,12 +126,12 @@ struct MetricSpec {
 };
 
 // A heuristic rule made ready when the manifest loads: its params as the values their slots are
-// bound to (every rule is a whole config within its domains: the parser checks), and what reads
-// its params alone evaluated once, the derived values of params only and whether every
-// constraint of params only holds. Trying the rule for a problem then evaluates only what reads
-// the problem or the device (a cold lookup tries rules of every template of its op), and of that
-// only what the rule's params leave open (fold(): `STREAMK == 0 || units > wave_clusters` holds
-// for every problem when STREAMK is 0), and the derived values those checks read.
+// bound to (every rule is a whole config within its domains: the parser checks), and what its
+// params alone decide folded once (fold(): the derived values they fix, and the constraints they
+// settle: `STREAMK == 0 || units > wave_clusters` holds for every problem when STREAMK is 0).
+// Trying the rule for a problem then evaluates only the constraints left open and the derived
+// values those read (a cold lookup tries rules of every template of its op); the other derived
+// values only once it fits.
 struct RulePlan {
   std::vector<double> params;   // per Manifest::params
   std::vector<double> derived;  // per Manifest::derived; set where `derived_known`
