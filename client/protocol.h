@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <expected>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -236,6 +237,8 @@ inline std::string dump_line(const Json& j) {
 
 // ---- framing --------------------------------------------------------------------------------
 
+struct LookupRequest;
+
 // A parsed request line: the common fields, and the whole object for op-specific fields.
 struct Request {
   int v = k_version;
@@ -244,6 +247,9 @@ struct Request {
   Json body;               // the full request object
   std::string raw;         // daemon side: the line as received, when a handler caches by its text
   std::string attachment;  // the bytes announced by "attach" (see attachment_size)
+  // Daemon side: a lookup read from a plain line without the JSON parser (daemon/plain_line.h);
+  // `body` is then null.
+  std::shared_ptr<const LookupRequest> lookup;
 };
 
 // Whether a line that is not valid JSON names "attach" as a key: then the bytes after it may be

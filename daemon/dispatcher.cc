@@ -4,6 +4,7 @@
 #include <future>
 
 #include "config/log.h"
+#include "daemon/plain_line.h"
 
 namespace ktune {
 namespace {
@@ -81,6 +82,18 @@ Emit logged(std::string_view line, const Peer& peer, Emit emit) {
   };
 }
 
+// A request from a plain lookup line, or nullptr.
+std::shared_ptr<protocol::Request> plain_request(std::string_view line) {
+  auto plain = parse_plain_lookup(line);
+  if (!plain) return nullptr;
+  auto req = std::make_shared<protocol::Request>();
+  req->v = plain->version;
+  req->id = std::move(plain->id);
+  req->op = "lookup";
+  req->lookup = std::make_shared<const protocol::LookupRequest>(std::move(plain->request));
+  return req;
+}
+
 }  // namespace
 
 std::span<const OpHandler> op_handlers() {
@@ -130,14 +143,23 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
   if (attachment.empty())
     if (auto fast = try_fast(line, peer)) return void(emit(std::move(*fast), true));
   // --- policy: parse, version ---
-  auto parsed = protocol::parse_request(line, &id);
-  if (!parsed) {
-    m_ctx.metrics.count_request("other");
-    m_ctx.metrics.count_error(parsed.error().kind);
-    return void(emit(protocol::reply_error(id, parsed.error().kind, parsed.error().message), true));
+  // A plain lookup line (daemon/plain_line.h) is read without the JSON parser. Not from TCP: the
+  // general parser reads its token.
+  std::shared_ptr<protocol::Request> req;
+  if (attachment.empty() && !peer.tcp) req = plain_request(line);
+  if (req) {
+    id = req->id;
+  } else {
+    auto parsed = protocol::parse_request(line, &id);
+    if (!parsed) {
+      m_ctx.metrics.count_request("other");
+      m_ctx.metrics.count_error(parsed.error().kind);
+      return void(
+          emit(protocol::reply_error(id, parsed.error().kind, parsed.error().message), true));
+    }
+    req = std::make_shared<protocol::Request>(std::move(*parsed));
+    req->attachment = std::move(attachment);
   }
-  auto req = std::make_shared<protocol::Request>(std::move(*parsed));
-  req->attachment = std::move(attachment);
   // --- policy: authentication, before any handler or cache ---
   const Rights rights = peer.tcp ? tcp_rights(m_ctx.config, req->body) : peer.rights;
   if (rights == Rights::none) {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "daemon/launch.h"
+#include "daemon/plain_line.h"
 #include "templates/space.h"
 
 namespace ktune {
@@ -96,38 +97,6 @@ double work(const Problem& p) {
   double w = 1;
   for (const auto& [_, v] : p.dims) w *= double(v);
   return w;
-}
-
-// The request text after the id, when the line has the shape our clients send.
-struct SplitLine {
-  char version;           // '1' or '2', as written
-  std::string_view id;    // the id token as written: echoed verbatim, so always valid JSON
-  std::string_view rest;  // from the comma after the id to the end
-};
-// Only ids that are JSON as written qualify (the rest of the line was validated when its answer
-// was remembered): a string of printable ASCII without escapes, or digits without a leading
-// zero. Anything else (escapes, control bytes, non-ASCII, "007", 1-2-3) takes the parsing path.
-std::optional<SplitLine> split_lookup_line(std::string_view line) {
-  constexpr std::string_view head = R"({"v":1,"id":)";  // or {"v":2,"id":
-  if (line.size() <= head.size() || !line.starts_with(head.substr(0, 5)) ||
-      (line[5] != '1' && line[5] != '2') || line.substr(6, head.size() - 6) != head.substr(6))
-    return std::nullopt;
-  size_t i = head.size();
-  if (i < line.size() && line[i] == '"') {
-    for (++i; i < line.size() && line[i] != '"'; ++i) {
-      const auto c = static_cast<unsigned char>(line[i]);
-      if (c < 0x20 || c > 0x7e || c == '\\') return std::nullopt;
-    }
-    if (i == line.size()) return std::nullopt;
-    ++i;
-  } else {
-    while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
-    if (i > head.size() + 1 && line[head.size()] == '0') return std::nullopt;  // "007" is no JSON
-  }
-  if (i == head.size()) return std::nullopt;
-  const std::string_view rest = line.substr(i);
-  if (!rest.starts_with(R"(,"op":"lookup",)")) return std::nullopt;
-  return SplitLine{line[5], line.substr(head.size(), i - head.size()), rest};
 }
 
 }  // namespace
@@ -483,36 +452,41 @@ double LookupService::estimate_us(const TemplateRegistry& templates, const Probl
 
 protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::lookup(
     const Json& body, Cold cold, std::string_view line, int version) {
+  auto req = protocol::lookup_from_json(body);
+  if (!req) return std::unexpected(req.error());
+  return lookup(*req, cold, line, version);
+}
+
+protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::lookup(
+    const protocol::LookupRequest& request, Cold cold, std::string_view line, int version) {
   // Read first: what the key and answer are computed from (the index, then the templates) is at
   // least this new.
   const std::uint64_t generation = this->generation();
   const TemplateSet::Snapshot templates = m_templates.current();
-  auto req = protocol::lookup_from_json(body);
-  if (!req) return std::unexpected(req.error());
   std::shared_ptr<const PinTable::Pin> pin;
-  if (!req->pin.empty()) {
-    pin = m_pins.find(req->pin);
+  if (!request.pin.empty()) {
+    pin = m_pins.find(request.pin);
     if (!pin)
       return protocol::error(ErrorKind::not_found,
-                             "no pin '" + req->pin + "' (pins: " + m_pins.names() + ")");
+                             "no pin '" + request.pin + "' (pins: " + m_pins.names() + ")");
   }
-  auto problem = canonical_problem(req->problem, *templates);
+  auto problem = canonical_problem(request.problem, *templates);
   if (!problem) return std::unexpected(problem.error());
-  auto device = resolve_device_cached(req->device);
+  auto device = resolve_device_cached(request.device);
   if (!device) return std::unexpected(device.error());
   const ResolvedDevice& resolved = **device;
   // v2 replies say which layout was assumed for a request that named none (v1 replies stay as
   // they were): such an answer is cached apart from the one to a request naming that layout.
   const std::string assumed_layout =
-      version >= 2 && req->problem.layout.empty() ? problem->layout : std::string();
+      version >= 2 && request.problem.layout.empty() ? problem->layout : std::string();
   std::string key = resolved.id;
   key += '\n';
   key += problem->key();
   key += '\n';
-  key += std::to_string(req->limit);
+  key += std::to_string(request.limit);
   if (version >= 2) key += "\nv2";
   if (!assumed_layout.empty()) key += "\nassumed";
-  if (pin) key += "\npin:" + req->pin;
+  if (pin) key += "\npin:" + request.pin;
   std::shared_ptr<const Answer> answer;
   std::shared_ptr<InFlight> flight;
   bool run_it = false;
@@ -525,9 +499,8 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     if (const auto* cached = m_by_key.find(
             key, [&](CachedAnswer& c) { return still_valid_locked(c, generation); })) {
       answer = cached->answer;
-    } else if (cold == Cold::build ||
-               (cold == Cold::build_if_cheap &&
-                cheap_locked(key, cost_key, req->limit, generation))) {
+    } else if (cold == Cold::build || (cold == Cold::build_if_cheap &&
+                                       cheap_locked(key, cost_key, request.limit, generation))) {
       inline_build = cold == Cold::build_if_cheap;
       std::tie(flight, run_it) = join_build_locked(key, generation);
     }
@@ -536,7 +509,7 @@ protocol::Expected<std::shared_ptr<const LookupService::Answer>> LookupService::
     if (!flight) return nullptr;  // refuse, or not cheap enough to build here
     if (!run_it && m_observer.on_join) m_observer.on_join(key);
     auto built = run_it ? run_build(key, *flight, {generation, *templates, pin.get()}, *problem,
-                                    resolved, req->limit, version, assumed_layout, inline_build,
+                                    resolved, request.limit, version, assumed_layout, inline_build,
                                     std::move(cost_key))
                         : flight->result.get();
     if (!built) return built;

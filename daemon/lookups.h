@@ -134,6 +134,10 @@ class LookupService {
   protocol::Expected<std::shared_ptr<const Answer>> lookup(const protocol::Json& body, Cold cold,
                                                            std::string_view line = {},
                                                            int version = protocol::k_min_version);
+  // The same for a request already read (a plain line's, daemon/plain_line.h).
+  protocol::Expected<std::shared_ptr<const Answer>> lookup(const protocol::LookupRequest& request,
+                                                           Cold cold, std::string_view line = {},
+                                                           int version = protocol::k_min_version);
   // The reply line for `answer` (counts the lookup and, for a miss, the miss).
   std::string reply(const protocol::Json& id, const Answer& answer,
                     std::chrono::steady_clock::time_point t0);
