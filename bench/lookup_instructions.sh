@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Instructions a cold lookup executes, counted by callgrind: a measure of the cold path's CPU that
 # does not move with the host (the 2-vCPU dev VM's timings of one binary spread 27-39 us run to
-# run; bench/NOTES.md). Counts LookupService::lookup and everything under it, per cold phase of
+# run; bench/NOTES.md). Counts LookupService::lookup (of a JSON body: the request read too) and
+# everything under it, per cold phase of
 # ktune-memory-bench (`--cold PHASE`), for each binary given, so two builds compare side by side.
 #   bench/lookup_instructions.sh build/bench/ktune-memory-bench [/tmp/base-memory-bench ...]
 # WINNERS (20000), QUERIES (1000), PHASES ("cold cold_live cold_novel_n64_k64"). Prints one line
@@ -20,7 +21,7 @@ for phase in $PHASES; do
   for bin in "$@"; do
     i=$((i + 1))
     valgrind --tool=callgrind --callgrind-out-file="$W/$i-$phase.out" \
-      --toggle-collect='ktune::LookupService::lookup*' \
+      --toggle-collect='ktune::LookupService::lookup(nlohmann*' \
       "$bin" --winners "$WINNERS" --queries "$QUERIES" --cold "$phase" > "$W/$i-$phase.json" 2> "$W/$i-$phase.err" &
   done
   wait

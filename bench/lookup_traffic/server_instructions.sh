@@ -11,6 +11,7 @@
 # functions of each point. Every cold build runs on the executor (server.inline_build_us 0): under
 # callgrind every build measures dear, so the inline budget would decide nothing reproducibly; the
 # hop's instructions (a post each way and a wake-up) are counted in every cold point.
+# CALLGRIND_ARGS: more callgrind options (--cache-sim=yes: simulated cache misses per request too).
 # Needs valgrind, redis-server and redis-tools.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,7 +28,7 @@ want() { [[ " $POINTS " == *" $1 "* ]]; }
 
 start() {  # name, then the server's command line: runs it under callgrind, collecting nothing yet
   local name=$1; shift
-  valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$W/$name.%p.out" \
+  valgrind --tool=callgrind --instr-atstart=no ${CALLGRIND_ARGS:-} --callgrind-out-file="$W/$name.%p.out" \
     "$@" >"$W/$name.log" 2>&1 &
   PIDS+=($!)
   SPID=$!
@@ -62,6 +63,17 @@ d = json.load(open('$W/load.json'))
 if d['errors']: sys.exit(f'{d[\"errors\"]} error replies: not a measurement')
 print(d['requests'])")
   echo "$label: $((ir / served)) instructions per request ($ir over $served)"
+  # With CALLGRIND_ARGS=--cache-sim=yes: every simulated event per request (D1mr: first-level
+  # data read misses, DLmr: last-level ones, ...).
+  if grep -q "^events: Ir [A-Z]" "$out"; then
+    python3 - "$out" "$served" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+events = next(l for l in lines if l.startswith("events:")).split()[1:]
+totals = next(l for l in lines if l.startswith("totals:")).split()[1:]
+print("  per request: " + ", ".join(f"{e} {int(t) / int(sys.argv[2]):.1f}" for e, t in zip(events, totals)))
+PY
+  fi
   if [ -n "${ANNOTATE:-}" ]; then
     callgrind_annotate --inclusive=yes "$out" 2>/dev/null | grep -E "^ *[0-9,]+ \(" | sed -n 2,40p \
       | sed -E 's/\[[^]]*\]$//; s/\(([^()]|\([^()]*\))*\)//g' | cut -c1-150
