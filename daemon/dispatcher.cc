@@ -112,11 +112,11 @@ std::string reply_line(OpContext& ctx, const protocol::Request& req, OpReply rep
 
 Dispatcher::Dispatcher(OpContext& ctx, Executor* executor) : m_ctx(ctx), m_executor(executor) {}
 
-std::optional<std::string> Dispatcher::try_fast(std::string_view line, const Peer& peer) {
+bool Dispatcher::append_fast(std::string_view line, const Peer& peer, std::string& out) {
   // TCP requests carry a token to check: no text cache. Every Unix peer that got a session may
   // run read ops, and the text cache holds lookups only.
-  if (peer.tcp) return std::nullopt;
-  return m_ctx.lookups.fast_reply(line);
+  if (peer.tcp) return false;
+  return m_ctx.lookups.fast_reply(line, out);
 }
 
 std::optional<Executor::Lane> Dispatcher::make_lane() {

@@ -11,7 +11,7 @@
 // compilation. Replies go to an Emit callback, once per line (several for a streamed op such as
 // watch), possibly from an executor thread. Never throws.
 //
-// Thread-safety: handle() and try_fast() may be called concurrently from every I/O thread.
+// Thread-safety: handle() and append_fast() may be called concurrently from every I/O thread.
 #pragma once
 
 #include <algorithm>
@@ -37,7 +37,7 @@ class Dispatcher final : public RequestHandler {
   Dispatcher(OpContext& ctx, Executor* executor);
 
   // A reply from memory for a trusted peer's line (a repeated lookup), or nullopt. Microseconds.
-  std::optional<std::string> try_fast(std::string_view line, const Peer& peer) override;
+  bool append_fast(std::string_view line, const Peer& peer, std::string& out) override;
   // Handles one request line (without its newline) and its attachment (empty when the line
   // announced none); each reply line goes to `emit`. With `lane` (the client's, make_lane()), a
   // lookup that memory cannot answer runs on it: one client's cold lookups are built one after

@@ -78,11 +78,11 @@ ArgValues arg_values(int version) {
   return version >= 2 ? ArgValues::kept : ArgValues::checked;
 }
 
-// A lookup's reply line from its parts as JSON text, in one buffer sized up front (the answer's
-// text is most of it): the fast path's and the dispatcher's replies are the same bytes.
-std::string reply_line(std::string_view version, std::string_view id, std::string_view result) {
-  std::string out;
-  out.reserve(result.size() + id.size() + version.size() + 32);
+// A lookup's reply line from its parts as JSON text, appended to `out` after one reservation (the
+// answer's text is most of it): the fast path's and the dispatcher's replies are the same bytes.
+void append_reply_line(std::string& out, std::string_view version, std::string_view id,
+                       std::string_view result) {
+  out.reserve(out.size() + result.size() + id.size() + version.size() + 32);
   out += R"({"v":)";
   out += version;
   out += R"(,"id":)";
@@ -90,7 +90,6 @@ std::string reply_line(std::string_view version, std::string_view id, std::strin
   out += R"(,"ok":true,"result":)";
   out += result;
   out += "}\n";
-  return out;
 }
 
 double work(const Problem& p) {
@@ -140,10 +139,10 @@ void LookupService::record_misses(const Answer& answer, std::uint64_t times) {
                   answer.expected_us, answer.gain, times);
 }
 
-std::optional<std::string> LookupService::fast_reply(std::string_view line) {
+bool LookupService::fast_reply(std::string_view line, std::string& out) {
   const auto split = split_lookup_line(line);
   // Longer text is never remembered (remember_line).
-  if (!split || split->rest.size() > k_max_cached_line) return std::nullopt;
+  if (!split || split->rest.size() > k_max_cached_line) return false;
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t generation = this->generation();
   // The text key in a buffer this thread reuses: a cached hit allocates only its reply.
@@ -157,7 +156,7 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
     // One probe: the line's entry holds its answer.
     const auto* cached =
         m_by_text.find(text, [&](CachedAnswer& c) { return still_valid_locked(c, generation); });
-    if (!cached) return std::nullopt;
+    if (!cached) return false;
     answer = cached->answer;
     // Counted here, recorded at the tracker's next fold (before any read of it); past
     // k_max_unrecorded answers waiting, recorded now, as before folds existed.
@@ -177,7 +176,8 @@ std::optional<std::string> LookupService::fast_reply(std::string_view line) {
   m_metrics.count_lookup(
       answer->provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return reply_line(std::string_view(&split->version, 1), split->id, answer->result);
+  append_reply_line(out, std::string_view(&split->version, 1), split->id, answer->result);
+  return true;
 }
 
 void LookupService::remember_line(std::string_view line, std::shared_ptr<const Answer> answer,
@@ -259,8 +259,10 @@ std::string LookupService::reply(const Json& id, const Answer& answer,
   m_metrics.count_lookup(
       answer.provenance,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  return reply_line(std::to_string(answer.version),
+  std::string out;
+  append_reply_line(out, std::to_string(answer.version),
                     id.dump(-1, ' ', false, Json::error_handler_t::replace), answer.result);
+  return out;
 }
 
 protocol::Expected<std::shared_ptr<const LookupService::ResolvedDevice>>

@@ -142,8 +142,15 @@ class LookupService {
   std::string reply(const protocol::Json& id, const Answer& answer,
                     std::chrono::steady_clock::time_point t0);
   // A cached answer for a line of the exact shape our clients send ({"v":1,"id":..,"op":"lookup",
-  // ...}), as a reply line; nullopt when the line is not of that shape or not cached.
-  std::optional<std::string> fast_reply(std::string_view line);
+  // ...}), as a reply line appended to `out`; false (`out` untouched) when the line is not of
+  // that shape or not cached.
+  bool fast_reply(std::string_view line, std::string& out);
+  // The same reply line as a string of its own, or nullopt.
+  std::optional<std::string> fast_reply(std::string_view line) {
+    std::string out;
+    if (!fast_reply(line, out)) return std::nullopt;
+    return out;
+  }
 
   // Resolves a device class named by id or unique prefix, or this node's first GPU.
   protocol::Expected<std::pair<DeviceClass, DeviceLimits>> resolve_device(

@@ -5,7 +5,7 @@
 // handler behind a real Session, whose every reply is known in advance, and compares what the
 // client receives with a model of the framing byte for byte.
 //
-// Thread-safety: try_fast() and handle() may be called concurrently from every I/O thread;
+// Thread-safety: append_fast() and handle() may be called concurrently from every I/O thread;
 // `emit` may be called from any thread (the Session posts each reply line back to its own).
 #pragma once
 
@@ -24,9 +24,17 @@ class RequestHandler {
  public:
   virtual ~RequestHandler() = default;
 
-  // The whole reply to `line` (newline included) when it can be given from memory on the calling
-  // I/O thread, or nullopt: then the session calls handle(). Microseconds.
-  virtual std::optional<std::string> try_fast(std::string_view line, const Peer& peer) = 0;
+  // Appends the whole reply to `line` (newline included) to `out` when it can be given from
+  // memory on the calling I/O thread, and says true; false (`out` untouched): then the session
+  // calls handle(). Microseconds. Into the caller's buffer: a session with nothing owed ahead of
+  // the reply appends it to what it sends next, with no string of its own.
+  virtual bool append_fast(std::string_view line, const Peer& peer, std::string& out) = 0;
+  // append_fast() into a string of its own, or nullopt.
+  std::optional<std::string> try_fast(std::string_view line, const Peer& peer) {
+    std::string out;
+    if (!append_fast(line, peer, out)) return std::nullopt;
+    return out;
+  }
   // Handles one request line (without its newline) and its attachment (empty when the line
   // announced none); every reply line goes to `emit`, the last with `last` set, now or later.
   // `lane`: the connection's, from make_lane(), or null.

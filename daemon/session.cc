@@ -96,9 +96,10 @@ bool Session<Socket>::write_ready() {
   if (m_done) return false;
   bool sent = false;
   // While no socket write is pending the writer is parked with m_out empty (or about to find it
-  // non-empty): whatever is ready at the front goes now, and what the socket does not take stays
-  // in m_out, where the writer sends it before anything behind it.
-  if (!m_writing && m_out.empty()) {
+  // non-empty: unsent bytes, or fast replies dispatch() appended): m_out and whatever is ready at
+  // the front go now, and what the socket does not take stays in m_out, where the writer sends
+  // it before anything behind it.
+  if (!m_writing) {
     while (!m_slots.empty() && m_slots.front()->done && !m_slots.front()->close) {
       if (m_out.empty())
         m_out.swap(m_slots.front()->out);
@@ -147,8 +148,20 @@ void Session<Socket>::append(Slot& slot, std::string text, bool last) {
 
 template <typename Socket>
 void Session<Socket>::dispatch(std::string_view line, std::string attachment) {
-  if (attachment.empty())
-    if (auto fast = m_handler.try_fast(line, m_peer)) return push_ready(std::move(*fast), false);
+  if (attachment.empty()) {
+    if (m_slots.empty() && !m_writing) {
+      // Nothing owed ahead of this reply and no write in flight: a fast one goes straight into
+      // the send buffer (behind what it holds unsent), without a slot or a string of its own.
+      const size_t before = m_out.size();
+      if (m_handler.append_fast(line, m_peer, m_out)) {
+        m_unsent += m_out.size() - before;
+        if (!m_batching) wake_writer();
+        return;
+      }
+    } else if (auto fast = m_handler.try_fast(line, m_peer)) {
+      return push_ready(std::move(*fast), false);
+    }
+  }
   auto slot = std::make_shared<Slot>();
   m_slots.push_back(slot);
   ++m_running;

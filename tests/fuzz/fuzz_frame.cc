@@ -89,9 +89,10 @@ class ScriptedHandler final : public RequestHandler {
  public:
   explicit ScriptedHandler(asio::io_context& io) : m_io(io) {}
 
-  std::optional<std::string> try_fast(std::string_view line, const Peer&) override {
-    if (kind_of(line) != Kind::fast) return std::nullopt;
-    return reply_text(m_seq++, 'f', 1, 1, line, {});
+  bool append_fast(std::string_view line, const Peer&, std::string& out) override {
+    if (kind_of(line) != Kind::fast) return false;
+    out += reply_text(m_seq++, 'f', 1, 1, line, {});
+    return true;
   }
   void handle(std::string_view line, std::string attachment, const Peer&, Emit emit,
               const Executor::Lane*) override {
