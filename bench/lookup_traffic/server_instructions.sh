@@ -11,8 +11,10 @@
 # functions of each point. Every cold build runs on the executor (server.inline_build_us 0): under
 # callgrind every build measures dear, so the inline budget would decide nothing reproducibly; the
 # hop's instructions (a post each way and a wake-up) are counted in every cold point.
-# CALLGRIND_ARGS: more callgrind options (--cache-sim=yes: simulated cache misses per request too).
-# Needs valgrind, redis-server and redis-tools.
+# CALLGRIND_ARGS: more callgrind options (--cache-sim=yes: simulated cache misses per request too;
+# then SORT=DLmr orders ANNOTATE's functions by last-level read misses).
+# OUT_JSON: also write the points there (bench/results/...). Needs valgrind, redis-server and
+# redis-tools.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 COUNT=${COUNT:-20000}
@@ -22,7 +24,7 @@ POINTS=${POINTS:-one zipf-warm cold cold-near redis}
 LOAD=${LOAD:-build/bench/ktune-lookup-load}
 W=$(mktemp -d /tmp/server-ir-XXXXXX)
 PIDS=()
-cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$W"; }
+cleanup() { kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$W"; }
 trap cleanup EXIT
 want() { [[ " $POINTS " == *" $1 "* ]]; }
 
@@ -50,10 +52,14 @@ measure() {  # label, pid, requests, then the load generator's arguments: instru
   callgrind_control -i on "$pid" >/dev/null 2>&1
   "$LOAD" --json "$@" >"$W/load.json"
   callgrind_control -i off "$pid" >/dev/null 2>&1
-  callgrind_control -d "$label" "$pid" >/dev/null 2>&1
-  local out
-  out=$(ls -t "$W"/*.out.* 2>/dev/null | head -1 || true)
-  [ -n "$out" ] || out=$(ls -t "$W"/*.out | head -1)
+  callgrind_control -d "$(echo "$label" | tr -c "a-zA-Z0-9_\n-" _)" "$pid" >/dev/null 2>&1
+  local out=""
+  for _ in $(seq 300); do  # the dump is written by the server, after callgrind_control returns
+    out=$(ls -t "$W"/*.out.* 2>/dev/null | head -1 || true)
+    [ -n "$out" ] && grep -q "^totals:" "$out" && break
+    sleep 0.1
+  done
+  [ -n "$out" ] || { echo "$label: no dump from callgrind" >&2; exit 1; }
   local ir
   ir=$(grep -E "^totals:" "$out" | head -1 | awk '{print $2}')
   local served
@@ -63,6 +69,15 @@ d = json.load(open('$W/load.json'))
 if d['errors']: sys.exit(f'{d[\"errors\"]} error replies: not a measurement')
 print(d['requests'])")
   echo "$label: $((ir / served)) instructions per request ($ir over $served)"
+  python3 - "$out" "$served" "$label" >>"$W/points.jsonl" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+events = next(l for l in lines if l.startswith("events:")).split()[1:]
+totals = next(l for l in lines if l.startswith("totals:")).split()[1:]
+n = int(sys.argv[2])
+print(json.dumps({"point": sys.argv[3], "requests": n,
+                  "per_request": {e: round(int(t) / n, 1) for e, t in zip(events, totals)}}))
+PY
   # With CALLGRIND_ARGS=--cache-sim=yes: every simulated event per request (D1mr: first-level
   # data read misses, DLmr: last-level ones, ...).
   if grep -q "^events: Ir [A-Z]" "$out"; then
@@ -75,7 +90,7 @@ print("  per request: " + ", ".join(f"{e} {int(t) / int(sys.argv[2]):.1f}" for e
 PY
   fi
   if [ -n "${ANNOTATE:-}" ]; then
-    callgrind_annotate --inclusive=yes "$out" 2>/dev/null | grep -E "^ *[0-9,]+ \(" | sed -n 2,40p \
+    callgrind_annotate --inclusive=yes ${SORT:+--sort=$SORT} "$out" 2>/dev/null | grep -E "^ *[0-9,]+ " | sed -n 2,40p \
       | sed -E 's/\[[^]]*\]$//; s/\(([^()]|\([^()]*\))*\)//g' | cut -c1-150
   fi
   rm -f "$out"
@@ -133,4 +148,16 @@ for z in range(10000):
     sys.stdout.write(f'*3\r\n\$3\r\nSET\r\n\${len(k)}\r\n{k}\r\n\${len(v)}\r\n{v}\r\n')
 " | redis-cli -s "$rsock" --pipe >/dev/null
   measure "redis-server GET zipf" "$rpid" "$REQUESTS" --socket "$rsock" --redis --mix zipf:8 --requests $((REQUESTS / 8)) --seed 7
+fi
+
+if [ -n "${OUT_JSON:-}" ]; then
+  python3 - "$W/points.jsonl" "$OUT_JSON" "$COUNT" "$(redis-server --version 2>/dev/null || echo none)" "${CALLGRIND_ARGS:-}" <<'PY'
+import datetime, json, platform, sys
+points = [json.loads(l) for l in open(sys.argv[1])]
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "unknown")
+json.dump({"bench": "server_instructions", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "host": platform.node(), "cpu": cpu, "winners": int(sys.argv[3]), "redis": sys.argv[4],
+           "callgrind_args": sys.argv[5], "points": points}, open(sys.argv[2], "w"), indent=1)
+print("wrote", sys.argv[2])
+PY
 fi
