@@ -36,7 +36,8 @@ class Dispatcher final : public RequestHandler {
   // REQUIRES: `ctx` and `executor` outlive the dispatcher and every reply still in flight.
   Dispatcher(OpContext& ctx, Executor* executor);
 
-  // A reply from memory for a trusted peer's line (a repeated lookup), or nullopt. Microseconds.
+  // Appends a reply from memory for a trusted peer's line (a repeated lookup) to `out`, or says
+  // false. Microseconds.
   bool append_fast(std::string_view line, const Peer& peer, std::string& out) override;
   // Handles one request line (without its newline) and its attachment (empty when the line
   // announced none); each reply line goes to `emit`. With `lane` (the client's, make_lane()), a
