@@ -39,21 +39,27 @@ class Reader {
     if (!name || !eat(':')) return std::nullopt;
     return name;
   }
-  // Digits without a leading zero (0 itself), at most max_digits of them: a value a 64-bit
-  // integer holds for max_digits <= 19.
-  std::optional<std::uint64_t> natural(int max_digits) {
+  // A run of digits without a leading zero (0 itself), as written.
+  std::optional<std::string_view> digits() {
     const size_t begin = m_at;
-    std::uint64_t v = 0;
-    while (m_at < m_text.size() && std::isdigit(static_cast<unsigned char>(m_text[m_at])))
-      v = v * 10 + std::uint64_t(m_text[m_at++] - '0');
-    const size_t n = m_at - begin;
-    if (n == 0 || n > size_t(max_digits) || (n > 1 && m_text[begin] == '0')) return std::nullopt;
-    // A fraction or an exponent makes it a float: not plain.
+    while (m_at < m_text.size() && std::isdigit(static_cast<unsigned char>(m_text[m_at]))) ++m_at;
+    const std::string_view run = m_text.substr(begin, m_at - begin);
+    if (run.empty() || (run.size() > 1 && run.front() == '0')) return std::nullopt;
+    return run;
+  }
+  // digits() of at most max_digits, not followed by a fraction or an exponent (a float is not
+  // plain): a value a 64-bit integer holds for max_digits <= 19.
+  std::optional<std::uint64_t> natural(int max_digits) {
+    const auto run = digits();
+    if (!run || run->size() > size_t(max_digits)) return std::nullopt;
     if (m_at < m_text.size() && (m_text[m_at] == '.' || m_text[m_at] == 'e' || m_text[m_at] == 'E'))
       return std::nullopt;
+    std::uint64_t v = 0;
+    for (char c : *run) v = v * 10 + std::uint64_t(c - '0');
     return v;
   }
   bool done() const { return m_at == m_text.size(); }
+  size_t at() const { return m_at; }
 
  private:
   std::string_view m_text;
@@ -130,19 +136,10 @@ std::optional<SplitLine> split_lookup_line(std::string_view line) {
   if (line.size() <= head.size() || !line.starts_with(head.substr(0, 5)) ||
       (line[5] != '1' && line[5] != '2') || line.substr(6, head.size() - 6) != head.substr(6))
     return std::nullopt;
-  size_t i = head.size();
-  if (i < line.size() && line[i] == '"') {
-    for (++i; i < line.size() && line[i] != '"'; ++i) {
-      const auto c = static_cast<unsigned char>(line[i]);
-      if (c < 0x20 || c > 0x7e || c == '\\') return std::nullopt;
-    }
-    if (i == line.size()) return std::nullopt;
-    ++i;
-  } else {
-    while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i]))) ++i;
-    if (i > head.size() + 1 && line[head.size()] == '0') return std::nullopt;  // "007" is no JSON
-  }
-  if (i == head.size()) return std::nullopt;
+  // The id: a plain string (echoed with its quotes) or digits, of any length.
+  Reader id(line.substr(head.size()));
+  if (!(line[head.size()] == '"' ? bool(id.string()) : bool(id.digits()))) return std::nullopt;
+  const size_t i = head.size() + id.at();
   const std::string_view rest = line.substr(i);
   if (!rest.starts_with(R"(,"op":"lookup",)")) return std::nullopt;
   return SplitLine{line[5], line.substr(head.size(), i - head.size()), rest};
