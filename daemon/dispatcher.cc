@@ -140,8 +140,6 @@ void Dispatcher::handle(std::string_view line, std::string attachment, const Pee
 
 void Dispatcher::policy(std::string_view line, std::string attachment, const Peer& peer, Emit& emit,
                         Json& id, const Executor::Lane* lane) {
-  if (attachment.empty())
-    if (auto fast = try_fast(line, peer)) return void(emit(std::move(*fast), true));
   // --- policy: parse, version ---
   // A plain lookup line (daemon/plain_line.h) is read without the JSON parser. Not from TCP: the
   // general parser reads its token.
@@ -212,6 +210,8 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
 }
 
 Response Dispatcher::handle(std::string_view line, const Peer& peer, std::string attachment) {
+  if (attachment.empty())  // as a session does before handle()
+    if (auto fast = try_fast(line, peer)) return Response{std::move(*fast)};
   auto done = std::make_shared<std::promise<void>>();
   auto out = std::make_shared<std::string>();
   auto mutex = std::make_shared<std::mutex>();

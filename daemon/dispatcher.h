@@ -47,7 +47,8 @@ class Dispatcher final : public RequestHandler {
               const Executor::Lane* lane = nullptr) override;
   // A lane for one client's handle() calls; nullopt without an executor.
   std::optional<Executor::Lane> make_lane() override;
-  // Runs one request to its last reply line and returns them all (tests and synchronous callers).
+  // Runs one request to its last reply line and returns them all (tests and synchronous callers):
+  // append_fast() first, then handle(), as a session does.
   Response handle(std::string_view line, const Peer& peer = {}, std::string attachment = {});
 
   // The config's max_attachment_bytes.

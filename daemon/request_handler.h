@@ -37,7 +37,8 @@ class RequestHandler {
   }
   // Handles one request line (without its newline) and its attachment (empty when the line
   // announced none); every reply line goes to `emit`, the last with `last` set, now or later.
-  // `lane`: the connection's, from make_lane(), or null.
+  // `lane`: the connection's, from make_lane(), or null. The caller has tried append_fast()
+  // first: handle() does not ask it again.
   virtual void handle(std::string_view line, std::string attachment, const Peer& peer, Emit emit,
                       const Executor::Lane* lane) = 0;
   // A lane (daemon/executor.h) a session makes once and passes with each of its lines, so the
