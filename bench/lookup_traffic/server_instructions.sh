@@ -44,8 +44,8 @@ wait_socket() {  # a server under valgrind starts in tens of seconds
   echo "no socket $1; the server's log:" >&2; tail -20 "$W"/*.log >&2; exit 1
 }
 
-measure() {  # label, pid, requests, then the load generator's arguments: instructions per request
-  local label=$1 pid=$2 n=$3; shift 3
+measure() {  # label, pid, then the load generator's arguments: instructions per request served
+  local label=$1 pid=$2; shift 2
   # Unmeasured warm-up of the same class first, so that caches, the index and the allocator are
   # in their steady state (cold points: other never-seen shapes).
   callgrind_control -z "$pid" >/dev/null 2>&1
@@ -113,23 +113,23 @@ c.import_file('$W/table.json')
 "
   if want one; then
     "$LOAD" --socket "$sock" --mix repeat:1 --requests 200 >/dev/null
-    measure "$bin one" "$kpid" "$REQUESTS" --socket "$sock" --mix repeat:1 --requests "$REQUESTS"
+    measure "$bin one" "$kpid" --socket "$sock" --mix repeat:1 --requests "$REQUESTS"
   fi
   if want zipf-warm; then
     # The measured requests are the warm-up's first ones again (same seed): every answer is
     # cached, as Redis holds every key (a fresh draw would still meet never-asked shapes of the
     # law's tail, each a cold build).
     "$LOAD" --socket "$sock" --mix zipf:8 --requests $((REQUESTS / 8)) --seed 7 >/dev/null
-    measure "$bin zipf-warm" "$kpid" "$REQUESTS" --socket "$sock" --mix zipf:8 --requests $((REQUESTS / 8)) --seed 7
+    measure "$bin zipf-warm" "$kpid" --socket "$sock" --mix zipf:8 --requests $((REQUESTS / 8)) --seed 7
   fi
   if want cold; then
     "$LOAD" --socket "$sock" --mix novel:1 --requests 100 --novel-offset 500000000 >/dev/null
-    measure "$bin cold" "$kpid" "$COLD_REQUESTS" --socket "$sock" --mix novel:1 --requests "$COLD_REQUESTS" \
+    measure "$bin cold" "$kpid" --socket "$sock" --mix novel:1 --requests "$COLD_REQUESTS" \
       --novel-offset 400000000
   fi
   if want cold-near; then
     "$LOAD" --socket "$sock" --mix novel:1 --requests 100 --novel-offset 746777216 >/dev/null
-    measure "$bin cold-near" "$kpid" "$COLD_REQUESTS" --socket "$sock" --mix novel:1 --requests "$COLD_REQUESTS" \
+    measure "$bin cold-near" "$kpid" --socket "$sock" --mix novel:1 --requests "$COLD_REQUESTS" \
       --novel-offset 738388608
   fi
   kill "$kpid"; wait "$kpid" 2>/dev/null || true
@@ -147,7 +147,7 @@ for z in range(10000):
     k = f'zipf:{z}'
     sys.stdout.write(f'*3\r\n\$3\r\nSET\r\n\${len(k)}\r\n{k}\r\n\${len(v)}\r\n{v}\r\n')
 " | redis-cli -s "$rsock" --pipe >/dev/null
-  measure "redis-server GET zipf" "$rpid" "$REQUESTS" --socket "$rsock" --redis --mix zipf:8 --requests $((REQUESTS / 8)) --seed 7
+  measure "redis-server GET zipf" "$rpid" --socket "$rsock" --redis --mix zipf:8 --requests $((REQUESTS / 8)) --seed 7
 fi
 
 if [ -n "${OUT_JSON:-}" ]; then
