@@ -215,6 +215,16 @@ int main(int argc, char** argv) {
                 {"mem_clock_mhz", w.mem_clock_mhz},
                 {"power_w", w.power_w}};
     for (const auto& [n, v] : best.params) row["params"][n] = v;
+    // The finalists as the interleaved re-time ranked them (what picked the winner).
+    row["finalists"] = Json::array();
+    for (const RankedConfig& r : w.ranked) {
+      Json f = {{"template", r.template_name},
+                {"params", Json::object()},
+                {"median_us", r.median_us},
+                {"spread_pct", r.spread_pct}};
+      for (const auto& [n, v] : r.params) f["params"][n] = v;
+      row["finalists"].push_back(std::move(f));
+    }
     const auto& s = tuned->stats;
     row["tuning"] = {{"candidates", s.candidates},
                      {"space_total", s.space_total},

@@ -548,5 +548,68 @@ TEST(CompilerTest, GemmTmaClusterSplitKConfigsAreOfferedWhereTheyFitAndCompileWi
   expect_compiled_without_spills(reqs, 168);
 }
 
+// gemm_tma's 144- and 288-column tiles (issue 13: cuBLAS runs 128x288 on 4000x6000x3000, whose
+// 6000 columns a 256-wide tile pads by 2.4 %): the space offers them with up to 144 accumulators
+// per thread and never with the TMA-store epilogue (its 128-byte boxes do not tile the row); a
+// 288-column B tile is loaded as two boxes of 144 rows (tmB's box), one per CTA in a pair. The
+// configs compile for sm_90a without spills inside the consumers' 232 registers.
+TEST(CompilerTest, GemmTmaWideTilesAreOfferedWhereTheyFitAndCompileWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 4000}, {"N", 6000}, {"K", 3000}}};
+  auto space = SearchSpace::build(*t, p, limits);
+  ASSERT_TRUE(space) << space.error().message;
+  std::set<std::pair<std::int64_t, std::int64_t>> tiles;  // (BLOCK_M, BLOCK_N) of 144 / 288 columns
+  for (const auto& c : space->configs()) {
+    const std::int64_t n = c.at("BLOCK_N");
+    if (n != 144 && n != 288) continue;
+    tiles.insert({c.at("BLOCK_M"), n});
+    EXPECT_NE(c.at("EPILOGUE"), 2) << params_to_string(c);
+    const std::int64_t rows =
+        c.at("SCHEDULE") == 1 ? c.at("BLOCK_M") : c.at("BLOCK_M") / c.at("CONSUMERS");
+    EXPECT_LE(rows / 64 * n / 2, 144) << params_to_string(c);
+  }
+  EXPECT_TRUE(tiles.count({128, 288})) << "cuBLAS's tile on this shape";
+  EXPECT_TRUE(tiles.count({256, 144}));
+  EXPECT_FALSE(tiles.count({256, 288})) << "288 accumulators per thread";
+  Params wide{{"BLOCK_M", 128},  {"BLOCK_N", 288}, {"BLOCK_K", 64}, {"STAGES", 4},
+              {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 0}, {"CLUSTER_M", 1},
+              {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
+              {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
+  auto inst = instantiate(*t, p, limits, wide);
+  ASSERT_TRUE(inst) << inst.error().message;
+  const auto box_rows = [](const Instance& i) {
+    for (const auto& a : i.args)
+      if (a.name == "tmB") return a.map.box.at(1);
+    return std::uint32_t{0};
+  };
+  EXPECT_EQ(box_rows(*inst), 144u) << "two boxes of 144 rows per 288-column B tile";
+  Params staged_tma = wide;
+  staged_tma["EPILOGUE"] = 2;
+  EXPECT_FALSE(instantiate(*t, p, limits, staged_tma)) << "TMA-store boxes do not tile 288 columns";
+  std::vector<CompileRequest> reqs;
+  auto add = [&](const Problem& prob, const Params& params) {
+    add_request(*t, limits, prob, params, reqs);
+  };
+  auto with_params = [](Params base,
+                        std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+    for (const auto& [n, v] : changes) base[n] = v;
+    return base;
+  };
+  add(p, wide);
+  add(p, with_params(wide, {{"CLUSTER_M", 2}, {"EPILOGUE", 1}, {"STAGES", 3}}));
+  add(p, with_params(wide, {{"BLOCK_M", 256}, {"BLOCK_N", 144}, {"CLUSTER_M", 2}}));
+  add(p, with_params(wide, {{"BLOCK_M", 64}, {"SCHEDULE", 1}, {"EPILOGUE", 1}, {"STAGES", 4}}));
+  add(Problem{"gemm", "bf16", "fp32", "rc", {{"M", 4000}, {"N", 6000}, {"K", 3000}}},
+      with_params(wide, {{"STREAMK", 1}, {"STAGES", 3}}));
+  add(Problem{"gemm", "fp16", "fp16", "rc", {{"M", 512}, {"N", 1024}, {"K", 32768}}},
+      with_params(
+          wide,
+          {{"BLOCK_N", 144}, {"PERSISTENT", 0}, {"SPLITS", 2}, {"REDUCE", 1}, {"STAGES", 5}}));
+  expect_compiled_without_spills(reqs, 232);
+}
+
 }  // namespace
 }  // namespace ktune
