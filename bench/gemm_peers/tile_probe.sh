@@ -2,7 +2,8 @@
 # Times a few gemm_tma configs of one problem against each other and against cuBLAS, in one
 # process per round: ktune-bench measures every config of the problem's CONFIGS as a seeded trial
 # (the tuner's timing and fp64 check), re-times them all interleaved as finalists in steady
-# state, and times its winner interleaved with cuBLAS. ROUNDS rounds, each with the configs in a
+# state (the heuristic's config joins them: one more trial), and times its winner interleaved
+# with cuBLAS. ROUNDS rounds, each with the configs in a
 # rotated order (the first trial of a process runs on a cooler GPU).
 #   bash bench/gemm_peers/make_kit.sh                  # dev box: .gpu/
 #   OUT=/tmp/o bash bench/gemm_peers/tile_probe.sh     # GPU node, repo root
@@ -31,7 +32,7 @@ while IFS='|' read -r problem list; do
     seeds=()
     for i in $(seq 0 $((c - 1))); do seeds+=(--seed "${configs[$(((i + r - 1) % c))]}"); done
     "$K/ktune-bench" --problem "$problem" --template gemm_tma --strategy model "${seeds[@]}" \
-      --budget "$c" --finalists "$c" --target-ms "$TARGET_MS" --out "$OUT/time-$n-$r.json" \
+      --budget "$((c + 1))" --finalists "$((c + 1))" --target-ms "$TARGET_MS" --out "$OUT/time-$n-$r.json" \
       --record "$OUT/trials-$n-$r.json" > "$OUT/log-$n-$r.txt" 2>&1 ||
       echo "problem $n round $r: ktune-bench failed (log-$n-$r.txt)"
   done

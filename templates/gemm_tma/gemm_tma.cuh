@@ -6,27 +6,25 @@
 //   both operands K-major, as wgmma reads them. C: M x N row-major, never read when beta == 0.
 //   bf16/fp16 in, bf16/fp16/fp32 out. A and B reach the kernel only through their tensor maps
 //   (tmA: dims {K, M}, box {64, BLOCK_M / CLUSTER_N}; tmB: dims {K, N}, box {64, BLOCK_N /
-//   CLUSTER_M}, halved where that is over 256 rows; both 128-byte swizzle, zero fill), which the
-//   worker encodes (docs/templates.md, "Tensor maps"):
+//   CLUSTER_M}; both 128-byte swizzle, zero fill), which the worker encodes (docs/templates.md, "Tensor maps"):
 //   K % 8 == 0 for 16-byte row strides.
 //
-// Knobs (the manifest's params): BLOCK_M x BLOCK_N x BLOCK_K tile (BLOCK_N 128, 144, 256 or 288:
-// one wgmma per m64 slice and k16 step, two n144 ones for 288), STAGES, CONSUMERS (1 or 2
+// Knobs (the manifest's params): BLOCK_M x BLOCK_N x BLOCK_K tile, STAGES, CONSUMERS (1 or 2
 // warpgroups; each owns BLOCK_M / CONSUMERS rows), GROUP_M and RASTER (the order of tiles: bands
 // of GROUP_M tile rows walked column by column inside a band, or with RASTER 1 bands of GROUP_M
 // tile columns walked row by row), EPILOGUE (0: from registers, 4-byte stores; 1: through a
 // dedicated shared area, 8 rows per warp at a time, 16-byte stores; 2: stmatrix into two 128-byte-
 // swizzled boxes per warp and TMA stores through tmC, left in flight while the next tile's main
 // loop runs), CLUSTER_M / CLUSTER_N (2-CTA clusters: vertically adjacent tiles that multicast the
-// B tile they share, or horizontally adjacent ones that multicast their A tile), SPLITS (split-K:
-// each tile's K range in SPLITS work units), REDUCE (how a split tile's partials are summed: 0
-// through a global workspace by the CTA that finishes last, 1 in a cluster of the tile's SPLITS
-// CTAs through distributed shared memory, below), SCHEDULE (how the consumer warpgroups share the
-// work, below). Persistence is a launch choice: the kernel walks work units blockIdx.x, +
-// gridDim.x, ... (in clusters); a grid of one block per unit is the plain kernel, a grid of
-// max_active_clusters clusters the persistent one. The stage ring and its phases carry over from
-// one unit to the next, so the producer fills the next tile's stages while the consumers run the
-// epilogue of the current one.
+// B tile they share, or horizontally adjacent ones that multicast their A tile), SPLITS (split-K: each
+// tile's K range in SPLITS work units), REDUCE (how a split tile's partials are summed: 0 through
+// a global workspace by the CTA that finishes last, 1 in a cluster of the tile's SPLITS CTAs
+// through distributed shared memory, below), SCHEDULE (how the consumer warpgroups share the work,
+// below). Persistence is a launch choice: the kernel walks work
+// units blockIdx.x, + gridDim.x, ... (in clusters); a grid of one block per unit is the plain
+// kernel, a grid of max_active_clusters clusters the persistent one. The stage ring and its
+// phases carry over from one unit to the next, so the producer fills the next tile's stages while
+// the consumers run the epilogue of the current one.
 //
 // Consumer schedules (SCHEDULE):
 //   0 cooperative: both consumer warpgroups work on every tile, each on BLOCK_M / CONSUMERS rows
@@ -62,48 +60,6 @@
 #include "ktune_gemm_store.cuh"
 #include "ktune_tma.cuh"
 #include "gemm_sm90.cuh"  // wgmma and mbarrier wrappers, raster, named barrier
-
-// wgmma m64n144k16: the n-width of gemm_tma's 144- and 288-column tiles (a 288-column tile is two
-// of them per m64 slice and k16 step: wgmma stops at n256 and a TMA box at 256 rows). Same operand
-// and accumulator conventions as gemm_sm90.cuh's Wgmma<T, 128 / 256>.
-#define KTUNE_WGMMA_N144(TYPE)                                                                     \
-  asm volatile(                                                                                    \
-      "wgmma.mma_async.sync.aligned.m64n144k16.f32." TYPE "." TYPE                                 \
-      " {"                                                                                         \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"            \
-      "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,"  \
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53,"  \
-      "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71"   \
-      "}, %72, %73, 1, 1, 1, 0, 0;\n"                                                              \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
-        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), \
-        "+f"(d[70]), "+f"(d[71])                                                                   \
-      : "l"(da), "l"(db))
-namespace ktune_gemm_sm90_detail {
-template <>
-struct Wgmma<ktune_bf16, 144> {
-  static __device__ __forceinline__ void run(float (&d)[72], unsigned long long da,
-                                             unsigned long long db) {
-    KTUNE_WGMMA_N144("bf16");
-  }
-};
-template <>
-struct Wgmma<ktune_fp16, 144> {
-  static __device__ __forceinline__ void run(float (&d)[72], unsigned long long da,
-                                             unsigned long long db) {
-    KTUNE_WGMMA_N144("f16");
-  }
-};
-}  // namespace ktune_gemm_sm90_detail
-#undef KTUNE_WGMMA_N144
 
 namespace ktune_gemm_tma_detail {
 
@@ -162,9 +118,6 @@ struct TmaConfig {
   static constexpr int kReaders = SCHEDULE == kPingpong ? 1 : CONSUMERS;
   static constexpr int kMS = kWgM / 64;             // m64 slices per consumer warpgroup
   static constexpr int kAcc = BLOCK_N / 2;          // fp32 accumulators per slice per thread
-  // wgmma n-width: the tile's columns in one wgmma per m64 slice and k16 step, or in two (288).
-  static constexpr int kWN = BLOCK_N > 256 ? BLOCK_N / 2 : BLOCK_N;
-  static constexpr int kNSub = BLOCK_N / kWN;
   static constexpr int kKK = BLOCK_K / 16;          // k16 steps per stage
   static constexpr int kCB = BLOCK_K / 64;          // 64-element column blocks (one TMA box each)
   static constexpr int kABytes = BLOCK_M * BLOCK_K * int(sizeof(TIn));
@@ -183,19 +136,17 @@ struct TmaConfig {
 
   static_assert(sizeof(TIn) == 2, "bf16 or fp16 inputs: a 64-element box row is one 128-byte swizzle span");
   static_assert(BLOCK_K % 64 == 0 && BLOCK_K <= 128, "BLOCK_K: one or two 128-byte column blocks");
-  static_assert(BLOCK_N == 128 || BLOCK_N == 144 || BLOCK_N == 256 || BLOCK_N == 288,
-                "wgmma n128, n144 or n256, or two n144");
+  static_assert(BLOCK_N == 128 || BLOCK_N == 256, "wgmma n128 or n256");
   static_assert(kWgM % 64 == 0 && kWgM * kReaders == BLOCK_M && BLOCK_M <= 256,
                 "whole m64 slices per warpgroup; TMA box <= 256");
   static_assert(SCHEDULE == kCooperative || (SCHEDULE == kPingpong && CONSUMERS == 2),
                 "ping-pong alternates two consumer warpgroups");
-  static_assert(kMS * kAcc <= 144, "at most 144 fp32 accumulators per thread");
+  static_assert(kMS * kAcc <= 128, "at most 128 fp32 accumulators per thread");
   static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
   static_assert(STAGES >= 2 && STAGES <= 8, "2..8 stages");
   static_assert(kSmemBytes <= 232448, "fits the 227 KB opt-in shared memory of sm_90");
   static_assert(EPILOGUE >= 0 && EPILOGUE <= 2, "epilogue 0 (direct), 1 (staged) or 2 (TMA store)");
   static_assert(EPILOGUE != 2 || (STAGES * kStageBytes) % 1024 == 0, "epilogue boxes on 1024-byte swizzle atoms");
-  static_assert(EPILOGUE != 2 || BLOCK_N % 128 == 0, "TMA-store boxes of 128 bytes tile the row");
 };
 
 // Registers per thread after setmaxnreg with two consumer warpgroups: 128 * 40 + 256 * 232 = 64512.
@@ -210,15 +161,11 @@ __device__ __forceinline__ unsigned long long desc_plus(unsigned long long desc,
   return (desc & 0xFFFFFFFF00000000ull) | (static_cast<unsigned>(desc) + off16);
 }
 
-// One consumer warpgroup's wgmmas over one stage (k16 steps outer, m64 slices, then WN-column
-// parts of the tile inner). Part j of a slice accumulates into acc[ms][j * WN / 2 ..): the
-// fragments of consecutive wgmmas concatenate into the m64nNk16 layout of the whole tile (d[4i +
-// e] in column 8i + ...), so the epilogues read a 288-column tile as they read a 256-column one.
-// row0 is warp-uniform (the caller's warpgroup index comes from a shuffle), so the compiler can
-// keep the descriptors in uniform registers.
-template <typename TIn, int BLOCK_M, int BLOCK_N, int WN, int KK, int MS, int ACC>
-__device__ __forceinline__ void mma_stage(float (&acc)[MS][ACC], unsigned a_tile, unsigned b_tile,
-                                          int row0) {
+// One consumer warpgroup's wgmmas over one stage (k16 steps outer, m64 slices inner). row0 is
+// warp-uniform (the caller's warpgroup index comes from a shuffle), so the compiler can keep the
+// descriptors in uniform registers.
+template <typename TIn, int BLOCK_M, int BLOCK_N, int KK, int MS, int ACC>
+__device__ __forceinline__ void mma_stage(float (&acc)[MS][ACC], unsigned a_tile, unsigned b_tile, int row0) {
   const unsigned long long da0 = smem_desc_sw128(a_tile + row0 * 128);
   const unsigned long long db0 = smem_desc_sw128(b_tile);
 #pragma unroll
@@ -226,12 +173,8 @@ __device__ __forceinline__ void mma_stage(float (&acc)[MS][ACC], unsigned a_tile
 #pragma unroll
     for (int ms = 0; ms < MS; ++ms) {
       const unsigned a_off = (kk >> 2) * BLOCK_M * 128 + ms * 64 * 128 + (kk & 3) * 32;
-#pragma unroll
-      for (int j = 0; j < BLOCK_N / WN; ++j) {
-        const unsigned b_off = (kk >> 2) * BLOCK_N * 128 + j * WN * 128 + (kk & 3) * 32;
-        Wgmma<TIn, WN>::run(*reinterpret_cast<float(*)[WN / 2]>(&acc[ms][j * (WN / 2)]),
-                            desc_plus(da0, a_off >> 4), desc_plus(db0, b_off >> 4));
-      }
+      const unsigned b_off = (kk >> 2) * BLOCK_N * 128 + (kk & 3) * 32;
+      Wgmma<TIn, BLOCK_N>::run(acc[ms], desc_plus(da0, a_off >> 4), desc_plus(db0, b_off >> 4));
     }
   }
 }
@@ -265,7 +208,7 @@ __device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], uns
                                                 float alpha, float beta) {
   constexpr int kVec = 16 / int(sizeof(TOut));  // outputs per 16-byte chunk
   constexpr int kChunks = BLOCK_N / kVec;       // chunks per row
-  constexpr int kItems = 8 * kChunks;  // 16-byte chunks in 8 rows (144 columns: 4.5 warp passes)
+  static_assert((8 * kChunks) % 32 == 0, "whole warp passes");
   const int t = static_cast<int>(threadIdx.x) & 127;
   const int warp = t >> 5, lane = t & 31;
   const bool vec_ok = (N % kVec) == 0;
@@ -286,9 +229,8 @@ __device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], uns
       __syncwarp();
       const int rbase = row0 + ms * 64 + warp * 16 + 8 * h;
 #pragma unroll
-      for (int it = 0; it < (kItems + 31) / 32; ++it) {
+      for (int it = 0; it < 8 * kChunks / 32; ++it) {
         const int item = it * 32 + lane;
-        if (kItems % 32 != 0 && item >= kItems) break;
         const int r = item / kChunks, ch = item % kChunks;
         const int row = rbase + r, col = col0 + ch * kVec;
         if (row >= M || col >= N) continue;
@@ -438,9 +380,7 @@ __device__ __forceinline__ bool reduce_partials(float (&acc)[MS][ACC], float* __
   __threadfence();
   // kCh float4 loads in flight per thread and batch (run 4 of the prototype issued one load at a
   // time and the reduction was latency-bound: 4096^3 with 4 splits ran at 0.18x cuBLAS).
-  constexpr int kCh = (ACC / 4) % 8 == 0   ? 8
-                      : (ACC / 4) % 6 == 0 ? 6
-                                           : 4;  // 6: 144- and 288-column tiles
+  constexpr int kCh = 8;
   static_assert((ACC / 4) % kCh == 0, "whole batches");
   const int c0 = have_first ? 1 : 0;
 #pragma unroll
@@ -620,8 +560,7 @@ __device__ __forceinline__ int mainloop(float (&acc)[MS][ACC], const W& w, int& 
     for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
     wgmma_fence();
     const unsigned st = w.stages + s * Cfg::kStageBytes;
-    mma_stage<typename Cfg::In, Cfg::kBlockM, Cfg::kBlockN, Cfg::kWN, Cfg::kKK, MS, ACC>(
-        acc, st, st + Cfg::kABytes, row0);
+    mma_stage<typename Cfg::In, Cfg::kBlockM, Cfg::kBlockN, Cfg::kKK, MS, ACC>(acc, st, st + Cfg::kABytes, row0);
     wgmma_commit();
     wgmma_wait<1>();  // the previous stage's wgmmas have retired: release it
 #pragma unroll
@@ -829,9 +768,8 @@ __device__ __forceinline__ void consume_pingpong(const W& w, typename Cfg::Out* 
 // blocks walks whole tiles); tile_counters: one per tile, zero at entry and exit. STREAMK = 1: the
 // persistent grid's last, partial wave of tiles is spread over every cluster (WorkPlan).
 // tmA: bf16/fp16 2-D map over A (dims {K, M}, box {64, BLOCK_M / CLUSTER_N}, 128-byte swizzle);
-// tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}, or half that where it is over 256 rows:
-// a 288-column tile's B is two boxes); tmC: over C (EPILOGUE 2: dims {N, M}, box {128 bytes of
-// outputs, 16}, 128-byte swizzle; any map otherwise, unused).
+// tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}); tmC: over C (EPILOGUE 2: dims {N, M},
+// box {128 bytes of outputs, 16}, 128-byte swizzle; any map otherwise, unused).
 //
 // 2-CTA clusters: the two CTAs take adjacent tiles that need one operand tile in common, and each
 // loads half of it and multicasts that half into both CTAs. CLUSTER_M = 2: vertically adjacent
@@ -867,8 +805,6 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
   constexpr int kCS = CL::kSize;
   constexpr int kAPart = BLOCK_M / CLUSTER_N;  // A rows each CTA of a cluster loads
   constexpr int kBPart = BLOCK_N / CLUSTER_M;  // B rows each CTA of a cluster loads
-  constexpr int kBBox =
-      kBPart > 256 ? kBPart / 2 : kBPart;  // in boxes of at most 256 rows (tmB's box)
   extern __shared__ __align__(1024) unsigned char gemm_tma_smem[];
   const unsigned raw = smem_u32(gemm_tma_smem);
   const unsigned stages = (raw + 1023u) & ~1023u;  // same offset in every CTA (multicast relies on it)
@@ -942,9 +878,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
               tma_load_2d_multicast(b_dst + rank * kBPart * 128, &tmB, k0, n0 + static_cast<int>(rank) * kBPart,
                                     full + 8 * s, 0x3);
             } else {
-#pragma unroll
-              for (int bb = 0; bb < kBPart / kBBox; ++bb)
-                tma_load_2d(b_dst + bb * kBBox * 128, &tmB, k0, n0 + bb * kBBox, full + 8 * s);
+              tma_load_2d(b_dst, &tmB, k0, n0, full + 8 * s);
             }
           }
           if (++s == STAGES) {

@@ -459,46 +459,6 @@ TEST(GpuTmaTest, GemmTmaClusterSplitKVerifiesAcrossSlicesShapesAndDtypes) {
   EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 10);
 }
 
-// gemm_tma's 144- and 288-column tiles: two n144 wgmmas per m64 slice and k16 step (288), B in two
-// 144-row boxes or multicast halves, 144 accumulators per consumer thread, under one block per
-// tile, persistent, ping-pong, stream-K, workspace and cluster split-K, the register and staged
-// epilogues (a 144-column row is 4.5 warp passes of 16-byte chunks), on shapes whose N leaves a
-// partial tile (the second box past N is zero-filled), tails in M and K, and bf16/fp32/fp16
-// outputs: every config the space holds verifies against cuBLAS.
-TEST(GpuTmaTest, GemmTmaWideTilesVerifyAcrossSchedulesShapesAndDtypes) {
-  KTUNE_REQUIRE_GPU();
-  auto tuner = open_tuner({});
-  ASSERT_TRUE(tuner);
-  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 288}, {"BLOCK_K", 64}, {"STAGES", 4},
-                    {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 0}, {"CLUSTER_M", 1},
-                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
-                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
-  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
-    return with_params(base, changes);
-  };
-  const std::vector<Params> configs = {
-      base,
-      with({{"CLUSTER_M", 2}, {"EPILOGUE", 1}, {"STAGES", 3}}),
-      with(
-          {{"BLOCK_M", 256}, {"BLOCK_N", 144}, {"PERSISTENT", 0}, {"CLUSTER_N", 2}, {"RASTER", 1}}),
-      with({{"BLOCK_M", 64}, {"SCHEDULE", 1}, {"EPILOGUE", 1}, {"STAGES", 4}}),
-      with({{"BLOCK_N", 144}, {"STREAMK", 1}, {"STAGES", 6}, {"EPILOGUE", 1}}),
-      with({{"BLOCK_N", 144}, {"PERSISTENT", 0}, {"SPLITS", 2}, {"REDUCE", 1}, {"STAGES", 5}}),
-      with({{"PERSISTENT", 0}, {"SPLITS", 4}, {"STAGES", 3}}),
-  };
-  const std::vector<Problem> problems = {
-      {"gemm",
-       "bf16",
-       "bf16",
-       "rc",
-       {{"M", 4000}, {"N", 6000}, {"K", 3000}}},  // 6000 = 20 x 288 + 240
-      {"gemm", "bf16", "fp32", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1032}}},
-      {"gemm", "fp16", "fp16", "rc", {{"M", 3000}, {"N", 2100}, {"K", 520}}},
-      {"gemm", "bf16", "bf16", "rc", {{"M", 300}, {"N", 700}, {"K", 16392}}},  // split-K
-  };
-  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 12);
-}
-
 TEST(GpuWorkerTest, CopyCeilingIsPlausible) {
   KTUNE_REQUIRE_GPU();
   auto tuner = open_tuner({});
