@@ -193,7 +193,9 @@ asio::awaitable<void> Session<Socket>::read_loop() {
       // Answer every complete line in the buffer, in order.
       size_t pos = 0;
       bool fatal = false;
-      auto turn = std::chrono::steady_clock::now();
+      // The turn starts when the read that brought these lines completed (m_last_activity).
+      auto turn = m_last_activity;
+      bool answered = false;  // a line of this turn was handled: the clock is worth reading
       m_batching = true;  // replies wait for write_ready() (before every suspension below)
       for (size_t nl; !fatal && (nl = in.find('\n', pos)) != std::string::npos;) {
         std::string_view line(in.data() + pos, nl - pos);
@@ -201,8 +203,9 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // keep-alive
         // Fairness: lines that took more than turn_budget of this thread (cold lookups built
-        // here) let the other connections' handlers run before the next one.
-        if (const auto now = std::chrono::steady_clock::now(); now - turn > m_limits.turn_budget) {
+        // here) let the other connections' handlers run before the next one. Before a turn's
+        // first line nothing has run (a client that waits for each reply sends one line a read).
+        if (answered && std::chrono::steady_clock::now() - turn > m_limits.turn_budget) {
           m_metrics.session_yielded();
           write_ready();
           co_await asio::post(m_socket.get_executor(), asio::use_awaitable);
@@ -213,6 +216,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
             break;
           }
         }
+        answered = true;
         if (looks_like_http(line)) {  // a browser or curl: never run what follows
           m_metrics.http_refused();
           push_ready(http_refusal(), true);
