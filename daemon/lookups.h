@@ -96,7 +96,7 @@ class LookupService {
   static constexpr size_t k_max_cached_line = 4096;
 
   // Answers counting misses for the tracker's next fold at most: they hold the answers (an
-  // evicted one too) until then. The scheduler folds every 250 ms; a hit past this many records
+  // evicted one too) until then. The scheduler folds every second; a hit past this many records
   // its miss at once.
   static constexpr size_t k_max_unrecorded = 16384;
 

@@ -14,7 +14,7 @@
 // answer, under the lock its hit holds anyway) and recorded here in one go: such a holder is a
 // source, and fold() has every source record what it holds. Every read (top, due, total,
 // distinct, stats) folds first, so it sees every miss counted before it began; the scheduler also
-// folds every 250 ms. A key recorded n times in one go gets the same count and worth as n records;
+// folds every second. A key recorded n times in one go gets the same count and worth as n records;
 // its reason, expected time and gain are the last recorded, as of the fold.
 // Thread-safe: one mutex, held for a hash probe and a few set operations per call; folds are
 // serialized by a second one (held while sources record; never taken by record()).
@@ -70,7 +70,7 @@ class MissTracker {
   void add_source(const void* owner, std::function<void()> record_pending);
   // Stops asking `owner`; returns after any fold that is asking it.
   void remove_source(const void* owner);
-  // Has every source record what it holds. Reads do it first; the scheduler every 250 ms, so
+  // Has every source record what it holds. Reads do it first; the scheduler every second, so
   // what sources hold stays small.
   void fold() const;
   // The key a miss is counted under.

@@ -6,7 +6,7 @@
 // its device class, seeds it from the nearest tuned shapes and the heuristics, runs a TuningJob
 // (resuming trials already measured), pauses between trials while foreign work is on the GPU,
 // and commits the winner through the Catalog. The scheduler also turns missed lookups into jobs
-// (tuning.on_miss) once their expected worth passes tuning.miss_threshold_us, and every 250 ms
+// (tuning.on_miss) once their expected worth passes tuning.miss_threshold_us, and every second
 // folds the misses counted elsewhere into the tracker (MissTracker::fold).
 // Thread-safe; stop() ends every lane at its next trial (their jobs resume at the next start).
 #pragma once
