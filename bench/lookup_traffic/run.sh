@@ -28,6 +28,10 @@
 # PIN: CPUs (taskset -c) for ktuned, the load generator and redis-server, e.g. 0,1 for a 2-core
 # box; TABLE: an exported table to import instead of asking the daemon for one (make_table.py);
 # POINTS: which points to run (default: all; distinct only with DISTINCT > 0).
+# SERVER_PERF=1: perf stat on the server (ktuned, redis-server) over each timed point's measured
+# seconds: its CPU time (task-clock; user and system from /proc), context switches and syscalls
+# by kind, per request served (a point's "server_perf"): CPU per request moves less with other
+# work on a shared box than requests per second do.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-5}
@@ -65,13 +69,50 @@ echo "table of $COUNT winners built and imported in $(python3 -c "print(round($(
 LOAD_AT_START=$(cut -d' ' -f1-3 /proc/loadavg)  # other work on the box: reported with the numbers
 points=()
 want() { [[ " $POINTS " == *" $1 "* ]]; }
+PERF_EVENTS=task-clock,context-switches,raw_syscalls:sys_enter
+for sc in recvfrom read sendto write sendmsg epoll_wait epoll_ctl futex; do
+  PERF_EVENTS+=,syscalls:sys_enter_$sc
+done
+perf_start() {  # server pid: counts over the measured seconds (after the load's 0.5 s warm-up)
+  [ -n "${SERVER_PERF:-}" ] || return 0
+  (sleep 0.5; cut -d' ' -f14,15 "/proc/$1/stat" > "$TMP/stat0"
+   perf stat -x, -e "$PERF_EVENTS" -p "$1" -o "$TMP/perf.txt" -- sleep "$SECS"
+   cut -d' ' -f14,15 "/proc/$1/stat" > "$TMP/stat1") &
+  PERF_PID=$!
+}
+perf_json() {  # the load's JSON result: prints the server's counts per request served, or null
+  if [ -z "${SERVER_PERF:-}" ]; then echo null; return; fi
+  python3 - "$TMP/perf.txt" "$1" "$SECS" "$(cat "$TMP/stat0")" "$(cat "$TMP/stat1")" "$(getconf CLK_TCK)" <<'PY'
+import json, sys
+perf, result, secs = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
+(u0, s0), (u1, s1) = (map(int, a.split()) for a in sys.argv[4:6])
+tck = int(sys.argv[6])
+served = result["rps"] * secs
+out = {"requests_in_window": round(served),  # user and system CPU (/proc, clock ticks)
+       "user_us": round((u1 - u0) / tck * 1e6 / served, 3), "sys_us": round((s1 - s0) / tck * 1e6 / served, 3)}
+for line in open(perf):
+    f = line.strip().split(",")
+    if len(f) < 3 or line.startswith("#") or not f[0].replace(".", "").isdigit():
+        continue
+    name = f[2].split(":")[-1].replace("sys_enter_", "").replace("sys_enter", "syscalls")
+    value = float(f[0])
+    out[name + ("_us" if name == "task-clock" else "")] = round(
+        (value * 1000 if name == "task-clock" else value) / served, 3)
+print(json.dumps(out))
+PY
+}
 point() {  # name, then ktune-lookup-load arguments
   local name=$1; shift
   want "$name" || return 0
   local out
+  perf_start "$KPID"
   out=$("${LOAD[@]}" --socket "$TMP/k.sock" --json "$@") || { echo "$name: errors (see above)"; }
   echo "$name: $out"
-  points+=("{\"name\":\"$name\",\"args\":\"$*\",\"result\":$out}")
+  [ -z "${SERVER_PERF:-}" ] || wait "$PERF_PID"
+  local sp
+  sp=$(perf_json "$out")
+  [ "$sp" = null ] || echo "$name server per request: $sp"
+  points+=("{\"name\":\"$name\",\"args\":\"$*\",\"result\":$out,\"server_perf\":$sp}")
 }
 point cold --mix novel:1 --seconds "$SECS" --novel-offset 0
 point cold-poll --mix novel:1 --seconds "$SECS" --novel-offset 400000000 --poll
@@ -106,9 +147,13 @@ for z in range(10000):
     k = f'zipf:{z}'
     sys.stdout.write(f'*3\r\n\$3\r\nSET\r\n\${len(k)}\r\n{k}\r\n\${len(v)}\r\n{v}\r\n')
 " | "$REDIS_CLI" -s "$TMP/r.sock" --pipe >/dev/null
+  perf_start "$RPID"
   rz=$("${LOAD[@]}" --socket "$TMP/r.sock" --redis --json --mix zipf:64 --seconds "$SECS")
   echo "redis zipf: $rz"
-  points+=("{\"name\":\"redis-zipf\",\"args\":\"--redis --mix zipf:64\",\"result\":$rz}")
+  [ -z "${SERVER_PERF:-}" ] || wait "$PERF_PID"
+  sp=$(perf_json "$rz")
+  [ "$sp" = null ] || echo "redis zipf server per request: $sp"
+  points+=("{\"name\":\"redis-zipf\",\"args\":\"--redis --mix zipf:64\",\"result\":$rz,\"server_perf\":$sp}")
   if want one; then  # one client's round trip to Redis, as the one/one-poll points measure ktuned's
     for poll in "" --poll; do
       r1=$("${LOAD[@]}" --socket "$TMP/r.sock" --redis --json --mix zipf:1 --seconds "$SECS" $poll)
