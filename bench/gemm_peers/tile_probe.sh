@@ -51,7 +51,8 @@ for f in sorted(glob.glob(os.path.join(out, "time-*.json"))):
         it = res.get("interleaved", {})
         ratio = (it["cublas_us"] / it["ktune_us"]) if it.get("ktune_us") else None
         print(f"problem {n} round {r}: winner {tag(res.get('params', {}))} median {res['median_us']:.2f} us; "
-              f"interleaved ktune {it.get('ktune_us')} cuBLAS {it.get('cublas_us')} speed {ratio and round(ratio, 3)}")
+              f"interleaved ktune {it.get('ktune_us')} cuBLAS {it.get('cublas_us')} speed {ratio and round(ratio, 3)}; "
+              f"winner timed at {res.get('sm_clock_mhz')} MHz, {res.get('power_w')} W")
         for fin in res.get("finalists", []):
             print(f"    finalist {tag(fin.get('params', {}))}: {fin.get('median_us')}")
     t = os.path.join(out, f"trials-{n}-{r}.json")
