@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Times a few gemm_tma configs of one problem against each other and against cuBLAS, in one
-# process per round: ktune-bench measures every config of the problem's CONFIGS as a seeded trial
-# (the tuner's timing and fp64 check), re-times them all interleaved as finalists in steady
-# state (the heuristic's config joins them: one more trial), and times its winner interleaved
-# with cuBLAS. ROUNDS rounds, each with the configs in a
-# rotated order (the first trial of a process runs on a cooler GPU).
+# process per round: ktune-bench measures each listed config as a seeded trial (the tuner's
+# timing and fp64 check; the heuristic's config joins them as one more trial), re-times them all
+# interleaved as finalists in steady state, and times its winner interleaved with cuBLAS. ROUNDS
+# rounds, the configs rotated each round (the first trial of a process runs on a cooler GPU);
+# TARGET_MS per candidate (30; ~1500 reaches the power cap on large GEMMs).
 #   bash bench/gemm_peers/make_kit.sh                  # dev box: .gpu/
 #   OUT=/tmp/o bash bench/gemm_peers/tile_probe.sh     # GPU node, repo root
 # PROBES: lines "problem|config;config;..." (ktune-bench's --problem and --seed syntax).
