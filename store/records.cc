@@ -181,14 +181,18 @@ WinnerRecord winner_from_json(const Json& j, const std::string& path) {
 }
 
 Json to_json(const TrialRecord& r) {
-  return Json{{"device", to_json(r.device)},  {"problem", to_json(r.problem)},
-              {"template", r.template_name},  {"template_hash", r.template_hash},
-              {"params", to_json(r.params)},  {"outcome", to_string(r.outcome)},
-              {"median_us", r.median_us},     {"spread_pct", r.spread_pct},
-              {"ref_error", r.ref_error},     {"registers", r.registers},
-              {"spill_bytes", r.spill_bytes}, {"smem_bytes", r.smem_bytes},
-              {"compile_ms", r.compile_ms},   {"message", r.message},
-              {"timestamp", r.timestamp},     {"job_id", r.job_id}};
+  Json j{{"device", to_json(r.device)},  {"problem", to_json(r.problem)},
+         {"template", r.template_name},  {"template_hash", r.template_hash},
+         {"params", to_json(r.params)},  {"outcome", to_string(r.outcome)},
+         {"median_us", r.median_us},     {"spread_pct", r.spread_pct},
+         {"ref_error", r.ref_error},     {"registers", r.registers},
+         {"spill_bytes", r.spill_bytes}, {"smem_bytes", r.smem_bytes},
+         {"compile_ms", r.compile_ms},   {"message", r.message},
+         {"timestamp", r.timestamp},     {"job_id", r.job_id}};
+  // Written only when sampled: a trial without telemetry encodes as before 2026-12-04.
+  if (r.sm_clock_mhz != 0) j["sm_clock_mhz"] = r.sm_clock_mhz;
+  if (r.power_w != 0) j["power_w"] = r.power_w;
+  return j;
 }
 
 TrialRecord trial_from_json(const Json& j, const std::string& path) {
@@ -211,6 +215,8 @@ TrialRecord trial_from_json(const Json& j, const std::string& path) {
   r.message = get_string(j, "message", path);
   r.timestamp = get_int(j, "timestamp", path);
   r.job_id = get_string(j, "job_id", path);
+  r.sm_clock_mhz = optional_field<int>(j, "sm_clock_mhz", path, 0, get_int32);
+  r.power_w = optional_field<double>(j, "power_w", path, 0.0, get_number);
   return r;
 }
 

@@ -94,6 +94,10 @@ struct TrialRecord {
   std::string message;  // compile log excerpt, CUDA error, ...
   std::int64_t timestamp = 0;
   std::string job_id;
+  // The GPU right after this config was timed (0 = not sampled: no NVML, or not timed). Under a
+  // power cap the SM clock a config runs at is part of its speed (bench/NOTES.md, 2026-12-04).
+  int sm_clock_mhz = 0;
+  double power_w = 0;
 
   // "<device id>/<problem key>/<template>/<params>": the latest result per config.
   std::string key() const;

@@ -332,6 +332,8 @@ class JobRun {
       trial.ref_error = r->ref_error;
       trial.message = r->message;
       if (r->outcome == Outcome::ok) {
+        trial.sm_clock_mhz = r->telemetry.sm_clock_mhz;
+        trial.power_w = r->telemetry.power_w;
         obs.value = r->timing.median_us;
         note_success(p.index, *r);
         m_worker_of[p.index] = m_runner.respawns();

@@ -38,6 +38,18 @@ TEST(RecordsTest, TrialJobBlockRoundTrip) {
   auto tb = decode_trial(encode(t));
   ASSERT_TRUE(tb) << tb.error().message;
   EXPECT_EQ(*tb, t);
+  // Telemetry is written only when sampled: a record without it encodes as older daemons' did
+  // and reads back as 0; one with it round-trips.
+  EXPECT_EQ(encode(t).find("sm_clock_mhz"), std::string::npos);
+  EXPECT_EQ(encode(t).find("power_w"), std::string::npos);
+  t.outcome = Outcome::ok;
+  t.median_us = 1651.6;
+  t.sm_clock_mhz = 1410;
+  t.power_w = 691.9;
+  auto timed = decode_trial(encode(t));
+  ASSERT_TRUE(timed) << timed.error().message;
+  EXPECT_EQ(*timed, t);
+  EXPECT_EQ(timed->sm_clock_mhz, 1410);
 
   JobRecord j;
   j.id = "000007";

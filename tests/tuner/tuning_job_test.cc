@@ -111,8 +111,16 @@ TEST_F(TuningJobTest, CrashesHangsAndExitsAreOutcomesAndTheRightConfigWins) {
   auto stored = get_winner(m_store, m_context.device, request().problem);
   ASSERT_TRUE(stored && *stored);
   EXPECT_EQ((*stored)->ranked.front().params, best.params);
-  // Every trial is recorded; crashing and hanging configs are blocklisted.
-  EXPECT_EQ(scan_trials(m_store)->size(), 10u);
+  // Every trial is recorded, a timed one with the clock and power the worker sampled after it;
+  // crashing and hanging configs are blocklisted.
+  auto trials = scan_trials(m_store);
+  ASSERT_TRUE(trials);
+  EXPECT_EQ(trials->size(), 10u);
+  for (const auto& t : *trials) {
+    const bool timed = t.outcome == Outcome::ok;
+    EXPECT_EQ(t.sm_clock_mhz, timed ? 1400 + t.params.at("THREADS") : 0) << to_string(t.outcome);
+    EXPECT_EQ(t.power_w, timed ? 300.0 + double(t.params.at("THREADS")) / 10.0 : 0.0);
+  }
   auto blocked = scan_blocklist(m_store);
   ASSERT_TRUE(blocked);
   EXPECT_EQ(blocked->size(), 6u);
