@@ -90,14 +90,17 @@ std::string file_stem(const std::string& key) {
 Json trial_json(const TrialRecord& t) {
   Json params = Json::object();
   for (const auto& [n, v] : t.params) params[n] = v;
-  return {{"template", t.template_name},
-          {"params", params},
-          {"outcome", std::string(to_string(t.outcome))},
-          {"median_us", t.median_us},
-          {"spread_pct", t.spread_pct},
-          {"ref_error", t.ref_error},
-          {"registers", t.registers},
-          {"compile_ms", t.compile_ms}};
+  Json j = {{"template", t.template_name},
+            {"params", params},
+            {"outcome", std::string(to_string(t.outcome))},
+            {"median_us", t.median_us},
+            {"spread_pct", t.spread_pct},
+            {"ref_error", t.ref_error},
+            {"registers", t.registers},
+            {"compile_ms", t.compile_ms}};
+  if (t.sm_clock_mhz != 0) j["sm_clock_mhz"] = t.sm_clock_mhz;  // sampled after timing (NVML)
+  if (t.power_w != 0) j["power_w"] = t.power_w;
+  return j;
 }
 
 }  // namespace
