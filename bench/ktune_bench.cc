@@ -87,11 +87,16 @@ std::string file_stem(const std::string& key) {
   return s;
 }
 
+// A config as a JSON object of its parameters (an empty object for none).
+Json params_json(const Params& params) {
+  Json j = Json::object();
+  for (const auto& [n, v] : params) j[n] = v;
+  return j;
+}
+
 Json trial_json(const TrialRecord& t) {
-  Json params = Json::object();
-  for (const auto& [n, v] : t.params) params[n] = v;
   Json j = {{"template", t.template_name},
-            {"params", params},
+            {"params", params_json(t.params)},
             {"outcome", std::string(to_string(t.outcome))},
             {"median_us", t.median_us},
             {"spread_pct", t.spread_pct},
@@ -208,7 +213,7 @@ int main(int argc, char** argv) {
     const RankedConfig& best = w.ranked.front();
     Json row = {{"problem", p.key()},
                 {"template", best.template_name},
-                {"params", Json::object()},
+                {"params", params_json(best.params)},
                 {"median_us", best.median_us},
                 {"spread_pct", best.spread_pct},
                 {"tflops", best.tflops},
@@ -217,16 +222,13 @@ int main(int argc, char** argv) {
                 {"sm_clock_mhz", w.sm_clock_mhz},
                 {"mem_clock_mhz", w.mem_clock_mhz},
                 {"power_w", w.power_w}};
-    for (const auto& [n, v] : best.params) row["params"][n] = v;
     // The finalists as the interleaved re-time ranked them (what picked the winner).
     row["finalists"] = Json::array();
     for (const RankedConfig& r : w.ranked) {
-      Json f = {{"template", r.template_name},
-                {"params", Json::object()},
-                {"median_us", r.median_us},
-                {"spread_pct", r.spread_pct}};
-      for (const auto& [n, v] : r.params) f["params"][n] = v;
-      row["finalists"].push_back(std::move(f));
+      row["finalists"].push_back({{"template", r.template_name},
+                                  {"params", params_json(r.params)},
+                                  {"median_us", r.median_us},
+                                  {"spread_pct", r.spread_pct}});
     }
     const auto& s = tuned->stats;
     row["tuning"] = {{"candidates", s.candidates},
