@@ -80,9 +80,11 @@ perf_start() {  # server pid: counts over the measured seconds (after the load's
    cut -d' ' -f14,15 "/proc/$1/stat" > "$TMP/stat1") &
   PERF_PID=$!
 }
-perf_json() {  # the load's JSON result: prints the server's counts per request served, or null
-  if [ -z "${SERVER_PERF:-}" ]; then echo null; return; fi
-  python3 - "$TMP/perf.txt" "$1" "$SECS" "$(cat "$TMP/stat0")" "$(cat "$TMP/stat1")" "$(getconf CLK_TCK)" <<'PY'
+perf_stop() {  # point name, the load's JSON result: SP = the server's counts per request, or null
+  SP=null
+  [ -n "${SERVER_PERF:-}" ] || return 0
+  wait "$PERF_PID"
+  SP=$(python3 - "$TMP/perf.txt" "$2" "$SECS" "$(cat "$TMP/stat0")" "$(cat "$TMP/stat1")" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
 perf, result, secs = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
 (u0, s0), (u1, s1) = (map(int, a.split()) for a in sys.argv[4:6])
@@ -100,6 +102,8 @@ for line in open(perf):
         (value * 1000 if name == "task-clock" else value) / served, 3)
 print(json.dumps(out))
 PY
+)
+  echo "$1 server per request: $SP"
 }
 point() {  # name, then ktune-lookup-load arguments
   local name=$1; shift
@@ -108,11 +112,8 @@ point() {  # name, then ktune-lookup-load arguments
   perf_start "$KPID"
   out=$("${LOAD[@]}" --socket "$TMP/k.sock" --json "$@") || { echo "$name: errors (see above)"; }
   echo "$name: $out"
-  [ -z "${SERVER_PERF:-}" ] || wait "$PERF_PID"
-  local sp
-  sp=$(perf_json "$out")
-  [ "$sp" = null ] || echo "$name server per request: $sp"
-  points+=("{\"name\":\"$name\",\"args\":\"$*\",\"result\":$out,\"server_perf\":$sp}")
+  perf_stop "$name" "$out"
+  points+=("{\"name\":\"$name\",\"args\":\"$*\",\"result\":$out,\"server_perf\":$SP}")
 }
 point cold --mix novel:1 --seconds "$SECS" --novel-offset 0
 point cold-poll --mix novel:1 --seconds "$SECS" --novel-offset 400000000 --poll
@@ -150,10 +151,8 @@ for z in range(10000):
   perf_start "$RPID"
   rz=$("${LOAD[@]}" --socket "$TMP/r.sock" --redis --json --mix zipf:64 --seconds "$SECS")
   echo "redis zipf: $rz"
-  [ -z "${SERVER_PERF:-}" ] || wait "$PERF_PID"
-  sp=$(perf_json "$rz")
-  [ "$sp" = null ] || echo "redis zipf server per request: $sp"
-  points+=("{\"name\":\"redis-zipf\",\"args\":\"--redis --mix zipf:64\",\"result\":$rz,\"server_perf\":$sp}")
+  perf_stop "redis zipf" "$rz"
+  points+=("{\"name\":\"redis-zipf\",\"args\":\"--redis --mix zipf:64\",\"result\":$rz,\"server_perf\":$SP}")
   if want one; then  # one client's round trip to Redis, as the one/one-poll points measure ktuned's
     for poll in "" --poll; do
       r1=$("${LOAD[@]}" --socket "$TMP/r.sock" --redis --json --mix zipf:1 --seconds "$SECS" $poll)
