@@ -6,8 +6,8 @@
 //   both operands K-major, as wgmma reads them. C: M x N row-major, never read when beta == 0.
 //   bf16/fp16 in, bf16/fp16/fp32 out. A and B reach the kernel only through their tensor maps
 //   (tmA: dims {K, M}, box {64, BLOCK_M / CLUSTER_N}; tmB: dims {K, N}, box {64, BLOCK_N /
-//   CLUSTER_M}; both 128-byte swizzle, zero fill), which the worker encodes (docs/templates.md, "Tensor maps"):
-//   K % 8 == 0 for 16-byte row strides.
+//   CLUSTER_M}; both 128-byte swizzle, zero fill), which the worker encodes (docs/templates.md,
+//   "Tensor maps"): K % 8 == 0 for 16-byte row strides.
 //
 // Knobs (the manifest's params): BLOCK_M x BLOCK_N x BLOCK_K tile, STAGES, CONSUMERS (1 or 2
 // warpgroups; each owns BLOCK_M / CONSUMERS rows), GROUP_M and RASTER (the order of tiles: bands
@@ -16,15 +16,16 @@
 // dedicated shared area, 8 rows per warp at a time, 16-byte stores; 2: stmatrix into two 128-byte-
 // swizzled boxes per warp and TMA stores through tmC, left in flight while the next tile's main
 // loop runs), CLUSTER_M / CLUSTER_N (2-CTA clusters: vertically adjacent tiles that multicast the
-// B tile they share, or horizontally adjacent ones that multicast their A tile), SPLITS (split-K: each
-// tile's K range in SPLITS work units), REDUCE (how a split tile's partials are summed: 0 through
-// a global workspace by the CTA that finishes last, 1 in a cluster of the tile's SPLITS CTAs
-// through distributed shared memory, below), SCHEDULE (how the consumer warpgroups share the work,
-// below). Persistence is a launch choice: the kernel walks work
-// units blockIdx.x, + gridDim.x, ... (in clusters); a grid of one block per unit is the plain
-// kernel, a grid of max_active_clusters clusters the persistent one. The stage ring and its
-// phases carry over from one unit to the next, so the producer fills the next tile's stages while
-// the consumers run the epilogue of the current one.
+// B tile they share, or horizontally adjacent ones that multicast their A tile), SPLITS (split-K:
+// each tile's K range in SPLITS work units), REDUCE (how a split tile's partials are summed: 0
+// through a global workspace by the CTA that finishes last, 1 in a cluster of the tile's SPLITS
+// CTAs through distributed shared memory, 2 in column bands by each of the tile's SPLITS CTAs
+// through the workspace, on a grid that is resident at once; below), SCHEDULE (how the consumer
+// warpgroups share the work, below). Persistence is a launch choice: the kernel walks work units
+// blockIdx.x, + gridDim.x, ... (in clusters); a grid of one block per unit is the plain kernel, a
+// grid of max_active_clusters clusters the persistent one. The stage ring and its phases carry over
+// from one unit to the next, so the producer fills the next tile's stages while the consumers run
+// the epilogue of the current one.
 //
 // Consumer schedules (SCHEDULE):
 //   0 cooperative: both consumer warpgroups work on every tile, each on BLOCK_M / CONSUMERS rows
@@ -526,6 +527,13 @@ struct BlockWork {
   unsigned char* flag;          // the split-K "last CTA" flag
 };
 
+// A load with acquire semantics at GPU scope (split-K band reduction: the tile's arrivals counter).
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // Named barriers 2 and 3 order the ping-pong mainloops (0 is __syncthreads, 1 the consumers'
 // barrier in splitk_reduce): warpgroup w waits on 2 + w with its 128 threads (bar.sync) until the
 // other warpgroup's 128 threads arrive on it (bar.arrive, no wait).
@@ -599,25 +607,73 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MS][ACC], const W&
   }
 }
 
+// Sums column band `slice` of a split tile (each consumer thread's n8 blocks [slice kBand, (slice +
+// 1) kBand), kBand = BLOCK_N / 8 / SPLITS) over its SPLITS fp32 partials in slice (= K) order, and
+// writes that band of C from registers with 4-byte stores. term(c, ms, g) loads contributor c's
+// float4 of n8 block g of m64 slice ms for the calling thread (the fragment order in which
+// reduce_partials lays out a slot). Every term's loads are issued before the first add: one round
+// trip to wherever the partials are, not SPLITS (all of them take as many registers as the
+// accumulators, dead by then). The first term is taken as is (no 0 + x: the sign of a zero
+// survives), so the sum is bitwise reduce_partials's.
+template <typename Cfg, int MS, int ACC, int SPLITS, typename Term>
+__device__ __forceinline__ void sum_band_and_store(Term term, typename Cfg::Out* __restrict__ C,
+                                                   int M, int N, int row0, int col0, float alpha,
+                                                   float beta, int slice) {
+  constexpr int kGroups = ACC / 4;         // n8 blocks per m64 slice and thread: one float4 each
+  constexpr int kBand = kGroups / SPLITS;  // of them summed and written by this CTA
+  static_assert(kGroups % SPLITS == 0, "whole n8 blocks per band");
+  const int g0 = slice * kBand;
+  float4 v[SPLITS][MS][kBand];
+#pragma unroll
+  for (int c = 0; c < SPLITS; ++c)
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+      for (int j = 0; j < kBand; ++j) v[c][ms][j] = term(c, ms, g0 + j);
+#pragma unroll
+  for (int c = 1; c < SPLITS; ++c)
+#pragma unroll
+    for (int ms = 0; ms < MS; ++ms)
+#pragma unroll
+      for (int j = 0; j < kBand; ++j) {
+        v[0][ms][j].x += v[c][ms][j].x;
+        v[0][ms][j].y += v[c][ms][j].y;
+        v[0][ms][j].z += v[c][ms][j].z;
+        v[0][ms][j].w += v[c][ms][j].w;
+      }
+  const int t = static_cast<int>(threadIdx.x) - 128;
+  const int lt = t & 127, warp = lt >> 5, lane = lt & 31;
+  const bool vec_ok = (N & 1) == 0;
+#pragma unroll
+  for (int ms = 0; ms < MS; ++ms) {
+    const int r = row0 + ms * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < kBand; ++j) {
+      const int c = col0 + (g0 + j) * 8 + (lane & 3) * 2;
+      const float4& s = v[0][ms][j];
+      ktune_gemm_store::store_pair<typename Cfg::Out>(C, M, N, r, c, s.x, s.y, alpha, beta, vec_ok);
+      ktune_gemm_store::store_pair<typename Cfg::Out>(C, M, N, r + 8, c, s.z, s.w, alpha, beta,
+                                                      vec_ok);
+    }
+  }
+}
+
 // REDUCE 1: split-K within one cluster (non-persistent grid, one work item per CTA). The SPLITS
 // CTAs of a cluster are the k-slices of one tile, CTA rank = slice. After its main loop each stores
 // its fp32 partial into its own stage ring, idle by then, in fragment order (element i of consumer
 // thread t at [i / 4][t][i % 4], as reduce_partials lays out a workspace slot); after a cluster
-// barrier, CTA r sums column band r of the tile (BLOCK_N / SPLITS columns: each consumer thread's
-// n8 blocks [r kBand, (r + 1) kBand)) over every CTA's partial, in slice (= K) order, through
-// distributed shared memory, and writes that band of C. The sum is bitwise the one
-// reduce_partials makes, nothing goes through global memory, and every CTA reads 1 / SPLITS of
-// the partials instead of the last one reading all of them (bench/NOTES.md, "cluster split-K").
-// Every thread of the block, the producer's included, meets that barrier once and the kernel's
-// last one, so no partial goes away while a peer still reads it.
+// barrier, CTA r sums column band r of the tile over every CTA's partial through distributed
+// shared memory (sum_band_and_store) and writes that band of C. Nothing goes through global
+// memory, and every CTA reads 1 / SPLITS of the partials instead of the last one reading all of
+// them (bench/NOTES.md, "cluster split-K"). Every thread of the block, the producer's included,
+// meets that barrier once and the kernel's last one, so no partial goes away while a peer still
+// reads it.
 template <typename Cfg, int MS, int ACC, int SPLITS, typename W>
 __device__ __forceinline__ void reduce_in_cluster(const float (&acc)[MS][ACC], const W& w,
                                                   typename Cfg::Out* __restrict__ C, int M, int N, int row0,
                                                   int col0, float alpha, float beta, int slice) {
   constexpr int kT = Cfg::kThreads - 128;  // consumer threads
-  constexpr int kGroups = ACC / 4;         // n8 blocks per m64 slice and thread: one float4 each
-  constexpr int kBand = kGroups / SPLITS;  // of them summed and written by this CTA
-  static_assert(kGroups % SPLITS == 0, "whole n8 blocks per band");
+  constexpr int kGroups = ACC / 4;
   static_assert(static_cast<long long>(Cfg::kStages) * Cfg::kStageBytes >= 4LL * Cfg::kBlockM * Cfg::kBlockN,
                 "the fp32 partial fits the stage ring");
   const int t = static_cast<int>(threadIdx.x) - 128;
@@ -633,44 +689,57 @@ __device__ __forceinline__ void reduce_in_cluster(const float (&acc)[MS][ACC], c
       st_shared_f4(at(w.stages, ms, g), make_float4(acc[ms][4 * g], acc[ms][4 * g + 1], acc[ms][4 * g + 2],
                                                    acc[ms][4 * g + 3]));
   cluster_sync();  // every partial of the tile written (release) and visible here (acquire)
-  const int g0 = slice * kBand;
-  float4 sum[MS][kBand];
-#pragma unroll 1
-  for (int c = 0; c < SPLITS; ++c) {
-    const unsigned part = cluster_map(w.stages, static_cast<unsigned>(c));
-    float4 v[MS][kBand];  // every load of a term in flight at once
+  const auto term = [&](int c, int ms, int g) {
+    return ld_cluster_f4(at(cluster_map(w.stages, static_cast<unsigned>(c)), ms, g));
+  };
+  sum_band_and_store<Cfg, MS, ACC, SPLITS>(term, C, M, N, row0, col0, alpha, beta, slice);
+}
+
+// REDUCE 2: split-K summed in bands by all of a tile's k-slices, through the workspace. Needs every
+// CTA of the grid resident at once (the manifest offers it only on the persistent grid, at most
+// max_active_clusters clusters): a slice waits for its tile's other slices, which must not wait for
+// it to leave. Each stores its partial to its slot `base + slice * BLOCK_M * BLOCK_N` (fragment
+// order, as reduce_partials), counts itself on *counter, waits until all SPLITS have, and sums and
+// writes column band `slice` (sum_band_and_store: bitwise the sum of REDUCE 0 and 1). Against
+// REDUCE 0 the tail after the last slice's main loop is one L2 round trip for 1 / SPLITS of the
+// partials on every slice's SM, not SPLITS partials read by one. With a persistent grid that
+// walks several units per CTA, a wait names only slices of the same or the next round of units,
+// whose CTAs finish their earlier rounds without waiting on this one (grid >= 2 * SPLITS
+// clusters). The counter: SPLITS first arrivals, then SPLITS second ones made after the wait
+// passed; the last of those resets it, so it is zero at entry and exit and no slice spins on a
+// counter already reset.
+template <typename Cfg, int MS, int ACC, int SPLITS>
+__device__ __forceinline__ void reduce_in_bands(const float (&acc)[MS][ACC],
+                                                float* __restrict__ base, int* __restrict__ counter,
+                                                typename Cfg::Out* __restrict__ C, int M, int N,
+                                                int row0, int col0, float alpha, float beta,
+                                                int slice) {
+  constexpr int kT = Cfg::kThreads - 128;  // consumer threads
+  constexpr int kGroups = ACC / 4;
+  constexpr long long kSlot =
+      static_cast<long long>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial
+  const int t = static_cast<int>(threadIdx.x) - 128;
+  float4* mine4 = reinterpret_cast<float4*>(base + slice * kSlot);
 #pragma unroll
-    for (int ms = 0; ms < MS; ++ms)
+  for (int ms = 0; ms < MS; ++ms)
 #pragma unroll
-      for (int j = 0; j < kBand; ++j) v[ms][j] = ld_cluster_f4(at(part, ms, g0 + j));
-#pragma unroll
-    for (int ms = 0; ms < MS; ++ms)
-#pragma unroll
-      for (int j = 0; j < kBand; ++j) {
-        if (c == 0) {  // the first term as is (no 0 + x: the sign of a zero survives)
-          sum[ms][j] = v[ms][j];
-        } else {
-          sum[ms][j].x += v[ms][j].x;
-          sum[ms][j].y += v[ms][j].y;
-          sum[ms][j].z += v[ms][j].z;
-          sum[ms][j].w += v[ms][j].w;
-        }
-      }
+    for (int g = 0; g < kGroups; ++g)
+      mine4[(ms * kGroups + g) * kT + t] =
+          make_float4(acc[ms][4 * g], acc[ms][4 * g + 1], acc[ms][4 * g + 2], acc[ms][4 * g + 3]);
+  __threadfence();
+  ktune_gemm_sm90_detail::named_barrier(kT);  // every thread's part of the partial is out
+  if (t == 0) {
+    atomicAdd(counter, 1);
+    while (ld_acquire_gpu(counter) < SPLITS) __nanosleep(32);
+    if (atomicAdd(counter, 1) == 2 * SPLITS - 1) atomicExch(counter, 0);
   }
-  const int lt = t & 127, warp = lt >> 5, lane = lt & 31;
-  const bool vec_ok = (N & 1) == 0;
-#pragma unroll
-  for (int ms = 0; ms < MS; ++ms) {
-    const int r = row0 + ms * 64 + warp * 16 + (lane >> 2);
-#pragma unroll
-    for (int j = 0; j < kBand; ++j) {
-      const int c = col0 + (g0 + j) * 8 + (lane & 3) * 2;
-      ktune_gemm_store::store_pair<typename Cfg::Out>(C, M, N, r, c, sum[ms][j].x, sum[ms][j].y, alpha, beta,
-                                                      vec_ok);
-      ktune_gemm_store::store_pair<typename Cfg::Out>(C, M, N, r + 8, c, sum[ms][j].z, sum[ms][j].w, alpha, beta,
-                                                      vec_ok);
-    }
-  }
+  ktune_gemm_sm90_detail::named_barrier(kT);
+  __threadfence();
+  const float4* base4 = reinterpret_cast<const float4*>(base);
+  const auto term = [base4, t](int c, int ms, int g) {
+    return __ldcg(base4 + c * (kSlot / 4) + (ms * kGroups + g) * kT + t);
+  };
+  sum_band_and_store<Cfg, MS, ACC, SPLITS>(term, C, M, N, row0, col0, alpha, beta, slice);
 }
 
 // SCHEDULE 0: consumer warpgroup cw computes rows [cw * kWgM, (cw + 1) * kWgM) of every work item.
@@ -678,12 +747,13 @@ __device__ __forceinline__ void reduce_in_cluster(const float (&acc)[MS][ACC], c
 // partial to reduce_partials, and the CTA that arrives last writes the tile. Workspace slots:
 // split-K (tile, split); stream-K two per CTA, (CTA, 0) for the piece its share starts with and
 // (CTA, 1) for the one it ends with (a share that crosses no tile boundary has one piece, slot 0),
-// so no slot is written twice in a launch. CLUSTER_SPLITS > 0 (REDUCE 1): split-K items are summed
-// by reduce_in_cluster instead, over that many CTAs.
-template <typename Cfg, typename CL, int MS, int ACC, int CLUSTER_SPLITS, typename W>
+// so no slot is written twice in a launch. REDUCE 1 and 2: split-K items are summed by
+// reduce_in_cluster or reduce_in_bands instead, over the tile's SPLITS CTAs.
+template <typename Cfg, typename CL, int MS, int ACC, int REDUCE, int SPLITS, typename W>
 __device__ __forceinline__ void consume_cooperative(const W& w, typename Cfg::Out* __restrict__ C,
-                                                    float* __restrict__ workspace, int* __restrict__ tile_counters,
-                                                    int M, int N, float alpha, float beta, int cw) {
+                                                    float* __restrict__ workspace,
+                                                    int* __restrict__ tile_counters, int M, int N,
+                                                    float alpha, float beta, int cw) {
   constexpr long long kSlot = static_cast<long long>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial
   const WorkPlan& p = w.plan;
   const int rank = static_cast<int>(w.raster.rank);
@@ -697,9 +767,14 @@ __device__ __forceinline__ void consume_cooperative(const W& w, typename Cfg::Ou
     const int prev = mainloop<Cfg, CL>(acc, w, s, phase, it.kb, it.ke, cw * Cfg::kWgM);
     finish_mainloop<CL>(acc, w, prev);
     const int tile = it.tile_unit * CL::kSize + rank;  // counter index
-    if constexpr (CLUSTER_SPLITS > 0) {
-      reduce_in_cluster<Cfg, MS, ACC, CLUSTER_SPLITS>(acc, w, C, M, N, tm * Cfg::kBlockM + cw * Cfg::kWgM,
-                                                      tn * Cfg::kBlockN, alpha, beta, it.split);
+    if constexpr (REDUCE == 1) {
+      reduce_in_cluster<Cfg, MS, ACC, SPLITS>(acc, w, C, M, N, tm * Cfg::kBlockM + cw * Cfg::kWgM,
+                                              tn * Cfg::kBlockN, alpha, beta, it.split);
+      continue;
+    } else if constexpr (REDUCE == 2) {
+      reduce_in_bands<Cfg, MS, ACC, SPLITS>(
+          acc, workspace + static_cast<long long>(tile) * SPLITS * kSlot, tile_counters + tile, C,
+          M, N, tm * Cfg::kBlockM + cw * Cfg::kWgM, tn * Cfg::kBlockN, alpha, beta, it.split);
       continue;
     } else if (p.splits > 1) {
       float* base = workspace + static_cast<long long>(tile) * p.splits * kSlot;
@@ -763,13 +838,13 @@ __device__ __forceinline__ void consume_pingpong(const W& w, typename Cfg::Out* 
 // ceil(tiles_m / CLUSTER_M) * ceil(tiles_n / CLUSTER_N) tile groups; one cluster per group, or
 // max_active_clusters for the persistent schedule), launched with cluster dimension (CS, 1, 1);
 // block: (CONSUMERS + 1) * 128 threads; dynamic shared memory TmaConfig::kSmemBytes. workspace:
-// split-K partials, tiles * SPLITS * BLOCK_M * BLOCK_N floats, or stream-K partials, 2 * sk_ctas *
-// BLOCK_M * BLOCK_N floats (every slot written before it is read; a grid of more than sk_ctas
-// blocks walks whole tiles); tile_counters: one per tile, zero at entry and exit. STREAMK = 1: the
-// persistent grid's last, partial wave of tiles is spread over every cluster (WorkPlan).
-// tmA: bf16/fp16 2-D map over A (dims {K, M}, box {64, BLOCK_M / CLUSTER_N}, 128-byte swizzle);
-// tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}); tmC: over C (EPILOGUE 2: dims {N, M},
-// box {128 bytes of outputs, 16}, 128-byte swizzle; any map otherwise, unused).
+// split-K partials (REDUCE 0 and 2), tiles * SPLITS * BLOCK_M * BLOCK_N floats, or stream-K
+// partials, 2 * sk_ctas * BLOCK_M * BLOCK_N floats (every slot written before it is read; a grid of
+// more than sk_ctas blocks walks whole tiles); tile_counters: one per tile, zero at entry and exit.
+// STREAMK = 1: the persistent grid's last, partial wave of tiles is spread over every cluster
+// (WorkPlan). tmA: bf16/fp16 2-D map over A (dims {K, M}, box {64, BLOCK_M / CLUSTER_N}, 128-byte
+// swizzle); tmB: over B (dims {K, N}, box {64, BLOCK_N / CLUSTER_M}); tmC: over C (EPILOGUE 2: dims
+// {N, M}, box {128 bytes of outputs, 16}, 128-byte swizzle; any map otherwise, unused).
 //
 // 2-CTA clusters: the two CTAs take adjacent tiles that need one operand tile in common, and each
 // loads half of it and multicasts that half into both CTAs. CLUSTER_M = 2: vertically adjacent
@@ -799,8 +874,12 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
   static_assert(SCHEDULE == kCooperative || SPLITS == 1, "ping-pong: whole tiles, no split-K");
   static_assert(STREAMK == 0 || (SCHEDULE == kCooperative && SPLITS == 1), "stream-K: cooperative, no split-K");
   static_assert(RASTER == kRasterRows || RASTER == kRasterColumns, "raster by tile rows or by tile columns");
-  static_assert(REDUCE == 0 || (SPLITS > 1 && CLUSTER_M * CLUSTER_N == 1 && EPILOGUE == 0),
-                "cluster split-K: the cluster is the tile's k-slices; its epilogue writes bands from registers");
+  static_assert(REDUCE != 1 || (SPLITS > 1 && CLUSTER_M * CLUSTER_N == 1 && EPILOGUE == 0),
+                "cluster split-K: the cluster is the tile's k-slices; its epilogue writes bands "
+                "from registers");
+  static_assert(REDUCE != 2 || (SPLITS > 1 && EPILOGUE == 0),
+                "band split-K: bands are written from registers");
+  static_assert(REDUCE >= 0 && REDUCE <= 2, "REDUCE: workspace, cluster or bands");
   constexpr int MS = Cfg::kMS, ACC = Cfg::kAcc;
   constexpr int kCS = CL::kSize;
   constexpr int kAPart = BLOCK_M / CLUSTER_N;  // A rows each CTA of a cluster loads
@@ -900,7 +979,8 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     if constexpr (SCHEDULE == kPingpong) {
       consume_pingpong<Cfg, CL, MS, ACC>(w, C, M, N, alpha, beta, cw);
     } else {
-      consume_cooperative<Cfg, CL, MS, ACC, REDUCE == 1 ? SPLITS : 0>(w, C, workspace, tile_counters, M, N, alpha, beta, cw);
+      consume_cooperative<Cfg, CL, MS, ACC, REDUCE, SPLITS>(w, C, workspace, tile_counters, M, N,
+                                                            alpha, beta, cw);
     }
     // The last TMA stores must have read their boxes before the block's shared memory goes away.
     if constexpr (EPILOGUE == 2) {

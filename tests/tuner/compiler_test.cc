@@ -548,5 +548,72 @@ TEST(CompilerTest, GemmTmaClusterSplitKConfigsAreOfferedWhereTheyFitAndCompileWi
   expect_compiled_without_spills(reqs, 168);
 }
 
+// gemm_tma's band split-K (REDUCE 2, issue 13): every k-slice of a tile sums one column band of the
+// partials through the workspace, so the space offers it only where the grid is resident at once
+// (the persistent grid) and with the register epilogue, multicast pairs allowed; its configs
+// (128x128 in 2, 4 and 8 slices with and without a pair, the 128-accumulator tiles) compile for
+// sm_90a without spills.
+TEST(CompilerTest, GemmTmaBandSplitKConfigsAreOfferedOnResidentGridsAndCompileWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 1024}, {"K", 32768}}};
+  auto space = SearchSpace::build(*t, p, limits);
+  ASSERT_TRUE(space) << space.error().message;
+  std::set<std::int64_t> slices, cluster_sizes;
+  for (const auto& c : space->configs()) {
+    if (c.at("REDUCE") != 2) continue;
+    slices.insert(c.at("SPLITS"));
+    cluster_sizes.insert(c.at("CLUSTER_M") * c.at("CLUSTER_N"));
+    EXPECT_EQ(c.at("PERSISTENT"), 1) << params_to_string(c);
+    EXPECT_EQ(c.at("EPILOGUE"), 0) << params_to_string(c);
+  }
+  EXPECT_EQ(slices, (std::set<std::int64_t>{2, 4, 8}));
+  EXPECT_EQ(cluster_sizes, (std::set<std::int64_t>{1, 2})) << "multicast pairs beside band split-K";
+  Params split{{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 6},
+               {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 0}, {"CLUSTER_M", 2},
+               {"PERSISTENT", 1}, {"SPLITS", 4},    {"SCHEDULE", 0}, {"STREAMK", 0},
+               {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 2}};
+  auto launch = instantiate(*t, p, limits, split);
+  ASSERT_TRUE(launch) << launch.error().message;
+  EXPECT_EQ(launch->launch.cluster[0], 2u) << "the launch's cluster is the multicast pair";
+  Params staged = split;
+  staged["EPILOGUE"] = 2;
+  EXPECT_FALSE(instantiate(*t, p, limits, staged)) << "bands are written from registers";
+  Params plain = split;
+  plain["PERSISTENT"] = 0;
+  EXPECT_FALSE(instantiate(*t, p, limits, plain))
+      << "a slice waits for the others: the grid must be resident";
+  Params whole = split;
+  whole["SPLITS"] = 1;
+  EXPECT_FALSE(instantiate(*t, p, limits, whole)) << "nothing to reduce";
+  std::vector<CompileRequest> reqs;
+  auto add = [&](const Problem& prob, const Params& params) {
+    add_request(*t, limits, prob, params, reqs);
+  };
+  for (std::int64_t n : {2, 4, 8}) {
+    Params c = split;
+    c["SPLITS"] = n;
+    add(p, c);
+  }
+  Params single = split;
+  single["CLUSTER_M"] = 1;
+  add(p, single);
+  const Problem long_k{"gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 1024}, {"K", 65536}}};
+  Params tall = split;  // cuBLAS's decomposition of 1024x1024x65536: 128 accumulators a thread
+  tall["BLOCK_M"] = 256;
+  tall["STAGES"] = 4;
+  tall["CLUSTER_M"] = 1;
+  tall["CLUSTER_N"] = 2;
+  add(long_k, tall);
+  Params wide = tall;
+  wide["BLOCK_M"] = 128;
+  wide["BLOCK_N"] = 256;
+  wide["SPLITS"] = 8;
+  add(Problem{"gemm", "bf16", "fp32", "rc", {{"M", 1024}, {"N", 1024}, {"K", 65536}}}, wide);
+  expect_compiled_without_spills(reqs, 168);
+}
+
 }  // namespace
 }  // namespace ktune

@@ -459,6 +459,40 @@ TEST(GpuTmaTest, GemmTmaClusterSplitKVerifiesAcrossSlicesShapesAndDtypes) {
   EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 10);
 }
 
+// gemm_tma's band split-K (REDUCE 2): every k-slice of a tile sums one column band of the partials
+// through the workspace once all of the tile's slices have stored theirs. In 2, 4 and 8 slices,
+// with multicast pairs along M and N, both wide tiles and fp32/fp16 outputs, on shapes with tails
+// in M, N and K, where the persistent grid holds every unit and where it walks two rounds of them
+// (1000 x 1000 in 128 x 128 tiles and 4 slices: 256 units): every config the space holds verifies
+// against cuBLAS (a band summed before a partial was stored fails), and the timing loop's
+// back-to-back launches finish (a counter left non-zero would hang the next one: a timeout).
+TEST(GpuTmaTest, GemmTmaBandSplitKVerifiesAcrossSlicesClustersAndRounds) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 128}, {"BLOCK_K", 64}, {"STAGES", 4},
+                    {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 0}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 1}, {"SPLITS", 4},    {"SCHEDULE", 0}, {"STREAMK", 0},
+                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 2}};
+  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+    return with_params(base, changes);
+  };
+  const std::vector<Params> configs = {
+      base,
+      with({{"SPLITS", 2}, {"CLUSTER_M", 2}}),
+      with({{"SPLITS", 8}, {"STAGES", 6}}),
+      with({{"BLOCK_M", 256}, {"CLUSTER_N", 2}}),
+      with({{"BLOCK_N", 256}, {"SPLITS", 2}, {"CLUSTER_M", 2}, {"RASTER", 1}}),
+      with({{"BLOCK_K", 128}, {"SPLITS", 2}, {"STAGES", 2}}),
+  };
+  const std::vector<Problem> problems = {
+      {"gemm", "bf16", "bf16", "rc", {{"M", 264}, {"N", 136}, {"K", 4104}}},    // 3 x 2 tiles
+      {"gemm", "bf16", "fp32", "rc", {{"M", 777}, {"N", 520}, {"K", 16392}}},   // 7 x 5
+      {"gemm", "fp16", "fp16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 8200}}},  // 8 x 8: two rounds
+  };
+  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 12);
+}
+
 TEST(GpuWorkerTest, CopyCeilingIsPlausible) {
   KTUNE_REQUIRE_GPU();
   auto tuner = open_tuner({});
