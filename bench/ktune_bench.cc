@@ -115,6 +115,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> problems, templates, seed_args;
   int budget = 200, device = 0, finalists = 5;
   double seconds = 0, target_ms = 100;
+  std::string l2_name = "flushed";
   bool warm_repeat = false, verbose = false;
   CLI::App app{"ktune-bench: tune a suite and time each winner against its ceiling"};
   app.add_option("--suite", suite_name, "gemm | tma | membound | smoke");
@@ -129,6 +130,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seconds", seconds, "wall-clock budget per problem (0 = none)");
   app.add_option("--target-ms", target_ms, "measured time per candidate")->capture_default_str();
+  app.add_option("--l2", l2_name,
+                 "L2 when a timed launch starts: flushed (a write over 2x L2 before it, as "
+                 "triton's do_bench) | rotated (back to back, inputs rotated)")
+      ->check(CLI::IsMember({"flushed", "rotated"}))
+      ->capture_default_str();
   app.add_option("--finalists", finalists, "re-timed interleaved at the end")
       ->capture_default_str();
   app.add_option("--device", device, "GPU ordinal")->capture_default_str();
@@ -144,6 +150,7 @@ int main(int argc, char** argv) {
                "tune each problem a second time with the cubin cache warm");
   app.add_flag("-v,--verbose", verbose, "log failed trials");
   CLI11_PARSE(app, argc, argv);
+  const L2State l2 = *l2_state_from_string(l2_name);
   if (verbose) log_setup(LogLevel::debug, LogFormat::text);
 
   std::vector<Problem> todo = suite(suite_name);
@@ -202,6 +209,7 @@ int main(int argc, char** argv) {
     req.budget = Budget{budget, seconds, 0};
     req.finalists = finalists;
     req.timing.target_ms = target_ms;
+    req.timing.l2 = l2;
     auto tuned = t.tune(req);
     if (!tuned) {
       std::printf("%-44s FAILED: %s\n", p.key().c_str(), tuned.error().message.c_str());
@@ -247,6 +255,7 @@ int main(int argc, char** argv) {
     // The ceiling, measured now in the same worker.
     TimingOptions timing;
     timing.target_ms = target_ms;
+    timing.l2 = l2;
     double base_us = 0, ratio = 0;
     if (p.op == "gemm") {
       auto both = t.runner().retime({tuned->winner_trial_id}, 7, timing, cublas_problem(p));

@@ -26,7 +26,16 @@ using Member =
                  std::vector<int> DaemonConfig::*, LogLevel DaemonConfig::*,
                  LogFormat DaemonConfig::*>;
 
-enum class Check { none, host_port, host_port_or_empty, strategy, gpu_policy, redis, name };
+enum class Check {
+  none,
+  host_port,
+  host_port_or_empty,
+  strategy,
+  gpu_policy,
+  l2_state,
+  redis,
+  name
+};
 
 struct KeySpec {
   ConfigKey key;
@@ -138,6 +147,12 @@ const std::vector<KeySpec>& key_specs() {
        &DaemonConfig::retime_rounds,
        0,
        1000},
+      {{"tuning.timing_l2", "KTUNE_TIMING_L2",
+        "L2 when a timed launch starts: flushed (a write over 2x L2 before it) | rotated"},
+       &DaemonConfig::timing_l2,
+       0,
+       0,
+       Check::l2_state},
       {{"tuning.gpu_policy", "KTUNE_GPU_POLICY", "idle | always | never"},
        &DaemonConfig::gpu_policy,
        0,
@@ -311,6 +326,9 @@ Result<void> check_string(const KeySpec& spec, const std::string& v) {
       if (v == "idle" || v == "always" || v == "never") return {};
       return fail(ErrorCode::invalid_argument,
                   "unknown gpu_policy '" + v + "' (idle, always, never)");
+    case Check::l2_state:
+      if (v == "flushed" || v == "rotated") return {};
+      return fail(ErrorCode::invalid_argument, "unknown timing_l2 '" + v + "' (flushed, rotated)");
     case Check::redis:
       if (v.empty() || v.starts_with("/") || v.starts_with("unix:/")) return {};
       if (auto ok = check_host_port(v); !ok)

@@ -108,6 +108,12 @@ struct DaemonConfig {
   // sample every finalist across the same drift (bench/NOTES.md, "Finalist re-time rounds").
   // 0: three per finalist, at least 5. Default 0.
   int retime_rounds = 0;
+  // What L2 holds when a timed launch starts: "flushed" (a write over twice the L2 size right
+  // before each timed launch, as triton.testing.do_bench does: how users time kernels, and where
+  // a config that leans on L2 left warm by the previous launch stops winning) or "rotated"
+  // (launches back to back, inputs rotated over sets that span 3x L2). bench/NOTES.md, "Timing
+  // with the L2 flushed". Default "flushed".
+  std::string timing_l2 = "flushed";
   // When tuning lanes may use their GPU: "idle" (only while no foreign process uses it and its
   // utilization is at or under idle_threshold_percent for idle_settle_seconds), "always", or
   // "never" (jobs queue but do not run). Default "idle".

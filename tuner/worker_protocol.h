@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/error.h"
@@ -43,12 +45,23 @@ void die_with_parent();
 Result<WorkerFrame> read_worker_frame(int fd, int timeout_ms);
 
 // How a candidate is timed. Defaults follow docs/worker-protocol.md § Measurement.
+// What L2 holds when a timed launch starts (docs/worker-protocol.md, "Timing"); the names are the
+// protocol's and the config key tuning.timing_l2's.
+enum class L2State {
+  rotated,  // launches back to back, the inputs rotated over sets that together span 3x L2
+  flushed,  // as rotated, and a write over 2x L2 before each timed launch (triton's do_bench)
+};
+std::string_view to_string(L2State s);
+std::optional<L2State> l2_state_from_string(std::string_view s);
+
 struct TimingOptions {
   double warmup_ms = 10;   // warm-up time before measuring (at least 2 launches)
   double target_ms = 100;  // measured time per candidate, spread over the samples
   int min_samples = 10;
   int max_samples = 200;
   double graph_below_us = 20;  // kernels faster than this are timed by CUDA graph replay
+                               // (rotated only: a flushed launch is timed on its own)
+  L2State l2 = L2State::flushed;
 };
 
 struct TrialRequest {

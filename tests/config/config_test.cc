@@ -40,7 +40,7 @@ TEST(ConfigTest, ExampleFileAndKeyTableAgree) {
   const std::string text = ss.str();
   std::set<std::string> file_keys;
   std::string section;
-  std::regex section_re(R"(^([a-z_]+):\s*$)"), key_re(R"(^  ([a-z_]+):)");
+  std::regex section_re(R"(^([a-z_0-9]+):\s*$)"), key_re(R"(^  ([a-z_0-9]+):)");
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
@@ -99,6 +99,11 @@ TEST(ConfigTest, OutOfRangeIsRejected) {
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("k.yaml:2: tuning.strategy: unknown strategy 'genetic'"),
             std::string::npos);
+  r = apply_config_yaml(c, "tuning:\n  timing_l2: warm\n", "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("k.yaml:2: tuning.timing_l2: unknown timing_l2 'warm'"),
+            std::string::npos);
+  EXPECT_EQ(c.timing_l2, "flushed") << "a rejected value leaves the default";
 }
 
 TEST(ConfigTest, ListExpectedWhereScalarGiven) {

@@ -353,18 +353,24 @@ TEST_F(BackgroundTest, FinalistsKeySetsHowManyConfigsAreRetimed) {
 }
 
 // tuning.retime_rounds: the finalists' re-timing runs that many rounds; 0 (the default) runs three
-// per finalist, at least 5.
-TEST_F(BackgroundTest, RetimeRoundsKeySetsTheRoundsOfTheFinalistsRetime) {
+// per finalist, at least 5. tuning.timing_l2: what L2 holds when the worker times a launch
+// (flushed unless set), sent with every timing request.
+TEST_F(BackgroundTest, RetimeRoundsAndTimingL2KeysReachTheFinalistsRetime) {
   const protocol::ProblemSpec scale{"scale", "fp32", "", "", {{"n", 1 << 16}}};
   const std::string log = m_dir / "retime.log";
-  const std::pair<int, std::string> cases[] = {{0, "rounds=12 finalists=4"},
-                                               {7, "rounds=7 finalists=4"}};
-  for (const auto& [rounds, want] : cases) {
+  struct Case {
+    int rounds;
+    std::string l2;  // empty: the default
+    std::string want;
+  };
+  const Case cases[] = {{0, "", "rounds=12 finalists=4 l2=flushed"},
+                        {7, "rotated", "rounds=7 finalists=4 l2=rotated"}};
+  for (const auto& [rounds, l2, want] : cases) {
     std::filesystem::remove(log);
-    auto d = daemon(1,
-                    {"tuning.gpu_policy=always", "tuning.finalists=4",
-                     "tuning.retime_rounds=" + std::to_string(rounds)},
-                    {"FAKE_WORKER_RETIME_LOG=" + log});
+    std::vector<std::string> sets = {"tuning.gpu_policy=always", "tuning.finalists=4",
+                                     "tuning.retime_rounds=" + std::to_string(rounds)};
+    if (!l2.empty()) sets.push_back("tuning.timing_l2=" + l2);
+    auto d = daemon(1, sets, {"FAKE_WORKER_RETIME_LOG=" + log});
     ASSERT_TRUE(d->start());
     Client client(options());
     ASSERT_NO_FATAL_FAILURE(tune_until_done(client, scale, 10));

@@ -10,7 +10,8 @@
 //   FAKE_WORKER_DELAY_MS=n   sleeps n ms at the start of every trial (slow jobs to kill mid-way)
 //   FAKE_WORKER_PROTOCOL=n   says protocol n in its hello (default: this build's)
 //   FAKE_WORKER_CLUSTERS=n   answers every `occupancy` request with n (default 132 / cluster size)
-//   FAKE_WORKER_RETIME_LOG=path  appends "rounds=R finalists=F" for every retime request
+//   FAKE_WORKER_RETIME_LOG=path  appends "rounds=R finalists=F l2=S" for every retime request (S:
+//                                its timing's L2 state, as the real worker would time)
 // A logged line ends with " grid=X,Y,Z cluster=X,Y,Z" when FAKE_WORKER_LOG_LAUNCH is set.
 // An ok trial's message is "fake measurement <n>", n counting the ok trials this process ran.
 #include <fcntl.h>
@@ -121,8 +122,11 @@ int main(int argc, char** argv) {
       reply = to_json(r);
       reply["ok"] = true;
     } else if (op == "retime") {
+      const TimingOptions timing =
+          timing_options_from_json(h.value("timing", WorkerJson::object()));
       log_line("FAKE_WORKER_RETIME_LOG", "rounds=" + std::to_string(h.value("rounds", 0)) +
-                                             " finalists=" + std::to_string(h.at("ids").size()));
+                                             " finalists=" + std::to_string(h.at("ids").size()) +
+                                             " l2=" + std::string(to_string(timing.l2)));
       reply["times"] = WorkerJson::array();
       for (auto id : h.at("ids").get<std::vector<std::uint64_t>>()) {
         if (!medians.count(id)) {  // as the real worker: only what this process ran

@@ -493,6 +493,31 @@ TEST(GpuTmaTest, GemmTmaBandSplitKVerifiesAcrossSlicesClustersAndRounds) {
   EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 12);
 }
 
+// Both timings of tuning.timing_l2 measure: with the L2 flushed (the default) each launch is timed
+// on its own after a write over 2x L2, so a kernel of a few microseconds reads longer than under
+// the rotated timing, whose graph replay amortizes the launch gap (docs/worker-protocol.md).
+TEST(GpuWorkerTest, ShortKernelsTimeWithTheL2FlushedAndRotated) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  std::map<L2State, double> median_us;
+  for (L2State l2 : {L2State::flushed, L2State::rotated}) {
+    TuneRequest req;
+    req.problem = Problem{"softmax", "bf16", "bf16", "", {{"rows", 37}, {"cols", 1000}}};
+    req.strategy = "random";
+    req.budget = Budget{6, 60, 0};
+    req.timing.target_ms = 2;
+    req.timing.l2 = l2;
+    auto r = tuner->tune(req);
+    ASSERT_TRUE(r) << to_string(l2) << ": " << r.error().message;
+    EXPECT_EQ(r->stats.wrong_results + r->stats.crashes + r->stats.timeouts, 0) << to_string(l2);
+    median_us[l2] = r->winner.ranked.front().median_us;
+    EXPECT_GT(median_us[l2], 0.0) << to_string(l2);
+    EXPECT_LT(median_us[l2], 1000.0) << to_string(l2);
+  }
+  EXPECT_GT(median_us[L2State::flushed], median_us[L2State::rotated]);
+}
+
 TEST(GpuWorkerTest, CopyCeilingIsPlausible) {
   KTUNE_REQUIRE_GPU();
   auto tuner = open_tuner({});

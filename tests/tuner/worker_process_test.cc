@@ -74,6 +74,22 @@ TEST(WorkerProtocol, TensorMapArgsAndClustersRoundTrip) {
   EXPECT_EQ(launch_from_json(to_json(g)), g);
 }
 
+// The timing's L2 state travels by name; a request without one (an older parent) times with the
+// L2 flushed, the default.
+TEST(WorkerProtocol, TimingL2StateRoundTripsAndDefaultsToFlushed) {
+  TimingOptions rotated;
+  rotated.l2 = L2State::rotated;
+  rotated.target_ms = 30;
+  const WorkerJson j = to_json(rotated);
+  EXPECT_EQ(j.at("l2"), "rotated");
+  const TimingOptions back = timing_options_from_json(j);
+  EXPECT_EQ(back.l2, L2State::rotated);
+  EXPECT_EQ(back.target_ms, 30);
+  EXPECT_EQ(timing_options_from_json(WorkerJson::object()).l2, L2State::flushed);
+  EXPECT_EQ(l2_state_from_string("flushed"), L2State::flushed);
+  EXPECT_FALSE(l2_state_from_string("warm"));
+}
+
 TEST(WorkerProcess, AMissingBinaryIsUnavailable) {
   auto w = WorkerProcess::spawn("/nonexistent/ktune-worker", 0, 5000);
   ASSERT_FALSE(w);
