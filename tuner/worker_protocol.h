@@ -44,7 +44,6 @@ void die_with_parent();
 // ErrorCode::unavailable on EOF (the peer died), ErrorCode::corruption on a bad frame.
 Result<WorkerFrame> read_worker_frame(int fd, int timeout_ms);
 
-// How a candidate is timed. Defaults follow docs/worker-protocol.md § Measurement.
 // What L2 holds when a timed launch starts (docs/worker-protocol.md, "Timing"); the names are the
 // protocol's and the config key tuning.timing_l2's.
 enum class L2State {
@@ -54,6 +53,7 @@ enum class L2State {
 std::string_view to_string(L2State s);
 std::optional<L2State> l2_state_from_string(std::string_view s);
 
+// How a candidate is timed. Defaults follow docs/worker-protocol.md § Measurement.
 struct TimingOptions {
   double warmup_ms = 10;   // warm-up time before measuring (at least 2 launches)
   double target_ms = 100;  // measured time per candidate, spread over the samples

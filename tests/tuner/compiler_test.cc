@@ -242,6 +242,25 @@ void add_request(const KernelTemplate& t, const DeviceLimits& limits, const Prob
   into.push_back({&t, inst->name_expression, target_arch(t.manifest, limits.cc)});
 }
 
+// `base` with `changes` applied must be refused for `problem` (`why` says by which constraint).
+void expect_refused(const KernelTemplate& t, const DeviceLimits& limits, const Problem& problem,
+                    Params base,
+                    std::initializer_list<std::pair<const char*, std::int64_t>> changes,
+                    const char* why) {
+  for (const auto& [name, value] : changes) base[name] = value;
+  EXPECT_FALSE(instantiate(t, problem, limits, base)) << why << ": " << params_to_string(base);
+}
+
+// Compile requests for `base` in 2, 4 and 8 k-slices.
+void add_split_requests(const KernelTemplate& t, const DeviceLimits& limits, const Problem& problem,
+                        const Params& base, std::vector<CompileRequest>& reqs) {
+  for (std::int64_t n : {2, 4, 8}) {
+    Params c = base;
+    c["SPLITS"] = n;
+    add_request(t, limits, problem, c, reqs);
+  }
+}
+
 // gemm_tma's ping-pong schedule (issue 13 step 2): the space offers it only where it is meant
 // to run (two consumers, persistent, no split-K; BLOCK_M 64 nowhere else), and a spread of its
 // configs, every tile shape and a 2-CTA cluster and fp32 output among them, compiles for sm_90a
@@ -517,24 +536,14 @@ TEST(CompilerTest, GemmTmaClusterSplitKConfigsAreOfferedWhereTheyFitAndCompileWi
   ASSERT_TRUE(launch) << launch.error().message;
   EXPECT_EQ(launch->launch.cluster[0], 4u) << "the tile's four k-slices are the cluster";
   EXPECT_EQ(launch->launch.grid[0], 4u * 8u * 4u) << "one block per k-slice of each tile";
-  Params staged = split;
-  staged["EPILOGUE"] = 1;
-  EXPECT_FALSE(instantiate(*t, p, limits, staged)) << "bands are written from registers";
-  Params pair = split;
-  pair["CLUSTER_M"] = 2;
-  EXPECT_FALSE(instantiate(*t, p, limits, pair)) << "no multicast pair beside the k-slices";
-  Params whole = split;
-  whole["SPLITS"] = 1;
-  EXPECT_FALSE(instantiate(*t, p, limits, whole)) << "nothing to reduce";
+  expect_refused(*t, limits, p, split, {{"EPILOGUE", 1}}, "bands are written from registers");
+  expect_refused(*t, limits, p, split, {{"CLUSTER_M", 2}}, "no multicast pair beside the k-slices");
+  expect_refused(*t, limits, p, split, {{"SPLITS", 1}}, "nothing to reduce");
   std::vector<CompileRequest> reqs;
   auto add = [&](const Problem& prob, const Params& params) {
     add_request(*t, limits, prob, params, reqs);
   };
-  for (std::int64_t n : {2, 4, 8}) {
-    Params c = split;
-    c["SPLITS"] = n;
-    add(p, c);
-  }
+  add_split_requests(*t, limits, p, split, reqs);
   Params wide = split;  // the 128-accumulator tiles: the band sums live beside no accumulators
   wide["BLOCK_N"] = 256;
   wide["STAGES"] = 4;
@@ -578,25 +587,15 @@ TEST(CompilerTest, GemmTmaBandSplitKConfigsAreOfferedOnResidentGridsAndCompileWi
   auto launch = instantiate(*t, p, limits, split);
   ASSERT_TRUE(launch) << launch.error().message;
   EXPECT_EQ(launch->launch.cluster[0], 2u) << "the launch's cluster is the multicast pair";
-  Params staged = split;
-  staged["EPILOGUE"] = 2;
-  EXPECT_FALSE(instantiate(*t, p, limits, staged)) << "bands are written from registers";
-  Params plain = split;
-  plain["PERSISTENT"] = 0;
-  EXPECT_FALSE(instantiate(*t, p, limits, plain))
-      << "a slice waits for the others: the grid must be resident";
-  Params whole = split;
-  whole["SPLITS"] = 1;
-  EXPECT_FALSE(instantiate(*t, p, limits, whole)) << "nothing to reduce";
+  expect_refused(*t, limits, p, split, {{"EPILOGUE", 2}}, "bands are written from registers");
+  expect_refused(*t, limits, p, split, {{"PERSISTENT", 0}},
+                 "a slice waits for the others: the grid must be resident");
+  expect_refused(*t, limits, p, split, {{"SPLITS", 1}}, "nothing to reduce");
   std::vector<CompileRequest> reqs;
   auto add = [&](const Problem& prob, const Params& params) {
     add_request(*t, limits, prob, params, reqs);
   };
-  for (std::int64_t n : {2, 4, 8}) {
-    Params c = split;
-    c["SPLITS"] = n;
-    add(p, c);
-  }
+  add_split_requests(*t, limits, p, split, reqs);
   Params single = split;
   single["CLUSTER_M"] = 1;
   add(p, single);
