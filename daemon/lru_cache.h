@@ -22,6 +22,12 @@
 
 namespace ktune {
 
+// XXH3-64 of a key's bytes (lru_cache.cc). The answer caches are keyed by request text of ~200
+// bytes, where std::hash<string_view> (murmur) took ~280 instructions a lookup (bench/NOTES.md).
+struct KeyHash {
+  std::size_t operator()(std::string_view key) const noexcept;
+};
+
 struct LruStats {
   std::size_t entries = 0;
   std::size_t bytes = 0;      // charged, at most max_bytes
@@ -107,7 +113,7 @@ class ByteLru {
 
  private:
   using Iterator = typename std::list<Entry>::iterator;
-  using Index = std::unordered_map<std::string_view, Iterator>;
+  using Index = std::unordered_map<std::string_view, Iterator, KeyHash>;
 
   void remove(typename Index::iterator it, Graveyard* dead = nullptr) {
     const Iterator entry = it->second;

@@ -12,7 +12,8 @@
 # callgrind every build measures dear, so the inline budget would decide nothing reproducibly; the
 # hop's instructions (a post each way and a wake-up) are counted in every cold point.
 # CALLGRIND_ARGS: more callgrind options (--cache-sim=yes: simulated cache misses per request too;
-# then SORT=DLmr orders ANNOTATE's functions by last-level read misses).
+# then SORT=DLmr orders ANNOTATE's functions by last-level read misses; INCLUSIVE=no lists
+# each function's own cost instead of what it and its callees cost).
 # OUT_JSON: also write the points there (bench/results/...). Needs valgrind, redis-server and
 # redis-tools.
 set -euo pipefail
@@ -90,7 +91,7 @@ print("  per request: " + ", ".join(f"{e} {int(t) / int(sys.argv[2]):.1f}" for e
 PY
   fi
   if [ -n "${ANNOTATE:-}" ]; then
-    callgrind_annotate --inclusive=yes ${SORT:+--sort=$SORT} "$out" 2>/dev/null | grep -E "^ *[0-9,]+ " | sed -n 2,40p \
+    callgrind_annotate --inclusive="${INCLUSIVE:-yes}" ${SORT:+--sort=$SORT} "$out" 2>/dev/null | grep -E "^ *[0-9,]+ " | sed -n 2,40p \
       | sed -E 's/\[[^]]*\]$//; s/\(([^()]|\([^()]*\))*\)//g' | cut -c1-150
   fi
   rm -f "$out"

@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/fakes/test_records.h"
 
@@ -88,6 +90,27 @@ double export_reply_seconds(size_t bytes) {
 // A big export reply arriving in small pieces is read in linear time: 8 times the bytes take
 // about 8 times as long, not 64 (the client searched the whole buffer for the newline after
 // every piece: 50,000 winners took 32 s to export).
+// The check every line a daemon reads goes through: "attach" (with its quotes) is found wherever
+// it sits (first byte, last byte, between runs of the 'h' the scan looks for) and nowhere else,
+// as a plain substring search finds it; attachment_size reads its count or refuses it.
+TEST(ProtocolTest, AttachTokenIsFoundWhereverItIsAndOnlyThere) {
+  const std::string token = "\"attach\"";
+  std::vector<std::string> lines = {"", "h", "\"attach", "attach\"", "\"attac\"", "\"attach \"",
+                                    "\"attachh\"", "\"Attach\"", token,
+                                    R"({"v":1,"op":"lookup","device":"nvidia-h200"})"};
+  for (size_t at = 0; at <= 24; ++at) {
+    std::string s(24, 'h');
+    s.insert(at, token);
+    for (size_t n = 0; n <= s.size(); ++n) lines.push_back(s.substr(0, n));  // every cut
+  }
+  for (const auto& line : lines)
+    EXPECT_EQ(protocol::has_attach_token(line), line.find(token) != std::string::npos) << line;
+  EXPECT_EQ(protocol::attachment_size(R"({"v":1,"op":"lookup","device":"nvidia-h200"})", 100), 0u);
+  EXPECT_EQ(protocol::attachment_size(R"({"v":1,"op":"import","attach":42})", 100), 42u);
+  EXPECT_FALSE(protocol::attachment_size(R"({"v":1,"op":"import","attach":420})", 100));
+  EXPECT_FALSE(protocol::attachment_size(R"({"v":1,"attach": 4, oops)", 100));
+}
+
 TEST(ClientTest, BigReplyArrivingInSmallPiecesIsReadInLinearTime) {
 #if defined(__SANITIZE_ADDRESS__)
   constexpr size_t k_small = 4 << 20;  // instrumented, the same ratio in fewer seconds
