@@ -24,7 +24,7 @@ using WorkerJson = nlohmann::json;
 
 // 2: args carry a kind (buffer, scalar, tensor_map), buffers `pass`; launches a cluster; the
 // `occupancy` op.
-inline constexpr int k_worker_protocol_version = 2;
+inline constexpr int k_worker_protocol_version = 3;  // 3: timing.l2 (docs/worker-protocol.md)
 inline constexpr std::uint32_t k_max_worker_header = 16u << 20;
 inline constexpr std::uint32_t k_max_worker_blob = 256u << 20;
 
