@@ -133,7 +133,9 @@ int main(int argc, char** argv) {
   app.add_option("--l2", l2_name,
                  "L2 when a timed launch starts: flushed (a write over 2x L2 before it, as "
                  "triton's do_bench) | rotated (back to back, inputs rotated)")
-      ->check(CLI::IsMember({"flushed", "rotated"}))
+      ->check([](const std::string& s) {
+        return l2_state_from_string(s) ? std::string() : "flushed or rotated, not '" + s + "'";
+      })
       ->capture_default_str();
   app.add_option("--finalists", finalists, "re-timed interleaved at the end")
       ->capture_default_str();

@@ -252,11 +252,27 @@ struct Request {
   std::shared_ptr<const LookupRequest> lookup;
 };
 
+// Where the 8 bytes "attach" (quotes included) next occur in `line`, at or after `from`; npos
+// when they do not. Asked of every line a daemon reads, so it looks for the token's 'h', rare in
+// requests (a lookup has one, in "nvidia-h200"), with memchr and compares the 8 bytes around
+// each: ~60 instructions for a 200-byte lookup, where glibc's memmem took ~370 and
+// string_view::find ~1,100 (it calls memchr once per '"').
+inline size_t find_attach_token(std::string_view line, size_t from = 0) {
+  constexpr std::string_view key = "\"attach\"";  // 'h' at key[6], the closing quote after it
+  for (size_t i = from + 6; i + 1 < line.size(); ++i) {
+    const void* h = std::memchr(line.data() + i, 'h', line.size() - 1 - i);
+    if (h == nullptr) return std::string_view::npos;
+    i = size_t(static_cast<const char*>(h) - line.data());
+    if (std::memcmp(line.data() + i - 6, key.data(), key.size()) == 0) return i - 6;
+  }
+  return std::string_view::npos;
+}
+
 // Whether a line that is not valid JSON names "attach" as a key: then the bytes after it may be
 // an attachment and the stream cannot be resynchronized.
 inline bool mentions_attach_key(std::string_view line) {
-  for (size_t at = line.find("\"attach\""); at != std::string_view::npos;
-       at = line.find("\"attach\"", at + 1)) {
+  for (size_t at = find_attach_token(line); at != std::string_view::npos;
+       at = find_attach_token(line, at + 1)) {
     size_t i = at + 8;
     while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
     if (i < line.size() && line[i] == ':') return true;
@@ -268,23 +284,8 @@ inline bool mentions_attach_key(std::string_view line) {
 // after its newline (an imported table, larger than a frame). Returns N, 0 when the line has no
 // attachment, or an error (the stream cannot be resynchronized after it: close). A line that is
 // not JSON has no attachment unless it names "attach" as a key (then it is an error).
-// Whether `line` holds the 8 bytes "attach" (quotes included). Asked of every line a daemon
-// reads, so it looks for the token's 'h', rare in requests (a lookup has one, in "nvidia-h200"),
-// with memchr and compares the 8 bytes around each: ~60 instructions for a 200-byte lookup, where
-// glibc's memmem took ~370 and string_view::find ~1,100 (it calls memchr once per '"').
-inline bool has_attach_token(std::string_view line) {
-  constexpr std::string_view key = "\"attach\"";  // 'h' at key[6], the closing quote after it
-  for (size_t i = 6; i + 1 < line.size(); ++i) {
-    const void* h = std::memchr(line.data() + i, 'h', line.size() - 1 - i);
-    if (h == nullptr) return false;
-    i = size_t(static_cast<const char*>(h) - line.data());
-    if (std::memcmp(line.data() + i - 6, key.data(), key.size()) == 0) return true;
-  }
-  return false;
-}
-
 inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes) {
-  if (!has_attach_token(line)) return size_t(0);
+  if (find_attach_token(line) == std::string_view::npos) return size_t(0);
   auto j = parse_json(line);
   if (!j) {
     if (!mentions_attach_key(line)) return size_t(0);  // answered as a bad line; nothing follows

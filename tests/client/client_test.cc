@@ -91,8 +91,9 @@ double export_reply_seconds(size_t bytes) {
 // about 8 times as long, not 64 (the client searched the whole buffer for the newline after
 // every piece: 50,000 winners took 32 s to export).
 // The check every line a daemon reads goes through: "attach" (with its quotes) is found wherever
-// it sits (first byte, last byte, between runs of the 'h' the scan looks for) and nowhere else,
-// as a plain substring search finds it; attachment_size reads its count or refuses it.
+// it sits (first byte, last byte, between runs of the 'h' the scan looks for), from any start,
+// and nowhere else, where a plain substring search finds it; attachment_size reads its count or
+// refuses it.
 TEST(ProtocolTest, AttachTokenIsFoundWhereverItIsAndOnlyThere) {
   const std::string token = "\"attach\"";
   std::vector<std::string> lines = {"", "h", "\"attach", "attach\"", "\"attac\"", "\"attach \"",
@@ -104,7 +105,9 @@ TEST(ProtocolTest, AttachTokenIsFoundWhereverItIsAndOnlyThere) {
     for (size_t n = 0; n <= s.size(); ++n) lines.push_back(s.substr(0, n));  // every cut
   }
   for (const auto& line : lines)
-    EXPECT_EQ(protocol::has_attach_token(line), line.find(token) != std::string::npos) << line;
+    for (size_t from = 0; from <= line.size(); ++from)
+      EXPECT_EQ(protocol::find_attach_token(line, from), line.find(token, from))
+          << line << " from " << from;
   EXPECT_EQ(protocol::attachment_size(R"({"v":1,"op":"lookup","device":"nvidia-h200"})", 100), 0u);
   EXPECT_EQ(protocol::attachment_size(R"({"v":1,"op":"import","attach":42})", 100), 42u);
   EXPECT_FALSE(protocol::attachment_size(R"({"v":1,"op":"import","attach":420})", 100));
