@@ -154,6 +154,9 @@ browse "file://$work/file.html" file
 check_page file "$expected"
 
 # --- 2. /report from a running ktuned holding the H200 table, with one miss counted ---
+# The log exists before tail follows it: the background child opens it only when it runs, and a
+# tail started first gave up on the missing file (seen once in CI under load).
+: >"$work/ktuned.log"
 "$ktuned" --socket "$work/ktuned.sock" --data-dir "$work/data" --set server.metrics=127.0.0.1:0 \
   --set store.seed_tables= >"$work/ktuned.log" 2>&1 &
 daemon_pid=$!
