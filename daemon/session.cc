@@ -132,6 +132,23 @@ bool Session<Socket>::write_ready() {
 }
 
 template <typename Socket>
+bool Session<Socket>::try_read_now() {
+  if (m_read_skip == 0) return true;
+  --m_read_skip;
+  return false;
+}
+
+template <typename Socket>
+void Session<Socket>::read_now_found(bool data) {
+  if (data) {
+    m_read_misses = 0;
+  } else {
+    m_read_misses = std::min(m_read_misses + 1, 4);
+    m_read_skip = (1 << m_read_misses) - 1;
+  }
+}
+
+template <typename Socket>
 void Session<Socket>::append(Slot& slot, std::string text, bool last) {
   m_unsent += text.size();
   if (slot.out.empty())
@@ -291,8 +308,17 @@ asio::awaitable<void> Session<Socket>::read_loop() {
           const size_t room =
               std::min(std::max<size_t>(4096, in.capacity() - have), protocol::k_max_frame - have);
           in.resize_and_overwrite(have + room, [](char*, size_t n) { return n; });
-          const size_t n = co_await m_socket.async_read_some(
-              asio::buffer(in.data() + have, room), asio::redirect_error(asio::use_awaitable, ec));
+          size_t n = 0;
+          bool empty = true;  // nothing read yet: wait for it
+          if (try_read_now()) {
+            n = m_socket.read_some(asio::buffer(in.data() + have, room), ec);
+            empty = ec == asio::error::would_block || ec == asio::error::try_again;
+            read_now_found(!empty);
+            if (empty) ec.clear();
+          }
+          if (empty)
+            n = co_await m_socket.async_read_some(asio::buffer(in.data() + have, room),
+                                                  asio::redirect_error(asio::use_awaitable, ec));
           in.resize(have + n);
           line = std::memchr(in.data() + have, '\n', n) != nullptr;
         }
