@@ -24,8 +24,11 @@ namespace ktune {
 
 // XXH3-64 of a key's bytes (lru_cache.cc). The answer caches are keyed by request text of ~200
 // bytes, where std::hash<string_view> (murmur) took ~280 instructions a lookup (bench/NOTES.md).
+// Deliberately not noexcept: libstdc++ keeps a node's hash beside it only for a hash that may
+// throw (or is not "fast"), and without it a probe compares the keys of every node in the bucket
+// and hashes the next node's key again to find the bucket's end (lru_cache.cc checks).
 struct KeyHash {
-  std::size_t operator()(std::string_view key) const noexcept;
+  std::size_t operator()(std::string_view key) const;
 };
 
 struct LruStats {
