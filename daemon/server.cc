@@ -192,7 +192,7 @@ void Server::track(const std::shared_ptr<SessionBase>& session) {
   m_sessions.push_back(session);
 }
 
-std::string Server::admit(unix_proto::socket& socket, Peer& peer) {
+std::string Server::admit(UnixSessionSocket& socket, Peer& peer) {
   // The socket is mode 0660, so others cannot even open it; this is the second lock, and where
   // the peer's rights (read or admin) come from.
   auto credentials = peer_credentials(socket.native_handle());
@@ -201,7 +201,7 @@ std::string Server::admit(unix_proto::socket& socket, Peer& peer) {
   return peer.rights == Rights::none ? m_access->refusal(*credentials) : "";
 }
 
-std::string Server::admit(tcp::socket& socket, Peer& /*peer*/) {
+std::string Server::admit(TcpSessionSocket& socket, Peer& /*peer*/) {
   boost::system::error_code ec;
   socket.set_option(tcp::no_delay(true), ec);
   return "";  // TCP peers are checked per request (token), see Dispatcher
@@ -209,7 +209,7 @@ std::string Server::admit(tcp::socket& socket, Peer& /*peer*/) {
 
 template <typename Acceptor>
 asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
-  using Socket = typename Acceptor::protocol_type::socket;
+  using Socket = SessionSocket<typename Acceptor::protocol_type>;
   const SessionLimits limits{std::chrono::milliseconds(m_config.read_timeout_ms),
                              std::chrono::milliseconds(m_config.write_stall_timeout_ms),
                              size_t(m_config.max_output_bytes)};

@@ -30,10 +30,9 @@
 #include "daemon/access.h"
 #include "daemon/dispatcher.h"
 #include "daemon/metrics.h"
+#include "daemon/session.h"
 
 namespace ktune {
-
-class SessionBase;
 
 class Server {
  public:
@@ -81,8 +80,8 @@ class Server {
   std::pair<int, std::string> route_http(std::string_view target, std::string& content_type);
   bool at_capacity();
   // Why a new peer may not connect ("" when it may); sets a Unix peer's rights.
-  std::string admit(boost::asio::local::stream_protocol::socket& socket, Peer& peer);
-  std::string admit(boost::asio::ip::tcp::socket& socket, Peer& peer);
+  std::string admit(UnixSessionSocket& socket, Peer& peer);
+  std::string admit(TcpSessionSocket& socket, Peer& peer);
 
   void close_all();
 

@@ -10,6 +10,12 @@ namespace ktune {
 namespace asio = boost::asio;
 using protocol::ErrorKind;
 
+namespace {
+
+constexpr asio::use_awaitable_t<SessionExecutor> k_await;
+
+}  // namespace
+
 template <typename Socket>
 Session<Socket>::Session(Socket socket, RequestHandler& handler, Metrics& metrics, Peer peer,
                          SessionLimits limits)
@@ -20,8 +26,8 @@ Session<Socket>::Session(Socket socket, RequestHandler& handler, Metrics& metric
       m_lane(handler.make_lane()),
       m_limits(limits),
       m_timer(m_socket.get_executor()),
-      m_write_signal(m_socket.get_executor(), asio::steady_timer::time_point::max()),
-      m_read_signal(m_socket.get_executor(), asio::steady_timer::time_point::max()),
+      m_write_signal(m_socket.get_executor(), Timer::time_point::max()),
+      m_read_signal(m_socket.get_executor(), Timer::time_point::max()),
       m_last_activity(std::chrono::steady_clock::now()) {
   m_metrics.connection_opened();
 }
@@ -200,7 +206,7 @@ void Session<Socket>::dispatch(std::string_view line, std::string attachment) {
 }
 
 template <typename Socket>
-asio::awaitable<void> Session<Socket>::read_loop() {
+asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
   std::string in;
   in.reserve(4096);
   boost::system::error_code ec;
@@ -225,7 +231,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         if (answered && std::chrono::steady_clock::now() - turn > m_limits.turn_budget) {
           m_metrics.session_yielded();
           write_ready();
-          co_await asio::post(m_socket.get_executor(), asio::use_awaitable);
+          co_await asio::post(m_socket.get_executor(), k_await);
           m_batching = true;
           turn = std::chrono::steady_clock::now();
           if (m_done) {
@@ -243,7 +249,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
         if (must_pause()) {  // bounds: wait until replies drain
           write_ready();
           while (!m_done && must_pause())
-            co_await m_read_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+            co_await m_read_signal.async_wait(asio::redirect_error(k_await, ec));
           m_batching = true;
         }
         if (m_done) {
@@ -271,7 +277,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
           body.resize(*attach);
           write_ready();
           co_await asio::async_read(m_socket, asio::buffer(body.data() + have, *attach - have),
-                                    asio::redirect_error(asio::use_awaitable, ec));
+                                    asio::redirect_error(k_await, ec));
           m_last_activity = std::chrono::steady_clock::now();
           m_batching = true;
           if (ec) {
@@ -285,13 +291,13 @@ asio::awaitable<void> Session<Socket>::read_loop() {
       in.erase(0, std::min(pos, in.size()));
       if (fatal) break;
       while (!m_done && must_pause())  // backpressure: stop reading
-        co_await m_read_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        co_await m_read_signal.async_wait(asio::redirect_error(k_await, ec));
       if (m_done) break;
       // A client that waits for its replies sends nothing before it has them: a read tried now
       // (Asio tries every read at once, before asking epoll) fails, one recv per request wasted.
       // Behind the other handlers queued on this thread it usually finds the next request.
       if (replied) {
-        co_await asio::post(m_socket.get_executor(), asio::use_awaitable);
+        co_await asio::post(m_socket.get_executor(), k_await);
         if (m_done) break;
       }
       // Reads until a newline arrives (a partial line does not hold off the read deadline), what
@@ -318,7 +324,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
           }
           if (empty)
             n = co_await m_socket.async_read_some(asio::buffer(in.data() + have, room),
-                                                  asio::redirect_error(asio::use_awaitable, ec));
+                                                  asio::redirect_error(k_await, ec));
           in.resize(have + n);
           line = std::memchr(in.data() + have, '\n', n) != nullptr;
         }
@@ -354,7 +360,7 @@ asio::awaitable<void> Session<Socket>::read_loop() {
 }
 
 template <typename Socket>
-asio::awaitable<void> Session<Socket>::write_loop() {
+asio::awaitable<void, SessionExecutor> Session<Socket>::write_loop() {
   boost::system::error_code ec;
   std::string& buf = m_out;  // may hold what write_ready() could not send: it goes first
   try {
@@ -373,7 +379,7 @@ asio::awaitable<void> Session<Socket>::write_loop() {
       }
       if (buf.empty()) {
         if (m_reading_done && m_slots.empty()) break;
-        co_await m_write_signal.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        co_await m_write_signal.async_wait(asio::redirect_error(k_await, ec));
         continue;
       }
       // Piece by piece, so the watchdog sees whether the client takes any bytes at all.
@@ -381,9 +387,8 @@ asio::awaitable<void> Session<Socket>::write_loop() {
       m_write_progress = std::chrono::steady_clock::now();
       ec.clear();  // the wake-up above left operation_aborted here
       for (size_t off = 0; off < buf.size() && !ec;) {
-        const size_t n =
-            co_await m_socket.async_write_some(asio::buffer(buf.data() + off, buf.size() - off),
-                                               asio::redirect_error(asio::use_awaitable, ec));
+        const size_t n = co_await m_socket.async_write_some(
+            asio::buffer(buf.data() + off, buf.size() - off), asio::redirect_error(k_await, ec));
         off += n;
         m_unsent -= n;
         m_write_progress = std::chrono::steady_clock::now();
@@ -401,7 +406,7 @@ asio::awaitable<void> Session<Socket>::write_loop() {
 }
 
 template <typename Socket>
-asio::awaitable<void> Session<Socket>::watchdog() {
+asio::awaitable<void, SessionExecutor> Session<Socket>::watchdog() {
   boost::system::error_code ec;
   while (!m_done) {
     const auto now = std::chrono::steady_clock::now();
@@ -440,11 +445,11 @@ asio::awaitable<void> Session<Socket>::watchdog() {
       wake = std::min(wake, deadline);
     }
     m_timer.expires_at(wake);
-    co_await m_timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    co_await m_timer.async_wait(asio::redirect_error(k_await, ec));
   }
 }
 
-template class Session<asio::local::stream_protocol::socket>;
-template class Session<asio::ip::tcp::socket>;
+template class Session<UnixSessionSocket>;
+template class Session<TcpSessionSocket>;
 
 }  // namespace ktune

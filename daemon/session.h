@@ -44,6 +44,16 @@
 
 namespace ktune {
 
+// A session's socket, timers and coroutines name the io_context's executor type itself rather
+// than the type-erased any_io_executor: every operation of a warm lookup (the yield, the read's
+// completion, a reply posted from the executor) then skips the erased executor's calls
+// (bench/NOTES.md).
+using SessionExecutor = boost::asio::io_context::executor_type;
+template <typename Protocol>
+using SessionSocket = boost::asio::basic_stream_socket<Protocol, SessionExecutor>;
+using UnixSessionSocket = SessionSocket<boost::asio::local::stream_protocol>;
+using TcpSessionSocket = SessionSocket<boost::asio::ip::tcp>;
+
 class SessionBase {
  public:
   virtual ~SessionBase() = default;
@@ -82,9 +92,14 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
     bool close = false;  // close the connection once this slot is written
   };
 
-  boost::asio::awaitable<void> read_loop();
-  boost::asio::awaitable<void> write_loop();
-  boost::asio::awaitable<void> watchdog();
+  using Timer =
+      boost::asio::basic_waitable_timer<std::chrono::steady_clock,
+                                        boost::asio::wait_traits<std::chrono::steady_clock>,
+                                        SessionExecutor>;
+
+  boost::asio::awaitable<void, SessionExecutor> read_loop();
+  boost::asio::awaitable<void, SessionExecutor> write_loop();
+  boost::asio::awaitable<void, SessionExecutor> watchdog();
   // Queues a complete reply (error lines, fast answers) behind the outstanding ones.
   void push_ready(std::string line, bool close);
   // Runs one request line (and its attachment, if it announced one) through the handler.
@@ -114,9 +129,9 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   Peer m_peer;
   std::optional<Executor::Lane> m_lane;  // this client's cold lookups, one at a time
   SessionLimits m_limits;
-  boost::asio::steady_timer m_timer;         // watchdog
-  boost::asio::steady_timer m_write_signal;  // wakes the writer
-  boost::asio::steady_timer m_read_signal;   // wakes the reader when a bound is no longer hit
+  Timer m_timer;         // watchdog
+  Timer m_write_signal;  // wakes the writer
+  Timer m_read_signal;   // wakes the reader when a bound is no longer hit
   std::deque<std::shared_ptr<Slot>> m_slots;
   size_t m_running = 0;     // slots not done: requests still being answered
   size_t m_unsent = 0;      // reply bytes in slots and in the writer, not yet taken by the socket

@@ -36,7 +36,7 @@
 
 using namespace ktune;
 namespace asio = boost::asio;
-using Socket = asio::local::stream_protocol::socket;
+using Socket = UnixSessionSocket;
 
 namespace {
 
