@@ -4,7 +4,12 @@
 // it, and k_entry_overhead for the list and hash nodes around them. Inserting past the bound
 // evicts least-recently-used entries one by one until the total fits again (never a wholesale
 // clear); an entry that alone exceeds the bound is not stored. A hit moves the entry to the front
-// and allocates nothing (the index is keyed by views into the entries' own keys). Counters
+// and allocates nothing (the index is keyed by views into the entries' own keys), unless the entry
+// is already among the most recent quarter: fewer than size()/4 entries were moved to the front
+// since it was, so fewer than that are ahead of it (each move stamps the entry with a counter).
+// The order is then LRU but for that quarter, where a hit costs no writes to its neighbours' list
+// links (cache misses on every warm lookup, bench/NOTES.md): a hit entry is still not evicted
+// before three quarters of the cache's entries have been added or hit after it. Counters
 // (hits, misses, evictions, refusals) let callers export metrics that move.
 //
 // Thread-compatible: the owner serializes calls (LookupService holds one mutex around its two
@@ -53,6 +58,7 @@ class ByteLru {
     std::string key;
     Value value;
     std::size_t charge = 0;
+    std::uint64_t moved_at = 0;  // m_moves when it last went to the front
   };
   // Entries put() removed, still allocated: destroying them (strings, the answers they may hold
   // the last reference to) is left to the caller, outside its lock.
@@ -76,7 +82,10 @@ class ByteLru {
       ++m_stats.misses;
       return nullptr;
     }
-    m_entries.splice(m_entries.begin(), m_entries, it->second);
+    if (m_moves - it->second->moved_at >= m_entries.size() / 4) {
+      m_entries.splice(m_entries.begin(), m_entries, it->second);
+      it->second->moved_at = ++m_moves;
+    }
     ++m_stats.hits;
     return &it->second->value;
   }
@@ -97,7 +106,7 @@ class ByteLru {
       ++m_stats.refused;
       return false;
     }
-    m_entries.push_front(Entry{std::string(key), std::move(value), charge});
+    m_entries.push_front(Entry{std::string(key), std::move(value), charge, ++m_moves});
     m_index.emplace(std::string_view(m_entries.front().key), m_entries.begin());
     m_stats.bytes += charge;
     while (m_stats.bytes > m_max_bytes) {
@@ -129,7 +138,8 @@ class ByteLru {
   }
 
   std::size_t m_max_bytes;
-  std::list<Entry> m_entries;  // most recently used first
+  std::list<Entry> m_entries;  // most recently used first (but for the front quarter: above)
+  std::uint64_t m_moves = 0;   // entries put or moved to the front so far
   Index m_index;
   LruStats m_stats;
 };

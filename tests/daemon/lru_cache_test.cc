@@ -59,6 +59,41 @@ TEST(ByteLruTest, EvictsLeastRecentlyUsedOneAtATimeNeverEverything) {
   for (const char* k : {"k0", "k2", "k3", "k4", "k5"}) EXPECT_NE(lru.find(k), nullptr) << k;
 }
 
+// A hit in the most recent quarter leaves the order as it is (no list writes); a hit further
+// back moves the entry to the front. Either way a hit entry outlives three quarters of the
+// cache's entries added after it; the one left in place is evicted before the one moved.
+TEST(ByteLruTest, AHitInTheRecentQuarterStaysWhereItIsAndOutlivesThreeQuarters) {
+  auto key = [](int i) { return "k" + std::to_string(1000 + i); };  // all of one length
+  const std::size_t each = 5 + 10 + k_over;
+  // 100 entries, key(0) the coldest; then a hit on key(90) (9 entries ahead of it: stays) and
+  // on key(10) (89 ahead: moved to the front); then `added` more entries.
+  auto cache_after = [&](int added) {
+    auto lru = std::make_unique<Lru>(100 * each);
+    for (int i = 0; i < 100 + added; ++i) {
+      if (i == 100) {
+        EXPECT_NE(lru->find(key(90)), nullptr);
+        EXPECT_NE(lru->find(key(10)), nullptr);
+      }
+      lru->put(key(i), i, 10);
+    }
+    EXPECT_EQ(lru->stats().evictions, std::uint64_t(added));
+    return lru;
+  };
+  // 75 added: key(0..9) and key(11..75) evicted; key(90) survived.
+  auto a = cache_after(75);
+  EXPECT_EQ(a->find(key(75)), nullptr);
+  EXPECT_NE(a->find(key(76)), nullptr);
+  EXPECT_NE(a->find(key(90)), nullptr);
+  EXPECT_NE(a->find(key(10)), nullptr);
+  // 91 added: the 89 behind key(90), then key(90) itself and key(91); key(10) lives on.
+  auto b = cache_after(91);
+  EXPECT_EQ(b->find(key(89)), nullptr);
+  EXPECT_EQ(b->find(key(90)), nullptr);
+  EXPECT_EQ(b->find(key(91)), nullptr);
+  EXPECT_NE(b->find(key(92)), nullptr);
+  EXPECT_NE(b->find(key(10)), nullptr);
+}
+
 TEST(ByteLruTest, ABigEntryEvictsAsManyAsItNeeds) {
   Lru lru(10'000);
   for (int i = 0; i < 20; ++i) lru.put("k" + std::to_string(i), i, 200);
