@@ -1,6 +1,7 @@
 #include "daemon/session.h"
 
 #include <cstring>
+#include <utility>
 
 #include "config/log.h"
 #include "daemon/access.h"
@@ -304,6 +305,10 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
       // the socket holds onto the buffer's tail without zero-filling it first; the loop above
       // finds the lines (async_read_until searched them once more, byte by byte).
       ec.clear();
+      // Only the first read after the yield is tried here (try_read_now): any other read goes
+      // through the scheduler's queue, so a client whose lines get no reply at once (blank
+      // keep-alive lines) cannot keep this thread from the other connections.
+      bool yielded = replied;
       for (bool line = false; !line && !ec;) {
         if (m_timed_out) {  // the watchdog fired during the yield: no read of its own to cancel
           ec = asio::error::operation_aborted;
@@ -316,7 +321,7 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
           in.resize_and_overwrite(have + room, [](char*, size_t n) { return n; });
           size_t n = 0;
           bool empty = true;  // nothing read yet: wait for it
-          if (try_read_now()) {
+          if (std::exchange(yielded, false) && try_read_now()) {
             n = m_socket.read_some(asio::buffer(in.data() + have, room), ec);
             empty = ec == asio::error::would_block || ec == asio::error::try_again;
             read_now_found(!empty);

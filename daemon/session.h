@@ -110,8 +110,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   bool write_ready();
   // Whether the reader must wait before taking another request (the bounds above).
   bool must_pause() const;
-  // The socket is non-blocking, so the reader tries a read itself before it waits in
-  // async_read_some: what a client sent while the reader yielded is taken without an
+  // The socket is non-blocking, so after a yield the reader tries a read itself before it waits
+  // in async_read_some: what a client sent while the reader yielded is taken without an
   // asynchronous operation's round trip through the scheduler (a sixth of a warm lookup's
   // instructions: bench/NOTES.md). A client that waits for each reply has sent nothing yet when
   // the reader comes back to it alone on its thread, and async_read_some tries the socket once
