@@ -48,7 +48,7 @@ template <class Value>
 class ByteLru {
  public:
   // What one entry costs beyond its key and value: a list node (two links, the key's std::string,
-  // the charge, the stamp, the hash), up to four index slots of 16 bytes (the index is kept at
+  // the charge, the stamp), up to four index slots of 16 bytes (the index is kept at
   // most half full and grows by doubling), and the allocator's headers of the node and of the
   // key's buffer.
   static constexpr std::size_t k_entry_overhead = 192;
@@ -58,7 +58,6 @@ class ByteLru {
     Value value;
     std::size_t charge = 0;
     std::uint64_t moved_at = 0;  // m_moves when it last went to the front
-    std::size_t hash = 0;        // KeyHash of key
   };
   // Entries put() removed, still allocated: destroying them (strings, the answers they may hold
   // the last reference to) is left to the caller, outside its lock.
@@ -108,13 +107,13 @@ class ByteLru {
       ++m_stats.refused;
       return false;
     }
-    m_entries.push_front(Entry{std::string(key), std::move(value), charge, ++m_moves, hash});
+    m_entries.push_front(Entry{std::string(key), std::move(value), charge, ++m_moves});
     if (2 * (m_entries.size()) > m_slots.size()) grow();
     place(Slot{hash, m_entries.begin()});
     m_stats.bytes += charge;
     while (m_stats.bytes > m_max_bytes) {
-      const Entry& coldest = m_entries.back();
-      remove(find_slot(coldest.key, coldest.hash), dead);
+      const std::string& coldest = m_entries.back().key;
+      remove(find_slot(coldest, KeyHash{}(coldest)), dead);
       ++m_stats.evictions;
     }
     return true;
@@ -139,6 +138,7 @@ class ByteLru {
   };
   static constexpr std::size_t k_absent = std::size_t(-1);
 
+  Slot empty_slot() { return Slot{0, m_entries.end()}; }
   bool empty(const Slot& slot) const { return slot.entry == m_entries.end(); }
   // The slot holding `key`, or k_absent.
   std::size_t find_slot(std::string_view key, std::size_t hash) const {
@@ -158,12 +158,12 @@ class ByteLru {
     m_slots[i] = slot;
   }
   void grow() {
-    std::vector<Slot> old(std::max<std::size_t>(16, 2 * m_slots.size()), Slot{0, m_entries.end()});
+    std::vector<Slot> old(std::max<std::size_t>(16, 2 * m_slots.size()), empty_slot());
     old.swap(m_slots);
     for (const Slot& slot : old)
       if (!empty(slot)) place(slot);
   }
-  // Empties slot `i` and moves later slots of the probe run back over it (no tombstones): a
+  // Empties slot `hole` and moves later slots of the probe run back over it (no tombstones): a
   // slot moves into the hole when its home position is not cyclically inside (hole, slot].
   void erase_slot(std::size_t hole) {
     const std::size_t mask = m_slots.size() - 1;
@@ -174,7 +174,7 @@ class ByteLru {
         hole = i;
       }
     }
-    m_slots[hole] = Slot{0, m_entries.end()};
+    m_slots[hole] = empty_slot();
   }
   void remove(std::size_t slot, Graveyard* dead = nullptr) {
     const Iterator entry = m_slots[slot].entry;
