@@ -134,7 +134,7 @@ int main(int argc, char** argv) {
                  "L2 when a timed launch starts: flushed (a write over 2x L2 before it, as "
                  "triton's do_bench) | rotated (back to back, inputs rotated)")
       ->check([](const std::string& s) {
-        return l2_state_from_string(s) ? std::string() : "flushed or rotated, not '" + s + "'";
+        return parse_timing_l2(s) ? std::string() : "flushed or rotated, not '" + s + "'";
       })
       ->capture_default_str();
   app.add_option("--finalists", finalists, "re-timed interleaved at the end")
@@ -152,7 +152,7 @@ int main(int argc, char** argv) {
                "tune each problem a second time with the cubin cache warm");
   app.add_flag("-v,--verbose", verbose, "log failed trials");
   CLI11_PARSE(app, argc, argv);
-  const L2State l2 = *l2_state_from_string(l2_name);
+  const TimingL2 l2 = *parse_timing_l2(l2_name);
   if (verbose) log_setup(LogLevel::debug, LogFormat::text);
 
   std::vector<Problem> todo = suite(suite_name);

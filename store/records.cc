@@ -61,6 +61,19 @@ T optional_field(const Json& j, const char* key, const std::string& path, T def,
   return get(j, key, path);
 }
 
+// "timing_l2" is written only when known, so a record of unknown timing encodes as before it
+// existed (2026-12-05).
+void add_timing_l2(Json& j, TimingL2 t) {
+  if (t != TimingL2::unknown) j["timing_l2"] = std::string(to_string(t));
+}
+
+TimingL2 timing_l2_from_json(const Json& j, const std::string& path) {
+  if (!j.contains("timing_l2")) return TimingL2::unknown;
+  auto t = parse_timing_l2(get_string(j, "timing_l2", path));
+  if (!t) bad(path + ".timing_l2", t.error().message);
+  return *t;
+}
+
 }  // namespace
 
 Json to_json(const DeviceClass& d) {
@@ -130,20 +143,22 @@ Json to_json(const WinnerRecord& r) {
                           {"spread_pct", c.spread_pct},
                           {"tflops", c.tflops},
                           {"gbps", c.gbps}});
-  return Json{{"device", to_json(r.device)},
-              {"problem", to_json(r.problem)},
-              {"validators", Json{{"driver", r.validators.driver},
-                                  {"nvrtc", r.validators.nvrtc},
-                                  {"store_format", r.validators.store_format}}},
-              {"ranked", ranked},
-              {"ref_error", r.ref_error},
-              {"sm_clock_mhz", r.sm_clock_mhz},
-              {"mem_clock_mhz", r.mem_clock_mhz},
-              {"power_w", r.power_w},
-              {"node_id", r.node_id},
-              {"timestamp", r.timestamp},
-              {"trials", r.trials},
-              {"strategy", r.strategy}};
+  Json j{{"device", to_json(r.device)},
+         {"problem", to_json(r.problem)},
+         {"validators", Json{{"driver", r.validators.driver},
+                             {"nvrtc", r.validators.nvrtc},
+                             {"store_format", r.validators.store_format}}},
+         {"ranked", ranked},
+         {"ref_error", r.ref_error},
+         {"sm_clock_mhz", r.sm_clock_mhz},
+         {"mem_clock_mhz", r.mem_clock_mhz},
+         {"power_w", r.power_w},
+         {"node_id", r.node_id},
+         {"timestamp", r.timestamp},
+         {"trials", r.trials},
+         {"strategy", r.strategy}};
+  add_timing_l2(j, r.timing_l2);
+  return j;
 }
 
 WinnerRecord winner_from_json(const Json& j, const std::string& path) {
@@ -176,6 +191,7 @@ WinnerRecord winner_from_json(const Json& j, const std::string& path) {
   r.timestamp = optional_field<std::int64_t>(j, "timestamp", path, 0, get_int);
   r.trials = optional_field<int>(j, "trials", path, 0, get_int32);
   r.strategy = optional_field<std::string>(j, "strategy", path, "", get_string);
+  r.timing_l2 = timing_l2_from_json(j, path);
   if (auto ok = validate_winner(r); !ok) bad(path, ok.error().message);
   return r;
 }
@@ -192,6 +208,7 @@ Json to_json(const TrialRecord& r) {
   // Written only when sampled: a trial without telemetry encodes as before 2026-12-04.
   if (r.sm_clock_mhz != 0) j["sm_clock_mhz"] = r.sm_clock_mhz;
   if (r.power_w != 0) j["power_w"] = r.power_w;
+  add_timing_l2(j, r.timing_l2);
   return j;
 }
 
@@ -217,6 +234,7 @@ TrialRecord trial_from_json(const Json& j, const std::string& path) {
   r.job_id = get_string(j, "job_id", path);
   r.sm_clock_mhz = optional_field<int>(j, "sm_clock_mhz", path, 0, get_int32);
   r.power_w = optional_field<double>(j, "power_w", path, 0.0, get_number);
+  r.timing_l2 = timing_l2_from_json(j, path);
   return r;
 }
 
@@ -371,6 +389,25 @@ Result<Outcome> parse_outcome(std::string_view text) {
                  Outcome::wrong_result, Outcome::crash, Outcome::timeout, Outcome::in_flight})
     if (to_string(o) == text) return o;
   return fail(ErrorCode::invalid_argument, "unknown outcome '" + std::string(text) + "'");
+}
+
+std::string_view to_string(TimingL2 t) {
+  switch (t) {
+    case TimingL2::unknown:
+      return "unknown";
+    case TimingL2::flushed:
+      return "flushed";
+    case TimingL2::rotated:
+      return "rotated";
+  }
+  return "unknown";
+}
+
+Result<TimingL2> parse_timing_l2(std::string_view text) {
+  for (auto t : {TimingL2::flushed, TimingL2::rotated})
+    if (to_string(t) == text) return t;
+  return fail(ErrorCode::invalid_argument,
+              "unknown timing_l2 '" + std::string(text) + "' (flushed or rotated)");
 }
 
 std::string_view to_string(JobState s) {

@@ -30,6 +30,18 @@ struct Validators {
   friend bool operator==(const Validators&, const Validators&) = default;
 };
 
+// How the L2 cache stood between the timed launches of a measurement (docs/tuning.md, "L2 between
+// timed launches"). Medians taken the two ways are not comparable: the merge rule never ranks one
+// against the other. Persisted by name ("flushed", "rotated"; unknown: the field is absent, as in
+// records written before 2026-12-05). Do not renumber.
+enum class TimingL2 : std::uint8_t {
+  unknown = 0,
+  flushed = 1,  // L2 full of other, dirty lines before each timed launch (as triton's do_bench)
+  rotated = 2,  // launches back to back, inputs rotated over sets spanning 3x L2
+};
+std::string_view to_string(TimingL2 timing);
+Result<TimingL2> parse_timing_l2(std::string_view text);  // "flushed" or "rotated"
+
 // One tuned config of a winner record, with what it measured.
 struct RankedConfig {
   std::string template_name;
@@ -56,6 +68,7 @@ struct WinnerRecord {
   std::int64_t timestamp = 0;  // unix seconds
   int trials = 0;              // configs measured by the job
   std::string strategy;        // strategy that found it
+  TimingL2 timing_l2 = TimingL2::unknown;  // how every median of `ranked` was timed
 
   // Store key: "<device id>/<problem key>".
   std::string key() const;
@@ -98,6 +111,7 @@ struct TrialRecord {
   // power cap the SM clock a config runs at is part of its speed (bench/NOTES.md, 2026-12-04).
   int sm_clock_mhz = 0;
   double power_w = 0;
+  TimingL2 timing_l2 = TimingL2::unknown;  // how median_us was timed (unknown: not timed, or old)
 
   // "<device id>/<problem key>/<template>/<params>": the latest result per config.
   std::string key() const;

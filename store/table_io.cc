@@ -40,6 +40,11 @@ std::string number(double v) {
   return os.str();
 }
 
+// The CSV cell of a record's timing: empty when it does not say.
+std::string timing_cell(TimingL2 t) {
+  return t == TimingL2::unknown ? std::string() : std::string(to_string(t));
+}
+
 // One row per ranked config; every field of the record, numbers exact, so the CSV imports back
 // to the same winners (store/table_readers.h).
 std::string render_csv(const std::vector<WinnerRecord>& winners) {
@@ -78,8 +83,9 @@ std::string render_csv(const std::vector<WinnerRecord>& winners) {
                                             std::to_string(w.sm_clock_mhz),
                                             std::to_string(w.mem_clock_mhz),
                                             exact_number(w.power_w),
-                                            std::to_string(w.validators.store_format)};
-      static_assert(detail::k_csv_columns.size() == 26, "a row has one field per column");
+                                            std::to_string(w.validators.store_format),
+                                            timing_cell(w.timing_l2)};
+      static_assert(detail::k_csv_columns.size() == 27, "a row has one field per column");
       for (size_t k = 0; k < row.size(); ++k) out += (k ? "," : "") + csv_field(row[k]);
       out += "\n";
     }
@@ -427,7 +433,26 @@ std::string ImportReport::rejection_summary(size_t max_reasons) const {
   return msg;
 }
 
+namespace {
+// Medians are compared only between records timed the same way. Across timings a record timed
+// with the L2 flushed (the default, and how triton's do_bench times) is preferred, then one timed
+// rotated, then one that does not say: each class outranks the next whatever its medians.
+int timing_class(TimingL2 t) {
+  switch (t) {
+    case TimingL2::flushed:
+      return 2;
+    case TimingL2::rotated:
+      return 1;
+    case TimingL2::unknown:
+      return 0;
+  }
+  return 0;
+}
+}  // namespace
+
 bool prefer_incoming(const WinnerRecord& stored, const WinnerRecord& incoming) {
+  const int ta = timing_class(stored.timing_l2), tb = timing_class(incoming.timing_l2);
+  if (ta != tb) return tb > ta;
   const double a = stored.ranked.front().median_us, b = incoming.ranked.front().median_us;
   if (a != b) return b < a;
   if (stored.timestamp != incoming.timestamp) return incoming.timestamp > stored.timestamp;

@@ -90,8 +90,10 @@ Result<ImportReport> import_table(Store& store, std::string_view text, std::stri
                                   const RecordCheck& check = {});
 Result<ImportReport> import_table_file(Store& store, const std::string& path);
 
-// The merge rule: true when `incoming` should replace `stored`. Faster ranked[0] wins; ties go
-// to the newer timestamp, then the larger node id, then the larger encoding (total order).
+// The merge rule: true when `incoming` should replace `stored`. Records timed differently are
+// not compared by time: flushed outranks rotated, which outranks a record that does not say how
+// it was timed. Between records timed the same way the faster ranked[0] wins; ties go to the
+// newer timestamp, then the larger node id, then the larger encoding (a total order).
 bool prefer_incoming(const WinnerRecord& stored, const WinnerRecord& incoming);
 
 }  // namespace ktune

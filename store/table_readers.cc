@@ -229,6 +229,7 @@ Result<Json> csv_table_to_json(std::string_view text, const std::string& origin)
           {"timestamp", number_cell(cell("timestamp"), true)},
           {"trials", number_cell(cell("trials"), true)},
           {"strategy", cell("strategy")}};
+      if (!cell("timing_l2").empty()) record["timing_l2"] = cell("timing_l2");
       winners.push_back(std::move(record));
       ranked.emplace_back();
     }

@@ -603,7 +603,7 @@ std::pair<CUresult, Timing> GpuWorker::measure(const LaunchFn& launch, const Tim
     if ((r = launch(i % m_sets)) != CUDA_SUCCESS) return {r, {}};
 
   std::vector<double> samples;
-  const bool flush = o.l2 == L2State::flushed;
+  const bool flush = o.l2 == TimingL2::flushed;
   if (flush && !m_flush) {
     // 2x L2, written (not read) before each timed launch: what triton.testing.do_bench does with
     // its 256 MB buffer, sized to this GPU. Lines the flush leaves dirty are the kernel's to evict.

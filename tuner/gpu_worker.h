@@ -97,7 +97,7 @@ class GpuWorker {
   CUmodule m_helpers = nullptr;
   CUfunction m_fill = nullptr, m_poison = nullptr, m_compare = nullptr;
   CUdeviceptr m_acc = 0;
-  CUdeviceptr m_flush = 0;  // the L2 flush's buffer (L2State::flushed), allocated on first use
+  CUdeviceptr m_flush = 0;  // the L2 flush's buffer (TimingL2::flushed), allocated on first use
   std::size_t m_flush_bytes = 0;
   std::vector<CUevent> m_events;
   bool m_poisoned = false;

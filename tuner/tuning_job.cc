@@ -226,6 +226,9 @@ class JobRun {
     std::vector<Observation> told;
     for (const TrialRecord& r : *records) {
       if (r.outcome == Outcome::in_flight) continue;  // it died mid-trial: measured again
+      // A time taken another way (tuning.timing_l2 changed, or a record from before trials
+      // said) does not rank against this job's: measured again. Failures stand either way.
+      if (r.outcome == Outcome::ok && r.timing_l2 != m_req.timing.l2) continue;
       const size_t i = m_candidates.find(r.template_name, r.params);
       if (i == CandidateSet::npos || m_candidates[i].tmpl->hash != r.template_hash) continue;
       Observation o{i, std::numeric_limits<double>::infinity()};
@@ -333,6 +336,7 @@ class JobRun {
       trial.message = r->message;
       if (r->outcome == Outcome::ok) {
         trial.sm_clock_mhz = r->telemetry.sm_clock_mhz;
+        trial.timing_l2 = m_req.timing.l2;
         trial.power_w = r->telemetry.power_w;
         obs.value = r->timing.median_us;
         note_success(p.index, *r);
@@ -531,6 +535,7 @@ class JobRun {
     w.timestamp = unix_now();
     w.trials = m_stats.trials;
     w.strategy = std::string(m_strategy->name());
+    w.timing_l2 = m_req.timing.l2;
     if (m_store && m_req.store_winner)
       if (auto ok = put_winner(*m_store, w); !ok) return std::unexpected(ok.error());
     return std::move(m_result);

@@ -209,16 +209,6 @@ WorkerJson to_json(const TimingOptions& t) {
           {"graph_below_us", t.graph_below_us}, {"l2", std::string(to_string(t.l2))}};
 }
 
-std::string_view to_string(L2State s) {
-  return s == L2State::rotated ? "rotated" : "flushed";
-}
-
-std::optional<L2State> l2_state_from_string(std::string_view s) {
-  if (s == "rotated") return L2State::rotated;
-  if (s == "flushed") return L2State::flushed;
-  return std::nullopt;
-}
-
 TimingOptions timing_options_from_json(const WorkerJson& j) {
   TimingOptions t;
   t.warmup_ms = j.value("warmup_ms", t.warmup_ms);
@@ -226,7 +216,7 @@ TimingOptions timing_options_from_json(const WorkerJson& j) {
   t.min_samples = j.value("min_samples", t.min_samples);
   t.max_samples = j.value("max_samples", t.max_samples);
   t.graph_below_us = j.value("graph_below_us", t.graph_below_us);
-  if (auto l2 = l2_state_from_string(j.value("l2", std::string(to_string(t.l2))))) t.l2 = *l2;
+  if (auto l2 = parse_timing_l2(j.value("l2", std::string(to_string(t.l2))))) t.l2 = *l2;
   return t;
 }
 

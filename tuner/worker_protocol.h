@@ -44,14 +44,9 @@ void die_with_parent();
 // ErrorCode::unavailable on EOF (the peer died), ErrorCode::corruption on a bad frame.
 Result<WorkerFrame> read_worker_frame(int fd, int timeout_ms);
 
-// What L2 holds when a timed launch starts (docs/worker-protocol.md, "Timing"); the names are the
-// protocol's and the config key tuning.timing_l2's.
-enum class L2State {
-  rotated,  // launches back to back, the inputs rotated over sets that together span 3x L2
-  flushed,  // as rotated, and a write over 2x L2 before each timed launch (triton's do_bench)
-};
-std::string_view to_string(L2State s);
-std::optional<L2State> l2_state_from_string(std::string_view s);
+// What L2 holds when a timed launch starts (docs/worker-protocol.md, "Timing") is a TimingL2
+// (store/records.h), flushed or rotated: its names are the protocol's, the config key
+// tuning.timing_l2's, and what trial and winner records say of their medians.
 
 // How a candidate is timed. Defaults follow docs/worker-protocol.md § Measurement.
 struct TimingOptions {
@@ -61,7 +56,7 @@ struct TimingOptions {
   int max_samples = 200;
   double graph_below_us = 20;  // kernels faster than this are timed by CUDA graph replay
                                // (rotated only: a flushed launch is timed on its own)
-  L2State l2 = L2State::flushed;
+  TimingL2 l2 = TimingL2::flushed;  // never unknown
 };
 
 struct TrialRequest {

@@ -99,7 +99,7 @@ void Lane::run_job(const JobRecord& job) {
   req.budget = Budget{job.budget_trials, job.budget_seconds, 0};
   req.finalists = m_deps.config.finalists;
   req.retime_rounds = m_deps.config.retime_rounds;
-  req.timing.l2 = l2_state_from_string(m_deps.config.timing_l2).value_or(L2State::flushed);
+  req.timing.l2 = parse_timing_l2(m_deps.config.timing_l2).value_or(TimingL2::flushed);
   req.job_id = id;
   req.resume = true;
   req.store_winner = false;  // the catalog commits it

@@ -46,10 +46,13 @@ TEST(RecordsTest, TrialJobBlockRoundTrip) {
   t.median_us = 1651.6;
   t.sm_clock_mhz = 1410;
   t.power_w = 691.9;
+  EXPECT_EQ(encode(t).find("timing_l2"), std::string::npos) << "unknown timing: no field";
+  t.timing_l2 = TimingL2::rotated;
   auto timed = decode_trial(encode(t));
   ASSERT_TRUE(timed) << timed.error().message;
   EXPECT_EQ(*timed, t);
   EXPECT_EQ(timed->sm_clock_mhz, 1410);
+  EXPECT_EQ(timed->timing_l2, TimingL2::rotated);
 
   JobRecord j;
   j.id = "000007";
@@ -87,6 +90,36 @@ TEST(RecordsTest, TrialJobBlockRoundTrip) {
   ASSERT_TRUE(bb);
   EXPECT_EQ(*bb, b);
   EXPECT_EQ(b.key(), "fedcba9876543210/sm_90/580.159.03/BLOCK_M=256");
+}
+
+// A winner says how its medians were timed when it knows; one that does not (written before
+// 2026-12-05) encodes without the field, as then, and a name no ktune writes is corruption.
+TEST(RecordsTest, WinnerTimingRoundTripsAndIsAbsentWhenUnknown) {
+  WinnerRecord w = testing::winner(testing::gemm_problem(4096, 4096, 4096), 180.0);
+  ASSERT_EQ(w.timing_l2, TimingL2::unknown);
+  EXPECT_EQ(encode(w).find("timing_l2"), std::string::npos);
+  auto back = decode_winner(encode(w));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->timing_l2, TimingL2::unknown);
+  for (TimingL2 t : {TimingL2::flushed, TimingL2::rotated}) {
+    w.timing_l2 = t;
+    const std::string bytes = encode(w);
+    EXPECT_NE(bytes.find("\"timing_l2\":\"" + std::string(to_string(t)) + "\""), std::string::npos);
+    auto timed = decode_winner(bytes);
+    ASSERT_TRUE(timed) << timed.error().message;
+    EXPECT_EQ(*timed, w);
+  }
+  std::string warm = encode(w);
+  warm.replace(warm.find("rotated"), 7, "warm");
+  auto refused = decode_winner(warm);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::corruption);
+  EXPECT_NE(refused.error().message.find("timing_l2: unknown timing_l2 'warm'"), std::string::npos)
+      << refused.error().message;
+  // Persisted by name; the numbers are the in-memory values and never change.
+  EXPECT_EQ(int(TimingL2::unknown), 0);
+  EXPECT_EQ(int(TimingL2::flushed), 1);
+  EXPECT_EQ(int(TimingL2::rotated), 2);
 }
 
 TEST(RecordsTest, OutcomeNamesAreStable) {

@@ -10,9 +10,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
 
 #include "store/mem_store.h"
 #include "store/rocksdb_store.h"
+#include "store/table_readers.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -204,6 +206,41 @@ TEST(TableIoTest, MergeIsDeterministicInAnyOrder) {
   EXPECT_EQ(first->node_id, "node-c");  // same time, same timestamp: larger node id
 }
 
+// Medians timed with the L2 flushed and rotated are not compared: a flushed record outranks a
+// faster rotated one, which outranks a faster one that does not say how it was timed, whatever
+// the order of the imports; between two timed alike the faster wins as before.
+TEST(TableIoTest, MergeComparesTimesOnlyBetweenRecordsTimedAlike) {
+  const auto p = testing::gemm_problem(4096, 4096, 4096);
+  auto timed = [&](double us, TimingL2 t, const char* node) {
+    auto w = testing::winner(p, us, node);
+    w.timing_l2 = t;
+    return w;
+  };
+  const auto flushed_slow = timed(200.0, TimingL2::flushed, "node-a");
+  const auto flushed_fast = timed(190.0, TimingL2::flushed, "node-b");
+  const auto rotated = timed(170.0, TimingL2::rotated, "node-c");
+  const auto untold = timed(150.0, TimingL2::unknown, "node-d");
+  EXPECT_TRUE(prefer_incoming(rotated, flushed_slow));
+  EXPECT_FALSE(prefer_incoming(flushed_slow, rotated));
+  EXPECT_TRUE(prefer_incoming(untold, rotated));
+  EXPECT_FALSE(prefer_incoming(rotated, untold));
+  EXPECT_TRUE(prefer_incoming(flushed_slow, flushed_fast));
+  EXPECT_FALSE(prefer_incoming(flushed_fast, flushed_slow));
+  auto doc = [](const WinnerRecord& w) { return render_table({w}, TableFormat::json); };
+  std::vector<WinnerRecord> order = {untold, rotated, flushed_slow, flushed_fast};
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return a.node_id < b.node_id; });
+  do {
+    MemStore s;
+    for (const auto& w : order) ASSERT_TRUE(import_table(s, doc(w), "x")->applied());
+    auto got = get_winner(s, flushed_fast.device, p);
+    ASSERT_TRUE(got && *got);
+    EXPECT_EQ(**got, flushed_fast);
+  } while (std::next_permutation(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.node_id < b.node_id;
+  }));
+}
+
 TEST(TableIoTest, YamlAndCsvExports) {
   MemStore s;
   for (const auto& w : sample()) ASSERT_TRUE(put_winner(s, w));
@@ -225,6 +262,8 @@ TEST(TableIoTest, YamlAndCsvExportsImportBackToTheSameWinners) {
   winners[0].ranked[0].median_us = 180.123456789012;
   winners[0].validators.nvrtc = "13.0";
   winners[0].node_id = "yes";                   // YAML 1.1 would read a plain yes as true
+  winners[0].timing_l2 = TimingL2::flushed;     // and winners[2] does not say (an empty cell)
+  winners[1].timing_l2 = TimingL2::rotated;
   winners[1].strategy = "null";                 // and a plain null as nothing
   winners[1].validators.driver = "580.159.03";  // not a number either
   winners[2].node_id = "rack 3, \"node\" 7";    // CSV quoting
@@ -248,6 +287,41 @@ TEST(TableIoTest, YamlAndCsvExportsImportBackToTheSameWinners) {
   }
 }
 
+// A CSV table exported before its optional columns existed (the last seven, the last one:
+// timing_l2) imports with their defaults: a record of unknown timing, zero clocks.
+TEST(TableIoTest, CsvWithoutTheOptionalColumnsImportsWithDefaults) {
+  std::vector<WinnerRecord> winners = sample();
+  for (auto& w : winners) w.timing_l2 = TimingL2::flushed;
+  const std::string csv = render_table(winners, TableFormat::csv);
+  auto drop_columns = [](const std::string& text, size_t n) {  // the last n of each line
+    std::string out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      for (size_t i = 0; i < n; ++i) line.erase(line.rfind(','));
+      out += line + "\n";
+    }
+    return out;
+  };
+  for (size_t dropped : {size_t(1), detail::k_csv_columns.size() - detail::k_csv_first_optional}) {
+    std::vector<ImportRejection> rejected;
+    auto parsed = parse_table(drop_columns(csv, dropped), "old.csv", rejected);
+    ASSERT_TRUE(parsed) << parsed.error().message;
+    EXPECT_TRUE(rejected.empty());
+    ASSERT_EQ(parsed->size(), winners.size());
+    for (const auto& w : *parsed) {
+      EXPECT_EQ(w.timing_l2, TimingL2::unknown) << dropped;
+      EXPECT_EQ(w.ranked.size(), 2u);
+    }
+  }
+  std::vector<ImportRejection> rejected;
+  auto bad =
+      parse_table(std::regex_replace(csv, std::regex(",flushed\n"), ",warm\n"), "t.csv", rejected);
+  ASSERT_TRUE(bad) << bad.error().message;
+  ASSERT_EQ(rejected.size(), winners.size());
+  EXPECT_NE(rejected[0].reason.find("timing_l2: unknown timing_l2 'warm'"), std::string::npos)
+      << rejected[0].reason;
+}
+
 // A YAML or CSV table that cannot be read says where; a bad cell is a rejected record naming the
 // field, as in JSON.
 TEST(TableIoTest, UnreadableYamlAndCsvSayWhere) {
@@ -263,7 +337,7 @@ TEST(TableIoTest, UnreadableYamlAndCsvSayWhere) {
   const std::string csv = render_table(sample(), TableFormat::csv);
   r = import_table(dst, csv.substr(0, csv.find('\n')) + "\nnvidia-h200,gemm\n", "t.csv");
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("t.csv:2: 2 fields, the header has 26"), std::string::npos)
+  EXPECT_NE(r.error().message.find("t.csv:2: 2 fields, the header has 27"), std::string::npos)
       << r.error().message;
   r = import_table(dst, "device,op\nx,y\n", "t.csv");
   ASSERT_FALSE(r);

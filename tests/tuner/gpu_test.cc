@@ -500,8 +500,8 @@ TEST(GpuWorkerTest, ShortKernelsTimeWithTheL2FlushedAndRotated) {
   KTUNE_REQUIRE_GPU();
   auto tuner = open_tuner({});
   ASSERT_TRUE(tuner);
-  std::map<L2State, double> median_us;
-  for (L2State l2 : {L2State::flushed, L2State::rotated}) {
+  std::map<TimingL2, double> median_us;
+  for (TimingL2 l2 : {TimingL2::flushed, TimingL2::rotated}) {
     TuneRequest req;
     req.problem = Problem{"softmax", "bf16", "bf16", "", {{"rows", 37}, {"cols", 1000}}};
     req.strategy = "random";
@@ -515,7 +515,7 @@ TEST(GpuWorkerTest, ShortKernelsTimeWithTheL2FlushedAndRotated) {
     EXPECT_GT(median_us[l2], 0.0) << to_string(l2);
     EXPECT_LT(median_us[l2], 1000.0) << to_string(l2);
   }
-  EXPECT_GT(median_us[L2State::flushed], median_us[L2State::rotated]);
+  EXPECT_GT(median_us[TimingL2::flushed], median_us[TimingL2::rotated]);
 }
 
 TEST(GpuWorkerTest, CopyCeilingIsPlausible) {

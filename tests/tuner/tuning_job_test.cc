@@ -221,6 +221,7 @@ TEST_F(TuningJobTest, ResumeMeasuresInFlightAndStaleRecordsAgain) {
     t.params = {{"MODE", mode}, {"THREADS", threads}};
     t.outcome = outcome;
     t.median_us = 20;
+    if (outcome == Outcome::ok) t.timing_l2 = TimingL2::flushed;  // as this job times
     ASSERT_TRUE(m_store.put(Table::trials, t.key(), encode(t), Durability::buffered));
   };
   record(256, 0, Outcome::ok, fault->hash);
@@ -248,6 +249,54 @@ TEST_F(TuningJobTest, ResumeMeasuresInFlightAndStaleRecordsAgain) {
   ASSERT_EQ(r->winner.ranked.size(), 2u);
   EXPECT_EQ(r->winner.ranked[0].params, (Params{{"MODE", 0}, {"THREADS", 128}}));
   EXPECT_DOUBLE_EQ(r->winner.ranked[1].median_us, 12.56);
+}
+
+// A time recorded another way (tuning.timing_l2 changed between the runs, or a record from before
+// trials said) does not rank against this job's: measured again. A failure stands either way.
+// The job's own trials and its winner say how they were timed.
+TEST_F(TuningJobTest, ResumeMeasuresTrialsTimedAnotherWayAgain) {
+  WorkerLog worker_log("timing");
+  const KernelTemplate* fault = m_templates.find("fault");
+  ASSERT_NE(fault, nullptr);
+  auto record = [&](std::int64_t threads, std::int64_t mode, Outcome outcome, TimingL2 timing) {
+    TrialRecord t;
+    t.device = m_context.device;
+    t.problem = request().problem;
+    t.template_name = "fault";
+    t.template_hash = fault->hash;
+    t.params = {{"MODE", mode}, {"THREADS", threads}};
+    t.outcome = outcome;
+    t.median_us = 5;  // faster than anything the fake worker measures: it would win if reused
+    t.timing_l2 = timing;
+    ASSERT_TRUE(m_store.put(Table::trials, t.key(), encode(t), Durability::buffered));
+  };
+  record(256, 0, Outcome::ok, TimingL2::rotated);
+  record(128, 0, Outcome::ok, TimingL2::unknown);
+  record(256, 3, Outcome::resource_error, TimingL2::unknown);
+
+  TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);
+  auto req = request();
+  req.templates = {"fault"};
+  req.resume = true;
+  ASSERT_EQ(req.timing.l2, TimingL2::flushed);
+  auto r = job.run(req);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stats.reused, 1) << "only the resource error";
+  const auto lines = worker_log.lines();
+  const std::set<std::string> measured(lines.begin(), lines.end());
+  EXPECT_TRUE(measured.count("MODE=0,THREADS=256"));
+  EXPECT_TRUE(measured.count("MODE=0,THREADS=128"));
+  EXPECT_FALSE(measured.count("MODE=3,THREADS=256"));
+  EXPECT_EQ(r->winner.timing_l2, TimingL2::flushed);
+  EXPECT_DOUBLE_EQ(r->winner.ranked.front().median_us, 11.28) << "measured, not the 5 us record";
+  auto stored = get_winner(m_store, m_context.device, req.problem);
+  ASSERT_TRUE(stored && *stored);
+  EXPECT_EQ((*stored)->timing_l2, TimingL2::flushed);
+  auto trials = scan_trials(m_store);
+  ASSERT_TRUE(trials);
+  for (const auto& t : *trials)
+    EXPECT_EQ(t.timing_l2, t.outcome == Outcome::ok ? TimingL2::flushed : TimingL2::unknown)
+        << params_to_string(t.params) << " " << to_string(t.outcome);
 }
 
 // The GPU is refused before the 3rd measurement: the job stops there, with ErrorCode::cancelled,

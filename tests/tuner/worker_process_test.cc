@@ -78,16 +78,17 @@ TEST(WorkerProtocol, TensorMapArgsAndClustersRoundTrip) {
 // L2 flushed, the default.
 TEST(WorkerProtocol, TimingL2StateRoundTripsAndDefaultsToFlushed) {
   TimingOptions rotated;
-  rotated.l2 = L2State::rotated;
+  rotated.l2 = TimingL2::rotated;
   rotated.target_ms = 30;
   const WorkerJson j = to_json(rotated);
   EXPECT_EQ(j.at("l2"), "rotated");
   const TimingOptions back = timing_options_from_json(j);
-  EXPECT_EQ(back.l2, L2State::rotated);
+  EXPECT_EQ(back.l2, TimingL2::rotated);
   EXPECT_EQ(back.target_ms, 30);
-  EXPECT_EQ(timing_options_from_json(WorkerJson::object()).l2, L2State::flushed);
-  EXPECT_EQ(l2_state_from_string("flushed"), L2State::flushed);
-  EXPECT_FALSE(l2_state_from_string("warm"));
+  EXPECT_EQ(timing_options_from_json(WorkerJson::object()).l2, TimingL2::flushed);
+  EXPECT_EQ(parse_timing_l2("flushed"), TimingL2::flushed);
+  EXPECT_FALSE(parse_timing_l2("warm"));
+  EXPECT_FALSE(parse_timing_l2("unknown")) << "unknown is the absence of a timing, never sent";
 }
 
 TEST(WorkerProcess, AMissingBinaryIsUnavailable) {
