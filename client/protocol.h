@@ -470,6 +470,7 @@ struct LookupEntry {
   std::string template_hash;
   std::vector<std::pair<std::string, std::int64_t>> params;
   double median_us = 0;  // measured (exact, stale) or measured at the nearest shape; 0 = unknown
+  std::string timing_l2;  // how median_us was timed: "flushed" | "rotated"; "" = not said
   double tflops = 0;
   double gbps = 0;
   double distance = 0;          // nearest: log2 distance to the tuned shape
@@ -490,6 +491,7 @@ inline Json to_json(const LookupEntry& e) {
             {"template_hash", e.template_hash},
             {"params", params}};
   if (e.median_us > 0) j["median_us"] = e.median_us;
+  if (!e.timing_l2.empty()) j["timing_l2"] = e.timing_l2;
   if (e.tflops > 0) j["tflops"] = e.tflops;
   if (e.gbps > 0) j["gbps"] = e.gbps;
   if (e.provenance == "nearest") j["distance"] = e.distance;
@@ -513,6 +515,7 @@ inline Expected<LookupEntry> lookup_entry_from_json(const Json& j) {
     for (auto it = j.at("params").begin(); it != j.at("params").end(); ++it)
       e.params.emplace_back(it.key(), it.value().get<std::int64_t>());
     e.median_us = j.value("median_us", 0.0);
+    e.timing_l2 = j.value("timing_l2", "");
     e.tflops = j.value("tflops", 0.0);
     e.gbps = j.value("gbps", 0.0);
     e.distance = j.value("distance", 0.0);
@@ -637,6 +640,10 @@ inline void append_lookup_entry_text(std::string& out, const LookupEntry& e) {
     append_json_number(out, v);
   };
   if (e.median_us > 0) number(R"(,"median_us":)", e.median_us);
+  if (!e.timing_l2.empty()) {
+    out += R"(,"timing_l2":)";
+    append_json_string(out, e.timing_l2);
+  }
   if (e.tflops > 0) number(R"(,"tflops":)", e.tflops);
   if (e.gbps > 0) number(R"(,"gbps":)", e.gbps);
   if (e.provenance == "nearest") number(R"(,"distance":)", e.distance);

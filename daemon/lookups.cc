@@ -61,13 +61,16 @@ std::vector<std::pair<std::string, std::int64_t>> params_list(const Params& p) {
   return {p.begin(), p.end()};
 }
 
-protocol::LookupEntry measured_entry(const RankedConfig& c, std::string provenance) {
+// A config of `record`, with what it measured and how that was timed.
+protocol::LookupEntry measured_entry(const WinnerRecord& record, const RankedConfig& c,
+                                     std::string provenance) {
   protocol::LookupEntry e;
   e.provenance = std::move(provenance);
   e.template_name = c.template_name;
   e.template_hash = c.template_hash;
   e.params = params_list(c.params);
   e.median_us = c.median_us;
+  if (record.timing_l2 != TimingL2::unknown) e.timing_l2 = to_string(record.timing_l2);
   e.tflops = c.tflops;
   e.gbps = c.gbps;
   return e;
@@ -628,7 +631,7 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     const std::string stale = m_catalog.staleness(*record, own, templates);
     size_t served = 0;
     for (const auto& c : record->ranked) {
-      auto e = measured_entry(c, stale.empty() ? "exact" : "stale");
+      auto e = measured_entry(*record, c, stale.empty() ? "exact" : "stale");
       e.from = stale;
       served += add(std::move(e)) ? 1 : 0;
     }
@@ -655,7 +658,7 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
       if (std::find(offered.begin(), offered.end(), near.config) != offered.end()) continue;
       if (!m_catalog.staleness(*near.record, own, templates).empty()) continue;
       offered.push_back(near.config);
-      auto e = measured_entry(near.record->ranked.front(), "nearest");
+      auto e = measured_entry(*near.record, near.record->ranked.front(), "nearest");
       e.distance = near.distance;
       e.from = near.record->problem.key();
       if (add(std::move(e)) && fresh->gain == 0) {

@@ -168,6 +168,9 @@ int cmd_lookup(const Common& c, const LookupArgs& a) {
   }
   std::fputs(table.render().c_str(), stdout);
   const auto& best = reply->entries.front();
+  if (!best.timing_l2.empty())
+    std::printf("time of #1 measured with the L2 %s between launches (docs/tuning.md)\n",
+                best.timing_l2.c_str());
   if (!best.name_expression.empty())
     std::printf("kernel: %s for %s, grid [%u,%u,%u] block [%u,%u,%u] smem %u\n",
                 best.name_expression.c_str(), best.arch.c_str(), best.grid[0], best.grid[1],
@@ -257,11 +260,9 @@ int cmd_tune_standalone(const Common& c, const TuneArgs& a) {
   if (tty) std::fprintf(stderr, "\n");
   if (!r) return failed(c.json, r.error().message);
   const WinnerRecord& w = r->winner;
-  Json result = {{"problem", req.problem.key()},
-                 {"device", w.device.id()},
-                 {"trials", r->stats.trials},
-                 {"wall_s", r->stats.wall_s},
-                 {"ranked", Json::array()}};
+  Json result = {{"problem", req.problem.key()},        {"device", w.device.id()},
+                 {"trials", r->stats.trials},           {"wall_s", r->stats.wall_s},
+                 {"timing_l2", to_string(w.timing_l2)}, {"ranked", Json::array()}};
   for (const auto& rc : w.ranked) {
     Json params = Json::object();
     for (const auto& [n, v] : rc.params) params[n] = v;

@@ -54,6 +54,7 @@ std::vector<WinnerRecord> h200_winners() {
     w.ranked.resize(1);
     w.ranked[0].median_us = us + 0.123456789;  // digits a lossy writer would drop
     w.validators.nvrtc = "13.0";
+    if (m == 4096) w.timing_l2 = TimingL2::rotated;  // the other does not say
     records.push_back(w);
   }
   return records;
@@ -186,6 +187,9 @@ TEST_F(CliTest, GemmLayoutDefaultsToRcAndTheReplySaysSo) {
       << m_out;
   EXPECT_NE(m_out.find("layout rc assumed"), std::string::npos) << m_out;
   EXPECT_NE(m_out.find("exact"), std::string::npos) << m_out;
+  EXPECT_NE(m_out.find("time of #1 measured with the L2 rotated"), std::string::npos) << m_out;
+  ASSERT_EQ(run("lookup gemm --shape M=16,N=4096,K=4096 --device h200"), 0) << m_err;
+  EXPECT_EQ(m_out.find("measured with the L2"), std::string::npos) << "its record does not say";
   ASSERT_EQ(run("lookup gemm --shape M=4096,N=4096,K=4096 --device h200 --json"), 0) << m_err;
   Json j = out_json();
   EXPECT_EQ(j["assumed"]["layout"], "rc");

@@ -663,6 +663,7 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
     for (size_t p = 0; p < i % 5; ++p)
       e.params.emplace_back("P" + std::to_string(p) + texts[(i + p) % 3], std::int64_t(p) - 2);
     e.median_us = i % 3 ? numbers[i % numbers.size()] : 0;
+    if (e.median_us > 0) e.timing_l2 = i % 2 ? "flushed" : "rotated";
     e.tflops = i % 2 ? numbers[(i + 1) % numbers.size()] : 0;
     e.gbps = i % 5 ? numbers[(i + 2) % numbers.size()] : 0;
     e.distance = i % 7 ? numbers[(i + 4) % numbers.size()] : 0;
@@ -685,8 +686,9 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
 
   const auto templates = TemplateRegistry::load({builtin_template_dir()});
   testing::DaemonParts parts(default_config(), templates, gpu_less_node());
-  parts.index.load({testing::winner(testing::gemm_problem(4096, 4096, 4096), 10.0),
-                    testing::winner(testing::gemm_problem(2048, 4096, 4096), 6.0)});
+  auto flushed = testing::winner(testing::gemm_problem(4096, 4096, 4096), 10.0);
+  flushed.timing_l2 = TimingL2::flushed;
+  parts.index.load({flushed, testing::winner(testing::gemm_problem(2048, 4096, 4096), 6.0)});
   int checked = 0;
   for (const std::string problem :
        {R"({"op":"gemm","dtype":"bf16","layout":"rr","dims":{"M":4096,"N":4096,"K":4096}})",

@@ -33,7 +33,8 @@ class DispatcherTest : public ::testing::Test {
     node.node_id = "test-node";
     node.gpu_error = "no GPU in tests";
     m_parts = std::make_unique<testing::DaemonParts>(config, m_templates, node);
-    // A tuned 4096^3 and 16x4096x4096 bf16 rc gemm, measured with the current template.
+    // A tuned 4096^3 and 16x4096x4096 bf16 rc gemm, measured with the current template (4096^3
+    // with the L2 flushed; the other does not say how).
     for (auto [m, us] : {std::pair{4096, 190.0}, std::pair{16, 22.0}}) {
       auto w = testing::winner(
           Problem{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}}, us);
@@ -49,6 +50,7 @@ class DispatcherTest : public ::testing::Test {
           break;
         }
       w.validators.nvrtc = "13.0";
+      if (m == 4096) w.timing_l2 = TimingL2::flushed;
       EXPECT_TRUE(put_winner(m_parts->store, w));
     }
     EXPECT_TRUE(m_parts->catalog.load());
@@ -94,6 +96,8 @@ TEST_F(DispatcherTest, ExactHitIsRankedWithMeasurements) {
   EXPECT_GT(r["entries"][0]["tflops"].get<double>(), 0);
   EXPECT_EQ(r["entries"][1]["provenance"], "exact");
   EXPECT_GT(r["entries"][1]["median_us"].get<double>(), 190.0);
+  EXPECT_EQ(r["entries"][0]["timing_l2"], "flushed");
+  EXPECT_EQ(r["entries"][1]["timing_l2"], "flushed");
   const Json& k = r["entries"][0]["kernel"];
   EXPECT_TRUE(k["name_expression"].get<std::string>().starts_with(
       "ktune_gemm<ktune_bf16, ktune_bf16, 1, 0,"));
@@ -113,7 +117,9 @@ TEST_F(DispatcherTest, NearestShapeAnswersWithDistanceThenHeuristic) {
   EXPECT_EQ(r["entries"][0]["provenance"], "nearest");
   EXPECT_EQ(r["entries"][0]["distance"], 1.0);
   EXPECT_EQ(r["entries"][0]["from"], "gemm|bf16|bf16|rc|M=16,N=4096,K=4096");
+  EXPECT_FALSE(r["entries"][0].contains("timing_l2")) << "its record does not say";
   EXPECT_EQ(r["entries"].back()["provenance"], "heuristic");
+  EXPECT_FALSE(r["entries"].back().contains("timing_l2")) << "nothing measured";
   EXPECT_EQ(misses().total(), 1u);
   EXPECT_EQ(misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=32,N=4096,K=4096");
 }

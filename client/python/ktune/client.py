@@ -34,6 +34,7 @@ class Entry:
     template_hash: str
     params: Dict[str, int]
     median_us: float = 0.0
+    timing_l2: str = ""  # how median_us was timed: flushed | rotated; "" if not said
     tflops: float = 0.0
     gbps: float = 0.0
     distance: float = 0.0
@@ -49,6 +50,7 @@ class Entry:
             template_hash=j.get("template_hash", ""),
             params=dict(j["params"]),
             median_us=j.get("median_us", 0.0),
+            timing_l2=j.get("timing_l2", ""),
             tflops=j.get("tflops", 0.0),
             gbps=j.get("gbps", 0.0),
             distance=j.get("distance", 0.0),
