@@ -148,6 +148,7 @@ struct Conn {
   std::uint64_t seq = 0;     // requests generated
   std::uint64_t issued = 0;  // requests counted toward --requests
   std::string out;           // unsent bytes of the current batch
+  std::uint64_t batch_bytes = 0;  // reply bytes of the current batch so far
   size_t replies_due = 0;
   int newlines = 0;  // seen of the current reply
   size_t scan_from = 0;
@@ -156,9 +157,15 @@ struct Conn {
   bool finished = false;
 };
 
+// Bytes per reply (a pipelined batch counts each of its replies).
+double mean_bytes(std::uint64_t bytes, std::uint64_t replies) {
+  return replies ? double(bytes) / double(replies) : 0.0;
+}
+
 struct ClassStats {
   int clients = 0;
   std::uint64_t completed = 0, errors = 0;
+  std::uint64_t reply_bytes = 0;  // of the completed replies (Redis: the whole RESP reply)
   std::vector<double> latencies_us;
 };
 
@@ -361,6 +368,7 @@ int main(int argc, char** argv) {
           c.scan_from = nl + 1;
           continue;
         }
+        c.batch_bytes += nl + 1;
         if (!reply_ok(c, o.redis)) {
           if (s.errors < 3) std::fprintf(stderr, "error reply: %.200s\n", c.in.c_str());
           ++s.errors;
@@ -376,7 +384,9 @@ int main(int argc, char** argv) {
         const double us = std::chrono::duration<double, std::micro>(Clock::now() - c.batch_start).count();
         s.latencies_us.insert(s.latencies_us.end(), size_t(c.pipeline), us);
         s.completed += std::uint64_t(c.pipeline);
+        s.reply_bytes += c.batch_bytes;
       }
+      c.batch_bytes = 0;
       c.issued += std::uint64_t(c.pipeline);
       if (!timed && c.issued >= o.requests) {
         c.finished = true;
@@ -392,7 +402,7 @@ int main(int argc, char** argv) {
   const auto rss_end = rss_kib(server_pid);
   rss_max = std::max(rss_max, rss_end.first);
 
-  std::uint64_t total_errors = 0, total_completed = 0;
+  std::uint64_t total_errors = 0, total_completed = 0, total_reply_bytes = 0;
   std::string classes_json, text;
   for (size_t t = 0; t < stats.size(); ++t) {
     ClassStats& s = stats[t];
@@ -400,14 +410,17 @@ int main(int argc, char** argv) {
     std::sort(s.latencies_us.begin(), s.latencies_us.end());
     total_errors += s.errors;
     total_completed += s.completed;
+    total_reply_bytes += s.reply_bytes;
     char line[512];
     std::snprintf(line, sizeof line,
                   "%s\"%s\":{\"clients\":%d,\"requests\":%lu,\"errors\":%lu,\"rps\":%.0f,"
-                  "\"p50_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f}",
+                  "\"p50_us\":%.1f,\"p99_us\":%.1f,\"p999_us\":%.1f,\"max_us\":%.1f,"
+                  "\"reply_bytes_mean\":%.1f}",
                   classes_json.empty() ? "" : ",", k_traffic_names[t], s.clients,
                   (unsigned long)s.completed, (unsigned long)s.errors, double(s.completed) / elapsed,
                   percentile(s.latencies_us, 50), percentile(s.latencies_us, 99),
-                  percentile(s.latencies_us, 99.9), s.latencies_us.empty() ? 0.0 : s.latencies_us.back());
+                  percentile(s.latencies_us, 99.9), s.latencies_us.empty() ? 0.0 : s.latencies_us.back(),
+                  mean_bytes(s.reply_bytes, s.completed));
     classes_json += line;
     std::snprintf(line, sizeof line,
                   "%-7s %3d clients: %9.0f req/s  p50 %8.1f us  p99 %8.1f us  p999 %8.1f us  errors %lu\n",
@@ -419,10 +432,11 @@ int main(int argc, char** argv) {
   if (o.json) {
     std::printf(
         "{\"mix\":\"%s\",\"clients\":%d,\"pipeline\":%d,\"seconds\":%.2f,\"requests\":%lu,"
-        "\"errors\":%lu,\"rps\":%.0f,\"classes\":{%s},\"server_rss_kib\":{\"start\":%ld,\"max\":%ld,"
-        "\"end\":%ld,\"hwm\":%ld}}\n",
+        "\"errors\":%lu,\"rps\":%.0f,\"reply_bytes_mean\":%.1f,\"classes\":{%s},"
+        "\"server_rss_kib\":{\"start\":%ld,\"max\":%ld,\"end\":%ld,\"hwm\":%ld}}\n",
         o.mix.c_str(), clients, o.pipeline, elapsed, (unsigned long)total_completed,
-        (unsigned long)total_errors, double(total_completed) / elapsed, classes_json.c_str(),
+        (unsigned long)total_errors, double(total_completed) / elapsed,
+        mean_bytes(total_reply_bytes, total_completed), classes_json.c_str(),
         rss_start.first, rss_max, rss_end.first, rss_end.second);
   } else {
     std::printf("%s%d clients, pipeline %d, %.1f s: %.0f req/s; server RSS %ld -> %ld KiB (max %ld)\n",

@@ -112,6 +112,7 @@ point() {  # name, then ktune-lookup-load arguments
   perf_start "$KPID"
   out=$("${LOAD[@]}" --socket "$TMP/k.sock" --json "$@") || { echo "$name: errors (see above)"; }
   echo "$name: $out"
+  echo "$out" > "$TMP/$name.json"
   perf_stop "$name" "$out"
   points+=("{\"name\":\"$name\",\"args\":\"$*\",\"result\":$out,\"server_perf\":$SP}")
 }
@@ -133,14 +134,31 @@ if [ "$DISTINCT" -gt 0 ]; then
   point distinct --mix novel:64x4 --requests $(( DISTINCT / 64 )) --novel-offset 300000000
 fi
 
-# Redis: the same load generator, GET over the same Zipf law, values the size of ktune's reply.
+# Redis: the same load generator, GET over the same Zipf law, each value sized so that Redis's
+# reply ("$<n>\r\n<n bytes>\r\n") is as long as ktune's mean zipf reply line in this run
+# (REDIS_VALUE_BYTES sets n instead; 600 until 2026-12-05, when ktune's replies were ~1,330 bytes).
 REDIS_SERVER=${REDIS_SERVER:-redis-server}
 REDIS_CLI=${REDIS_CLI:-redis-cli}
 if want redis && command -v "$REDIS_SERVER" >/dev/null; then
   "${RUN[@]}" "$REDIS_SERVER" --port 0 --unixsocket "$TMP/r.sock" --save '' --appendonly no --loglevel warning \
     >"$TMP/redis.log" 2>&1 & RPID=$!
   for _ in $(seq 50); do [ -S "$TMP/r.sock" ] && break; sleep 0.1; done
-  value=$(python3 -c "print('x' * 600)")
+  VALUE_BYTES=${REDIS_VALUE_BYTES:-$(python3 - "$TMP" <<'PY'
+import json, os, sys
+for name in ("zipf-warm", "zipf"):  # ktune's mean reply, the RESP framing taken off
+    path = os.path.join(sys.argv[1], name + ".json")
+    if os.path.exists(path):
+        mean = json.load(open(path)).get("reply_bytes_mean", 0)
+        if mean > 0:
+            n = int(round(mean)) - 5
+            print(n - len(str(n)))
+            break
+else:
+    print(600)
+PY
+)}
+  echo "redis values: $VALUE_BYTES bytes"
+  value=$(python3 -c "print('x' * $VALUE_BYTES)")
   python3 -c "
 import sys
 v = '$value'
@@ -152,7 +170,7 @@ for z in range(10000):
   rz=$("${LOAD[@]}" --socket "$TMP/r.sock" --redis --json --mix zipf:64 --seconds "$SECS")
   echo "redis zipf: $rz"
   perf_stop "redis zipf" "$rz"
-  points+=("{\"name\":\"redis-zipf\",\"args\":\"--redis --mix zipf:64\",\"result\":$rz,\"server_perf\":$SP}")
+  points+=("{\"name\":\"redis-zipf\",\"args\":\"--redis --mix zipf:64\",\"value_bytes\":$VALUE_BYTES,\"result\":$rz,\"server_perf\":$SP}")
   if want one; then  # one client's round trip to Redis, as the one/one-poll points measure ktuned's
     for poll in "" --poll; do
       r1=$("${LOAD[@]}" --socket "$TMP/r.sock" --redis --json --mix zipf:1 --seconds "$SECS" $poll)
