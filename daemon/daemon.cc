@@ -14,6 +14,7 @@
 #include "daemon/catalog.h"
 #include "daemon/dispatcher.h"
 #include "daemon/fleet/sync.h"
+#include "daemon/heap.h"
 #include "daemon/jobs/queue.h"
 #include "daemon/jobs/scheduler.h"
 #include "daemon/kernels.h"
@@ -209,6 +210,7 @@ int run_daemon(const DaemonFlags& given) {
 
   PinTable pins(**store, index, node);
   if (auto ok = pins.load(); !ok) return fatal(with_recover_hint(ok.error()).message);
+  trim_heap("start");  // what reading the store and the seed tables freed
   MissTracker misses(size_t(config->miss_tracker_bytes));
   LookupService lookups(*config, templates, catalog, pins, node, metrics, misses);
   JobQueue jobs(**store, config->max_queued_jobs);

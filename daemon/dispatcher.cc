@@ -4,6 +4,7 @@
 #include <future>
 
 #include "config/log.h"
+#include "daemon/heap.h"
 #include "daemon/plain_line.h"
 
 namespace ktune {
@@ -190,7 +191,7 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
     if (auto reply = handler->fast(m_ctx, *req)) return void(emit(std::move(*reply), true));
   }
   // --- everything else on the executor ---
-  auto run = [this, req, handler, emit] {  // a copy: handle() may still need it
+  auto run = [this, req, handler, emit]() mutable {  // a copy: handle() may still need it
     try {
       if (handler->stream)
         handler->stream(m_ctx, *req, emit);
@@ -199,6 +200,13 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
     } catch (const std::exception& e) {
       log(LogLevel::error, "handler_failed", {{"op", req->op}, {"what", e.what()}});
       emit(reply_line(m_ctx, *req, protocol::error(ErrorKind::internal, e.what())), true);
+    }
+    // A large attachment (a table imported) freed far more than the daemon will allocate again:
+    // handed back once the request itself is gone (its last owner is this copy by now).
+    if (req->attachment.size() >= k_trim_after_attachment_bytes) {
+      const std::string op = req->op;
+      req.reset();
+      trim_heap(op.c_str());
     }
   };
   if (!m_executor)

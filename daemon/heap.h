@@ -1,0 +1,33 @@
+// Handing freed heap back to the kernel after work that freed a lot of it.
+//
+// glibc keeps what a process frees for its next allocations; only the top of the heap goes back
+// by itself. An import of a large table (a 60 MB document parsed into records on an executor
+// thread) leaves ~90 MB of such free memory behind in a daemon that will not allocate it again
+// (bench/NOTES.md, "Where a daemon's memory goes after importing a table"). trim_heap returns
+// those pages. It walks every malloc arena (milliseconds on a heap of hundreds of MB), so it runs
+// off the I/O threads. Thread-safe.
+#pragma once
+
+#include <cstddef>
+
+namespace ktune {
+
+// A request carrying at least this many bytes of attachment (a table to import) is followed by a
+// trim once its handler has replied and the request is released.
+inline constexpr size_t k_trim_after_attachment_bytes = size_t(1) << 20;
+
+struct HeapTrim {
+  double rss_before_mib = 0;  // VmRSS before and after (0 where /proc is unreadable)
+  double rss_after_mib = 0;
+  double ms = 0;         // time the trim took
+  bool trimmed = false;  // false where the C library has no malloc_trim (not glibc, or ASan's)
+};
+
+// Trims the heap and logs "heap_trimmed" (info) with `after` (what freed the memory), the RSS
+// before and after, and the time taken.
+HeapTrim trim_heap(const char* after);
+
+// This process's resident set size in MiB (VmRSS), 0 when it cannot be read.
+double resident_mib();
+
+}  // namespace ktune
