@@ -30,8 +30,12 @@ class Catalog {
 
   // Fills the index from the store (at start).
   Result<void> load();
+  // An import that writes at least this many records flushes the store's winners to its files.
+  static constexpr size_t k_flush_after_records = 4096;
+
   // Validates and merges a JSON table (see store/table_io.h): all records or none. Beyond the
-  // table rules, every record must be one this node's templates can serve (check_record).
+  // table rules, every record must be one this node's templates can serve (check_record). An
+  // import of k_flush_after_records or more then flushes them out of the store's memory.
   Result<ImportReport> import(std::string_view text, std::string_view origin);
   // Why a record may not be imported here ("" result: it may): its op is implemented by an
   // installed template for the record's device class; dims are named and ordered as the op's

@@ -185,6 +185,13 @@ Result<void> RocksDbStore::write(const WriteBatch& batch, Durability durability)
   return {};
 }
 
+Result<void> RocksDbStore::flush(Table table) {
+  if (m_read_only) return {};  // every write fails: nothing in memory to move
+  rocksdb::Status s = m_db->Flush(rocksdb::FlushOptions(), handle(table));
+  if (!s.ok()) return std::unexpected(to_error(s, m_path, "flush"));
+  return {};
+}
+
 Result<void> RocksDbStore::verify() {
   rocksdb::Status s = m_db->VerifyChecksum();
   if (!s.ok()) return std::unexpected(to_error(s, m_path, "verify"));

@@ -47,6 +47,7 @@ class RocksDbStore final : public Store {
   Result<void> remove(Table table, std::string_view key, Durability durability) override;
   Result<void> scan(Table table, std::string_view prefix, const ScanFn& fn) override;
   Result<void> write(const WriteBatch& batch, Durability durability) override;
+  Result<void> flush(Table table) override;
   std::string describe() const override { return m_path; }
 
   // Reads every block of every table file and checks its checksum (ErrorCode::corruption

@@ -78,6 +78,14 @@ class Store {
   virtual Result<void> scan(Table table, std::string_view prefix, const ScanFn& fn) = 0;
   // Applies every op in `batch` or none.
   virtual Result<void> write(const WriteBatch& batch, Durability durability) = 0;
+  // Moves what `table` keeps in memory of its recent writes (RocksDB's memtable, up to its 64 MB
+  // write buffer) into its files, freeing that memory: after a large write that no read needs
+  // from memory (an import; the daemon serves from its own index). Where there is nothing to
+  // move (MemStore) it succeeds at once.
+  virtual Result<void> flush(Table table) {
+    (void)table;
+    return {};
+  }
   // Human-readable location ("/var/lib/ktune/db", "memory").
   virtual std::string describe() const = 0;
 };

@@ -3,7 +3,10 @@
 // to the class whose name they spell out.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "daemon/dispatcher.h"
+#include "store/rocksdb_store.h"
 #include "store/table_io.h"
 #include "templates/space.h"
 #include "tests/fakes/daemon_parts.h"
@@ -233,6 +236,52 @@ TEST_F(ImportCheckTest, PrefixThatIsAWholeNameWinsOverLongerNames) {
   r = lookup("nvidia");  // a prefix of both names: still ambiguous
   EXPECT_EQ(r["error"]["code"], "not_found") << r.dump();
   EXPECT_NE(r["error"]["message"].get<std::string>().find("ambiguous"), std::string::npos);
+}
+
+// An import of Catalog::k_flush_after_records or more leaves nothing of its records in the
+// store's memory (the index serves them): the RocksDB memtable of winners goes to a table file.
+// A smaller import stays in the memtable, as every other write does.
+TEST(CatalogFlushTest, ALargeImportFlushesTheStoresWinnersToAFile) {
+  testing::TempDir dir;
+  auto store = RocksDbStore::open(dir / "db");
+  ASSERT_TRUE(store) << store.error().message;
+  TemplateSet templates(TemplateRegistry::load({builtin_template_dir()}));
+  NodeIdentity node;
+  node.driver = "none";
+  node.nvrtc = "13.0";
+  WinnerIndex index;
+  Catalog catalog(**store, index, templates, node);
+  const KernelTemplate& gemm = *templates.current()->find("gemm");
+  auto records = [&](std::int64_t first, size_t n) {
+    std::vector<WinnerRecord> out;
+    for (size_t i = 0; i < n; ++i) {
+      auto w = testing::winner(
+          Problem{
+              "gemm", "bf16", "bf16", "rc", {{"M", first + std::int64_t(i)}, {"N", 64}, {"K", 64}}},
+          5.0);
+      w.ranked.resize(1);
+      w.ranked[0].template_hash = gemm.hash;
+      w.ranked[0].params = *heuristic_config(gemm, w.problem, DeviceLimits{});
+      w.validators.nvrtc = "13.0";
+      out.push_back(std::move(w));
+    }
+    return render_table(out, TableFormat::json);
+  };
+  auto table_files = [&] {
+    size_t n = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir / "db"))
+      n += f.path().extension() == ".sst";
+    return n;
+  };
+  const size_t at_start = table_files();
+  auto small = catalog.import(records(1, 10), "small");
+  ASSERT_TRUE(small && small->applied());
+  EXPECT_EQ(table_files(), at_start);
+  auto large = catalog.import(records(100, Catalog::k_flush_after_records), "large");
+  ASSERT_TRUE(large && large->applied());
+  EXPECT_EQ(large->added, Catalog::k_flush_after_records);
+  EXPECT_EQ(table_files(), at_start + 1) << "both imports' records, in one file";
+  EXPECT_EQ(index.size(), 10 + Catalog::k_flush_after_records);
 }
 
 }  // namespace

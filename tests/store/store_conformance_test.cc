@@ -2,6 +2,7 @@
 // overwrite and delete semantics, binary-safe values.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -126,6 +127,23 @@ TEST_P(StoreConformanceTest, UndecodableRecordIsNamedInScan) {
   EXPECT_NE(all.error().message.find("winners key 'dev/bad'"), std::string::npos);
 }
 
+// flush() moves a table's recent writes out of memory; every record reads back the same, and
+// writes after it win as before.
+TEST_P(StoreConformanceTest, FlushKeepsEveryRecordAsItWas) {
+  for (int i = 0; i < 1000; ++i)
+    ASSERT_TRUE(m_store->put(Table::winners, "k" + std::to_string(1000 + i),
+                             "v" + std::to_string(i), Durability::buffered));
+  ASSERT_TRUE(m_store->remove(Table::winners, "k1500", Durability::buffered));
+  ASSERT_TRUE(m_store->flush(Table::winners));
+  auto all = scan_all(*m_store, Table::winners, "k");
+  ASSERT_EQ(all.size(), 999u);
+  EXPECT_EQ(all.front(), (std::pair<std::string, std::string>{"k1000", "v0"}));
+  EXPECT_FALSE(m_store->get(Table::winners, "k1500")->has_value());
+  ASSERT_TRUE(m_store->put(Table::winners, "k1000", "newer", Durability::sync));
+  EXPECT_EQ(m_store->get(Table::winners, "k1000")->value(), "newer");
+  EXPECT_TRUE(m_store->flush(Table::jobs)) << "nothing written there: nothing to do";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Stores, StoreConformanceTest,
     ::testing::Values(StoreFactory{"MemStore",
@@ -143,6 +161,28 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& test_info) { return test_info.param.name; });
 
 // --- RocksDB-specific: persistence, format checks, damage ---
+
+// What flush() frees is the memtable: its records go to a new table file.
+TEST(RocksDbStoreTest, FlushWritesTheTablesMemtableToAFile) {
+  TempDir dir;
+  auto s = RocksDbStore::open(dir / "db");
+  ASSERT_TRUE(s) << s.error().message;
+  auto table_files = [&] {
+    size_t n = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir / "db"))
+      n += f.path().extension() == ".sst";
+    return n;
+  };
+  const size_t before = table_files();
+  for (int i = 0; i < 100; ++i)
+    ASSERT_TRUE(put_winner(**s, testing::winner(testing::gemm_problem(16 * (i + 1), 64, 64), 9.0)));
+  EXPECT_EQ(table_files(), before) << "in the memtable (and the log) only";
+  ASSERT_TRUE((*s)->flush(Table::winners));
+  EXPECT_EQ(table_files(), before + 1);
+  auto all = scan_winners(**s);
+  ASSERT_TRUE(all);
+  EXPECT_EQ(all->size(), 100u);
+}
 
 TEST(RocksDbStoreTest, WrittenClosedReopenedLosesNothing) {
   TempDir dir;
