@@ -4,8 +4,8 @@
 #include <future>
 
 #include "config/log.h"
-#include "daemon/heap.h"
 #include "daemon/plain_line.h"
+#include "daemon/process.h"
 
 namespace ktune {
 namespace {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "daemon/process.h"
 #include "ktune_version.h"
 
 namespace ktune {
@@ -113,6 +114,19 @@ std::string Metrics::prometheus(const std::string& extra) const {
         "# TYPE ktune_session_yields_total counter\n"
      << "ktune_session_yields_total " << m_session_yields.load() << "\n";
   os << extra;
+  const ProcessStats p = process_stats();
+  os << "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+        "# TYPE process_resident_memory_bytes gauge\n"
+     << "process_resident_memory_bytes " << std::int64_t(p.resident_bytes) << "\n"
+     << "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+        "# TYPE process_cpu_seconds_total counter\n"
+     << "process_cpu_seconds_total " << p.cpu_seconds << "\n"
+     << "# HELP process_open_fds Number of open file descriptors.\n"
+        "# TYPE process_open_fds gauge\n"
+     << "process_open_fds " << p.open_fds << "\n"
+     << "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+        "# TYPE process_start_time_seconds gauge\n"
+     << "process_start_time_seconds " << p.start_time_s << "\n";
   os << "# HELP ktune_build_info The running ktuned's version (always 1).\n"
         "# TYPE ktune_build_info gauge\n"
      << "ktune_build_info{version=\"" << k_version << "\",git=\"" << k_git_describe << "\"} 1\n";

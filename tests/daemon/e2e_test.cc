@@ -15,7 +15,9 @@
 #include "store/table_io.h"
 #include "templates/registry.h"
 #include "templates/space.h"
+#include "tests/fakes/daemon_probe.h"
 #include "tests/fakes/daemon_process.h"
+#include "tests/fakes/eventually.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -245,10 +247,21 @@ TEST_F(EndToEndTest, ReadDeadlineAndConnectionCap) {
   Json reply = Json::parse(raw_read_line(slow));
   EXPECT_EQ(reply["error"]["code"], "timeout");
   ::close(slow);
-  // With two connections open, a third is refused with a reason.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  int a = raw_connect(daemon.socket()), b = raw_connect(daemon.socket());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // With two connections open, a third is refused with a reason. Each of the two is known to
+  // count once it has been answered; the slow client's place is free when its session ends,
+  // just after the close above, so a connection refused before then is made again.
+  auto served = [&](int& fd) {
+    if (fd >= 0) ::close(fd);
+    fd = raw_connect(daemon.socket());
+    const std::string status = std::string(R"({"v":1,"id":1,"op":"status"})") + "\n";
+    if (fd < 0 || ::send(fd, status.data(), status.size(), MSG_NOSIGNAL) != ssize_t(status.size()))
+      return false;
+    const Json r = Json::parse(raw_read_line(fd), nullptr, false);
+    return r.is_object() && r.value("ok", false);
+  };
+  int a = -1, b = -1;
+  ASSERT_TRUE(testing::eventually([&] { return served(a); }));
+  ASSERT_TRUE(testing::eventually([&] { return served(b); }));
   int third = raw_connect(daemon.socket());
   Json refused = Json::parse(raw_read_line(third));
   EXPECT_EQ(refused["error"]["code"], "too_many_connections");
@@ -323,16 +336,22 @@ TEST_F(EndToEndTest, BadImportFileIsRejectedWholeThroughTheCli) {
 TEST_F(EndToEndTest, MetricsAndHealthOverHttp) {
   DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
   ASSERT_TRUE(daemon.start());
-  // The log's ready line names the metrics port.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  std::ifstream log(daemon.log_path());
-  std::string text((std::istreambuf_iterator<char>(log)), {});
+  // The log's ready line names the metrics port (it may follow the first status reply).
+  std::string text;
+  ASSERT_TRUE(testing::eventually([&] {
+    std::ifstream log(daemon.log_path());
+    text.assign(std::istreambuf_iterator<char>(log), {});
+    return text.find("metrics=127.0.0.1:") != std::string::npos;
+  })) << text;
   const auto pos = text.find("metrics=127.0.0.1:");
-  ASSERT_NE(pos, std::string::npos) << text;
   const std::string port = text.substr(pos + 18, text.find(' ', pos) - pos - 18);
   const std::string body = http_get(std::stoi(port), "/metrics");
   EXPECT_NE(body.find("200 OK"), std::string::npos) << body;
   EXPECT_NE(body.find("ktune_requests_total{op=\"lookup\"}"), std::string::npos) << body;
+  // The daemon's own process, as every Prometheus client library exports it.
+  EXPECT_GT(testing::prometheus_counter(body, "process_resident_memory_bytes"), 1 << 20) << body;
+  EXPECT_GT(testing::prometheus_counter(body, "process_open_fds"), 3) << body;
+  EXPECT_GT(testing::prometheus_counter(body, "process_start_time_seconds"), 1'700'000'000);
   EXPECT_NE(http_get(std::stoi(port), "/livez").find("\r\n\r\nok"), std::string::npos);
   EXPECT_NE(http_get(std::stoi(port), "/nope").find("404"), std::string::npos);
 }

@@ -1,4 +1,5 @@
-// Handing freed heap back to the kernel after work that freed a lot of it.
+// This process's resources as the metrics export them (resident memory, CPU time, open files,
+// start time), and handing freed heap back to the kernel after work that freed a lot of it.
 //
 // glibc keeps what a process frees for its next allocations; only the top of the heap goes back
 // by itself. An import of a large table (a 60 MB document parsed into records on an executor
@@ -9,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace ktune {
 
@@ -29,5 +31,14 @@ HeapTrim trim_heap(const char* after);
 
 // This process's resident set size in MiB (VmRSS), 0 when it cannot be read.
 double resident_mib();
+
+// What the process_* metrics (the names Prometheus client libraries use) report.
+struct ProcessStats {
+  double resident_bytes = 0;      // VmRSS
+  double cpu_seconds = 0;         // user + system, all threads
+  std::size_t open_fds = 0;       // file descriptors open
+  std::int64_t start_time_s = 0;  // unix seconds the process started
+};
+ProcessStats process_stats();
 
 }  // namespace ktune

@@ -1,6 +1,10 @@
-#include "daemon/heap.h"
+#include "daemon/process.h"
+
+#include <sys/resource.h>
 
 #include <chrono>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -21,7 +25,26 @@ constexpr bool k_glibc_heap =
     false;
 #endif
 
+// Taken while static objects are constructed: before main, so the process's start.
+const std::int64_t k_start_time_s = std::int64_t(std::time(nullptr));
+
 }  // namespace
+
+ProcessStats process_stats() {
+  ProcessStats p;
+  p.resident_bytes = resident_mib() * 1024.0 * 1024.0;
+  rusage use{};
+  if (::getrusage(RUSAGE_SELF, &use) == 0)
+    p.cpu_seconds = double(use.ru_utime.tv_sec + use.ru_stime.tv_sec) +
+                    double(use.ru_utime.tv_usec + use.ru_stime.tv_usec) / 1e6;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end;
+       it.increment(ec))
+    ++p.open_fds;
+  if (p.open_fds > 0) --p.open_fds;  // the listing's own descriptor
+  p.start_time_s = k_start_time_s;
+  return p;
+}
 
 double resident_mib() {
   std::ifstream in("/proc/self/status");

@@ -1,9 +1,14 @@
-#include "daemon/heap.h"
+#include "daemon/process.h"
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 namespace ktune {
@@ -36,6 +41,30 @@ TEST(HeapTest, TrimHandsFreedHeapBelowALiveBlockBackToTheKernel) {
       << "before " << t.rss_before_mib << " MiB, after " << t.rss_after_mib << " MiB";
   EXPECT_GE(t.ms, 0.0);
   std::free(live);
+}
+
+// The process_* metrics move with what the process does.
+TEST(ProcessStatsTest, FollowMemoryCpuAndFiles) {
+  const ProcessStats at_start = process_stats();
+  EXPECT_GT(at_start.resident_bytes, 0);
+  EXPECT_GT(at_start.open_fds, 2u) << "stdin, stdout and stderr at least";
+  const auto now = std::int64_t(std::time(nullptr));
+  EXPECT_LE(at_start.start_time_s, now);
+  EXPECT_GT(at_start.start_time_s, now - 3600) << "this test process started minutes ago at most";
+
+  std::vector<char> touched(64 << 20, 1);  // 64 MiB, every page written
+  const int fd = ::open("/proc/self/status", O_RDONLY);
+  ASSERT_GE(fd, 0);
+  volatile double x = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(200)) x = x * 1.0000001;
+  const ProcessStats later = process_stats();
+  ::close(fd);
+  EXPECT_GT(later.resident_bytes, at_start.resident_bytes + 48.0 * 1024 * 1024)
+      << touched[touched.size() / 2];
+  EXPECT_GT(later.cpu_seconds, at_start.cpu_seconds + 0.1);
+  EXPECT_EQ(later.open_fds, at_start.open_fds + 1);
+  EXPECT_EQ(later.start_time_s, at_start.start_time_s);
 }
 
 }  // namespace
