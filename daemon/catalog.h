@@ -35,7 +35,8 @@ class Catalog {
 
   // Validates and merges a JSON table (see store/table_io.h): all records or none. Beyond the
   // table rules, every record must be one this node's templates can serve (check_record). An
-  // import of k_flush_after_records or more then flushes them out of the store's memory.
+  // import of k_flush_after_records or more then flushes them out of the store's memory. The
+  // report's `written` comes back empty: its records moved into the index.
   Result<ImportReport> import(std::string_view text, std::string_view origin);
   // Why a record may not be imported here ("" result: it may): its op is implemented by an
   // installed template for the record's device class; dims are named and ordered as the op's
