@@ -267,12 +267,7 @@ TEST(CatalogFlushTest, ALargeImportFlushesTheStoresWinnersToAFile) {
     }
     return render_table(out, TableFormat::json);
   };
-  auto table_files = [&] {
-    size_t n = 0;
-    for (const auto& f : std::filesystem::directory_iterator(dir / "db"))
-      n += f.path().extension() == ".sst";
-    return n;
-  };
+  auto table_files = [&] { return testing::table_files(dir / "db"); };
   const size_t at_start = table_files();
   auto small = catalog.import(records(1, 10), "small");
   ASSERT_TRUE(small && small->applied());

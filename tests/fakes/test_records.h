@@ -75,4 +75,11 @@ class TempDir {
   std::string m_path;
 };
 
+// RocksDB table files (*.sst) in the database directory `db`: a flush adds one.
+inline size_t table_files(const std::string& db) {
+  size_t n = 0;
+  for (const auto& f : std::filesystem::directory_iterator(db)) n += f.path().extension() == ".sst";
+  return n;
+}
+
 }  // namespace ktune::testing

@@ -167,12 +167,7 @@ TEST(RocksDbStoreTest, FlushWritesTheTablesMemtableToAFile) {
   TempDir dir;
   auto s = RocksDbStore::open(dir / "db");
   ASSERT_TRUE(s) << s.error().message;
-  auto table_files = [&] {
-    size_t n = 0;
-    for (const auto& f : std::filesystem::directory_iterator(dir / "db"))
-      n += f.path().extension() == ".sst";
-    return n;
-  };
+  auto table_files = [&] { return testing::table_files(dir / "db"); };
   const size_t before = table_files();
   for (int i = 0; i < 100; ++i)
     ASSERT_TRUE(put_winner(**s, testing::winner(testing::gemm_problem(16 * (i + 1), 64, 64), 9.0)));
