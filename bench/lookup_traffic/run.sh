@@ -136,7 +136,7 @@ fi
 
 # Redis: the same load generator, GET over the same Zipf law, each value sized so that Redis's
 # reply ("$<n>\r\n<n bytes>\r\n") is as long as ktune's mean zipf reply line in this run
-# (REDIS_VALUE_BYTES sets n instead; 600 until 2026-12-05, when ktune's replies were ~1,330 bytes).
+# (REDIS_VALUE_BYTES sets n instead. Before 2026-12-05 it was 600 against ktune's ~1,349-byte replies.)
 REDIS_SERVER=${REDIS_SERVER:-redis-server}
 REDIS_CLI=${REDIS_CLI:-redis-cli}
 if want redis && command -v "$REDIS_SERVER" >/dev/null; then
