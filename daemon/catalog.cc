@@ -17,21 +17,29 @@ Result<void> Catalog::load() {
   return {};
 }
 
-Result<ImportReport> Catalog::import(std::string_view text, std::string_view origin) {
+Result<ImportReport> Catalog::import(std::string_view text, std::string_view origin,
+                                     Written written) {
   std::lock_guard lock(m_write_mutex);
   const auto templates = m_templates.current();  // one set judges the whole table
   auto report = import_table(m_store, text, origin,
                              [&](const WinnerRecord& r) { return check_record(r, *templates); });
   if (!report || !report->applied()) return report;
-  const size_t written = report->written.size();
-  for (const auto& w : report->written) publish_locked(w);  // listeners only queue them
-  // Moved, not copied: the copies filled the holes the parsed document left all over the heap,
-  // and what the trim after the import could hand back fell by ~50 MB (bench/NOTES.md).
-  m_index.upsert(std::move(report->written));
+  const size_t count = report->written.size();
+  if (written == Written::returned) {
+    m_index.upsert(report->written);
+    for (const auto& w : report->written) publish_locked(w);
+  } else {
+    // Moved, not copied: the copies filled the holes the parsed document left all over the
+    // heap, and the trim after the import handed back ~50 MB less (bench/NOTES.md). Listeners
+    // are told first (they only queue a copy).
+    for (const auto& w : report->written) publish_locked(w);
+    m_index.upsert(std::move(report->written));
+    report->written.clear();
+  }
   // The index serves these records: the store's copy of them in memory is dead weight (~70 MB
   // for 100,000 records, bench/NOTES.md).
   double flush_ms = 0;
-  if (written >= k_flush_after_records) {
+  if (count >= k_flush_after_records) {
     const auto t0 = std::chrono::steady_clock::now();
     if (auto flushed = m_store.flush(Table::winners); !flushed)
       log(LogLevel::warn, "store_flush_failed", {{"error", flushed.error().message}});

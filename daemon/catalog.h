@@ -35,9 +35,13 @@ class Catalog {
 
   // Validates and merges a JSON table (see store/table_io.h): all records or none. Beyond the
   // table rules, every record must be one this node's templates can serve (check_record). An
-  // import of k_flush_after_records or more then flushes them out of the store's memory. The
-  // report's `written` comes back empty: its records moved into the index.
-  Result<ImportReport> import(std::string_view text, std::string_view origin);
+  // import that wrote k_flush_after_records or more then flushes them out of the store's memory.
+  // `written`: whether the report hands back the records written (the fleet's merge reads them)
+  // or they move into the index, the report's `written` coming back empty (a table a client or
+  // the config imports: copies of a large one fragment the heap, bench/NOTES.md).
+  enum class Written { returned, moved_to_index };
+  Result<ImportReport> import(std::string_view text, std::string_view origin,
+                              Written written = Written::returned);
   // Why a record may not be imported here ("" result: it may): its op is implemented by an
   // installed template for the record's device class; dims are named and ordered as the op's
   // templates declare; each ranked template is installed and implements the op; a config

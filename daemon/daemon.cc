@@ -78,7 +78,7 @@ Result<ImportReport> seed(Catalog& catalog, const std::string& path) {
   if (!in) return fail(ErrorCode::io_error, path + ": cannot open");
   std::ostringstream text;
   text << in.rdbuf();
-  auto report = catalog.import(text.str(), path);
+  auto report = catalog.import(text.str(), path, Catalog::Written::moved_to_index);
   if (!report) return std::unexpected(report.error());
   if (!report->applied()) return fail(ErrorCode::invalid_argument, report->rejection_summary());
   return report;

@@ -191,7 +191,8 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
     if (auto reply = handler->fast(m_ctx, *req)) return void(emit(std::move(*reply), true));
   }
   // --- everything else on the executor ---
-  auto run = [this, req, handler, emit]() mutable {  // a copy: handle() may still need it
+  // The request moves into the job: nothing below uses it, and the job is its last owner.
+  auto run = [this, req = std::move(req), handler, emit]() mutable {
     try {
       if (handler->stream)
         handler->stream(m_ctx, *req, emit);
@@ -201,12 +202,12 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
       log(LogLevel::error, "handler_failed", {{"op", req->op}, {"what", e.what()}});
       emit(reply_line(m_ctx, *req, protocol::error(ErrorKind::internal, e.what())), true);
     }
-    // A large attachment (a table imported) freed far more than the daemon will allocate again:
-    // handed back once the request itself is gone (its last owner is this copy by now).
-    if (req->attachment.size() >= k_trim_after_attachment_bytes) {
-      const std::string op = req->op;
+    // A large table imported freed far more than the daemon will allocate again: handed back
+    // once the request itself is gone. Only after imports (admin): other ops ignore attachments,
+    // and a client sending big ones must not make the executor walk the heap at will.
+    if (req->op == "import" && req->attachment.size() >= k_trim_after_attachment_bytes) {
       req.reset();
-      trim_heap(op.c_str());
+      trim_heap("import");
     }
   };
   if (!m_executor)

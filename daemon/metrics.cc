@@ -1,6 +1,7 @@
 #include "daemon/metrics.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 #include "daemon/process.h"
@@ -9,6 +10,14 @@
 namespace ktune {
 
 namespace {
+
+// Seconds to the microsecond, whatever their size (the stream's 6 digits would step by 10 s past
+// a million CPU-seconds).
+std::string seconds_text(double s) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.6f", s);
+  return buf;
+}
 std::string_view op_label(size_t i) {
   return i < std::size(protocol::k_ops) ? protocol::k_ops[i].name : "other";
 }
@@ -120,7 +129,7 @@ std::string Metrics::prometheus(const std::string& extra) const {
      << "process_resident_memory_bytes " << std::int64_t(p.resident_bytes) << "\n"
      << "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
         "# TYPE process_cpu_seconds_total counter\n"
-     << "process_cpu_seconds_total " << p.cpu_seconds << "\n"
+     << "process_cpu_seconds_total " << seconds_text(p.cpu_seconds) << "\n"
      << "# HELP process_open_fds Number of open file descriptors.\n"
         "# TYPE process_open_fds gauge\n"
      << "process_open_fds " << p.open_fds << "\n"

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -49,7 +50,7 @@ ProcessStats process_stats() {
 double resident_mib() {
   std::ifstream in("/proc/self/status");
   for (std::string line; std::getline(in, line);)
-    if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
+    if (line.starts_with("VmRSS:")) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
   return 0;
 }
 

@@ -14,22 +14,22 @@
 
 namespace ktune {
 
-// A request carrying at least this many bytes of attachment (a table to import) is followed by a
-// trim once its handler has replied and the request is released.
+// An import whose table came as an attachment of at least this many bytes is followed by a trim
+// once its handler has replied and the request is released.
 inline constexpr size_t k_trim_after_attachment_bytes = size_t(1) << 20;
 
 struct HeapTrim {
   double rss_before_mib = 0;  // VmRSS before and after (0 where /proc is unreadable)
   double rss_after_mib = 0;
   double ms = 0;         // time the trim took
-  bool trimmed = false;  // false where the C library has no malloc_trim (not glibc, or ASan's)
+  bool trimmed = false;  // false where the heap is not glibc's (another libc, ASan or TSan)
 };
 
 // Trims the heap and logs "heap_trimmed" (info) with `after` (what freed the memory), the RSS
 // before and after, and the time taken.
 HeapTrim trim_heap(const char* after);
 
-// This process's resident set size in MiB (VmRSS), 0 when it cannot be read.
+// This process's resident set size in MiB (VmRSS), 0 when it cannot be read. Never throws.
 double resident_mib();
 
 // What the process_* metrics (the names Prometheus client libraries use) report.

@@ -65,9 +65,9 @@ struct TuneRequest {
   TuneControl control;
   // Continue from the trials already recorded in the store for this device class and problem:
   // each final record of a current candidate (same template hash; an ok one also timed with the
-  // same timing.l2) counts as measured (it is not
-  // measured again, counts toward the trial budget, and an ok one can be a finalist). Records
-  // still in flight (the process died mid-trial) are measured again. Needs a store.
+  // same timing.l2) counts as measured (it is not measured again, counts toward the trial
+  // budget, and an ok one can be a finalist). Records still in flight (the process died
+  // mid-trial) are measured again. Needs a store.
   bool resume = false;
   // Write the winner to the store when the job ends. The daemon turns this off: its Catalog is
   // the one writer of winners (merge rule, index, answer generation).

@@ -169,8 +169,11 @@ int cmd_lookup(const Common& c, const LookupArgs& a) {
   std::fputs(table.render().c_str(), stdout);
   const auto& best = reply->entries.front();
   if (!best.timing_l2.empty())
-    std::printf("time of #1 measured with the L2 %s between launches (docs/tuning.md)\n",
-                best.timing_l2.c_str());
+    std::printf("time of #1 taken %s (docs/tuning.md)\n",
+                best.timing_l2 == "flushed" ? "with the L2 flushed before each launch"
+                : best.timing_l2 == "rotated"
+                    ? "with launches back to back, inputs rotated through 3x L2"
+                    : best.timing_l2.c_str());
   if (!best.name_expression.empty())
     std::printf("kernel: %s for %s, grid [%u,%u,%u] block [%u,%u,%u] smem %u\n",
                 best.name_expression.c_str(), best.arch.c_str(), best.grid[0], best.grid[1],

@@ -4,7 +4,22 @@
 #include "tuner/tuning_job.h"
 
 namespace ktune {
+
 namespace {
+
+// Why the merge rule kept the stored winner over a job's (store/table_io.h prefer_incoming).
+std::string kept_reason(Store& store, const WinnerRecord& measured) {
+  auto stored = get_winner(store, measured.device, measured.problem);
+  if (!stored || !*stored) return "the stored winner ranks first; kept it";
+  const WinnerRecord& s = **stored;
+  if (s.timing_l2 != measured.timing_l2)
+    return "the stored winner was timed with the L2 " + std::string(to_string(s.timing_l2)) +
+           ", this job's " + std::string(to_string(measured.timing_l2)) +
+           ": times taken differently are not compared, and the merge rule keeps the " +
+           std::string(to_string(s.timing_l2)) + " one; kept it";
+  return "the stored winner is faster (" + std::to_string(s.ranked.front().median_us) +
+         " us); kept it";
+}
 
 GpuPolicyOptions gate_options(const DaemonConfig& c) {
   return gpu_policy_options(c).value_or(GpuPolicyOptions{});  // the config was validated
@@ -184,7 +199,7 @@ void Lane::commit_result(const std::string& id, const WinnerRecord& winner, Clai
   if (!committed)
     msg = "measured, but the winner could not be stored: " + committed.error().message;
   else if (!*committed)
-    msg += " (the stored winner is faster; kept it)";
+    msg += " (" + kept_reason(m_deps.store, winner) + ")";
   (void)m_deps.jobs.finish(id, committed ? JobState::done : JobState::failed, msg);
 }
 

@@ -43,7 +43,7 @@ OpReply op_import(OpContext& ctx, const protocol::Request& req) {
   const std::string_view text = req.attachment.empty() ? std::string_view(*table) : req.attachment;
   auto origin = protocol::get_string(req.body, "origin", false, "request");
   if (!origin) return std::unexpected(origin.error());
-  auto report = ctx.catalog.import(text, *origin);
+  auto report = ctx.catalog.import(text, *origin, Catalog::Written::moved_to_index);
   if (!report) return protocol::error(ErrorKind::bad_request, report.error().message);
   if (!report->applied())
     return protocol::error(ErrorKind::bad_request, report->rejection_summary());

@@ -272,11 +272,17 @@ TEST(CatalogFlushTest, ALargeImportFlushesTheStoresWinnersToAFile) {
   auto small = catalog.import(records(1, 10), "small");
   ASSERT_TRUE(small && small->applied());
   EXPECT_EQ(table_files(), at_start);
-  auto large = catalog.import(records(100, Catalog::k_flush_after_records), "large");
+  EXPECT_EQ(small->written.size(), 10u) << "handed back (the fleet's merge reads them)";
+  auto large = catalog.import(records(100, Catalog::k_flush_after_records), "large",
+                              Catalog::Written::moved_to_index);
   ASSERT_TRUE(large && large->applied());
   EXPECT_EQ(large->added, Catalog::k_flush_after_records);
+  EXPECT_TRUE(large->written.empty()) << "moved into the index";
   EXPECT_EQ(table_files(), at_start + 1) << "both imports' records, in one file";
   EXPECT_EQ(index.size(), 10 + Catalog::k_flush_after_records);
+  EXPECT_TRUE(
+      index.exact(testing::h200().id(),
+                  Problem{"gemm", "bf16", "bf16", "rc", {{"M", 100}, {"N", 64}, {"K", 64}}}));
 }
 
 }  // namespace
