@@ -30,7 +30,7 @@ Result<ImportReport> Catalog::import(std::string_view text, std::string_view ori
     for (const auto& w : report->written) publish_locked(w);
   } else {
     // Moved, not copied: the copies filled the holes the parsed document left all over the
-    // heap, and the trim after the import handed back ~50 MB less (bench/NOTES.md). Listeners
+    // heap, and the trim after the import handed back ~120 MB less (bench/NOTES.md). Listeners
     // are told first (they only queue a copy).
     for (const auto& w : report->written) publish_locked(w);
     m_index.upsert(std::move(report->written));
