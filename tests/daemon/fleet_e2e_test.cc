@@ -228,6 +228,8 @@ TEST_F(FleetE2ETest, KeysAreTunedOnceCrashesAreTakenOverAndOutagesConverge) {
     EXPECT_EQ(f["connected"], true) << f.dump(2);
     EXPECT_EQ(f["nodes"].size(), size_t(k_nodes)) << f.dump(2);
     EXPECT_EQ(f["keys_tuned"], k_keys) << f.dump(2);
+    // Every key this node did not tune reached its table through a merge, and was counted.
+    EXPECT_GE(f["merged"].get<std::uint64_t>(), k_keys - tuned_here(i).size()) << f.dump(2);
     for (auto n : keys) EXPECT_EQ(provenance(i, n), "exact") << "node " << i << " n=" << n;
   }
   EXPECT_EQ(tuned_total, std::uint64_t(k_keys));
