@@ -33,12 +33,12 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
-#include <fstream>
 #include <iostream>
 #include <random>
 #include <set>
 #include <thread>
 
+#include "daemon/process.h"
 #include "templates/registry.h"
 #include "templates/space.h"
 #include "tests/fakes/daemon_parts.h"
@@ -72,13 +72,10 @@ json summary(const std::vector<double>& us) {
 
 // Resident set size of this process, in MiB (VmRSS), after handing freed heap back to the system
 // (so what an earlier measurement freed does not hide what a later one takes).
+// (resident_mib() alone, without the trim, is the RSS as the daemon would see it.)
 double rss_mib() {
   malloc_trim(0);
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
-  return 0;
+  return resident_mib();
 }
 
 Problem llm_gemm(std::mt19937_64& rng) {
@@ -333,15 +330,6 @@ json bench_answers(testing::DaemonParts& parts, int lines) {
           {"rss_growth_mib", rss_mib() - rss0}};
 }
 
-// VmRSS in MiB as the daemon would see it (no malloc_trim).
-double rss_untrimmed_mib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
-  return 0;
-}
-
 // `distinct` never-seen gemm lookups from `threads` threads through what a daemon runs for each
 // (parse, LookupService::lookup with its line, reply(): the answer and line caches, the miss
 // tracker), with `winners` winners in the index; the RSS (untrimmed) sampled as keys go by.
@@ -352,7 +340,7 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
   std::mt19937_64 rng(7);
   std::vector<WinnerRecord> records = llm_winners(rng, winners);
   parts.index.load(std::move(records));
-  const double rss0 = rss_untrimmed_mib();
+  const double rss0 = resident_mib();
   std::atomic<std::int64_t> next{0}, done{0}, errors{0};
   std::atomic<bool> finished{false};
   json curve = json::array();
@@ -364,7 +352,7 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
       const std::int64_t d = done.load();
       if (d >= mark) {
         curve.push_back({{"keys", d},
-                         {"rss_mib", rss_untrimmed_mib()},
+                         {"rss_mib", resident_mib()},
                          {"seconds", micros(t0, Clock::now()) / 1e6}});
         mark = d + distinct / 20;
       }
@@ -400,7 +388,7 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
   const double seconds = micros(t0, Clock::now()) / 1e6;
   const auto caches = parts.lookups.cache_stats();
   const auto m = parts.misses.stats();
-  curve.push_back({{"keys", done.load()}, {"rss_mib", rss_untrimmed_mib()}, {"seconds", seconds}});
+  curve.push_back({{"keys", done.load()}, {"rss_mib", resident_mib()}, {"seconds", seconds}});
   return {{"distinct", done.load()},
           {"threads", threads},
           {"errors", errors.load()},
@@ -408,7 +396,7 @@ json bench_distinct(testing::DaemonParts& parts, int winners, std::int64_t disti
           {"per_second", double(done.load()) / seconds},
           {"winners", parts.index.size()},
           {"rss_mib_after_index", rss0},
-          {"rss_mib_end", rss_untrimmed_mib()},
+          {"rss_mib_end", resident_mib()},
           {"rss_curve", curve},
           {"answer_cache",
            {{"entries", caches.answers.entries},

@@ -4,7 +4,6 @@
 
 #include <bit>
 #include <condition_variable>
-#include <fstream>
 #include <future>
 #include <latch>
 #include <limits>
@@ -16,6 +15,7 @@
 #include "daemon/executor.h"
 #include "daemon/lookups.h"
 #include "daemon/ops/ops.h"
+#include "daemon/process.h"
 #include "tests/fakes/daemon_parts.h"
 #include "tests/fakes/test_records.h"
 #include "tests/fakes/test_volume.h"
@@ -24,15 +24,6 @@ namespace ktune {
 namespace {
 
 using protocol::Json;
-
-// Resident set size of this process in MiB (VmRSS).
-double rss_mib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.starts_with("VmRSS:")) return std::stod(line.substr(6)) / 1024.0;
-  return 0;
-}
 
 // The value of one sample in Prometheus text, or -1 when absent.
 double sample(const std::string& text, const std::string& series) {
@@ -90,14 +81,14 @@ TEST_F(AnswerCacheTest, UniqueHugeLinesAreNotKept) {
   const size_t stamp = padded.find("xxxx");
   std::string line = padded;
   const int n = testing::volume(40'000);
-  const double rss0 = rss_mib();
+  const double rss0 = resident_mib();
   for (int i = 0; i < n; ++i) {
     const std::string digits = std::to_string(i);
     line.replace(stamp, digits.size(), digits);
     auto a = lookups().lookup(body, LookupService::Cold::build, line);
     ASSERT_TRUE(a) << a.error().message;
   }
-  const double growth = rss_mib() - rss0;
+  const double growth = resident_mib() - rss0;
 #ifdef __SANITIZE_ADDRESS__
   const double bound = 600;  // ASan keeps freed blocks in quarantine (up to 256 MiB) and shadow
 #else
