@@ -131,11 +131,13 @@ def plan(args: argparse.Namespace) -> Dict[str, Any]:
                       "bytes_rotated": args.sets * per_set,
                       "x_L2": round(args.sets * per_set / L2_BYTES, 1),
                       "seconds_per_phase": args.sustain_s, "phases": "ktune, cuBLAS, ktune, cuBLAS",
-                      "sampling": "nvidia-smi clocks.sm, power.draw every 100 ms"},
+                      "burst": f"{args.min_runs} runs of each after {args.burst_idle_s:g} s idle",
+                      "sampling": ("nvidia-smi clocks.sm, power.draw, clock event reasons "
+                                   "every 50 ms")},
         "estimate_s": {"tuning": [8 * len(shapes), 18 * len(shapes)],
                        "torch_compile": [2.4 * len(shapes), 28.5 * len(shapes)],
                        "timing": 3.0 * len(shapes),
-                       "sustained": 4 * args.sustain_s + 8},
+                       "sustained": 4 * args.sustain_s + 2 * args.burst_idle_s + 9},
     }
     return doc
 
@@ -311,18 +313,28 @@ def rel_l2(got: Any, ref: Any) -> float:
 
 
 class Sampler:
-    """nvidia-smi sampling SM clock, power and temperature every `ms` into a file, in the
-    background while the GPU works; samples() parses it, with local timestamps as time.time()."""
+    """nvidia-smi sampling SM clock, power, temperature and why the clock is held down, every `ms`
+    into a file, in the background while the GPU works; samples() parses it, with local timestamps
+    as time.time()."""
 
     FIELDS = "timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,utilization.gpu"
+    # Clock event reasons (nvidia-smi >= 535 names): the power cap, and the two slowdowns it could
+    # be mistaken for. Left out where this nvidia-smi does not know them.
+    REASONS = ("clocks_event_reasons.sw_power_cap,clocks_event_reasons.hw_slowdown,"
+               "clocks_event_reasons.sw_thermal_slowdown")
 
     def __init__(self, path: str, ms: int = 100):
         self.path = path
         self.proc = None
         if shutil.which("nvidia-smi"):
+            fields = f"{self.FIELDS},{self.REASONS}"
+            probe = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                                   capture_output=True, text=True)
+            if probe.returncode != 0:
+                fields = self.FIELDS
             self.file = open(path, "w")
             self.proc = subprocess.Popen(
-                ["nvidia-smi", f"--query-gpu={self.FIELDS}", "--format=csv,noheader,nounits",
+                ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits",
                  f"--loop-ms={ms}"], stdout=self.file, stderr=subprocess.STDOUT)
 
     def stop(self) -> None:
@@ -338,26 +350,36 @@ class Sampler:
             return parse_samples(f.read())
 
 
+REASON_KEYS = ("power_cap", "hw_slowdown", "thermal_slowdown")
+
+
 def parse_samples(text: str) -> List[Dict[str, float]]:
-    """Sampler's lines ("2026/12/02 03:04:05.123, 1755, 2619, 612.40, 51, 100"); the time as
-    time.time() would have said it on this machine; lines that are not samples are skipped."""
+    """Sampler's lines ("2026/12/02 03:04:05.123, 1755, 2619, 612.40, 51, 100[, Active, Not
+    Active, Not Active]"); the time as time.time() would have said it on this machine; the clock
+    event reasons, where sampled, as 1 (active) or 0; lines that are not samples are skipped."""
     out = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 6:
+        if len(parts) not in (6, 6 + len(REASON_KEYS)):
             continue
         try:
             when = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
-            out.append({"t": when, "sm_mhz": float(parts[1]), "mem_mhz": float(parts[2]),
-                        "power_w": float(parts[3]), "temp_c": float(parts[4]),
-                        "util_pct": float(parts[5])})
+            sample = {"t": when, "sm_mhz": float(parts[1]), "mem_mhz": float(parts[2]),
+                      "power_w": float(parts[3]), "temp_c": float(parts[4]),
+                      "util_pct": float(parts[5])}
+            for key, value in zip(REASON_KEYS, parts[6:]):
+                if value not in ("Active", "Not Active"):
+                    raise ValueError(value)
+                sample[key] = 1.0 if value == "Active" else 0.0
+            out.append(sample)
         except ValueError:
             continue
     return out
 
 
 def summarize_samples(samples: List[Dict[str, float]], windows: List[Tuple[float, float]]) -> Dict:
-    """SM clock and power over the samples that fall inside the windows."""
+    """SM clock and power over the samples that fall inside the windows, and the share of them in
+    which each clock event reason was active (where sampled)."""
     inside = [x for x in samples if any(a <= x["t"] <= b for a, b in windows)]
     if not inside:
         return {"samples": 0}
@@ -365,8 +387,12 @@ def summarize_samples(samples: List[Dict[str, float]], windows: List[Tuple[float
     def stats(key: str) -> Dict[str, float]:
         v = sorted(x[key] for x in inside)
         return {"min": v[0], "median": statistics.median(v), "max": v[-1]}
-    return {"samples": len(inside), "sm_mhz": stats("sm_mhz"), "power_w": stats("power_w"),
-            "temp_c": stats("temp_c"), "util_pct": stats("util_pct")}
+    doc: Dict[str, Any] = {"samples": len(inside), "sm_mhz": stats("sm_mhz"),
+                           "power_w": stats("power_w"), "temp_c": stats("temp_c"),
+                           "util_pct": stats("util_pct")}
+    if all(REASON_KEYS[0] in x for x in inside):
+        doc["active_share"] = {k: sum(x[k] for x in inside) / len(inside) for k in REASON_KEYS}
+    return doc
 
 
 def rotated(names: Sequence[str], r: int) -> List[str]:
@@ -434,7 +460,7 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
             print(f"{shape_name(s):>18} FAILED: {row['error']}", flush=True)
         doc["shapes"].append(row)
         write_json(args.out, doc)
-    if deadline - time.time() > 4 * args.sustain_s + 6 or not args.deadline:
+    if deadline - time.time() > 4 * args.sustain_s + 2 * args.burst_idle_s + 7 or not args.deadline:
         try:
             doc["sustained"] = sustained(args, client, torch, dev)
         except Exception as e:
@@ -717,7 +743,7 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
     est = max((time.perf_counter() - t0) / 10, 1e-4)
     runs = max(args.min_runs, int(args.sustain_s / est))
 
-    sampler = Sampler(os.path.join(args.logs, "nvidia-smi-sustained.csv"))
+    sampler = Sampler(os.path.join(args.logs, "nvidia-smi-sustained.csv"), ms=50)
     times: Dict[str, List[float]] = {"ktune": [], "cublas": []}
     windows: Dict[str, List[Tuple[float, float]]] = {"ktune": [], "cublas": []}
     phases = []
@@ -737,6 +763,23 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
         phases.append({"impl": phase, "runs": runs, "wall_s": w1 - w0,
                        "median_us": statistics.median(us),
                        "tflops": flops(s) / (statistics.median(us) * 1e-6) / 1e12})
+    # A burst after the GPU idled: the first args.min_runs runs, before the power cap holds the
+    # clock down (what a short benchmark of one kernel reports, beside the sustained figure).
+    burst: Dict[str, Any] = {"idle_s": args.burst_idle_s, "runs": args.min_runs}
+    for impl in ("ktune", "cublas"):
+        time.sleep(args.burst_idle_s)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.min_runs)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.min_runs)]
+        w0 = time.time()
+        for j in range(args.min_runs):
+            starts[j].record()
+            launch[impl](j % args.sets)
+            ends[j].record()
+        torch.cuda.synchronize()
+        w1 = time.time()
+        med = statistics.median(st.elapsed_time(en) * 1e3 for st, en in zip(starts, ends))
+        burst[impl] = {"median_us": med, "median_tflops": flops(s) / (med * 1e-6) / 1e12,
+                       "wall_s": w1 - w0, "window": (w0, w1)}
     sampler.stop()
     samples = sampler.samples()
     c_k, c_b = torch.empty_like(sets[0][2]), torch.empty_like(sets[0][2])
@@ -756,11 +799,17 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
                      "p90_tflops": tf[(9 * len(tf)) // 10], "gpu": summarize_samples(samples,
                                                                                       windows[impl])}
     doc["ktune_vs_cublas"] = doc["ktune"]["median_tflops"] / doc["cublas"]["median_tflops"]
+    for impl in ("ktune", "cublas"):
+        burst[impl]["gpu"] = summarize_samples(samples, [burst[impl].pop("window")])
+    doc["burst"] = burst
     print(f"{'sustained ' + shape_name(s):>18} ktune {doc['ktune']['median_tflops']:6.1f} TF/s "
           f"cuBLAS {doc['cublas']['median_tflops']:6.1f} TF/s over {2 * runs} runs each; SM "
           f"{doc['ktune']['gpu'].get('sm_mhz', {}).get('median', '?')} MHz, "
           f"{doc['ktune']['gpu'].get('power_w', {}).get('median', '?')} W (ktune's phases)",
           flush=True)
+    print(f"{'burst ' + shape_name(s):>18} ktune {burst['ktune']['median_tflops']:6.1f} TF/s "
+          f"cuBLAS {burst['cublas']['median_tflops']:6.1f} TF/s, median of the first "
+          f"{args.min_runs} runs after {args.burst_idle_s:g} s idle", flush=True)
     return doc
 
 
@@ -976,7 +1025,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="measure: torch.compile a shape only with this much time left")
     ap.add_argument("--sets", type=int, default=3, help="measure: rotated A/B/C sets at 8192^3")
     ap.add_argument("--sustain-s", type=float, default=4, help="measure: seconds per phase")
-    ap.add_argument("--min-runs", type=int, default=50, help="measure: runs per phase at least")
+    ap.add_argument("--min-runs", type=int, default=50,
+                    help="measure: runs per sustained phase at least, and per burst")
+    ap.add_argument("--burst-idle-s", type=float, default=3,
+                    help="measure: seconds the GPU idles before each 8192^3 burst")
     ap.add_argument("--cuobjdump", help="sass: the tool (default: PATH, /usr/local/cuda/bin)")
     ap.add_argument("--autotune-log", help="assemble: measure's stderr (Inductor's AUTOTUNE tables)")
     ap.add_argument("--commit-file", help="meta: a file holding the commit the kit was built at")

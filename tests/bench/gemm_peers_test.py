@@ -198,6 +198,20 @@ class SamplesTest(unittest.TestCase):
         self.assertEqual(s["samples"], 2)
         self.assertEqual(s["sm_mhz"], {"min": 1410.0, "median": 1582.5, "max": 1755.0})
         self.assertEqual(peers.summarize_samples(samples, [(0, 1)]), {"samples": 0})
+        self.assertNotIn("active_share", s)  # sampled without the clock event reasons
+
+    def test_clock_event_reasons_counted_where_sampled(self):
+        lines = ["2026/12/02 03:04:05.100, 1485, 3201, 692.10, 63, 100, Active, Not Active, "
+                 "Not Active",
+                 "2026/12/02 03:04:05.150, 1980, 3201, 420.00, 60, 100, Not Active, Not Active, "
+                 "Not Active",
+                 "2026/12/02 03:04:05.200, 1440, 3201, 693.00, 63, 100, Active, Not Active, [N/A]"]
+        samples = peers.parse_samples("\n".join(lines))
+        self.assertEqual(len(samples), 2)  # the [N/A] reason is not a sample
+        self.assertEqual((samples[0]["power_cap"], samples[1]["power_cap"]), (1.0, 0.0))
+        s = peers.summarize_samples(samples, [(0, 2e9)])
+        self.assertEqual(s["active_share"],
+                         {"power_cap": 0.5, "hw_slowdown": 0.0, "thermal_slowdown": 0.0})
 
 
 class AssembleTest(unittest.TestCase):
@@ -273,7 +287,7 @@ class FakeRunTest(unittest.TestCase):
             with open(os.path.join(kit, "COMMIT"), "w") as f:
                 f.write("abc123-test\n")
             env = dict(os.environ, FAKE="1", K=kit, OUT=out, COMPILE_THREADS="2", ROUNDS="2",
-                       SUSTAIN_S="0.01", **knobs)
+                       SUSTAIN_S="0.01", BURST_IDLE_S="0", **knobs)
             run = subprocess.run(["bash", os.path.join(ROOT, "bench", "gemm_peers", "run_h200.sh")],
                                  env=env, capture_output=True, text=True, timeout=240)
             self.assertEqual(run.returncode, 0, run.stdout + run.stderr)
@@ -347,6 +361,10 @@ class FakeRunTest(unittest.TestCase):
         self.assertGreaterEqual(sustained["cublas"]["runs"], 2 * 50)
         self.assertEqual([p["impl"] for p in sustained["phases"]],
                          ["ktune", "cublas", "ktune", "cublas"])
+        self.assertEqual(sustained["burst"]["runs"], 50)
+        for impl in ("ktune", "cublas"):
+            self.assertGreater(sustained["burst"][impl]["median_us"], 0)
+            self.assertNotIn("window", sustained["burst"][impl])
         # The table ktuned exports holds the winner it served.
         (winner,) = table["winners"]
         self.assertEqual(winner["problem"]["dims"], {"M": 8192, "N": 8192, "K": 512})
