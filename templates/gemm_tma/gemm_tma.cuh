@@ -9,9 +9,8 @@
 //   CLUSTER_M}; both 128-byte swizzle, zero fill), which the worker encodes (docs/templates.md,
 //   "Tensor maps"): K % 8 == 0 for 16-byte row strides.
 //
-// Knobs (the manifest's params): BLOCK_M x BLOCK_N x BLOCK_K tile (BLOCK_N 128, 240 or 256: one
-// wgmma per m64 slice and k16 step), STAGES, CONSUMERS (1 to 3 warpgroups; each owns BLOCK_M /
-// CONSUMERS rows: three make a 192-row tile), GROUP_M and RASTER (the order of tiles: bands
+// Knobs (the manifest's params): BLOCK_M x BLOCK_N x BLOCK_K tile, STAGES, CONSUMERS (1 or 2
+// warpgroups; each owns BLOCK_M / CONSUMERS rows), GROUP_M and RASTER (the order of tiles: bands
 // of GROUP_M tile rows walked column by column inside a band, or with RASTER 1 bands of GROUP_M
 // tile columns walked row by row), EPILOGUE (0: from registers, 4-byte stores; 1: through a
 // dedicated shared area, 8 rows per warp at a time, 16-byte stores; 2: stmatrix into two 128-byte-
@@ -29,7 +28,7 @@
 // the epilogue of the current one.
 //
 // Consumer schedules (SCHEDULE):
-//   0 cooperative: every consumer warpgroup works on every tile, each on BLOCK_M / CONSUMERS rows
+//   0 cooperative: both consumer warpgroups work on every tile, each on BLOCK_M / CONSUMERS rows
 //     of it; the tensor cores idle while the consumers run a tile's epilogue.
 //   1 ping-pong (two consumers, persistent grid, no split-K): each warpgroup owns whole
 //     BLOCK_M x BLOCK_N tiles (so BLOCK_M 64 is possible), warpgroup w taking the block's work
@@ -62,59 +61,6 @@
 #include "ktune_gemm_store.cuh"
 #include "ktune_tma.cuh"
 #include "gemm_sm90.cuh"  // wgmma and mbarrier wrappers, raster, named barrier
-
-// wgmma m64n240k16: the n-width of gemm_tma's 240-column tiles, which fit N = 240 n (6000 = 25 x
-// 240) where 256 columns pad it (bench/NOTES.md, "gemm_tma step 10"). Same operand and accumulator
-// conventions as gemm_sm90.cuh's Wgmma<T, 128 / 256>.
-#define KTUNE_WGMMA_N240(TYPE)                                                                     \
-  asm volatile(                                                                                    \
-      "wgmma.mma_async.sync.aligned.m64n240k16.f32." TYPE "." TYPE                                 \
-      " {"                                                                                         \
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17,"            \
-      "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,"  \
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53,"  \
-      "%54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71,"  \
-      "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89,"  \
-      "%90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, "     \
-      "%106, %107,"                                                                                \
-      "%108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119"                     \
-      "}, %120, %121, 1, 1, 1, 0, 0;\n"                                                            \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),        \
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
-        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
-        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
-        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
-        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), \
-        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), \
-        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), \
-        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), \
-        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), \
-        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),          \
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),        \
-        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),        \
-        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])                                     \
-      : "l"(da), "l"(db))
-namespace ktune_gemm_sm90_detail {
-template <>
-struct Wgmma<ktune_bf16, 240> {
-  static __device__ __forceinline__ void run(float (&d)[120], unsigned long long da,
-                                             unsigned long long db) {
-    KTUNE_WGMMA_N240("bf16");
-  }
-};
-template <>
-struct Wgmma<ktune_fp16, 240> {
-  static __device__ __forceinline__ void run(float (&d)[120], unsigned long long da,
-                                             unsigned long long db) {
-    KTUNE_WGMMA_N240("f16");
-  }
-};
-}  // namespace ktune_gemm_sm90_detail
-#undef KTUNE_WGMMA_N240
 
 namespace ktune_gemm_tma_detail {
 
@@ -166,23 +112,13 @@ struct TmaConfig {
   using In = TIn;
   using Out = TOut;
   static constexpr int kBlockM = BLOCK_M, kBlockN = BLOCK_N, kStages = STAGES, kEpilogue = EPILOGUE;
-  // Thread layout: with one or two consumers, a producer warpgroup (threads 0-127; setmaxnreg moves
-  // its registers to the consumers) and the consumers after it. With three, no producer warp
-  // (kInlineLoads): ptxas allocates a kernel's registers within its launch bounds, not within what
-  // setmaxnreg grants later, and a 13th warp would put four warps on one SM sub-partition (16K
-  // registers), so at most 128 a thread, too few for one m64n240k16 wgmma (it asked for 146); 12
-  // warps get 168. The consumers issue the TMA loads themselves (Loader).
-  static constexpr bool kInlineLoads = CONSUMERS == 3;
-  static constexpr int kConsumerThreads = CONSUMERS * 128;
-  static constexpr int kConsumerBase = kInlineLoads ? 0 : 128;  // first consumer thread
-  static constexpr int kThreads = kConsumerThreads + (kInlineLoads ? 0 : 128);
+  static constexpr int kThreads = (CONSUMERS + 1) * 128;
   // Rows of a tile per consumer warpgroup: a share of the tile, or the whole tile (ping-pong).
   static constexpr int kWgM = SCHEDULE == kPingpong ? BLOCK_M : BLOCK_M / CONSUMERS;
   // Consumer warpgroups that read each stage (and release it on empty[s]).
   static constexpr int kReaders = SCHEDULE == kPingpong ? 1 : CONSUMERS;
   static constexpr int kMS = kWgM / 64;             // m64 slices per consumer warpgroup
   static constexpr int kAcc = BLOCK_N / 2;          // fp32 accumulators per slice per thread
-  static constexpr int kBlockK = BLOCK_K;
   static constexpr int kKK = BLOCK_K / 16;          // k16 steps per stage
   static constexpr int kCB = BLOCK_K / 64;          // 64-element column blocks (one TMA box each)
   static constexpr int kABytes = BLOCK_M * BLOCK_K * int(sizeof(TIn));
@@ -201,23 +137,20 @@ struct TmaConfig {
 
   static_assert(sizeof(TIn) == 2, "bf16 or fp16 inputs: a 64-element box row is one 128-byte swizzle span");
   static_assert(BLOCK_K % 64 == 0 && BLOCK_K <= 128, "BLOCK_K: one or two 128-byte column blocks");
-  static_assert(BLOCK_N == 128 || BLOCK_N == 240 || BLOCK_N == 256, "wgmma n128, n240 or n256");
+  static_assert(BLOCK_N == 128 || BLOCK_N == 256, "wgmma n128 or n256");
   static_assert(kWgM % 64 == 0 && kWgM * kReaders == BLOCK_M && BLOCK_M <= 256,
                 "whole m64 slices per warpgroup; TMA box <= 256");
   static_assert(SCHEDULE == kCooperative || (SCHEDULE == kPingpong && CONSUMERS == 2),
                 "ping-pong alternates two consumer warpgroups");
   static_assert(kMS * kAcc <= 128, "at most 128 fp32 accumulators per thread");
-  static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "one to three consumer warpgroups");
-  static_assert(CONSUMERS < 3 || SCHEDULE == kCooperative, "three warpgroups share each tile");
+  static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
   static_assert(STAGES >= 2 && STAGES <= 8, "2..8 stages");
   static_assert(kSmemBytes <= 232448, "fits the 227 KB opt-in shared memory of sm_90");
   static_assert(EPILOGUE >= 0 && EPILOGUE <= 2, "epilogue 0 (direct), 1 (staged) or 2 (TMA store)");
   static_assert(EPILOGUE != 2 || (STAGES * kStageBytes) % 1024 == 0, "epilogue boxes on 1024-byte swizzle atoms");
-  static_assert(EPILOGUE != 2 || BLOCK_N % 128 == 0, "TMA-store boxes of 128 bytes tile the row");
 };
 
-// Registers per thread after setmaxnreg with two consumer warpgroups: 128 * 40 + 256 * 232 = 64512
-// (one consumer: none moved; three: 384 threads of 168 registers, TmaConfig's thread layout).
+// Registers per thread after setmaxnreg with two consumer warpgroups: 128 * 40 + 256 * 232 = 64512.
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 
@@ -276,7 +209,7 @@ __device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], uns
                                                 float alpha, float beta) {
   constexpr int kVec = 16 / int(sizeof(TOut));  // outputs per 16-byte chunk
   constexpr int kChunks = BLOCK_N / kVec;       // chunks per row
-  constexpr int kItems = 8 * kChunks;  // chunks in 8 rows (240 bf16 columns: 7.5 warp passes)
+  static_assert((8 * kChunks) % 32 == 0, "whole warp passes");
   const int t = static_cast<int>(threadIdx.x) & 127;
   const int warp = t >> 5, lane = t & 31;
   const bool vec_ok = (N % kVec) == 0;
@@ -297,9 +230,8 @@ __device__ __forceinline__ void epilogue_staged(const float (&acc)[MS][ACC], uns
       __syncwarp();
       const int rbase = row0 + ms * 64 + warp * 16 + 8 * h;
 #pragma unroll
-      for (int it = 0; it < (kItems + 31) / 32; ++it) {
+      for (int it = 0; it < 8 * kChunks / 32; ++it) {
         const int item = it * 32 + lane;
-        if (kItems % 32 != 0 && item >= kItems) break;
         const int r = item / kChunks, ch = item % kChunks;
         const int row = rbase + r, col = col0 + ch * kVec;
         if (row >= M || col >= N) continue;
@@ -420,8 +352,8 @@ __device__ __forceinline__ void epilogue_tma(const float (&acc)[MS][ACC], unsign
 template <typename Cfg, int MS, int ACC, typename SlotOf>
 __device__ __forceinline__ bool reduce_partials(float (&acc)[MS][ACC], float* __restrict__ mine, SlotOf slot, int n,
                                                 bool head, int* __restrict__ counter, unsigned char* flag_smem) {
-  constexpr int kT = Cfg::kConsumerThreads;
-  const int t = static_cast<int>(threadIdx.x) - Cfg::kConsumerBase;
+  constexpr int kT = Cfg::kThreads - 128;  // consumer threads
+  const int t = static_cast<int>(threadIdx.x) - 128;
   volatile int* flag = reinterpret_cast<volatile int*>(flag_smem);
   bool have_first = false;  // acc already holds contributor 0's partial
   if (head) {
@@ -449,7 +381,7 @@ __device__ __forceinline__ bool reduce_partials(float (&acc)[MS][ACC], float* __
   __threadfence();
   // kCh float4 loads in flight per thread and batch (run 4 of the prototype issued one load at a
   // time and the reduction was latency-bound: 4096^3 with 4 splits ran at 0.18x cuBLAS).
-  constexpr int kCh = (ACC / 4) % 8 == 0 ? 8 : 6;  // 6: a 240-column tile's 30 float4 a slice
+  constexpr int kCh = 8;
   static_assert((ACC / 4) % kCh == 0, "whole batches");
   const int c0 = have_first ? 1 : 0;
 #pragma unroll
@@ -595,88 +527,6 @@ struct BlockWork {
   unsigned char* flag;          // the split-K "last CTA" flag
 };
 
-// The block's TMA loads in work order, one k-tile (one stage of the ring) per fill(): the items of
-// the WorkPlan, and for each its k-tiles, into stages 0, 1, ..., STAGES - 1, 0, ... A fill of a
-// stage first waits until the consumers (of both CTAs of a cluster) released its previous use.
-// With a producer warpgroup its thread calls fill() until it returns false. With three consumers
-// there is no producer warp: every consumer thread runs fill() after each stage it releases (and
-// STAGES times before the first), so the state advances alike in every thread and stays
-// warp-uniform, and thread 0 alone (`issuer`) waits for the stage and issues its loads; the loads
-// run STAGES - 1 k-tiles ahead of the wgmmas, across tile boundaries.
-template <typename Cfg, typename CL, typename Raster>
-struct Loader {
-  static constexpr int kAPart = Cfg::kBlockM / CL::kN;  // A rows each CTA of a cluster loads
-  static constexpr int kBPart = Cfg::kBlockN / CL::kM;  // B rows each CTA of a cluster loads
-  const WorkPlan& plan;
-  const Raster& raster;
-  const ktune_tensor_map* tmA;
-  const ktune_tensor_map* tmB;
-  unsigned stages, full, empty;
-  bool issuer;
-  WorkCursor cur;
-  WorkItem it;
-  int kt = 0, m0 = 0, n0 = 0;  // the next k-tile, and the origin of its tile
-  bool more;                   // a k-tile is left to load
-  int s = 0, use = 0;          // its stage, and how often that stage was filled before
-
-  __device__ __forceinline__ Loader(const WorkPlan& p, const Raster& r, const ktune_tensor_map* a,
-                                    const ktune_tensor_map* b, unsigned stages_, unsigned full_,
-                                    unsigned empty_, bool issuer_)
-      : plan(p),
-        raster(r),
-        tmA(a),
-        tmB(b),
-        stages(stages_),
-        full(full_),
-        empty(empty_),
-        issuer(issuer_),
-        cur(p) {
-    next_item();
-  }
-  __device__ __forceinline__ void next_item() {
-    more = cur.next(plan, it);
-    if (!more) return;
-    kt = it.kb;
-    int tm, tn;
-    raster.tile(it.tile_unit, tm, tn);
-    m0 = tm * Cfg::kBlockM;
-    n0 = tn * Cfg::kBlockN;
-  }
-  __device__ __forceinline__ bool fill() {
-    if (!more) return false;
-    if (issuer) {
-      if (use > 0) mbar_wait(empty + 8 * s, static_cast<unsigned>((use - 1) & 1));
-      const unsigned st = stages + s * Cfg::kStageBytes;
-      mbar_arrive_expect_tx(full + 8 * s, Cfg::kStageBytes);
-      const int rank = static_cast<int>(raster.rank);
-#pragma unroll
-      for (int cb = 0; cb < Cfg::kCB; ++cb) {
-        const int k0 = kt * Cfg::kBlockK + cb * 64;
-        const unsigned a_dst = st + cb * Cfg::kBlockM * 128,
-                       b_dst = st + Cfg::kABytes + cb * Cfg::kBlockN * 128;
-        if constexpr (CL::kN == 2) {  // the pair's common A tile, half from each CTA
-          tma_load_2d_multicast(a_dst + rank * kAPart * 128, tmA, k0, m0 + rank * kAPart,
-                                full + 8 * s, 0x3);
-        } else {
-          tma_load_2d(a_dst, tmA, k0, m0, full + 8 * s);
-        }
-        if constexpr (CL::kM == 2) {  // the pair's common B tile, half from each CTA
-          tma_load_2d_multicast(b_dst + rank * kBPart * 128, tmB, k0, n0 + rank * kBPart,
-                                full + 8 * s, 0x3);
-        } else {
-          tma_load_2d(b_dst, tmB, k0, n0, full + 8 * s);
-        }
-      }
-    }
-    if (++s == Cfg::kStages) {
-      s = 0;
-      ++use;
-    }
-    if (++kt == it.ke) next_item();
-    return true;
-  }
-};
-
 // A load with acquire semantics at GPU scope (split-K band reduction: the tile's arrivals counter).
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;
@@ -703,11 +553,10 @@ __device__ __forceinline__ void release_stage(const W& w, int stage) {
 // position (s, phase) on, which it advances past them: waits on full[s], issues the stage's
 // wgmmas into acc (zeroed first) for rows [row0, row0 + kWgM) of the tile, and releases the
 // previous stage once its wgmmas have retired (wait_group 1). Returns the last stage, still held,
-// with its wgmmas possibly in flight (finish_mainloop waits for them and releases it). fill() runs
-// after each release: Loader::fill with three consumers (no producer warp), nothing otherwise.
-template <typename Cfg, typename CL, typename W, int MS, int ACC, typename Fill>
-__device__ __forceinline__ int mainloop(float (&acc)[MS][ACC], const W& w, int& s, int& phase,
-                                        int kt_begin, int kt_end, int row0, Fill&& fill) {
+// with its wgmmas possibly in flight (finish_mainloop waits for them and releases it).
+template <typename Cfg, typename CL, typename W, int MS, int ACC>
+__device__ __forceinline__ int mainloop(float (&acc)[MS][ACC], const W& w, int& s, int& phase, int kt_begin,
+                                        int kt_end, int row0) {
 #pragma unroll
   for (int ms = 0; ms < MS; ++ms)
 #pragma unroll
@@ -724,10 +573,7 @@ __device__ __forceinline__ int mainloop(float (&acc)[MS][ACC], const W& w, int& 
     wgmma_wait<1>();  // the previous stage's wgmmas have retired: release it
 #pragma unroll
     for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
-    if (prev >= 0) {
-      release_stage<CL>(w, prev);
-      fill();
-    }
+    if (prev >= 0) release_stage<CL>(w, prev);
     prev = s;
     if (++s == Cfg::kStages) {
       s = 0;
@@ -737,16 +583,12 @@ __device__ __forceinline__ int mainloop(float (&acc)[MS][ACC], const W& w, int& 
   return prev;
 }
 
-template <typename CL, typename W, int MS, int ACC, typename Fill>
-__device__ __forceinline__ void finish_mainloop(float (&acc)[MS][ACC], const W& w, int prev,
-                                                Fill&& fill) {
+template <typename CL, typename W, int MS, int ACC>
+__device__ __forceinline__ void finish_mainloop(float (&acc)[MS][ACC], const W& w, int prev) {
   wgmma_wait<0>();
 #pragma unroll
   for (int ms = 0; ms < MS; ++ms) fence_regs(acc[ms]);
-  if (prev >= 0) {
-    release_stage<CL>(w, prev);
-    fill();
-  }
+  if (prev >= 0) release_stage<CL>(w, prev);
 }
 
 // Writes rows [row0, row0 + kWgM) x columns [col0, col0 + BLOCK_N) of C with the configured epilogue.
@@ -799,7 +641,7 @@ __device__ __forceinline__ void sum_band_and_store(Term term, typename Cfg::Out*
         v[0][ms][j].z += v[c][ms][j].z;
         v[0][ms][j].w += v[c][ms][j].w;
       }
-  const int t = static_cast<int>(threadIdx.x) - Cfg::kConsumerBase;
+  const int t = static_cast<int>(threadIdx.x) - 128;
   const int lt = t & 127, warp = lt >> 5, lane = lt & 31;
   const bool vec_ok = (N & 1) == 0;
 #pragma unroll
@@ -830,11 +672,11 @@ template <typename Cfg, int MS, int ACC, int SPLITS, typename W>
 __device__ __forceinline__ void reduce_in_cluster(const float (&acc)[MS][ACC], const W& w,
                                                   typename Cfg::Out* __restrict__ C, int M, int N, int row0,
                                                   int col0, float alpha, float beta, int slice) {
-  constexpr int kT = Cfg::kConsumerThreads;
+  constexpr int kT = Cfg::kThreads - 128;  // consumer threads
   constexpr int kGroups = ACC / 4;
   static_assert(static_cast<long long>(Cfg::kStages) * Cfg::kStageBytes >= 4LL * Cfg::kBlockM * Cfg::kBlockN,
                 "the fp32 partial fits the stage ring");
-  const int t = static_cast<int>(threadIdx.x) - Cfg::kConsumerBase;
+  const int t = static_cast<int>(threadIdx.x) - 128;
   const auto at = [t](unsigned base, int ms, int g) {
     return base + static_cast<unsigned>(((ms * kGroups + g) * kT + t) * 16);
   };
@@ -872,11 +714,11 @@ __device__ __forceinline__ void reduce_in_bands(const float (&acc)[MS][ACC],
                                                 typename Cfg::Out* __restrict__ C, int M, int N,
                                                 int row0, int col0, float alpha, float beta,
                                                 int slice) {
-  constexpr int kT = Cfg::kConsumerThreads;
+  constexpr int kT = Cfg::kThreads - 128;  // consumer threads
   constexpr int kGroups = ACC / 4;
   constexpr long long kSlot =
       static_cast<long long>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial
-  const int t = static_cast<int>(threadIdx.x) - Cfg::kConsumerBase;
+  const int t = static_cast<int>(threadIdx.x) - 128;
   float4* mine4 = reinterpret_cast<float4*>(base + slice * kSlot);
 #pragma unroll
   for (int ms = 0; ms < MS; ++ms)
@@ -907,12 +749,11 @@ __device__ __forceinline__ void reduce_in_bands(const float (&acc)[MS][ACC],
 // (CTA, 1) for the one it ends with (a share that crosses no tile boundary has one piece, slot 0),
 // so no slot is written twice in a launch. REDUCE 1 and 2: split-K items are summed by
 // reduce_in_cluster or reduce_in_bands instead, over the tile's SPLITS CTAs.
-template <typename Cfg, typename CL, int MS, int ACC, int REDUCE, int SPLITS, typename W,
-          typename Fill>
+template <typename Cfg, typename CL, int MS, int ACC, int REDUCE, int SPLITS, typename W>
 __device__ __forceinline__ void consume_cooperative(const W& w, typename Cfg::Out* __restrict__ C,
                                                     float* __restrict__ workspace,
                                                     int* __restrict__ tile_counters, int M, int N,
-                                                    float alpha, float beta, int cw, Fill&& fill) {
+                                                    float alpha, float beta, int cw) {
   constexpr long long kSlot = static_cast<long long>(Cfg::kBlockM) * Cfg::kBlockN;  // floats per partial
   const WorkPlan& p = w.plan;
   const int rank = static_cast<int>(w.raster.rank);
@@ -923,8 +764,8 @@ __device__ __forceinline__ void consume_cooperative(const W& w, typename Cfg::Ou
     int tm, tn;
     w.raster.tile(it.tile_unit, tm, tn);
     float acc[MS][ACC];
-    const int prev = mainloop<Cfg, CL>(acc, w, s, phase, it.kb, it.ke, cw * Cfg::kWgM, fill);
-    finish_mainloop<CL>(acc, w, prev, fill);
+    const int prev = mainloop<Cfg, CL>(acc, w, s, phase, it.kb, it.ke, cw * Cfg::kWgM);
+    finish_mainloop<CL>(acc, w, prev);
     const int tile = it.tile_unit * CL::kSize + rank;  // counter index
     if constexpr (REDUCE == 1) {
       reduce_in_cluster<Cfg, MS, ACC, SPLITS>(acc, w, C, M, N, tm * Cfg::kBlockM + cw * Cfg::kWgM,
@@ -984,9 +825,9 @@ __device__ __forceinline__ void consume_pingpong(const W& w, typename Cfg::Out* 
     int tm, tn;
     w.raster.tile(u, tm, tn);
     float acc[MS][ACC];
-    const int prev = mainloop<Cfg, CL>(acc, w, s, phase, 0, p.k_tiles, 0, [] {});
+    const int prev = mainloop<Cfg, CL>(acc, w, s, phase, 0, p.k_tiles, 0);
     if (u + p.step < p.units) order_arrive(2 + (cw ^ 1));
-    finish_mainloop<CL>(acc, w, prev, [] {});
+    finish_mainloop<CL>(acc, w, prev);
     store_tile<Cfg>(acc, w, C, M, N, tm * Cfg::kBlockM, tn * Cfg::kBlockN, alpha, beta);
   }
 }
@@ -1016,15 +857,14 @@ __device__ __forceinline__ void consume_pingpong(const W& w, typename Cfg::Out* 
 // the second CTA of the last cluster row (column) computes a tile past M (N): zero-filled operand,
 // every store masked.
 
-template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES,
-          int CONSUMERS, int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS, int SCHEDULE,
-          int STREAMK, int CLUSTER_N, int RASTER, int REDUCE>
-__global__ void __launch_bounds__(CONSUMERS == 3 ? 384 : (CONSUMERS + 1) * 128, 1)
-    ktune_gemm_tma(const __grid_constant__ ktune_tensor_map tmA,
-                   const __grid_constant__ ktune_tensor_map tmB, TOut* __restrict__ C,
-                   const __grid_constant__ ktune_tensor_map tmC, float* __restrict__ workspace,
-                   int* __restrict__ tile_counters, int sk_ctas, int M, int N, int K, float alpha,
-                   float beta) {
+template <typename TIn, typename TOut, int BLOCK_M, int BLOCK_N, int BLOCK_K, int STAGES, int CONSUMERS,
+          int GROUP_M, int EPILOGUE, int CLUSTER_M, int SPLITS, int SCHEDULE, int STREAMK, int CLUSTER_N, int RASTER,
+          int REDUCE>
+__global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
+    ktune_gemm_tma(const __grid_constant__ ktune_tensor_map tmA, const __grid_constant__ ktune_tensor_map tmB,
+                   TOut* __restrict__ C, const __grid_constant__ ktune_tensor_map tmC,
+                   float* __restrict__ workspace, int* __restrict__ tile_counters, int sk_ctas, int M, int N, int K,
+                   float alpha, float beta) {
   using namespace ktune_gemm_tma_detail;
   using Cfg = TmaConfig<TIn, TOut, BLOCK_M, BLOCK_N, BLOCK_K, STAGES, CONSUMERS, EPILOGUE, SCHEDULE>;
   using CL = ClusterShape<CLUSTER_M, CLUSTER_N>;
@@ -1034,8 +874,6 @@ __global__ void __launch_bounds__(CONSUMERS == 3 ? 384 : (CONSUMERS + 1) * 128, 
   static_assert(SCHEDULE == kCooperative || SPLITS == 1, "ping-pong: whole tiles, no split-K");
   static_assert(STREAMK == 0 || (SCHEDULE == kCooperative && SPLITS == 1), "stream-K: cooperative, no split-K");
   static_assert(RASTER == kRasterRows || RASTER == kRasterColumns, "raster by tile rows or by tile columns");
-  static_assert(REDUCE != 1 || CONSUMERS < 3,
-                "cluster split-K's barriers count a producer warpgroup");
   static_assert(REDUCE != 1 || (SPLITS > 1 && CLUSTER_M * CLUSTER_N == 1 && EPILOGUE == 0),
                 "cluster split-K: the cluster is the tile's k-slices; its epilogue writes bands "
                 "from registers");
@@ -1044,6 +882,8 @@ __global__ void __launch_bounds__(CONSUMERS == 3 ? 384 : (CONSUMERS + 1) * 128, 
   static_assert(REDUCE >= 0 && REDUCE <= 2, "REDUCE: workspace, cluster or bands");
   constexpr int MS = Cfg::kMS, ACC = Cfg::kAcc;
   constexpr int kCS = CL::kSize;
+  constexpr int kAPart = BLOCK_M / CLUSTER_N;  // A rows each CTA of a cluster loads
+  constexpr int kBPart = BLOCK_N / CLUSTER_M;  // B rows each CTA of a cluster loads
   extern __shared__ __align__(1024) unsigned char gemm_tma_smem[];
   const unsigned raw = smem_u32(gemm_tma_smem);
   const unsigned stages = (raw + 1023u) & ~1023u;  // same offset in every CTA (multicast relies on it)
@@ -1086,39 +926,61 @@ __global__ void __launch_bounds__(CONSUMERS == 3 ? 384 : (CONSUMERS + 1) * 128, 
   // derives from it (the consumers' rows, their wgmma descriptors) in uniform registers.
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
 
-  if (!Cfg::kInlineLoads && wg == 0) {
+  if (wg == 0) {
     // ---- producer: one thread issues every TMA load ----
     if constexpr (CONSUMERS == 2) setmaxnreg_dec<kProducerRegs>();
     if (tid == 0) {
-      Loader<Cfg, CL, Raster> loads(plan, raster, &tmA, &tmB, stages, full, empty, true);
-      while (loads.fill()) {
+      int s = 0, use = 0;  // stage and how often it was filled before
+      WorkCursor cur(plan);
+      WorkItem it;
+      while (cur.next(plan, it)) {
+        int tm, tn;
+        raster.tile(it.tile_unit, tm, tn);
+        const int m0 = tm * BLOCK_M, n0 = tn * BLOCK_N;
+        for (int kt = it.kb; kt < it.ke; ++kt) {
+          if (use > 0) {
+            mbar_wait(empty + 8 * s, static_cast<unsigned>((use - 1) & 1));
+          }
+          const unsigned st = stages + s * Cfg::kStageBytes;
+          mbar_arrive_expect_tx(full + 8 * s, Cfg::kStageBytes);
+#pragma unroll
+          for (int cb = 0; cb < Cfg::kCB; ++cb) {
+            const int k0 = kt * BLOCK_K + cb * 64;
+            const unsigned a_dst = st + cb * BLOCK_M * 128, b_dst = st + Cfg::kABytes + cb * BLOCK_N * 128;
+            if constexpr (CLUSTER_N == 2) {  // the pair's common A tile, half from each CTA
+              tma_load_2d_multicast(a_dst + rank * kAPart * 128, &tmA, k0, m0 + static_cast<int>(rank) * kAPart,
+                                    full + 8 * s, 0x3);
+            } else {
+              tma_load_2d(a_dst, &tmA, k0, m0, full + 8 * s);
+            }
+            if constexpr (CLUSTER_M == 2) {  // the pair's common B tile, half from each CTA
+              tma_load_2d_multicast(b_dst + rank * kBPart * 128, &tmB, k0, n0 + static_cast<int>(rank) * kBPart,
+                                    full + 8 * s, 0x3);
+            } else {
+              tma_load_2d(b_dst, &tmB, k0, n0, full + 8 * s);
+            }
+          }
+          if (++s == STAGES) {
+            s = 0;
+            ++use;
+          }
+        }
       }
     }
     if constexpr (REDUCE == 1) cluster_sync();  // the consumers' partials barrier (reduce_in_cluster)
   } else {
     // ---- consumers ----
     if constexpr (CONSUMERS == 2) setmaxnreg_inc<kConsumerRegs>();
-    const int cw = wg - Cfg::kConsumerBase / 128;
+    const int cw = wg - 1;
     unsigned char* base = gemm_tma_smem + (stages - raw);
-    const BlockWork<Raster> w{
-        plan,
-        raster,
-        stages,
-        full,
-        empty,
-        base + STAGES * Cfg::kStageBytes + ((tid - Cfg::kConsumerBase) >> 5) * Cfg::kEpiWarpBytes,
-        &tmC,
-        base + Cfg::kFlagOffset};
+    const BlockWork<Raster> w{plan, raster, stages, full, empty,
+                              base + STAGES * Cfg::kStageBytes + ((tid - 128) >> 5) * Cfg::kEpiWarpBytes, &tmC,
+                              base + Cfg::kFlagOffset};
     if constexpr (SCHEDULE == kPingpong) {
       consume_pingpong<Cfg, CL, MS, ACC>(w, C, M, N, alpha, beta, cw);
-    } else if constexpr (Cfg::kInlineLoads) {
-      Loader<Cfg, CL, Raster> loads(plan, raster, &tmA, &tmB, stages, full, empty, tid == 0);
-      for (int i = 0; i < STAGES; ++i) loads.fill();
-      consume_cooperative<Cfg, CL, MS, ACC, REDUCE, SPLITS>(
-          w, C, workspace, tile_counters, M, N, alpha, beta, cw, [&loads] { loads.fill(); });
     } else {
       consume_cooperative<Cfg, CL, MS, ACC, REDUCE, SPLITS>(w, C, workspace, tile_counters, M, N,
-                                                            alpha, beta, cw, [] {});
+                                                            alpha, beta, cw);
     }
     // The last TMA stores must have read their boxes before the block's shared memory goes away.
     if constexpr (EPILOGUE == 2) {

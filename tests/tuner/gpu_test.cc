@@ -493,42 +493,6 @@ TEST(GpuTmaTest, GemmTmaBandSplitKVerifiesAcrossSlicesClustersAndRounds) {
   EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 12);
 }
 
-// gemm_tma's 240-column tiles and three consumer warpgroups that issue their own TMA loads (no
-// producer warp): 192x240 tiles one block per tile and persistent (the loads of the next tile run
-// ahead across the boundary), in 1x2 and 2x1 clusters (a peer's multicast halves arrive while the
-// issuing thread is also a consumer), with the register, staged (7.5 warp passes per 8 rows) and,
-// at 192x128, TMA-store epilogues, band split-K in 2 slices; 128x240 in a 2x1 cluster and 64x240
-// ping-pong beside them; shapes with partial tiles in M, N and K, and bf16/fp32/fp16 outputs:
-// every config the space holds verifies against cuBLAS.
-TEST(GpuTmaTest, GemmTma240ColumnAndThreeConsumerTilesVerifyAcrossShapesAndDtypes) {
-  KTUNE_REQUIRE_GPU();
-  auto tuner = open_tuner({});
-  ASSERT_TRUE(tuner);
-  const Params base{{"BLOCK_M", 192},  {"BLOCK_N", 240}, {"BLOCK_K", 64}, {"STAGES", 3},
-                    {"CONSUMERS", 3},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
-                    {"PERSISTENT", 1}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
-                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
-  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
-    return with_params(base, changes);
-  };
-  const std::vector<Params> configs = {
-      base,
-      with({{"EPILOGUE", 0}, {"STAGES", 4}, {"PERSISTENT", 0}}),
-      with({{"BLOCK_N", 128}, {"EPILOGUE", 2}, {"CLUSTER_M", 2}}),
-      with({{"CLUSTER_N", 2}, {"RASTER", 1}, {"GROUP_M", 16}}),
-      with({{"EPILOGUE", 0}, {"SPLITS", 2}, {"REDUCE", 2}, {"STAGES", 4}}),
-      with({{"BLOCK_M", 128}, {"CONSUMERS", 2}, {"CLUSTER_M", 2}, {"STAGES", 4}}),
-      with({{"BLOCK_M", 64}, {"CONSUMERS", 2}, {"SCHEDULE", 1}, {"STAGES", 4}}),
-  };
-  const std::vector<Problem> problems = {
-      {"gemm", "bf16", "bf16", "rc", {{"M", 4000}, {"N", 6000}, {"K", 3000}}},  // 21 x 25 tiles
-      {"gemm", "bf16", "fp32", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1032}}},
-      {"gemm", "fp16", "fp16", "rc", {{"M", 3000}, {"N", 2100}, {"K", 520}}},
-      {"gemm", "bf16", "bf16", "rc", {{"M", 500}, {"N", 700}, {"K", 16392}}},  // split-K
-  };
-  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 14);
-}
-
 // Both timings of tuning.timing_l2 measure: with the L2 flushed (the default) each launch is timed
 // on its own after a write over 2x L2, so a kernel of a few microseconds reads longer than under
 // the rotated timing, whose graph replay amortizes the launch gap (docs/worker-protocol.md).
