@@ -25,6 +25,7 @@
 #include "store/rocksdb_store.h"
 #include "store/table_io.h"
 #include "tests/fakes/daemon_process.h"
+#include "tests/fakes/eventually.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -42,12 +43,8 @@ const protocol::ProblemSpec k_fault{"fault", "fp32", "", "", {{"n", 4096}}};
 // Polls `pred` every 20 ms until it holds or `timeout` passes; returns whether it held.
 template <typename Pred>
 bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return pred();
+  return testing::eventually(pred, timeout,
+                             std::chrono::milliseconds(20));  // waits on other processes
 }
 
 class BackgroundTest : public ::testing::Test {

@@ -26,6 +26,7 @@
 
 #include "client/client.h"
 #include "tests/fakes/daemon_process.h"
+#include "tests/fakes/eventually.h"
 #include "tests/fakes/redis_process.h"
 #include "tests/fakes/test_records.h"
 
@@ -46,12 +47,8 @@ constexpr int k_keys = 50;
 
 template <typename Pred>
 bool eventually(Pred pred, std::chrono::milliseconds timeout = 30s) {
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
+  return testing::eventually(pred, timeout,
+                             std::chrono::milliseconds(20));  // waits on other processes
 }
 
 protocol::ProblemSpec scale(std::int64_t n) {
