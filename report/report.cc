@@ -90,6 +90,8 @@ std::string winner_table(const WinnerRecord& w) {
                      w.validators.driver + ", NVRTC " + w.validators.nvrtc;
   if (w.sm_clock_mhz > 0)
     prov += strf(", SM %d MHz, memory %d MHz, %.0f W", w.sm_clock_mhz, w.mem_clock_mhz, w.power_w);
+  if (w.timing_l2 != TimingL2::unknown)  // medians timed otherwise are not comparable
+    prov += std::string(", L2 ") + std::string(to_string(w.timing_l2)) + " between timed launches";
   prov += strf(", reference error %.2g", w.ref_error);
   return s + "<p class=\"meta\">" + escape_html(prov) + "</p>";
 }

@@ -171,6 +171,22 @@ TEST(ReportRender, DrawsOneMarkPerDatum) {
   EXPECT_NE(page.find("4.25 TB/s"), std::string::npos);
 }
 
+// A winner's provenance line says how its medians were timed (flushed and rotated medians do not
+// compare), and says nothing of it for records older than the field.
+TEST(ReportRender, ProvenanceSaysHowTheMediansWereTimed) {
+  ReportInput in;
+  in.generated_at = "";
+  WinnerRecord flushed = testing::winner(testing::gemm_problem(4096, 4096, 4096), 990);
+  flushed.timing_l2 = TimingL2::flushed;
+  WinnerRecord old = testing::winner(testing::gemm_problem(512, 512, 512), 20);
+  in.winners = {flushed, old};
+  const std::string page = render_report(in);
+  EXPECT_EQ(count(page, "L2 flushed between timed launches"), 1u);
+  EXPECT_EQ(count(page, "between timed launches"), 1u) << "nothing for the record without it";
+  in.winners[0].timing_l2 = TimingL2::rotated;
+  EXPECT_EQ(count(render_report(in), "L2 rotated between timed launches"), 1u);
+}
+
 TEST(ReportRender, EscapesHostileText) {
   const std::string evil = "<script>alert(1)</script>\"'&<img src=x onerror=alert(2)>";
   ReportInput in;
