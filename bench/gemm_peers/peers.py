@@ -328,9 +328,14 @@ class Sampler:
         self.proc = None
         if shutil.which("nvidia-smi"):
             fields = f"{self.FIELDS},{self.REASONS}"
-            probe = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-                                   capture_output=True, text=True)
-            if probe.returncode != 0:
+            try:
+                probe = subprocess.run(["nvidia-smi", f"--query-gpu={fields}",
+                                        "--format=csv,noheader"], capture_output=True, text=True,
+                                       timeout=10)
+                known = probe.returncode == 0
+            except subprocess.TimeoutExpired:
+                known = False
+            if not known:
                 fields = self.FIELDS
             self.file = open(path, "w")
             self.proc = subprocess.Popen(
