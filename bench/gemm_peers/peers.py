@@ -15,7 +15,9 @@ Steps (subcommands; each writes one JSON document, `assemble` folds them into on
             (ktune against torch and an fp64 product on sampled rows, C NaN-poisoned); the three
             timed interleaved with triton.testing.do_bench over several rounds (median); then
             8192^3 sustained: ktune and cuBLAS back to back over input sets rotated through many
-            times the L2, every launch event-timed, SM clock and power sampled by nvidia-smi
+            times the L2, every launch event-timed, SM clock, power and the clock event
+            reasons (power cap, slowdowns) sampled by nvidia-smi; and a burst of each (the
+            first --min-runs runs after --burst-idle-s idle: before the power cap engages)
   sass      HGMMA, LDL, STL, UTMALDG, ... counted in each served cubin (cuobjdump -sass)
   assemble  one JSON from the pieces, with the summary (geomeans, minimum) printed as a table
 
