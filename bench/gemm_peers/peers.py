@@ -754,17 +754,20 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
     times: Dict[str, List[float]] = {"ktune": [], "cublas": []}
     windows: Dict[str, List[Tuple[float, float]]] = {"ktune": [], "cublas": []}
     phases = []
-    for phase in ("ktune", "cublas", "ktune", "cublas"):
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    def timed(impl: str, n: int) -> Tuple[List[float], float, float]:
+        """n launches of impl back to back, each event-timed: (us per run, wall start, end)."""
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         w0 = time.time()
-        for j in range(runs):
+        for j in range(n):
             starts[j].record()
-            launch[phase](j % args.sets)
+            launch[impl](j % args.sets)
             ends[j].record()
         torch.cuda.synchronize()
-        w1 = time.time()
-        us = [st.elapsed_time(en) * 1e3 for st, en in zip(starts, ends)]
+        return [st.elapsed_time(en) * 1e3 for st, en in zip(starts, ends)], w0, time.time()
+
+    for phase in ("ktune", "cublas", "ktune", "cublas"):
+        us, w0, w1 = timed(phase, runs)
         times[phase] += us
         windows[phase].append((w0, w1))
         phases.append({"impl": phase, "runs": runs, "wall_s": w1 - w0,
@@ -775,16 +778,8 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
     burst: Dict[str, Any] = {"idle_s": args.burst_idle_s, "runs": args.min_runs}
     for impl in ("ktune", "cublas"):
         time.sleep(args.burst_idle_s)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.min_runs)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.min_runs)]
-        w0 = time.time()
-        for j in range(args.min_runs):
-            starts[j].record()
-            launch[impl](j % args.sets)
-            ends[j].record()
-        torch.cuda.synchronize()
-        w1 = time.time()
-        med = statistics.median(st.elapsed_time(en) * 1e3 for st, en in zip(starts, ends))
+        us, w0, w1 = timed(impl, args.min_runs)
+        med = statistics.median(us)
         burst[impl] = {"median_us": med, "median_tflops": flops(s) / (med * 1e-6) / 1e12,
                        "wall_s": w1 - w0, "window": (w0, w1)}
     sampler.stop()
