@@ -103,7 +103,7 @@ Json trial_json(const TrialRecord& t) {
             {"ref_error", t.ref_error},
             {"registers", t.registers},
             {"compile_ms", t.compile_ms}};
-  if (t.sm_clock_mhz != 0) j["sm_clock_mhz"] = t.sm_clock_mhz;  // sampled after timing (NVML)
+  if (t.sm_clock_mhz != 0) j["sm_clock_mhz"] = t.sm_clock_mhz;  // read while timing (NVML)
   if (t.power_w != 0) j["power_w"] = t.power_w;
   return j;
 }

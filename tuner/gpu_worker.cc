@@ -17,6 +17,8 @@ namespace {
 constexpr int k_max_samples = 400;
 constexpr int k_max_sets = 16;
 constexpr size_t k_max_loaded = 64;
+// Telemetry reads while timing: ~20 over a candidate's 100 ms, each a few NVML calls.
+constexpr std::chrono::microseconds k_telemetry_period{5000};
 
 int dtype_code(const std::string& d) {
   if (d == "bf16") return 0;
@@ -245,6 +247,15 @@ GpuTelemetry GpuWorker::telemetry() const {
   if (!nvml) return {};
   auto t = (*nvml)->telemetry(m_info.pci_bus_id);
   return t ? *t : GpuTelemetry{};
+}
+
+TelemetryWindow::Source GpuWorker::telemetry_source() const {
+  auto nvml = Nvml::get();
+  if (!nvml) return {};
+  return [nvml = *nvml, pci = m_info.pci_bus_id]() -> std::optional<GpuTelemetry> {
+    auto t = nvml->telemetry(pci);
+    return t ? std::optional(*t) : std::nullopt;
+  };
 }
 
 WorkerJson GpuWorker::handle(const WorkerFrame& request, bool& exit_after) {
@@ -585,22 +596,30 @@ Result<double> GpuWorker::compare_outputs(const std::vector<ArgValue>& args, int
   return worst;
 }
 
-std::pair<CUresult, Timing> GpuWorker::measure(const LaunchFn& launch, const TimingOptions& o) {
+GpuWorker::Measured GpuWorker::measure(const LaunchFn& launch, const TimingOptions& o) {
   auto elapsed_us = [&](CUevent a, CUevent b) {
     float ms = 0;
     m_d.cuEventElapsedTime(&ms, a, b);
     return double(ms) * 1000.0;
   };
+  TelemetryWindow window(telemetry_source(), k_telemetry_period);
+  // The reads of the GPU time between the first timed event and the last, which ended when the
+  // synchronize returned; a single read after them when the window caught none.
+  auto measured = [&](Timing timing, int events) {
+    const double span_us = elapsed_us(m_events[0], m_events[size_t(events - 1)]);
+    GpuTelemetry t = window.close(std::chrono::microseconds(std::int64_t(span_us)));
+    return Measured{CUDA_SUCCESS, std::move(timing), t.samples > 0 ? t : telemetry()};
+  };
   CUresult r;
   // One timed run to size the warm-up and the sampling.
   m_d.cuEventRecord(m_events[0], m_stream);
-  if ((r = launch(0)) != CUDA_SUCCESS) return {r, {}};
+  if ((r = launch(0)) != CUDA_SUCCESS) return {r, {}, {}};
   m_d.cuEventRecord(m_events[1], m_stream);
-  if ((r = m_d.cuEventSynchronize(m_events[1])) != CUDA_SUCCESS) return {r, {}};
+  if ((r = m_d.cuEventSynchronize(m_events[1])) != CUDA_SUCCESS) return {r, {}, {}};
   const double estimate = std::max(0.5, elapsed_us(m_events[0], m_events[1]));
   const int warmup = int(std::clamp(o.warmup_ms * 1000 / estimate, 2.0, 2000.0));
   for (int i = 0; i < warmup; ++i)
-    if ((r = launch(i % m_sets)) != CUDA_SUCCESS) return {r, {}};
+    if ((r = launch(i % m_sets)) != CUDA_SUCCESS) return {r, {}, {}};
 
   std::vector<double> samples;
   const bool flush = o.l2 == TimingL2::flushed;
@@ -608,7 +627,7 @@ std::pair<CUresult, Timing> GpuWorker::measure(const LaunchFn& launch, const Tim
     // 2x L2, written (not read) before each timed launch: what triton.testing.do_bench does with
     // its 256 MB buffer, sized to this GPU. Lines the flush leaves dirty are the kernel's to evict.
     m_flush_bytes = std::max<std::size_t>(2 * m_info.limits.l2_bytes, 8u << 20);
-    if ((r = m_d.cuMemAlloc(&m_flush, m_flush_bytes)) != CUDA_SUCCESS) return {r, {}};
+    if ((r = m_d.cuMemAlloc(&m_flush, m_flush_bytes)) != CUDA_SUCCESS) return {r, {}, {}};
   }
   if (!flush && estimate < o.graph_below_us) {
     // Short kernels: a graph of G launches amortizes the launch gap that events would measure.
@@ -617,14 +636,14 @@ std::pair<CUresult, Timing> GpuWorker::measure(const LaunchFn& launch, const Tim
     CUgraphExec exec = nullptr;
     if ((r = m_d.cuStreamBeginCapture(m_stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)) !=
         CUDA_SUCCESS)
-      return {r, {}};
+      return {r, {}, {}};
     for (int i = 0; i < per_graph; ++i)
       if ((r = launch(i % m_sets)) != CUDA_SUCCESS) break;
     CUresult end = m_d.cuStreamEndCapture(m_stream, &graph);
-    if (r != CUDA_SUCCESS || end != CUDA_SUCCESS) return {r != CUDA_SUCCESS ? r : end, {}};
+    if (r != CUDA_SUCCESS || end != CUDA_SUCCESS) return {r != CUDA_SUCCESS ? r : end, {}, {}};
     if ((r = m_d.cuGraphInstantiate(&exec, graph, 0)) != CUDA_SUCCESS) {
       m_d.cuGraphDestroy(graph);
-      return {r, {}};
+      return {r, {}, {}};
     }
     m_d.cuGraphLaunch(exec, m_stream);  // warm the graph itself
     const int n = int(std::clamp(o.target_ms * 1000 / (per_graph * estimate), double(o.min_samples),
@@ -641,20 +660,21 @@ std::pair<CUresult, Timing> GpuWorker::measure(const LaunchFn& launch, const Tim
                           per_graph);
     m_d.cuGraphExecDestroy(exec);
     m_d.cuGraphDestroy(graph);
-    return {r, summarize(std::move(samples), true)};
+    if (r != CUDA_SUCCESS) return {r, {}, {}};
+    return measured(summarize(std::move(samples), true), 2 * n);
   }
   const int n = int(std::clamp(o.target_ms * 1000 / estimate, double(o.min_samples),
                                double(std::min(o.max_samples, k_max_samples))));
   for (int i = 0; i < n; ++i) {
     if (flush) m_d.cuMemsetD32Async(m_flush, 0, m_flush_bytes / 4, m_stream);
     m_d.cuEventRecord(m_events[size_t(2 * i)], m_stream);
-    if ((r = launch(i % m_sets)) != CUDA_SUCCESS) return {r, {}};
+    if ((r = launch(i % m_sets)) != CUDA_SUCCESS) return {r, {}, {}};
     m_d.cuEventRecord(m_events[size_t(2 * i + 1)], m_stream);
   }
-  if ((r = m_d.cuStreamSynchronize(m_stream)) != CUDA_SUCCESS) return {r, {}};
+  if ((r = m_d.cuStreamSynchronize(m_stream)) != CUDA_SUCCESS) return {r, {}, {}};
   for (int i = 0; i < n; ++i)
     samples.push_back(elapsed_us(m_events[size_t(2 * i)], m_events[size_t(2 * i + 1)]));
-  return {CUDA_SUCCESS, summarize(std::move(samples), false)};
+  return measured(summarize(std::move(samples), false), 2 * n);
 }
 
 WorkerJson GpuWorker::reference(const WorkerFrame& req) {
@@ -831,15 +851,15 @@ WorkerJson GpuWorker::trial(const WorkerFrame& req) {
     }
   }
 
-  auto [r, timing] = measure(
+  Measured m = measure(
       [&](int set) { return launch_kernel(loaded.function, t.launch, t.args, set); }, t.timing);
-  if (r != CUDA_SUCCESS) {
+  if (CUresult r = m.status; r != CUDA_SUCCESS) {
     unload();
     return outcome(is_sticky_cuda_error(r) || m_poisoned ? Outcome::crash : Outcome::resource_error,
                    failure(r, "timing"));
   }
-  result.timing = timing;
-  result.telemetry = telemetry();
+  result.timing = m.timing;
+  result.telemetry = m.telemetry;
   // Keep the module for interleaved re-timing of finalists; evict the least recently used.
   if (auto it = m_loaded.find(t.id); it != m_loaded.end()) {
     m_d.cuModuleUnload(it->second.module);
@@ -865,12 +885,13 @@ WorkerJson GpuWorker::retime(const WorkerJson& req) {
   o.min_samples = std::max(3, o.min_samples / rounds);
   o.warmup_ms = 2;
   std::map<std::uint64_t, std::vector<double>> medians;
+  std::vector<GpuTelemetry> windows;
   const bool with_cublas = req.contains("cublas");
   for (int round = 0; round < rounds; ++round) {
     // Rotate the order each round so no candidate always runs first (thermal drift).
     for (size_t k = 0; k < ids.size() + (with_cublas ? 1 : 0); ++k) {
       const size_t i = (k + size_t(round)) % (ids.size() + (with_cublas ? 1 : 0));
-      std::pair<CUresult, Timing> m;
+      Measured m;
       std::uint64_t id;
       if (i == ids.size()) {
         id = ~0ull;
@@ -888,8 +909,9 @@ WorkerJson GpuWorker::retime(const WorkerJson& req) {
             },
             o);
       }
-      if (m.first != CUDA_SUCCESS) return error_reply(failure(m.first, "retime"));
-      medians[id].push_back(m.second.median_us);
+      if (m.status != CUDA_SUCCESS) return error_reply(failure(m.status, "retime"));
+      medians[id].push_back(m.timing.median_us);
+      windows.push_back(m.telemetry);
     }
   }
   WorkerJson times = WorkerJson::array();
@@ -899,7 +921,7 @@ WorkerJson GpuWorker::retime(const WorkerJson& req) {
     j["id"] = id == ~0ull ? WorkerJson("cublas") : WorkerJson(id);
     times.push_back(j);
   }
-  return {{"ok", true}, {"times", times}, {"telemetry", to_json(telemetry())}};
+  return {{"ok", true}, {"times", times}, {"telemetry", to_json(summarize_telemetry(windows))}};
 }
 
 WorkerJson GpuWorker::time_cublas(const WorkerJson& req) {
@@ -909,10 +931,10 @@ WorkerJson GpuWorker::time_cublas(const WorkerJson& req) {
     m_cublas = std::move(*c);
   }
   const WorkerJson problem = req.at("problem");
-  auto [r, timing] = measure([&](int set) { return launch_cublas(problem, set, 0); },
-                             timing_options_from_json(req.value("timing", WorkerJson::object())));
-  if (r != CUDA_SUCCESS) return error_reply(failure(r, "cuBLAS"));
-  return {{"ok", true}, {"timing", to_json(timing)}, {"telemetry", to_json(telemetry())}};
+  Measured m = measure([&](int set) { return launch_cublas(problem, set, 0); },
+                       timing_options_from_json(req.value("timing", WorkerJson::object())));
+  if (m.status != CUDA_SUCCESS) return error_reply(failure(m.status, "cuBLAS"));
+  return {{"ok", true}, {"timing", to_json(m.timing)}, {"telemetry", to_json(m.telemetry)}};
 }
 
 WorkerJson GpuWorker::time_copy(const WorkerJson& req) {
@@ -927,17 +949,16 @@ WorkerJson GpuWorker::time_copy(const WorkerJson& req) {
   m_d.cuMemsetD8Async(*src, 0x3c, bytes, m_stream);
   const int saved_sets = m_sets;
   m_sets = 1;
-  auto [r, timing] =
-      measure([&](int) { return m_d.cuMemcpyDtoDAsync(*dst, *src, bytes, m_stream); },
-              timing_options_from_json(req.value("timing", WorkerJson::object())));
+  Measured m = measure([&](int) { return m_d.cuMemcpyDtoDAsync(*dst, *src, bytes, m_stream); },
+                       timing_options_from_json(req.value("timing", WorkerJson::object())));
   m_sets = saved_sets;
   m_d.cuMemFree(*src);
   m_d.cuMemFree(*dst);
-  if (r != CUDA_SUCCESS) return error_reply(failure(r, "copy"));
+  if (m.status != CUDA_SUCCESS) return error_reply(failure(m.status, "copy"));
   return {{"ok", true},
-          {"timing", to_json(timing)},
-          {"gbps", 2.0 * double(bytes) / (timing.median_us * 1e3)},
-          {"telemetry", to_json(telemetry())}};
+          {"timing", to_json(m.timing)},
+          {"gbps", 2.0 * double(bytes) / (m.timing.median_us * 1e3)},
+          {"telemetry", to_json(m.telemetry)}};
 }
 
 WorkerJson GpuWorker::occupancy(const WorkerFrame& req) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tuner/cuda_driver.h"
+#include "tuner/telemetry_window.h"
 #include "tuner/worker_protocol.h"
 
 namespace ktune {
@@ -81,9 +82,16 @@ class GpuWorker {
   // Max relative error of the outputs of `args` against the stored references for `set`.
   Result<double> compare_outputs(const std::vector<ArgValue>& args, int set, std::string& why);
   // Times `launch` (rotating input sets); sticky errors come back as the CUresult.
-  std::pair<CUresult, Timing> measure(const LaunchFn& launch, const TimingOptions& options);
+  struct Measured {
+    CUresult status = CUDA_SUCCESS;
+    Timing timing;
+    GpuTelemetry telemetry;  // read while the timed launches ran, else one read after them
+  };
+  Measured measure(const LaunchFn& launch, const TimingOptions& options);
   std::vector<int> verify_sets() const;
   GpuTelemetry telemetry() const;
+  // What a TelemetryWindow reads: this GPU through NVML; empty without NVML.
+  TelemetryWindow::Source telemetry_source() const;
   Buffer* buffer(const std::string& name);
 
   // Records a CUDA failure: sticky ones poison the worker (m_poisoned).

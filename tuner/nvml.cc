@@ -32,6 +32,24 @@ constexpr int k_nvml_insufficient_size = 7;
 constexpr int k_clock_sm = 1;
 constexpr int k_clock_mem = 2;
 constexpr int k_temperature_gpu = 0;
+// nvmlFieldValue_t, and the field of the instantaneous power (mW). The 1-s average of
+// nvmlDeviceGetPowerUsage lags a measurement of tens of milliseconds by most of a second.
+constexpr unsigned k_field_power_instant = 186;
+struct nvmlFieldValue_t {
+  unsigned int field_id;
+  unsigned int scope_id;
+  long long timestamp;
+  long long latency_usec;
+  int value_type;  // 0 double, 1 unsigned int, 2 unsigned long, 3 unsigned long long, ...
+  nvmlReturn_t nvml_return;
+  union {
+    double d;
+    unsigned int ui;
+    unsigned long ul;
+    unsigned long long ull;
+  } value;
+};
+static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t is 40 bytes in NVML's ABI");
 }  // namespace
 
 struct Nvml::Api {
@@ -43,6 +61,8 @@ struct Nvml::Api {
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned int*) = nullptr;
   nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned int*) = nullptr;
   // Optional: absent on old drivers, which then lack only what needs them.
+  nvmlReturn_t (*field_values)(nvmlDevice_t, int, nvmlFieldValue_t*) = nullptr;
+  nvmlReturn_t (*clock_event_reasons)(nvmlDevice_t, unsigned long long*) = nullptr;
   nvmlReturn_t (*compute_processes)(nvmlDevice_t, unsigned int*, void*) = nullptr;
   const char* compute_processes_symbol = "";
   std::size_t process_info_size = k_process_info_size;  // the stride compute_processes writes
@@ -74,6 +94,28 @@ Result<nvmlDevice_t> device_by_pci(const Api& api, const std::string& pci_bus_id
     return fail(ErrorCode::unavailable, "NVML does not know GPU " + pci_bus_id + ": " +
                                             nvml_error(api, "nvmlDeviceGetHandleByPciBusId", r));
   return dev;
+}
+
+// The GPU's power now, in mW, where the driver has the field.
+template <typename Api>
+std::optional<double> instant_power_mw(const Api& api, nvmlDevice_t dev) {
+  if (!api.field_values) return std::nullopt;
+  nvmlFieldValue_t f{};
+  f.field_id = k_field_power_instant;
+  if (api.field_values(dev, 1, &f) != k_nvml_success || f.nvml_return != k_nvml_success)
+    return std::nullopt;
+  switch (f.value_type) {
+    case 0:
+      return f.value.d;
+    case 1:
+      return double(f.value.ui);
+    case 2:
+      return double(f.value.ul);
+    case 3:
+      return double(f.value.ull);
+    default:
+      return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -108,6 +150,15 @@ Result<const Nvml*> Nvml::get() {
       api.compute_processes_symbol = symbol;
       if (api.compute_processes) break;
     }
+    api.field_values =
+        reinterpret_cast<decltype(api.field_values)>(::dlsym(lib, "nvmlDeviceGetFieldValues"));
+    // Renamed in R535; the old name stays exported.
+    for (const char* symbol :
+         {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"}) {
+      api.clock_event_reasons =
+          reinterpret_cast<decltype(api.clock_event_reasons)>(::dlsym(lib, symbol));
+      if (api.clock_event_reasons) break;
+    }
     api.error_string =
         reinterpret_cast<decltype(api.error_string)>(::dlsym(lib, "nvmlErrorString"));
     if (failure) return;
@@ -140,7 +191,13 @@ Result<GpuTelemetry> Nvml::telemetry(const std::string& pci_bus_id) const {
   unsigned v = 0;
   if (m_api->clock(dev, k_clock_sm, &v) == k_nvml_success) t.sm_clock_mhz = int(v);
   if (m_api->clock(dev, k_clock_mem, &v) == k_nvml_success) t.mem_clock_mhz = int(v);
-  if (m_api->power(dev, &v) == k_nvml_success) t.power_w = v / 1000.0;
+  if (auto mw = instant_power_mw(*m_api, dev))
+    t.power_w = *mw / 1000.0;
+  else if (m_api->power(dev, &v) == k_nvml_success)
+    t.power_w = v / 1000.0;
+  unsigned long long reasons = 0;
+  if (m_api->clock_event_reasons && m_api->clock_event_reasons(dev, &reasons) == k_nvml_success)
+    t.clock_event_reasons = reasons;
   if (m_api->temperature(dev, k_temperature_gpu, &v) == k_nvml_success) t.temperature_c = int(v);
   nvmlUtilization_t u{};
   if (m_api->utilization(dev, &u) == k_nvml_success) t.utilization_percent = int(u.gpu);

@@ -527,7 +527,9 @@ class JobRun {
       w.ranked.push_back(rc);
     }
     w.ref_error = m_ok_results[chosen].ref_error;
-    const GpuTelemetry tel = m_runner.last_telemetry();
+    // The winner's own clocks and power, read while its trial ran (the runner's last reply is
+    // the re-timing's, pooled over every finalist and cuBLAS).
+    const GpuTelemetry& tel = m_ok_results[chosen].telemetry;
     w.sm_clock_mhz = tel.sm_clock_mhz;
     w.mem_clock_mhz = tel.mem_clock_mhz;
     w.power_w = tel.power_w;

@@ -284,7 +284,10 @@ WorkerJson to_json(const GpuTelemetry& t) {
           {"mem_clock_mhz", t.mem_clock_mhz},
           {"power_w", t.power_w},
           {"utilization_percent", t.utilization_percent},
-          {"temperature_c", t.temperature_c}};
+          {"temperature_c", t.temperature_c},
+          {"clock_event_reasons", t.clock_event_reasons},
+          {"samples", t.samples},
+          {"power_capped_share", t.power_capped_share}};
 }
 
 GpuTelemetry telemetry_from_json(const WorkerJson& j) {
@@ -294,6 +297,9 @@ GpuTelemetry telemetry_from_json(const WorkerJson& j) {
   t.power_w = j.value("power_w", 0.0);
   t.utilization_percent = j.value("utilization_percent", 0);
   t.temperature_c = j.value("temperature_c", 0);
+  t.clock_event_reasons = j.value("clock_event_reasons", std::uint64_t{0});
+  t.samples = j.value("samples", 0);
+  t.power_capped_share = j.value("power_capped_share", 0.0);
   return t;
 }
 

@@ -88,7 +88,7 @@ struct TrialResult {
   Timing timing;
   double ref_error = 0;
   std::string message;
-  GpuTelemetry telemetry;  // sampled right after timing (zeros without NVML)
+  GpuTelemetry telemetry;  // read while the timed launches ran (zeros without NVML)
 };
 
 WorkerJson to_json(const ArgValue& a);

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
       } else {
         r.timing.median_us = r.timing.p10_us = r.timing.p90_us = 10.0 + double(threads) / 100.0;
         r.timing.samples = 10;
-        r.telemetry.sm_clock_mhz = 1400 + threads;  // as the real worker samples NVML after timing
+        r.telemetry.sm_clock_mhz = 1400 + threads;  // as the real worker reads NVML while timing
         r.telemetry.power_w = 300.0 + double(threads) / 10.0;
         r.message = "fake measurement " + std::to_string(++measured);
         medians[r.id] = r.timing.median_us;

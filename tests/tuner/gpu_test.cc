@@ -8,6 +8,7 @@
 
 #include "store/records.h"
 #include "tuner/local_tuner.h"
+#include "tuner/nvml.h"
 
 namespace ktune {
 namespace {
@@ -526,6 +527,13 @@ TEST(GpuWorkerTest, CopyCeilingIsPlausible) {
   ASSERT_TRUE(copy) << copy.error().message;
   EXPECT_GT(copy->second, 100.0) << "GB/s";
   EXPECT_LT(copy->first.spread_pct(), 50.0);
+  // With NVML, the clock and power are read while the copies ran (~20 reads over the 100 ms
+  // measured), not once after them.
+  if (!Nvml::get()) return;
+  const GpuTelemetry t = tuner->runner().last_telemetry();
+  EXPECT_GE(t.samples, 5);
+  EXPECT_GT(t.sm_clock_mhz, 0);
+  EXPECT_GT(t.power_w, 0.0);
 }
 
 }  // namespace

@@ -111,7 +111,10 @@ TEST_F(TuningJobTest, CrashesHangsAndExitsAreOutcomesAndTheRightConfigWins) {
   auto stored = get_winner(m_store, m_context.device, request().problem);
   ASSERT_TRUE(stored && *stored);
   EXPECT_EQ((*stored)->ranked.front().params, best.params);
-  // Every trial is recorded, a timed one with the clock and power the worker sampled after it;
+  // The winner carries the clock and power read while its own trial ran.
+  EXPECT_EQ((*stored)->sm_clock_mhz, 1400 + 128);
+  EXPECT_DOUBLE_EQ((*stored)->power_w, 300.0 + 128 / 10.0);
+  // Every trial is recorded, a timed one with the clock and power the worker read while timing it;
   // crashing and hanging configs are blocklisted.
   auto trials = scan_trials(m_store);
   ASSERT_TRUE(trials);
