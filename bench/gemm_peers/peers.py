@@ -16,8 +16,9 @@ Steps (subcommands; each writes one JSON document, `assemble` folds them into on
             timed interleaved with triton.testing.do_bench over several rounds (median); then
             8192^3 sustained: ktune and cuBLAS back to back over input sets rotated through many
             times the L2, every launch event-timed, SM clock, power and the clock event
-            reasons (power cap, slowdowns) sampled by nvidia-smi; and a burst of each (the
-            first --min-runs runs after --burst-idle-s idle: before the power cap engages)
+            reasons (power cap, slowdowns) read through NVML in this process every 5 ms (and
+            by nvidia-smi beside it); and a burst of each (the first --min-runs runs after
+            --burst-idle-s idle: before the power cap engages)
   sass      HGMMA, LDL, STL, UTMALDG, ... counted in each served cubin (cuobjdump -sass)
   assemble  one JSON from the pieces, with the summary (geomeans, minimum) printed as a table
 
@@ -26,6 +27,7 @@ Only the standard library, plus torch and triton in `measure`.
 
 import argparse
 import base64
+import ctypes
 import datetime
 import json
 import math
@@ -34,8 +36,10 @@ import re
 import shutil
 import signal
 import statistics
+import struct
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -134,8 +138,9 @@ def plan(args: argparse.Namespace) -> Dict[str, Any]:
                       "x_L2": round(args.sets * per_set / L2_BYTES, 1),
                       "seconds_per_phase": args.sustain_s, "phases": "ktune, cuBLAS, ktune, cuBLAS",
                       "burst": f"{args.min_runs} runs of each after {args.burst_idle_s:g} s idle",
-                      "sampling": ("nvidia-smi clocks.sm, power.draw, clock event reasons "
-                                   "every 50 ms")},
+                      "sampling": ("NVML in-process every 5 ms (SM clock, instantaneous "
+                                   "power, clock event reasons), nvidia-smi every 50 ms beside "
+                                   "it")},
         "estimate_s": {"tuning": [8 * len(shapes), 18 * len(shapes)],
                        "torch_compile": [2.4 * len(shapes), 28.5 * len(shapes)],
                        "timing": 3.0 * len(shapes),
@@ -358,6 +363,93 @@ class Sampler:
 
 
 REASON_KEYS = ("power_cap", "hw_slowdown", "thermal_slowdown")
+
+
+class NvmlReader:
+    """Reads GPU `index` through NVML in this process (ctypes, libnvidia-ml.so.1) every `ms` on a
+    thread between start() and stop(): samples as parse_samples makes them, with the power
+    instantaneous (NVML_FI_DEV_POWER_INSTANT) where the driver has it. nvidia-smi's samples lag
+    a burst of 70 ms (bench/NOTES.md, 2026-12-05: idle power and clocks read inside it); these
+    are read while it runs. `available` is False where NVML cannot be loaded; `lib` stands in
+    for the library in tests."""
+
+    POWER_INSTANT = 186                  # nvml.h field ids and clock event reason bits
+    REASON_BITS = {"power_cap": 0x4, "hw_slowdown": 0x8, "thermal_slowdown": 0x20 | 0x40}
+
+    class FieldValue(ctypes.Structure):
+        """nvmlFieldValue_t (40 bytes); `value` is a union, read here by `value_type`."""
+        _fields_ = [("field_id", ctypes.c_uint), ("scope_id", ctypes.c_uint),
+                    ("timestamp", ctypes.c_longlong), ("latency_usec", ctypes.c_longlong),
+                    ("value_type", ctypes.c_int), ("nvml_return", ctypes.c_int),
+                    ("value", ctypes.c_ulonglong)]
+
+    def __init__(self, index: int = 0, ms: float = 5.0, lib: Any = None):
+        self.ms = ms
+        self.reads: List[Dict[str, float]] = []
+        self.thread: Optional[threading.Thread] = None
+        self.stopping = threading.Event()
+        self.available = False
+        try:
+            self.lib = lib if lib is not None else ctypes.CDLL("libnvidia-ml.so.1")
+            self.handle = ctypes.c_void_p()
+            if (self.lib.nvmlInit_v2() != 0 or
+                    self.lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(self.handle)) != 0):
+                return
+            self.reasons = (getattr(self.lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or
+                            getattr(self.lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
+            self.available = True
+        except OSError:
+            return
+
+    def read(self) -> Dict[str, float]:
+        """One sample now (NVML calls that fail read 0; the reasons are left out if absent)."""
+        lib, h = self.lib, self.handle
+        u = ctypes.c_uint()
+
+        def uint(call: Callable[..., int], *args: Any) -> float:
+            return float(u.value) if call(h, *args, ctypes.byref(u)) == 0 else 0.0
+        sample = {"sm_mhz": uint(lib.nvmlDeviceGetClockInfo, 1),
+                  "mem_mhz": uint(lib.nvmlDeviceGetClockInfo, 2),
+                  "temp_c": uint(lib.nvmlDeviceGetTemperature, 0)}
+        f = self.FieldValue(field_id=self.POWER_INSTANT)
+        if lib.nvmlDeviceGetFieldValues(h, 1, ctypes.byref(f)) == 0 and f.nvml_return == 0 and \
+                f.value_type in (0, 1, 2, 3):
+            raw = f.value
+            mw = (struct.unpack("<d", struct.pack("<Q", raw))[0] if f.value_type == 0 else
+                  float(raw & 0xFFFFFFFF if f.value_type == 1 else raw))
+        else:
+            mw = uint(lib.nvmlDeviceGetPowerUsage)
+        sample["power_w"] = mw / 1000.0
+        util = (ctypes.c_uint * 2)()
+        sample["util_pct"] = float(util[0]) if lib.nvmlDeviceGetUtilizationRates(
+            h, ctypes.byref(util)) == 0 else 0.0
+        bits = ctypes.c_ulonglong()
+        if self.reasons is not None and self.reasons(h, ctypes.byref(bits)) == 0:
+            for key, mask in self.REASON_BITS.items():
+                sample[key] = 1.0 if bits.value & mask else 0.0
+        return sample
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            before = time.time()
+            sample = self.read()
+            sample["t"] = (before + time.time()) / 2
+            self.reads.append(sample)
+            self.stopping.wait(self.ms / 1000.0)
+
+    def start(self) -> None:
+        if self.available and self.thread is None:
+            self.stopping.clear()
+            self.thread = threading.Thread(target=self._run, daemon=True)
+            self.thread.start()
+
+    def stop(self) -> List[Dict[str, float]]:
+        """Stops reading; every sample so far."""
+        if self.thread is not None:
+            self.stopping.set()
+            self.thread.join()
+            self.thread = None
+        return list(self.reads)
 
 
 def parse_samples(text: str) -> List[Dict[str, float]]:
@@ -751,6 +843,8 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
     runs = max(args.min_runs, int(args.sustain_s / est))
 
     sampler = Sampler(os.path.join(args.logs, "nvidia-smi-sustained.csv"), ms=50)
+    reader = NvmlReader(ms=5)
+    reader.start()
     times: Dict[str, List[float]] = {"ktune": [], "cublas": []}
     windows: Dict[str, List[Tuple[float, float]]] = {"ktune": [], "cublas": []}
     phases = []
@@ -783,7 +877,17 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
         burst[impl] = {"median_us": med, "median_tflops": flops(s) / (med * 1e-6) / 1e12,
                        "wall_s": w1 - w0, "window": (w0, w1)}
     sampler.stop()
+    reads = reader.stop()
     samples = sampler.samples()
+    # What the clock and power figures are made of: NVML's reads where this process could make
+    # them, else nvidia-smi's samples (which lag a burst); nvidia-smi's kept beside as a check.
+    source = "nvml, every 5 ms" if reader.available else "nvidia-smi, every 50 ms"
+
+    def gpu(windows: List[Tuple[float, float]]) -> Dict[str, Any]:
+        doc = summarize_samples(reads if reader.available else samples, windows)
+        if reader.available:
+            doc["nvidia_smi"] = summarize_samples(samples, windows)
+        return doc
     c_k, c_b = torch.empty_like(sets[0][2]), torch.empty_like(sets[0][2])
     kernel.launch_addresses((sets[0][0].data_ptr(), sets[0][1].data_ptr(), c_k.data_ptr()), stream)
     torch.matmul(sets[0][0], sets[0][1].t(), out=c_b)
@@ -792,26 +896,29 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
                            "bytes_rotated": per_set * args.sets,
                            "x_L2": per_set * args.sets / L2_BYTES, "runs_per_phase": runs,
                            "phases": phases, "ktune_vs_cublas_rel_l2": rel_l2(c_k, c_b),
-                           "samples": len(samples)}
+                           "samples": len(samples), "gpu_source": source}
     for impl, us in times.items():
         v = sorted(us)
         tf = sorted(flops(s) / (x * 1e-6) / 1e12 for x in v)
         doc[impl] = {"runs": len(v), "median_us": statistics.median(v),
                      "median_tflops": statistics.median(tf), "p10_tflops": tf[len(tf) // 10],
-                     "p90_tflops": tf[(9 * len(tf)) // 10], "gpu": summarize_samples(samples,
-                                                                                      windows[impl])}
+                     "p90_tflops": tf[(9 * len(tf)) // 10], "gpu": gpu(windows[impl])}
     doc["ktune_vs_cublas"] = doc["ktune"]["median_tflops"] / doc["cublas"]["median_tflops"]
     for impl in ("ktune", "cublas"):
-        burst[impl]["gpu"] = summarize_samples(samples, [burst[impl].pop("window")])
+        burst[impl]["gpu"] = gpu([burst[impl].pop("window")])
     doc["burst"] = burst
     print(f"{'sustained ' + shape_name(s):>18} ktune {doc['ktune']['median_tflops']:6.1f} TF/s "
           f"cuBLAS {doc['cublas']['median_tflops']:6.1f} TF/s over {2 * runs} runs each; SM "
           f"{doc['ktune']['gpu'].get('sm_mhz', {}).get('median', '?')} MHz, "
-          f"{doc['ktune']['gpu'].get('power_w', {}).get('median', '?')} W (ktune's phases)",
+          f"{doc['ktune']['gpu'].get('power_w', {}).get('median', '?')} W (ktune's phases; "
+          f"{source})",
           flush=True)
     print(f"{'burst ' + shape_name(s):>18} ktune {burst['ktune']['median_tflops']:6.1f} TF/s "
           f"cuBLAS {burst['cublas']['median_tflops']:6.1f} TF/s, median of the first "
-          f"{args.min_runs} runs after {args.burst_idle_s:g} s idle", flush=True)
+          f"{args.min_runs} runs after {args.burst_idle_s:g} s idle; SM "
+          f"{burst['ktune']['gpu'].get('sm_mhz', {}).get('median', '?')} MHz, "
+          f"{burst['ktune']['gpu'].get('power_w', {}).get('median', '?')} W (ktune's; {source})",
+          flush=True)
     return doc
 
 

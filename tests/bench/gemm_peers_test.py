@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 import unittest
 from typing import Any, Dict, Set, Tuple
 
@@ -214,6 +215,93 @@ class SamplesTest(unittest.TestCase):
                          {"power_cap": 0.5, "hw_slowdown": 0.0, "thermal_slowdown": 0.0})
 
 
+class FakeNvml:
+    """Stands in for libnvidia-ml.so.1 as ctypes calls it: writes through the byref()s. Power is
+    reported as the instantaneous field unless `field` is False; `reasons` is the clock event
+    bitmask (None: the driver lacks the call)."""
+
+    def __init__(self, sm=1485, power_mw=692_500, reasons=0x4, field=True):
+        self.sm, self.power_mw, self.field = sm, power_mw, field
+        self.calls = 0
+        if reasons is not None:
+            self.nvmlDeviceGetCurrentClocksEventReasons = \
+                lambda h, out: self._set(out, reasons)
+
+    @staticmethod
+    def _set(ref, value):
+        ref._obj.value = value
+        return 0
+
+    def nvmlInit_v2(self):
+        return 0
+
+    def nvmlDeviceGetHandleByIndex_v2(self, index, out):
+        return self._set(out, 1 + index)
+
+    def nvmlDeviceGetClockInfo(self, h, kind, out):
+        self.calls += 1
+        return self._set(out, self.sm if kind == 1 else 3201)
+
+    def nvmlDeviceGetTemperature(self, h, kind, out):
+        return self._set(out, 63)
+
+    def nvmlDeviceGetFieldValues(self, h, n, out):
+        f = out._obj
+        if not self.field or f.field_id != peers.NvmlReader.POWER_INSTANT:
+            return 3  # not supported
+        f.value_type, f.nvml_return, f.value = 1, 0, self.power_mw
+        return 0
+
+    def nvmlDeviceGetPowerUsage(self, h, out):
+        return self._set(out, 150_000)  # the lagging 1-s average
+
+    def nvmlDeviceGetUtilizationRates(self, h, out):
+        out._obj[0] = 100
+        return 0
+
+
+class NvmlReaderTest(unittest.TestCase):
+    def test_reads_clock_instant_power_and_the_reasons(self):
+        r = peers.NvmlReader(lib=FakeNvml())
+        self.assertTrue(r.available)
+        x = r.read()
+        self.assertEqual((x["sm_mhz"], x["mem_mhz"], x["temp_c"], x["util_pct"]),
+                         (1485.0, 3201.0, 63.0, 100.0))
+        self.assertEqual(x["power_w"], 692.5)
+        self.assertEqual((x["power_cap"], x["hw_slowdown"], x["thermal_slowdown"]),
+                         (1.0, 0.0, 0.0))
+
+    def test_falls_back_to_the_average_power_and_leaves_out_unknown_reasons(self):
+        x = peers.NvmlReader(lib=FakeNvml(field=False, reasons=None)).read()
+        self.assertEqual(x["power_w"], 150.0)
+        self.assertNotIn("power_cap", x)
+
+    def test_reads_on_a_thread_until_stopped_in_the_samples_format(self):
+        lib = FakeNvml(sm=1755)
+        r = peers.NvmlReader(ms=1, lib=lib)
+        t0 = time.time()
+        r.start()
+        deadline = time.time() + 30
+        while lib.calls < 2 * 5 and time.time() < deadline:  # five reads, two clock calls each
+            time.sleep(0.001)
+        reads = r.stop()
+        self.assertGreaterEqual(len(reads), 5)
+        self.assertIsNone(r.thread)
+        s = peers.summarize_samples(reads, [(t0, time.time())])
+        self.assertEqual(s["samples"], len(reads))
+        self.assertEqual(s["sm_mhz"]["median"], 1755.0)
+        self.assertEqual(s["active_share"]["power_cap"], 1.0)
+
+    def test_unavailable_without_the_library(self):
+        class NoDevice(FakeNvml):
+            def nvmlDeviceGetHandleByIndex_v2(self, index, out):
+                return 6  # not found
+        r = peers.NvmlReader(lib=NoDevice())
+        self.assertFalse(r.available)
+        r.start()
+        self.assertEqual(r.stop(), [])
+
+
 class AssembleTest(unittest.TestCase):
     def test_summary_of_measured_shapes(self):
         with tempfile.TemporaryDirectory() as d:
@@ -362,6 +450,8 @@ class FakeRunTest(unittest.TestCase):
         self.assertEqual([p["impl"] for p in sustained["phases"]],
                          ["ktune", "cublas", "ktune", "cublas"])
         self.assertEqual(sustained["burst"]["runs"], 50)
+        # No NVML where the tests run: the figures say they are nvidia-smi's (or none).
+        self.assertEqual(sustained["gpu_source"], "nvidia-smi, every 50 ms")
         for impl in ("ktune", "cublas"):
             self.assertGreater(sustained["burst"][impl]["median_us"], 0)
             self.assertNotIn("window", sustained["burst"][impl])
