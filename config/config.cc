@@ -30,12 +30,16 @@ enum class Check {
   none,
   host_port,
   host_port_or_empty,
-  strategy,
-  gpu_policy,
-  l2_state,
+  choice,  // one of ConfigKey::choices
   redis,
   name
 };
+
+// tuner/strategy/registry.h, tuner/gpu_policy.h, store/records.h (TimingL2): the names their
+// parsers accept (tests/tuner/config_choices_test.cc).
+constexpr std::string_view k_strategies[] = {"exhaustive", "random", "anneal", "model"};
+constexpr std::string_view k_gpu_policies[] = {"idle", "always", "never"};
+constexpr std::string_view k_l2_timings[] = {"flushed", "rotated"};
 
 struct KeySpec {
   ConfigKey key;
@@ -124,11 +128,11 @@ const std::vector<KeySpec>& key_specs() {
        &DaemonConfig::devices,
        0,
        1023},
-      {{"tuning.strategy", "KTUNE_STRATEGY", "exhaustive | random | anneal | model"},
+      {{"tuning.strategy", "KTUNE_STRATEGY", "exhaustive | random | anneal | model", k_strategies},
        &DaemonConfig::strategy,
        0,
        0,
-       Check::strategy},
+       Check::choice},
       {{"tuning.budget_trials", "KTUNE_BUDGET_TRIALS", "most configs measured per job"},
        &DaemonConfig::budget_trials,
        1,
@@ -148,16 +152,17 @@ const std::vector<KeySpec>& key_specs() {
        0,
        1000},
       {{"tuning.timing_l2", "KTUNE_TIMING_L2",
-        "L2 when a timed launch starts: flushed (a write over 2x L2 before it) | rotated"},
+        "L2 when a timed launch starts: flushed (a write over 2x L2 before it) | rotated",
+        k_l2_timings},
        &DaemonConfig::timing_l2,
        0,
        0,
-       Check::l2_state},
-      {{"tuning.gpu_policy", "KTUNE_GPU_POLICY", "idle | always | never"},
+       Check::choice},
+      {{"tuning.gpu_policy", "KTUNE_GPU_POLICY", "idle | always | never", k_gpu_policies},
        &DaemonConfig::gpu_policy,
        0,
        0,
-       Check::gpu_policy},
+       Check::choice},
       {{"tuning.idle_threshold_percent", "KTUNE_IDLE_THRESHOLD",
         "tune only while GPU utilization is at or under this"},
        &DaemonConfig::idle_threshold_percent,
@@ -318,17 +323,16 @@ Result<void> check_string(const KeySpec& spec, const std::string& v) {
       return check_host_port(v);
     case Check::host_port_or_empty:
       return v.empty() ? Result<void>{} : check_host_port(v);
-    case Check::strategy:
-      if (v == "exhaustive" || v == "random" || v == "anneal" || v == "model") return {};
+    case Check::choice: {
+      const auto& choices = spec.key.choices;
+      if (std::find(choices.begin(), choices.end(), v) != choices.end()) return {};
+      // "unknown strategy 'genetic' (exhaustive, random, anneal, model)"
+      std::string list;
+      for (std::string_view c : choices) list += (list.empty() ? "" : ", ") + std::string(c);
+      const std::string_view name = spec.key.name.substr(spec.key.name.rfind('.') + 1);
       return fail(ErrorCode::invalid_argument,
-                  "unknown strategy '" + v + "' (exhaustive, random, anneal, model)");
-    case Check::gpu_policy:
-      if (v == "idle" || v == "always" || v == "never") return {};
-      return fail(ErrorCode::invalid_argument,
-                  "unknown gpu_policy '" + v + "' (idle, always, never)");
-    case Check::l2_state:
-      if (v == "flushed" || v == "rotated") return {};
-      return fail(ErrorCode::invalid_argument, "unknown timing_l2 '" + v + "' (flushed, rotated)");
+                  "unknown " + std::string(name) + " '" + v + "' (" + list + ")");
+    }
     case Check::redis:
       if (v.empty() || v.starts_with("/") || v.starts_with("unix:/")) return {};
       if (auto ok = check_host_port(v); !ok)

@@ -186,6 +186,10 @@ struct ConfigKey {
   std::string_view name;  // dotted YAML path, e.g. "server.socket"
   std::string_view env;   // environment variable, e.g. "KTUNE_SOCKET"
   std::string_view help;  // one line for --help and docs
+  // The values a key naming one of a fixed set accepts (a strategy, a GPU policy, an L2 timing),
+  // as the component that reads it names them; empty for every other key. Listed here because
+  // config sits below those components; a test holds each list equal to its owner's.
+  std::span<const std::string_view> choices = {};
 };
 
 // Every key ktuned understands, in documentation order.
