@@ -113,7 +113,7 @@ std::string best_trials_table(const std::vector<const TrialSet*>& sets, size_t n
   if (rows.size() > n) rows.resize(n);
   const double best = rows[0].set->trials[rows[0].index].median_us;
   std::string s = "<table>" + th_row({"rank", "template", "params", "median us", "TFLOP/s",
-                                      "vs best", "provenance"});
+                                      "vs best", "SM clock, power", "provenance"});
   for (size_t i = 0; i < rows.size(); ++i) {
     const TrialSet& set = *rows[i].set;
     const Trial& t = set.trials[rows[i].index];
@@ -122,6 +122,7 @@ std::string best_trials_table(const std::vector<const TrialSet*>& sets, size_t n
          td(t.template_name) + td(params_text(t.params)) + tdn(num(t.median_us)) +
          tdn(work.flops > 0 ? num(work.flops / t.median_us / 1e6) : "") +
          tdn(strf("%.3fx", t.median_us / best)) +
+         td(t.sm_clock_mhz > 0 ? strf("%d MHz, %.0f W", t.sm_clock_mhz, t.power_w) : "") +
          td("recorded trial " + std::to_string(rows[i].index + 1) + " of " + set.source + " (" +
             set.strategy + ", " + set.date + ")") +
          "</tr>";

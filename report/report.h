@@ -31,6 +31,8 @@ struct Trial {
   Params params;
   Outcome outcome = Outcome::ok;
   double median_us = 0;  // meaningful only when outcome == ok
+  int sm_clock_mhz = 0;  // SM clock and board power read while it was timed (0: not recorded)
+  double power_w = 0;
 };
 
 // The trials of one search: one problem on one device class, one strategy.

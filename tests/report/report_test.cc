@@ -57,7 +57,8 @@ size_t improvements(const TrialSet& set) {
 TEST(ReportParse, ReadsAKtuneBenchRecordFile) {
   const std::string text = R"({"gpu":"NVIDIA H200","device_class":"nvidia-h200.sm90.132sm.140gib",
     "date":"2026-12-01T20:37:33Z","strategy":"model","problems":[{"problem":"gemm|bf16|bf16|rc|M=64,N=128,K=256",
-    "trials":[{"template":"gemm_tma","params":{"BLOCK_M":64,"BLOCK_N":128},"outcome":"ok","median_us":12.5},
+    "trials":[{"template":"gemm_tma","params":{"BLOCK_M":64,"BLOCK_N":128},"outcome":"ok","median_us":12.5,
+               "sm_clock_mhz":1485,"power_w":692.5},
               {"template":"gemm_tma","params":{"BLOCK_M":128,"BLOCK_N":128},"outcome":"compile_error","median_us":0}]}]})";
   auto sets = parse_trials(text, "x.json");
   ASSERT_TRUE(sets) << sets.error().message;
@@ -70,6 +71,9 @@ TEST(ReportParse, ReadsAKtuneBenchRecordFile) {
   ASSERT_EQ(s.trials.size(), 2u);
   EXPECT_EQ(s.trials[0].params.at("BLOCK_N"), 128);
   EXPECT_EQ(s.trials[1].outcome, Outcome::compile_error);
+  EXPECT_EQ(s.trials[0].sm_clock_mhz, 1485);  // read while timed, where recorded
+  EXPECT_DOUBLE_EQ(s.trials[0].power_w, 692.5);
+  EXPECT_EQ(s.trials[1].sm_clock_mhz, 0);
 }
 
 TEST(ReportParse, RefusesWhatIsNotATrialsFile) {
@@ -101,6 +105,8 @@ TEST(ReportParse, GroupsStoreRecordsByProblemInTimeOrder) {
   };
   const Problem a = testing::gemm_problem(128, 128, 128), b = testing::gemm_problem(256, 256, 256);
   records.push_back(rec(a, 30, Outcome::ok, 3));
+  records.back().sm_clock_mhz = 1755;
+  records.back().power_w = 612.5;
   records.push_back(rec(b, 10, Outcome::ok, 1));
   records.push_back(rec(a, 20, Outcome::ok, 2));
   records.push_back(rec(a, 40, Outcome::in_flight, 0));
@@ -110,7 +116,23 @@ TEST(ReportParse, GroupsStoreRecordsByProblemInTimeOrder) {
   ASSERT_EQ(sa.trials.size(), 2u);  // the in-flight record is dropped
   EXPECT_EQ(sa.trials[0].params.at("BLOCK_M"), 20);
   EXPECT_EQ(sa.trials[1].params.at("BLOCK_M"), 30);
+  EXPECT_EQ(sa.trials[1].sm_clock_mhz, 1755);
+  EXPECT_DOUBLE_EQ(sa.trials[1].power_w, 612.5);
   EXPECT_EQ(sa.source, "store");
+}
+
+// Without a table entry the best trials stand in, each with the clock and power it was timed at
+// where recorded.
+TEST(ReportRender, BestTrialsSayTheClockAndPowerTheyRanAt) {
+  TrialSet s = set_of({ok(128, 256, 4, 8, 610), ok(256, 128, 4, 8, 600), ok(64, 64, 3, 1, 900)});
+  s.trials[1].sm_clock_mhz = 1485;
+  s.trials[1].power_w = 691.6;
+  ReportInput in;
+  in.trial_sets.push_back(s);
+  const std::string page = render_report(in);
+  EXPECT_EQ(count(page, "SM clock, power"), 1u);
+  EXPECT_EQ(count(page, "1485 MHz, 692 W"), 1u);
+  EXPECT_EQ(count(page, " MHz, "), 1u) << "nothing for the trials without a reading";
 }
 
 TEST(ReportRender, DrawsOneMarkPerDatum) {
