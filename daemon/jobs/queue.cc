@@ -113,10 +113,12 @@ std::optional<JobRecord> JobQueue::claim(const std::set<std::string>& device_ids
       notify_locked(*best);
       return *best;
     }
+    ++m_waiting_claims;
     if (wake == std::chrono::steady_clock::time_point::max())
       m_cv.wait(lock);
     else
       m_cv.wait_until(lock, wake);
+    --m_waiting_claims;
   }
   return std::nullopt;
 }
@@ -268,6 +270,11 @@ void JobQueue::stop() {
   std::lock_guard lock(m_mutex);
   m_stopped = true;
   m_cv.notify_all();
+}
+
+int JobQueue::waiting_claims() const {
+  std::lock_guard lock(m_mutex);
+  return m_waiting_claims;
 }
 
 void JobQueue::persist_locked(const JobRecord& job) {

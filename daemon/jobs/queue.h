@@ -86,6 +86,8 @@ class JobQueue {
 
   // Wakes every claim() for good.
   void stop();
+  // claim() calls waiting for a job now (lanes with nothing to do).
+  int waiting_claims() const;
 
  private:
   int queued_locked() const;
@@ -109,6 +111,7 @@ class JobQueue {
   std::multimap<std::string, std::function<bool(const JobRecord&)>> m_watchers;
   std::uint64_t m_next_id = 1;
   bool m_stopped = false;
+  int m_waiting_claims = 0;
 };
 
 }  // namespace ktune

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "store/mem_store.h"
+#include "tests/fakes/eventually.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -134,11 +135,15 @@ TEST_F(JobQueueTest, WatchersSeeEveryChangeUntilTheEnd) {
 TEST_F(JobQueueTest, ClaimWaitsForWorkAndStopWakesIt) {
   JobQueue q(m_store, 10);
   auto waiting = std::async(std::launch::async, [&] { return q.claim(classes(), 0); });
-  EXPECT_EQ(waiting.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  ASSERT_TRUE(testing::eventually([&] { return q.waiting_claims() == 1; }));
+  EXPECT_EQ(waiting.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
   const auto id = q.submit(spec(16, 1))->job.id;
   ASSERT_EQ(waiting.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_EQ(waiting.get()->id, id);
+  EXPECT_EQ(q.waiting_claims(), 0);
+  // stop() wakes a claim() that is already waiting (not only one that starts after it).
   auto idle = std::async(std::launch::async, [&] { return q.claim(classes(), 0); });
+  ASSERT_TRUE(testing::eventually([&] { return q.waiting_claims() == 1; }));
   q.stop();
   ASSERT_EQ(idle.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_FALSE(idle.get());
