@@ -39,6 +39,8 @@ struct GpuTelemetry {
   // and the share of them with the power cap holding the SM clock down.
   int samples = 0;
   double power_capped_share = 0;
+
+  friend bool operator==(const GpuTelemetry&, const GpuTelemetry&) = default;
 };
 
 class Nvml {

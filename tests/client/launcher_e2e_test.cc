@@ -90,6 +90,12 @@ TEST_F(LauncherTest, CliWritesTheCubinOfTheBestEntry) {
   auto info = inspect_cubin(bytes.str());
   ASSERT_TRUE(info) << info.error().message;
   EXPECT_EQ(info->sm, 90);
+  // The file is the cubin of the lookup's best entry, as the Launcher fetches it.
+  Client c = client();
+  Launcher launcher(c, k_h200);
+  auto best = launcher.kernel({"softmax", "bf16", "", "", {{"rows", 64}, {"cols", 4096}}});
+  ASSERT_TRUE(best) << best.error().message;
+  EXPECT_EQ(bytes.str(), (*best)->image().cubin);
   std::tie(rc, text) =
       run_command(cli + " kernel gemm --shape M=64,N=64,K=64 --device " + k_h200 +
                   " --template gemm --config BLOCK_M=48 -o " + (m_dir / "x.cubin") + " 2>&1");

@@ -680,7 +680,6 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
   auto flushed = testing::winner(testing::gemm_problem(4096, 4096, 4096), 10.0);
   flushed.timing_l2 = TimingL2::flushed;
   parts.index.load({flushed, testing::winner(testing::gemm_problem(2048, 4096, 4096), 6.0)});
-  int checked = 0;
   for (const std::string problem :
        {R"({"op":"gemm","dtype":"bf16","layout":"rr","dims":{"M":4096,"N":4096,"K":4096}})",
         R"({"op":"gemm","dtype":"bf16","layout":"rr","dims":{"M":3000,"N":4096,"K":4096}})",
@@ -699,9 +698,7 @@ TEST(LookupReplyTextTest, IsTheLibrarySerializationByteForByte) {
       ASSERT_TRUE(parsed);
       EXPECT_EQ((*answer)->result, library(*parsed)) << problem << " v" << version;
       EXPECT_EQ(version >= 2, !parsed->entries.front().launch.is_null());
-      ++checked;
     }
-  EXPECT_EQ(checked, 16);
 }
 
 }  // namespace

@@ -424,7 +424,6 @@ TEST_F(BackgroundTest, TwoFakeGpusTuneInParallel) {
     Json lanes = status()["lanes"];
     return lanes[0]["state"] == "tuning" && lanes[1]["state"] == "tuning";
   })) << "both lanes busy at once";
-  std::set<int> lanes_used;
   for (const auto& id : ids) {
     ASSERT_TRUE(eventually([&] { return job_in(id, {"done", "failed"}); }));
     Json j = job(id);

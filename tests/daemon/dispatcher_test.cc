@@ -504,10 +504,11 @@ TEST_F(DispatcherTest, EveryOpHasOneHandlerAndAMetric) {
 // docs/protocol.md documents every op of the table (a section titled with the op's name).
 TEST(ProtocolDocTest, EveryOpIsDocumented) {
   std::ifstream in(std::string(KTUNE_SOURCE_DIR) + "/docs/protocol.md");
-  std::stringstream doc;
-  doc << in.rdbuf();
+  std::string headings;  // the "### ..." lines, where an op's section names it
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("### ")) headings += line + "\n";
   for (const auto& op : protocol::k_ops)
-    EXPECT_NE(doc.str().find("`" + std::string(op.name) + "`"), std::string::npos) << op.name;
+    EXPECT_NE(headings.find("`" + std::string(op.name) + "`"), std::string::npos) << op.name;
 }
 
 TEST_F(DispatcherTest, MissesAreWorthSomethingAndListed) {

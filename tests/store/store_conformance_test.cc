@@ -1,7 +1,9 @@
 // One suite every Store implementation must pass: ordered scans, prefixes, atomic batches,
 // overwrite and delete semantics, binary-safe values.
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -251,8 +253,29 @@ TEST(RocksDbStoreTest, FormatMismatchRefusesToOpenAndKeepsData) {
   EXPECT_EQ(s.error().code, ErrorCode::format_mismatch);
   EXPECT_NE(s.error().message.find("store format version 99, this ktune reads 1"),
             std::string::npos);
-  // Nothing was wiped: the files are still there.
-  EXPECT_TRUE(std::filesystem::exists(path + "/CURRENT"));
+  // Nothing was wiped: with the format set back through RocksDB itself, the winner reads back.
+  {
+    std::vector<std::string> names;
+    ASSERT_TRUE(rocksdb::DB::ListColumnFamilies(rocksdb::DBOptions(), path, &names).ok());
+    std::vector<rocksdb::ColumnFamilyDescriptor> families;
+    for (const std::string& n : names) families.emplace_back(n, rocksdb::ColumnFamilyOptions());
+    std::vector<rocksdb::ColumnFamilyHandle*> handles;
+    rocksdb::DB* raw = nullptr;
+    ASSERT_TRUE(rocksdb::DB::Open(rocksdb::DBOptions(), path, families, &handles, &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    const auto meta = std::find(names.begin(), names.end(), table_name(Table::meta));
+    ASSERT_NE(meta, names.end());
+    EXPECT_TRUE(db->Put(rocksdb::WriteOptions(), handles[size_t(meta - names.begin())],
+                        "format_version", "1")
+                    .ok());
+    for (auto* h : handles) db->DestroyColumnFamilyHandle(h);
+  }
+  auto reopened = RocksDbStore::open(path);
+  ASSERT_TRUE(reopened) << reopened.error().message;
+  const WinnerRecord w = testing::winner(testing::gemm_problem(8, 8, 8), 1.0);
+  auto back = get_winner(**reopened, w.device, w.problem);
+  ASSERT_TRUE(back && *back);
+  EXPECT_EQ((*back)->ranked.front().median_us, 1.0);
 }
 
 TEST(RocksDbStoreTest, SecondOpenWhileHeldIsRefused) {

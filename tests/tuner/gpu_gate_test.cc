@@ -111,9 +111,7 @@ TEST_F(GpuGateTest, ForeignWorkPausesTheGateAndItsDepartureResumesItAfterTheSett
   ASSERT_TRUE(gate.acquire());
 
   write_gpu0(R"({"utilization": 80, "pids": [4321]})");
-  const auto appeared = Clock::now();
   ASSERT_TRUE(m_monitor.wait_for_fresh_decision(1s));
-  EXPECT_LT(Clock::now() - appeared, 1s);
   GateState s = gate.state();
   EXPECT_FALSE(s.allowed);
   EXPECT_EQ(s.reason, "foreign process 4321 on GPU");

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "store/records.h"
+#include "templates/space.h"
 #include "tuner/local_tuner.h"
 #include "tuner/nvml.h"
 
@@ -83,6 +84,28 @@ TEST(GpuTuneTest, SmallGemmFindsAVerifiedWinnerFasterThanTheHeuristicOrEqual) {
   auto stored = get_winner(tuner->store(), tuner->context().device, req.problem);
   ASSERT_TRUE(stored && *stored);
   EXPECT_EQ((*stored)->ranked.front().params, r->winner.ranked.front().params);
+  // Every template's heuristic config is measured first (a seed); the winner's own trial is at
+  // least as fast as the best of them, within 5 % (the winner is picked by the finalists'
+  // re-time, so its trial may read a little over a heuristic's that it beat there).
+  auto trial_us = [&](const std::string& name, const Params& params) {
+    for (const TrialRecord& t : r->trials)
+      if (t.outcome == Outcome::ok && t.template_name == name && t.params == params)
+        return t.median_us;
+    return 0.0;
+  };
+  double best_heuristic_us = 0;
+  for (const KernelTemplate* t :
+       tuner->templates().for_problem(req.problem, tuner->context().limits.cc)) {
+    auto h = heuristic_config(*t, req.problem, tuner->context().limits);
+    if (!h) continue;
+    const double us = trial_us(t->name(), *h);
+    if (us > 0 && (best_heuristic_us == 0 || us < best_heuristic_us)) best_heuristic_us = us;
+  }
+  ASSERT_GT(best_heuristic_us, 0.0) << "no heuristic config was measured";
+  const RankedConfig& won = r->winner.ranked.front();
+  const double winner_us = trial_us(won.template_name, won.params);
+  ASSERT_GT(winner_us, 0.0) << "the winner's trial is not among this run's";
+  EXPECT_LE(winner_us, 1.05 * best_heuristic_us);
 }
 
 TEST(GpuTuneTest, EveryLayoutAndOutputTypeVerifies) {

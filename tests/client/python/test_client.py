@@ -211,10 +211,6 @@ class ClientTest(unittest.TestCase):
         self.assertIn("is ktuned running?", cm.exception.message)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class OpTableTest(unittest.TestCase):
     """The Python client covers every op of the protocol's one op table (client/protocol.h)."""
 
@@ -234,3 +230,7 @@ class OpTableTest(unittest.TestCase):
         for op in ops:
             self.assertTrue(callable(getattr(ktune.Client, self.METHOD.get(op, op), None)),
                             f"ktune.Client has no method for op '{op}'")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -326,7 +326,7 @@ class FakeDriver:
         return 0
 
     def cuMemsetD8(self, address, value, size):
-        self.memsets.append((address, size))
+        self.memsets.append((address, value, size))
         return 0
 
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
@@ -419,11 +419,22 @@ class LaunchPathTest(unittest.TestCase):
         buffers = [0xA000 + 0x100 * i for i in range(len(kernel.buffer_names))]
         kernel.launch_addresses(buffers, 0)
         kernel.launch_addresses(buffers, 0)
+        self.assertGreater(len(spaces), 0)
         self.assertEqual(drv.allocs, [w["bytes"] for w in spaces])
-        self.assertEqual(len(drv.memsets), len(spaces))
+        addresses = [0x70000 + 0x1000 * (i + 1) for i in range(len(spaces))]
+        self.assertEqual(drv.memsets, [(a, 0, w["bytes"]) for a, w in zip(addresses, spaces)])
         values = drv.launches[1]["values"]
-        for address in [0x70000 + 0x1000 * (i + 1) for i in range(len(spaces))] + buffers:
+        for address in addresses + buffers:
             self.assertIn(address, values)
+        # Another context gets workspaces of its own, zeroed too; the first context's are reused.
+        drv.ctx = 0xC1
+        kernel.launch_addresses(buffers, 0)
+        self.assertEqual(drv.allocs, [w["bytes"] for w in spaces] * 2)
+        self.assertEqual(len(drv.memsets), 2 * len(spaces))
+        self.assertTrue(all(value == 0 for _, value, _ in drv.memsets))
+        drv.ctx = 0xC0
+        kernel.launch_addresses(buffers, 0)
+        self.assertEqual(len(drv.allocs), 2 * len(spaces))
 
     def test_tensor_maps_are_encoded_from_their_buffers_on_every_launch(self):
         # The served softmax cubin (sm_90) under gemm_tma's description: Kernel checks the cubin's
