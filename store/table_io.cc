@@ -2,6 +2,7 @@
 
 #include "config/log.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -295,9 +296,43 @@ std::string render_table(const std::vector<WinnerRecord>& winners, TableFormat f
   return "";
 }
 
+namespace {
+
+// Writes into an existing file that is not a regular one (/dev/null, /dev/stdout, a FIFO) in
+// place: replacing it by a rename would put a regular file where the device was.
+Result<void> write_in_place(const std::string& path, std::string_view content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) return fail(ErrorCode::io_error, path + ": cannot open: " + std::strerror(errno));
+  for (size_t done = 0; done < content.size();) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      ::close(fd);
+      return fail(ErrorCode::io_error, path + ": write failed: " + std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  if (::close(fd) != 0)
+    return fail(ErrorCode::io_error, path + ": write failed: " + std::strerror(errno));
+  return {};
+}
+
+}  // namespace
+
 Result<void> write_file_atomic(const std::string& path, std::string_view content) {
   namespace fs = std::filesystem;
-  const fs::path target(path);
+  std::error_code ec;
+  fs::path target(path);
+  // A link is followed: the file it names is replaced, and the link stays a link.
+  if (fs::is_symlink(fs::symlink_status(target, ec))) {
+    target = fs::weakly_canonical(target, ec);
+    if (ec) return fail(ErrorCode::io_error, path + ": cannot follow the link: " + ec.message());
+  }
+  const fs::file_status status = fs::status(target, ec);
+  if (fs::is_directory(status)) return fail(ErrorCode::io_error, path + ": is a directory");
+  if (fs::exists(status) && !fs::is_regular_file(status))
+    return write_in_place(target.string(), content);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   const std::string tmp =
       (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
@@ -307,16 +342,15 @@ Result<void> write_file_atomic(const std::string& path, std::string_view content
     out.write(content.data(), std::streamsize(content.size()));
     out.flush();
     if (!out) {
-      std::error_code ec;
       fs::remove(tmp, ec);
       return fail(ErrorCode::io_error, tmp + ": write failed");
     }
   }
-  std::error_code ec;
   fs::rename(tmp, target, ec);
   if (ec) {
+    const std::string why = ec.message();
     fs::remove(tmp, ec);
-    return fail(ErrorCode::io_error, path + ": cannot rename into place: " + ec.message());
+    return fail(ErrorCode::io_error, path + ": cannot rename into place: " + why);
   }
   return {};
 }

@@ -31,7 +31,10 @@ TableFormat detect_table_format(std::string_view text);
 // Renders winners as a table document; the text is the only copy of the table it builds.
 std::string render_table(const std::vector<WinnerRecord>& winners, TableFormat format);
 
-// Writes `content` to `path` through a temporary file in the same directory and a rename.
+// Writes `content` to `path` through a temporary file in the same directory and a rename, so a
+// reader never sees half a file. A symbolic link is followed (the file it names is replaced); an
+// existing file that is not a regular one (/dev/null, a FIFO) is written in place, never
+// replaced; a directory is refused.
 Result<void> write_file_atomic(const std::string& path, std::string_view content);
 
 // Exports every winner (or one device class's) to `path`; returns how many were written.

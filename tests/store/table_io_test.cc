@@ -369,6 +369,37 @@ TEST(TableIoTest, ExportIsAtomic) {
   EXPECT_FALSE(export_table(s, dir / "no/such/dir/t.json", TableFormat::json));
 }
 
+// -o names what the user wants written: a link's target is replaced and the link kept; a device
+// (/dev/null) is written into, never replaced by a regular file; a directory is refused whole.
+TEST(TableIoTest, WritesFollowLinksIntoFilesAndDevicesAndRefuseDirectories) {
+  namespace fs = std::filesystem;
+  TempDir dir;
+  ASSERT_TRUE(write_file_atomic(dir / "real.json", "old"));
+  fs::create_symlink(dir / "real.json", dir / "link.json");
+  ASSERT_TRUE(write_file_atomic(dir / "link.json", "new"));
+  EXPECT_TRUE(fs::is_symlink(dir / "link.json"));
+  std::ifstream in(dir / "real.json");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "new");
+
+  // Through a link, so a broken build of this function could only replace the link.
+  fs::create_symlink("/dev/null", dir / "null");
+  ASSERT_TRUE(fs::is_character_file("/dev/null"));
+  auto to_null = write_file_atomic(dir / "null", "discarded");
+  EXPECT_TRUE(to_null) << to_null.error().message;
+  EXPECT_TRUE(fs::is_symlink(dir / "null"));
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+
+  fs::create_directory(dir / "sub");
+  auto refused = write_file_atomic(dir / "sub", "x");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("is a directory"), std::string::npos)
+      << refused.error().message;
+  EXPECT_TRUE(fs::is_directory(dir / "sub"));
+  int files = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++files;
+  EXPECT_EQ(files, 4) << "no temporary file left behind";
+}
+
 // YAML scalars typed as a YAML 1.2 reader (core schema) types them: quoted ones are strings,
 // plain ones are numbers, booleans or null when they look it.
 nlohmann::ordered_json typed(const YAML::Node& n) {
