@@ -249,12 +249,19 @@ protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line
   return read_line_locked(deadline, timeout);
 }
 
-std::string Client::request_line_locked(const std::string& op, const Json& body) {
+protocol::Expected<std::string> Client::request_line_locked(const std::string& op,
+                                                            const Json& body) {
   Json request = {{"v", protocol::k_version}, {"id", m_next_id++}, {"op", op}};
   for (auto it = body.begin(); it != body.end(); ++it) request[it.key()] = it.value();
   if (!m_options.tcp_address.empty() && !m_options.token.empty())
     request["token"] = m_options.token;
-  return request.dump() + "\n";
+  try {
+    return request.dump() + "\n";
+  } catch (const Json::exception& e) {  // invalid UTF-8 in a string the caller gave
+    return protocol::error(
+        ErrorKind::bad_request,
+        "'" + op + "' request not sent: a string is not valid UTF-8 (" + e.what() + ")");
+  }
 }
 
 protocol::Expected<Json> Client::call(const std::string& op, Json body) {
@@ -270,7 +277,9 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
                                                    const std::string& attachment,
                                                    std::chrono::milliseconds timeout) {
   std::lock_guard lock(m_mutex);
-  const std::string line = request_line_locked(op, body) + attachment;
+  auto request = request_line_locked(op, body);
+  if (!request) return std::unexpected(request.error());
+  const std::string line = *request + attachment;
   // One retry on a connection that went away (daemon restarted since the last call).
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
@@ -300,7 +309,14 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
 
 protocol::Expected<protocol::LookupReply> Client::lookup(const protocol::LookupRequest& request) {
   const Json body = protocol::to_json(request);
-  const std::string key = body.dump();
+  std::string key;
+  try {
+    key = body.dump();
+  } catch (const Json::exception& e) {  // invalid UTF-8 in the op, a dtype, the device, ...
+    return protocol::error(
+        ErrorKind::bad_request,
+        std::string("lookup not sent: a string is not valid UTF-8 (") + e.what() + ")");
+  }
   const auto now = Clock::now();
   if (m_options.cache_capacity > 0) {
     std::lock_guard lock(m_mutex);
@@ -412,8 +428,9 @@ protocol::Expected<Json> Client::watch(const std::string& id,
                                        std::chrono::milliseconds quiet_timeout) {
   std::lock_guard lock(m_mutex);
   if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
-  const std::string line = request_line_locked("watch", {{"job", id}});
-  if (auto ok = send_locked(line, deadline_after(m_options.timeout)); !ok) {
+  auto line = request_line_locked("watch", {{"job", id}});
+  if (!line) return std::unexpected(line.error());
+  if (auto ok = send_locked(*line, deadline_after(m_options.timeout)); !ok) {
     disconnect_locked();
     return std::unexpected(ok.error());
   }

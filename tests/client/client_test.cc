@@ -152,5 +152,23 @@ TEST(ClientTest, ZeroTimeoutWaitsForASlowReply) {
   }
 }
 
+// A string JSON cannot carry (invalid UTF-8, e.g. from argv) is a bad_request returned before
+// anything is sent, not an exception out of the library.
+TEST(ClientTest, InvalidUtf8IsABadRequestNotAnException) {
+  testing::TempDir dir;
+  ClientOptions o;
+  o.socket_path = dir / "nobody-listens.sock";
+  Client c(o);
+  protocol::LookupRequest lookup;
+  lookup.problem = {"gem\xffm", "bf16", "", "", {{"M", 1}, {"N", 1}, {"K", 1}}};
+  auto r = c.lookup(lookup);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, protocol::ErrorKind::bad_request) << r.error().message;
+  EXPECT_NE(r.error().message.find("not valid UTF-8"), std::string::npos);
+  auto called = c.call("import", {{"table", "{\"node_id\": \"\xff\"}"}});
+  ASSERT_FALSE(called);
+  EXPECT_EQ(called.error().kind, protocol::ErrorKind::bad_request) << called.error().message;
+}
+
 }  // namespace
 }  // namespace ktune
