@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -283,7 +284,8 @@ Result<double> parse_number(const std::string& s) {
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(t.c_str(), &end);
-  if (t.empty() || end != t.c_str() + t.size() || errno == ERANGE)
+  // strtod also reads "nan" and "inf"; a setting is a finite number.
+  if (t.empty() || end != t.c_str() + t.size() || errno == ERANGE || !std::isfinite(v))
     return fail(ErrorCode::invalid_argument, "expected a number, got '" + s + "'");
   return v;
 }
@@ -297,7 +299,7 @@ Result<bool> parse_bool(const std::string& s) {
 
 Result<void> check_bounds(const KeySpec& spec, double v) {
   if (spec.min == 0 && spec.max == 0) return {};
-  if (v < spec.min || v > spec.max) {
+  if (!(v >= spec.min && v <= spec.max)) {  // NaN too
     std::ostringstream os;
     os << "value " << v << " out of range [" << spec.min << ", " << spec.max << "]";
     return fail(ErrorCode::invalid_argument, os.str());

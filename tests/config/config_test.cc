@@ -91,6 +91,20 @@ TEST(ConfigTest, WrongTypeIsRejectedAndConfigUnchanged) {
   EXPECT_EQ(c.io_threads, before.io_threads);
 }
 
+// NaN compares false with both bounds, so it passed a `v < min || v > max` check and changed
+// what lookups answer (nearest_radius=nan); strtod reads "nan" and "inf" as numbers.
+TEST(ConfigTest, NanAndInfinityAreNotNumbers) {
+  for (const char* v : {"nan", "NAN", "-nan", "inf", "infinity"}) {
+    DaemonConfig c = default_config();
+    const double before = c.nearest_radius;
+    auto r = apply_config_assignment(c, std::string("lookup.nearest_radius=") + v);
+    ASSERT_FALSE(r) << v;
+    EXPECT_NE(r.error().message.find("expected a number"), std::string::npos) << r.error().message;
+    EXPECT_EQ(c.nearest_radius, before);
+    EXPECT_FALSE(apply_config_env(c, {{"KTUNE_NEAREST_RADIUS", v}})) << v;
+  }
+}
+
 TEST(ConfigTest, OutOfRangeIsRejected) {
   DaemonConfig c = default_config();
   auto r = apply_config_yaml(c, "tuning:\n  idle_threshold_percent: 150\n", "k.yaml");
