@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <expected>
 #include <filesystem>
 #include <memory>
@@ -335,12 +336,22 @@ void report_compile(const Common& c, const CompilePlan& plan, const CompileRun& 
                 run.done - run.failed, run.failed, run.wall_s, threads, rate);
 }
 
-// Writes each compiled cubin to dir/<template>-<config>.cubin (the config's k=v list with ',' and
-// '=' made file-name safe). Returns the files written, or an error naming the one that failed.
-Result<size_t> write_cubins(const std::string& dir, const CompilePlan& plan, const CompileRun& run) {
+// Makes --cubin-dir (with its parents) or says why it cannot be written into.
+Result<void> prepare_cubin_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return fail(ErrorCode::io_error, dir + ": " + ec.message());
+  if (!std::filesystem::is_directory(dir))
+    return fail(ErrorCode::io_error, dir + ": not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return fail(ErrorCode::io_error, dir + ": cannot write into it: " + std::strerror(errno));
+  return {};
+}
+
+// Writes each compiled cubin to dir/<template>-<config>.cubin (the config's k=v list with ',' and
+// '=' made file-name safe). Returns the files written, or an error naming the one that failed.
+Result<size_t> write_cubins(const std::string& dir, const CompilePlan& plan,
+                            const CompileRun& run) {
   size_t written = 0;
   for (size_t i = 0; i < plan.requests.size(); ++i) {
     if (!run.results[i] || !run.results[i]->ok()) continue;
@@ -362,6 +373,9 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
       a.template_dirs.empty() ? std::vector<std::string>{builtin_template_dir()} : a.template_dirs);
   auto plan = plan_compile(c, a, reg);
   if (!plan) return plan.error();
+  // Before anything compiles: a bad --cubin-dir costs nothing, and the run prints one document.
+  if (!a.cubin_dir.empty())
+    if (auto ok = prepare_cubin_dir(a.cubin_dir); !ok) return failed(c.json, ok.error().message);
   const size_t n = plan->requests.size();
   std::fprintf(stderr, "compiling %zu config%s of %s for %s (%s)%s...\n", n, n == 1 ? "" : "s",
                plan->tmpl->manifest.name.c_str(), plan->arch.c_str(),
@@ -375,7 +389,7 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
   report_compile(c, *plan, run, compiler.threads());
   if (!a.cubin_dir.empty()) {
     auto written = write_cubins(a.cubin_dir, *plan, run);
-    if (!written) return report_failure(c.json, Exit::failed, "io_error", written.error().message);
+    if (!written) return failed(c.json, written.error().message);
     std::fprintf(stderr, "wrote %zu cubin%s to %s\n", *written, *written == 1 ? "" : "s",
                  a.cubin_dir.c_str());
   }

@@ -302,6 +302,21 @@ TEST(CliCompileTest, CubinDirGetsOneElfFilePerCompiledConfig) {
   }
 }
 
+// A --cubin-dir that cannot be one is refused before anything compiles: one JSON document (the
+// error), not the results followed by an error.
+TEST(CliCompileTest, AnUnwritableCubinDirIsRefusedBeforeCompiling) {
+  TempDir dir;
+  std::ofstream(dir / "a-file") << "x";
+  auto [rc, out] = testing::run_command(testing::ktune_cli_path() +
+                                        " --json compile softmax --sample 1 --cubin-dir " +
+                                        (dir / "a-file") + " 2>/dev/null");
+  EXPECT_EQ(rc, 1) << out;
+  const Json doc = Json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(doc.is_discarded()) << "not one JSON document:\n" << out;
+  EXPECT_EQ(doc["error"]["code"], "failed") << out;
+  EXPECT_FALSE(doc.contains("results")) << out;
+}
+
 // `ktune completion bash`, sourced in bash, completes as a user's <TAB> would: the test sets
 // COMP_WORDS/COMP_CWORD and calls _ktune as bash-completion does, then reads COMPREPLY.
 class CliCompletionTest : public ::testing::Test {
