@@ -374,10 +374,16 @@ protocol::Expected<Json> Client::export_table(const std::string& format,
   return call("export", body);
 }
 
-protocol::Expected<Json> Client::import_table(const std::string& table) {
+protocol::Expected<Json> Client::import_table(const std::string& table, const std::string& origin) {
   // Small tables travel inline; larger ones as the request's attachment (docs/protocol.md).
-  if (table.size() < protocol::k_max_frame / 2) return call("import", {{"table", table}});
-  return call("import", {{"attach", table.size()}}, table);
+  Json body = Json::object();
+  if (!origin.empty()) body["origin"] = origin;
+  if (table.size() < protocol::k_max_frame / 2) {
+    body["table"] = table;
+    return call("import", body);
+  }
+  body["attach"] = table.size();
+  return call("import", body, table);
 }
 
 protocol::Expected<Json> Client::import_file(const std::string& path) {
@@ -385,7 +391,7 @@ protocol::Expected<Json> Client::import_file(const std::string& path) {
   if (!in) return protocol::error(ErrorKind::not_found, path + ": cannot open");
   std::ostringstream text;
   text << in.rdbuf();
-  return import_table(text.str());
+  return import_table(text.str(), path);
 }
 
 protocol::Expected<Json> Client::tune(const protocol::ProblemSpec& problem, const TuneOptions& o) {

@@ -67,9 +67,11 @@ class Client {
   protocol::Expected<protocol::Json> export_table(const std::string& format,
                                                   const std::string& device = "");
   // Imports a table (JSON, YAML or CSV, as export writes them) given as text (the daemon never
-  // opens a path a client names).
-  protocol::Expected<protocol::Json> import_table(const std::string& table);
-  // Reads a table file here and imports its content.
+  // opens a path a client names). `origin` names the text in the daemon's log and in errors
+  // ("origin:line:column"); default "request".
+  protocol::Expected<protocol::Json> import_table(const std::string& table,
+                                                  const std::string& origin = "");
+  // Reads a table file here and imports its content; errors name the file as given.
   protocol::Expected<protocol::Json> import_file(const std::string& path);
 
   // Background tuning (docs/protocol.md: tune, plan, jobs, job, cancel, watch, misses).

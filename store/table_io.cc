@@ -185,15 +185,18 @@ class ErrorLocator final : public nlohmann::json_sax<Json> {
   }
 };
 
-// "origin:LINE:COLUMN" for the byte where `text` stops parsing (1-based, as editors count).
+// "origin:LINE:COLUMN" for the byte where `text` stops parsing (1-based, as editors count, and as
+// nlohmann's message counts: one past the last byte for a text that ends too early).
 std::string error_position(std::string_view text, const std::string& origin) {
   ErrorLocator locator;
   (void)Json::sax_parse(text, &locator);
-  const size_t at = std::min(locator.offset, text.size());
-  const size_t line = 1 + size_t(std::count(text.begin(), text.begin() + long(at), '\n'));
-  const size_t line_start = at == 0 ? 0 : text.rfind('\n', at - 1);
-  const size_t column = line_start == std::string_view::npos ? at : at - line_start - 1;
-  return origin + ":" + std::to_string(line) + ":" + std::to_string(std::max<size_t>(column, 1));
+  // The parser reports how many bytes it read, the failing one included.
+  const size_t failed = locator.offset == 0 ? 0 : locator.offset - 1;
+  const size_t before = std::min(failed, text.size());
+  const size_t line = 1 + size_t(std::count(text.begin(), text.begin() + long(before), '\n'));
+  const size_t newline = before == 0 ? std::string_view::npos : text.rfind('\n', before - 1);
+  const size_t column = (newline == std::string_view::npos ? failed : failed - newline - 1) + 1;
+  return origin + ":" + std::to_string(line) + ":" + std::to_string(column);
 }
 
 // Parses a table document in any format; every way the text can fail is an Error naming
@@ -207,6 +210,8 @@ Result<Json> parse_document(std::string_view text, const std::string& origin) {
     case TableFormat::json:
       break;
   }
+  if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    return fail(ErrorCode::invalid_argument, origin + ": empty: no table in it");
   if (nests_deeper_than(text, k_max_table_depth))
     return fail(ErrorCode::invalid_argument,
                 origin + ": not a ktune table: arrays and objects nest deeper than " +

@@ -204,7 +204,7 @@ int cmd_import(const Common& c, const std::string& file) {
   const auto abs = std::filesystem::absolute(file, ec);
   if (!std::filesystem::is_regular_file(abs, ec)) return usage(c.json, file + ": no such file");
   Client client(c.long_op_options());
-  auto r = client.import_file(abs.string());
+  auto r = client.import_file(file);  // read here, so a relative path is fine; errors name it
   if (!r) return report_error(c.json, r.error());
   if (c.json) return print_json(*r), 0;
   std::printf("imported %s: %zu records, %zu added, %zu replaced, %zu kept\n", file.c_str(),

@@ -159,6 +159,18 @@ TEST_F(CliTest, ErrorsSayWhatIsValidWithTheDocumentedExitCode) {
   EXPECT_EQ(run("tune gemm --layout xx" + shape + " --no-wait"), 4);
   EXPECT_NE(m_err.find("has no layout 'xx'"), std::string::npos) << m_err;
 
+  // import: errors name the file as typed, at the position the parser stopped; a string that is
+  // not UTF-8 is refused before it is sent, not an abort.
+  std::ofstream(m_dir / "empty.json").flush();
+  EXPECT_EQ(run("import " + (m_dir / "empty.json")), 1) << m_err;
+  EXPECT_NE(m_err.find(m_dir / "empty.json" + ": empty: no table in it"), std::string::npos)
+      << m_err;
+  std::ofstream(m_dir / "cut.json") << "{\"ktune_table\": 1, \"winners\": [tru";
+  EXPECT_EQ(run("import " + (m_dir / "cut.json")), 1) << m_err;
+  EXPECT_NE(m_err.find(m_dir / "cut.json" + ":1:"), std::string::npos) << m_err;
+  EXPECT_EQ(run("lookup \"$(printf 'gem\\377m')\"" + shape + " --device h200 --json"), 1);
+  EXPECT_EQ(out_json()["error"]["code"], "bad_request");
+
   if (daemon_has_gpu(*this)) GTEST_SKIP() << "the no-GPU errors need a node without a GPU";
   // No GPU and no --device: the message says which flag names a class, not the wire field.
   EXPECT_EQ(run("lookup softmax --shape rows=8,cols=8"), 6) << m_err;

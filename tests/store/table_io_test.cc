@@ -130,6 +130,29 @@ TEST(TableIoTest, UnreadableContentIsAnErrorWithLineAndColumn) {
   EXPECT_TRUE(scan_winners(dst)->empty());
 }
 
+// Positions are as an editor counts them, and as nlohmann's own message says (one past the last
+// byte for a text that ends too early); an empty file says so.
+TEST(TableIoTest, ErrorPositionsMatchTheParsersAndAnEmptyFileIsNamedSo) {
+  MemStore dst;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{\n  \"a\": x}", "t.json:2:8: "},    // 'x', the 8th byte of line 2
+      {"{\n  \"a\": tru", "t.json:2:11: "},  // a truncated file: where the parser stopped
+      {"{x", "t.json:1:2: "}};
+  for (const auto& [text, position] : cases) {
+    auto r = import_table(dst, text, "t.json");
+    ASSERT_FALSE(r) << text;
+    EXPECT_TRUE(r.error().message.starts_with(position)) << r.error().message;
+    const std::string said = "line " + position.substr(7, 1) + ", column " +
+                             position.substr(9, position.size() - 11) + ":";
+    EXPECT_NE(r.error().message.find(said), std::string::npos) << r.error().message;
+  }
+  for (const std::string empty : {"", "  \n\t\n"}) {
+    auto r = import_table(dst, empty, "t.json");
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().message, "t.json: empty: no table in it");
+  }
+}
+
 TEST(TableIoTest, BadRecordsAreListedAndNothingIsImported) {
   MemStore src;
   for (const auto& w : sample()) ASSERT_TRUE(put_winner(src, w));
