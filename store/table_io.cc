@@ -458,7 +458,8 @@ Result<void> validate_imported_winner(const WinnerRecord& r) {
   if (r.ref_error < 0 || r.power_w < 0 || r.sm_clock_mhz < 0 || r.mem_clock_mhz < 0 || r.trials < 0)
     return bad("ref_error, power_w, clocks and trials must be >= 0");
   if (r.timestamp < 0 || r.timestamp > k_max_timestamp)
-    return bad("timestamp: " + std::to_string(r.timestamp) + " is not a time before 2100");
+    return bad("timestamp: " + std::to_string(r.timestamp) +
+               " is not in Unix seconds from 0 (1970) to 4102444800 (2100-01-01)");
   return {};
 }
 

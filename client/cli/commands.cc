@@ -202,7 +202,9 @@ int cmd_export(const Common& c, const std::string& format, const std::string& ou
 int cmd_import(const Common& c, const std::string& file) {
   std::error_code ec;
   const auto abs = std::filesystem::absolute(file, ec);
-  if (!std::filesystem::is_regular_file(abs, ec)) return usage(c.json, file + ": no such file");
+  // A file that cannot be read is exit 1, as for every command (docs/cli.md).
+  if (!std::filesystem::exists(abs, ec)) return failed(c.json, file + ": no such file");
+  if (!std::filesystem::is_regular_file(abs, ec)) return failed(c.json, file + ": not a file");
   Client client(c.long_op_options());
   auto r = client.import_file(file);  // read here, so a relative path is fine; errors name it
   if (!r) return report_error(c.json, r.error());

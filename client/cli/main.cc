@@ -2,6 +2,8 @@
 #include <CLI/CLI.hpp>
 
 #include <climits>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 
@@ -10,6 +12,42 @@
 #include "client/cli/output.h"
 #include "ktune_version.h"
 #include "tuner/strategy/registry.h"
+
+namespace {
+
+// A flag's value must be a number above 0. (CLI::PositiveNumber's message is "Value 0 not in
+// range 0.000000 to 17976931348623157...", the 309 digits of the largest double.)
+const CLI::Validator k_positive(
+    [](std::string& s) -> std::string {
+      char* end = nullptr;
+      const double v = std::strtod(s.c_str(), &end);
+      if (s.empty() || *end != '\0' || !std::isfinite(v) || !(v > 0))
+        return "must be a number above 0, got '" + s + "'";
+      return "";
+    },
+    "> 0", "POSITIVE");
+
+// "unknown command 'lokup' (commands: status, ...)" when the first word that is neither a global
+// flag nor its value names no command; "" otherwise.
+std::string unknown_command(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--socket" || word == "--tcp" || word == "--token" || word == "--timeout-ms") {
+      ++i;  // its value
+      continue;
+    }
+    if (word.starts_with("-")) continue;
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      if (sub->get_name() == word) return "";
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    return "unknown command '" + word + "' (commands: " + names + ")";
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ktune::cli;
@@ -98,7 +136,7 @@ int main(int argc, char** argv) {
       co->add_option("--config", compile.config, "one config, e.g. BLOCK_M=128,BLOCK_N=128,...");
   auto* smp = co->add_option("--sample", compile.sample,
                              "compile N configs spread over the pruned space (default 8)")
-                  ->check(CLI::PositiveNumber);
+                  ->check(k_positive);
   auto* all = co->add_flag("--all", compile.all, "compile every config of the pruned space");
   cfg->excludes(smp)->excludes(all);
   smp->excludes(all);
@@ -125,7 +163,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 10'000'000));
   tu->add_option("--seconds", tune.seconds, "most seconds")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(k_positive);
   tu->add_option("--device", tune.device, "device class (default: the daemon's first GPU)");
   tu->add_flag("--no-wait", tune.no_wait, "queue the job, print its id and return");
   tu->add_flag("--standalone", tune.standalone,
@@ -146,9 +184,7 @@ int main(int argc, char** argv) {
   auto* jb = app.add_subcommand("jobs", "tuning jobs, newest first, with progress");
   jb->add_option("--state", job_state, "queued | running | done | failed | cancelled")
       ->check(CLI::IsMember({"queued", "running", "done", "failed", "cancelled"}));
-  jb->add_option("--limit", jobs_limit, "most jobs")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  jb->add_option("--limit", jobs_limit, "most jobs")->capture_default_str()->check(k_positive);
   std::string job_id;
   auto* jo = app.add_subcommand("job", "one tuning job");
   jo->add_option("id", job_id, "job id")->required();
@@ -156,9 +192,7 @@ int main(int argc, char** argv) {
   ca->add_option("id", job_id, "job id")->required();
   int misses_limit = 20;
   auto* mi = app.add_subcommand("misses", "most-missed problems and what tuning them is worth");
-  mi->add_option("--limit", misses_limit, "most keys")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  mi->add_option("--limit", misses_limit, "most keys")->capture_default_str()->check(k_positive);
   std::string plan_file, plan_device;
   auto* pl = app.add_subcommand("plan", "tuning plans: problems an operator wants ready");
   auto* pa = pl->add_subcommand("apply", "queue a job for every problem of a YAML/JSON plan");
@@ -208,6 +242,9 @@ int main(int argc, char** argv) {
     // the parse may have stopped before it) it is a JSON error like any other.
     bool json = false;
     for (int i = 1; i < argc; ++i) json = json || std::strcmp(argv[i], "--json") == 0;
+    // CLI11 calls a misspelt command a missing one ("A subcommand is required").
+    if (auto unknown = unknown_command(app, argc, argv); !unknown.empty())
+      return usage(json, unknown);
     if (json) return usage(true, e.what());
     app.exit(e);
     return int(Exit::usage);

@@ -314,6 +314,24 @@ TEST(CliCompileTest, CubinDirGetsOneElfFilePerCompiledConfig) {
   }
 }
 
+// Usage errors a daemon never sees: a misspelt command is named as such, a positive flag says
+// so in words, a file that is not there is exit 1 like every unreadable file.
+TEST(CliUsageTest, MisspeltCommandsBadNumbersAndMissingFiles) {
+  const std::string cli = testing::ktune_cli_path() + " --socket /nonexistent/k.sock ";
+  auto [rc, out] = testing::run_command(cli + "lokup gemm --shape M=1,N=1,K=1 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("unknown command 'lokup' (commands: status, templates, lookup,"),
+            std::string::npos)
+      << out;
+  std::tie(rc, out) = testing::run_command(cli + "compile softmax --sample 0 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--sample: must be a number above 0, got '0'"), std::string::npos) << out;
+  EXPECT_LT(out.size(), 200u) << "no 309-digit bound";
+  std::tie(rc, out) = testing::run_command(cli + "--json import /nonexistent/t.json");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_EQ(Json::parse(out)["error"]["message"], "/nonexistent/t.json: no such file");
+}
+
 // A --cubin-dir that cannot be one is refused before anything compiles: one JSON document (the
 // error), not the results followed by an error.
 TEST(CliCompileTest, AnUnwritableCubinDirIsRefusedBeforeCompiling) {
