@@ -24,30 +24,6 @@ struct Target {
   Problem problem;
 };
 
-// Resolves the device and the canonical problem and checks this node can tune them.
-protocol::Expected<Target> tunable(OpContext& ctx, const protocol::ProblemSpec& spec,
-                                   const std::string& device_name) {
-  const auto templates = ctx.templates.current();
-  auto problem = ctx.lookups.canonical_problem(spec, *templates);
-  if (!problem) return std::unexpected(problem.error());
-  // What is wrong with the request itself comes before what this node lacks.
-  if (auto why = templates->why_unsupported(*problem, -1); !why.empty())
-    return protocol::error(ErrorKind::invalid_problem, why);
-  auto device = ctx.lookups.resolve_device(device_name);
-  if (!device) return std::unexpected(device.error());
-  const std::string id = device->first.id();
-  if (!ctx.scheduler || !ctx.scheduler->can_tune(id)) {
-    std::string have;
-    for (const auto& g : ctx.node.gpus) have += (have.empty() ? "" : ", ") + g.device_class.id();
-    return protocol::error(ErrorKind::unavailable,
-                           "this node cannot tune for " + id + " (its GPUs: " +
-                               (have.empty() ? "none, " + ctx.node.gpu_error : have) + ")");
-  }
-  if (auto why = templates->why_unsupported(*problem, device->first.cc); !why.empty())
-    return protocol::error(ErrorKind::invalid_problem, why);
-  return Target{device->first, std::move(*problem)};
-}
-
 // The strategy a tune/plan request names (default: the config's), checked against the registry.
 protocol::Expected<std::string> job_strategy(OpContext& ctx, const Json& body) {
   auto strategy = protocol::get_string(body, "strategy", false, ctx.config.strategy);
@@ -118,6 +94,35 @@ protocol::Expected<void> job_templates_and_seeds(OpContext& ctx, const Json& bod
     s.seeds.push_back(std::move(*config));
   }
   return {};
+}
+
+// Resolves the device and the canonical problem and checks this node can tune them, after what
+// is wrong with the request itself (the problem, the templates and seeds it names).
+protocol::Expected<Target> tunable(OpContext& ctx, const protocol::ProblemSpec& spec,
+                                   const std::string& device_name, const Json& body) {
+  const auto templates = ctx.templates.current();
+  auto problem = ctx.lookups.canonical_problem(spec, *templates);
+  if (!problem) return std::unexpected(problem.error());
+  // What is wrong with the request itself comes before what this node lacks.
+  if (auto why = templates->why_unsupported(*problem, -1); !why.empty())
+    return protocol::error(ErrorKind::invalid_problem, why);
+  // So do the templates and seeds it names: they depend on the op, not on the GPU.
+  JobSpec named;
+  named.problem = *problem;
+  if (auto ok = job_templates_and_seeds(ctx, body, named); !ok) return std::unexpected(ok.error());
+  auto device = ctx.lookups.resolve_device(device_name);
+  if (!device) return std::unexpected(device.error());
+  const std::string id = device->first.id();
+  if (!ctx.scheduler || !ctx.scheduler->can_tune(id)) {
+    std::string have;
+    for (const auto& g : ctx.node.gpus) have += (have.empty() ? "" : ", ") + g.device_class.id();
+    return protocol::error(ErrorKind::unavailable,
+                           "this node cannot tune for " + id + " (its GPUs: " +
+                               (have.empty() ? "none, " + ctx.node.gpu_error : have) + ")");
+  }
+  if (auto why = templates->why_unsupported(*problem, device->first.cc); !why.empty())
+    return protocol::error(ErrorKind::invalid_problem, why);
+  return Target{device->first, std::move(*problem)};
 }
 
 // Strategy and budget of a tune/plan request, defaulting to the config.
@@ -226,7 +231,7 @@ OpReply op_tune(OpContext& ctx, const protocol::Request& req) {
   if (!device) return std::unexpected(device.error());
   if (auto strategy = job_strategy(ctx, req.body); !strategy)
     return std::unexpected(strategy.error());
-  auto target = tunable(ctx, *spec, *device);
+  auto target = tunable(ctx, *spec, *device, req.body);
   if (!target) return std::unexpected(target.error());
   auto js = job_spec(ctx, req.body, std::move(*target), "request", k_request_priority);
   if (!js) return std::unexpected(js.error());
@@ -262,7 +267,8 @@ OpReply op_plan(OpContext& ctx, const protocol::Request& req) {
   std::string errors;
   for (size_t i = 0; i < problems.size(); ++i) {
     auto p = plan_problem(problems[i], i);
-    protocol::Expected<Target> t = p ? tunable(ctx, *p, device_name) : std::unexpected(p.error());
+    protocol::Expected<Target> t =
+        p ? tunable(ctx, *p, device_name, req.body) : std::unexpected(p.error());
     protocol::Expected<JobSpec> js =
         t ? job_spec(ctx, req.body, std::move(*t), "plan", k_plan_priority)
           : std::unexpected(t.error());

@@ -158,6 +158,15 @@ TEST_F(CliTest, ErrorsSayWhatIsValidWithTheDocumentedExitCode) {
   EXPECT_NE(m_err.find("unknown op 'gemmm'"), std::string::npos) << m_err;
   EXPECT_EQ(run("tune gemm --layout xx" + shape + " --no-wait"), 4);
   EXPECT_NE(m_err.find("has no layout 'xx'"), std::string::npos) << m_err;
+  // ... and so are the templates and seeds it names (a typo shows on a node without a GPU too).
+  EXPECT_EQ(run("tune gemm" + shape + " --template nosuch --no-wait"), 1) << m_err;
+  EXPECT_NE(m_err.find("unknown template 'nosuch'"), std::string::npos) << m_err;
+  EXPECT_EQ(run("tune gemm" + shape + " --template softmax --no-wait"), 1) << m_err;
+  EXPECT_NE(m_err.find("template softmax implements softmax, not gemm"), std::string::npos)
+      << m_err;
+  EXPECT_EQ(run("tune gemm" + shape + " --seed NOPE=1 --no-wait"), 1) << m_err;
+  EXPECT_NE(m_err.find("seeds[0] is a config of none of the templates"), std::string::npos)
+      << m_err;
 
   // import: errors name the file as typed, at the position the parser stopped; a string that is
   // not UTF-8 is refused before it is sent, not an abort.
