@@ -240,32 +240,55 @@ Result<void> eval_args(Evaluator& ev, const Manifest& m, const Problem& p,
   return {};
 }
 
+// "BLOCK_M, BLOCK_N, ..." in manifest order.
+std::string param_names(const Manifest& m) {
+  std::string s;
+  for (const ParamDomain& p : m.params) s += (s.empty() ? "" : ", ") + p.name;
+  return s;
+}
+
+// "64, 128, 256" (the first 16 values, then how many more).
+std::string domain_text(const ParamDomain& p) {
+  std::string s;
+  for (size_t i = 0; i < p.values.size() && i < 16; ++i)
+    s += (i ? ", " : "") + std::to_string(p.values[i]);
+  if (p.values.size() > 16) s += ", ... " + std::to_string(p.values.size() - 16) + " more";
+  return s;
+}
+
 // Evaluates derived values then constraints for a full config; the first failure is returned.
 // `explain`: build the error's text (a caller that only asks whether the config fits, trying
 // heuristic rules one after another, skips the allocations).
 Result<void> check_config(Evaluator& ev, const Manifest& m, const Params& params,
                           bool explain = true) {
+  // A name the template does not have is the likelier slip than a missing one (a typo makes
+  // both), so it is named first.
+  if (explain)
+    for (const auto& [name, _] : params)
+      if (!m.param(name))
+        return fail(ErrorCode::invalid_argument, "template " + m.name + " has no param " + name +
+                                                     " (params: " + param_names(m) + ")");
   for (size_t i = 0; i < m.params.size(); ++i) {
     const ParamDomain& p = m.params[i];
     auto it = params.find(p.name);
     if (it == params.end())
-      return fail(ErrorCode::invalid_argument, explain ? "missing param " + p.name : std::string());
+      return fail(ErrorCode::invalid_argument,
+                  explain ? "missing param " + p.name + " (params: " + param_names(m) + ")"
+                          : std::string());
     // Constraints are written for the declared values only: 7 may pass them and still not be
     // a config the kernel was written for (or overflow an expression).
     if (std::find(p.values.begin(), p.values.end(), it->second) == p.values.end()) {
       if (!explain) return fail(ErrorCode::invalid_argument, std::string());
       return fail(ErrorCode::invalid_argument,
-                  "param " + p.name + "=" + std::to_string(it->second) + " is not in its domain");
+                  "param " + p.name + "=" + std::to_string(it->second) + " is not in its domain (" +
+                      domain_text(p) + ")");
     }
     ev.set(m.slots.params[i], double(it->second));
   }
   // Every declared param is in `params` (its keys are distinct): any more is one unknown.
   if (params.size() != m.params.size())
     for (const auto& [name, _] : params)
-      if (!m.param(name)) {
-        if (!explain) return fail(ErrorCode::invalid_argument, std::string());
-        return fail(ErrorCode::invalid_argument, "template " + m.name + " has no param " + name);
-      }
+      if (!m.param(name)) return fail(ErrorCode::invalid_argument, std::string());
   for (size_t i = 0; i < m.derived.size(); ++i) {
     auto v = ev.eval(m.derived[i].expr);
     if (!v) return std::unexpected(v.error());
