@@ -204,6 +204,20 @@ std::expected<CompilePlan, int> plan_compile(const Common& c, const CompileArgs&
     if (!dims) return std::unexpected(usage(c.json, "--shape: " + dims.error().message));
     p.dims = *dims;
   }
+  // What is wrong with the problem, in the words a lookup uses, before the manifest's
+  // expressions meet it (a zero dim read "launch.grid[0]: 0 is out of range").
+  if (auto ok = validate_problem(p); !ok)
+    return std::unexpected(
+        report_failure(c.json, Exit::invalid, "invalid_problem", ok.error().message));
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  if (std::find(m.dtypes.begin(), m.dtypes.end(), p.dtype) == m.dtypes.end())
+    return std::unexpected(report_failure(
+        c.json, Exit::usage, "usage",
+        "--dtype: template " + m.name + " takes " + list(m.dtypes) + ", not '" + p.dtype + "'"));
   if (!a.config.empty()) {
     auto params = parse_params(a.config);
     if (!params) return std::unexpected(usage(c.json, "--config: " + params.error().message));

@@ -336,6 +336,14 @@ TEST(CliUsageTest, MisspeltCommandsBadNumbersAndMissingFiles) {
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--sample: must be a number above 0, got '0'"), std::string::npos) << out;
   EXPECT_LT(out.size(), 200u) << "no 309-digit bound";
+  // compile checks the problem as a lookup does, then the template's dtypes.
+  std::tie(rc, out) = testing::run_command(cli + "compile softmax --shape rows=0,cols=4 2>&1");
+  EXPECT_EQ(rc, 4) << out;
+  EXPECT_NE(out.find("rows=0 out of range [1, 2^31)"), std::string::npos) << out;
+  std::tie(rc, out) = testing::run_command(cli + "compile gemm_tma --dtype fp32 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--dtype: template gemm_tma takes bf16, fp16, not 'fp32'"), std::string::npos)
+      << out;
   std::tie(rc, out) = testing::run_command(cli + "--json import /nonexistent/t.json");
   EXPECT_EQ(rc, 1) << out;
   EXPECT_EQ(Json::parse(out)["error"]["message"], "/nonexistent/t.json: no such file");
