@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <variant>
 
@@ -560,8 +561,18 @@ Result<void> apply_config_yaml(DaemonConfig& config, std::string_view yaml,
     return fail(ErrorCode::invalid_argument,
                 std::string(origin) + ":1: the file must be a mapping of sections");
   DaemonConfig next = config;
+  // yaml-cpp keeps both of a key given twice, and the later one would win silently.
+  std::map<std::string, int> seen;  // section or key -> its line
+  auto twice = [&](const YAML::Node& key, const std::string& name) -> std::optional<Error> {
+    auto [it, fresh] = seen.emplace(name, key.Mark().line + 1);
+    if (fresh) return std::nullopt;
+    return Error{ErrorCode::invalid_argument, yaml_error_prefix(origin, key, name) +
+                                                  "given twice (first at line " +
+                                                  std::to_string(it->second) + ")"};
+  };
   for (const auto& section : root) {
     const std::string sname = section.first.as<std::string>();
+    if (auto e = twice(section.first, sname)) return std::unexpected(*e);
     bool known = false;
     for (const auto& s : key_specs()) known |= s.key.name.starts_with(sname + ".");
     if (!known)
@@ -573,6 +584,7 @@ Result<void> apply_config_yaml(DaemonConfig& config, std::string_view yaml,
                   yaml_error_prefix(origin, section.first, sname) + "expected a mapping of keys");
     for (const auto& item : section.second) {
       const std::string full = sname + "." + item.first.as<std::string>();
+      if (auto e = twice(item.first, full)) return std::unexpected(*e);
       const KeySpec* spec = find_spec(full);
       if (!spec)
         return fail(ErrorCode::invalid_argument,

@@ -105,6 +105,22 @@ TEST(ConfigTest, NanAndInfinityAreNotNumbers) {
   }
 }
 
+// A key or section given twice is an error naming both lines (yaml-cpp keeps both; the later
+// would win silently).
+TEST(ConfigTest, AKeyGivenTwiceIsRefused) {
+  DaemonConfig c = default_config();
+  auto r = apply_config_yaml(c, "tuning:\n  strategy: random\n  strategy: anneal\n", "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "k.yaml:3: tuning.strategy: given twice (first at line 2)");
+  r = apply_config_yaml(c,
+                        "tuning:\n  strategy: random\nserver:\n  io_threads: 2\ntuning:\n"
+                        "  finalists: 3\n",
+                        "k.yaml");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().message, "k.yaml:5: tuning: given twice (first at line 1)");
+  EXPECT_EQ(c.strategy, default_config().strategy);
+}
+
 TEST(ConfigTest, OutOfRangeIsRejected) {
   DaemonConfig c = default_config();
   auto r = apply_config_yaml(c, "tuning:\n  idle_threshold_percent: 150\n", "k.yaml");
