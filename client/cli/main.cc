@@ -27,6 +27,13 @@ const CLI::Validator k_positive(
     },
     "> 0", "POSITIVE");
 
+// -o "" is a slip (an unset shell variable), not a request for stdout ("-" is that).
+const CLI::Validator k_path(
+    [](std::string& s) -> std::string {
+      return s.empty() ? "must name a file (- for stdout where the command allows it)" : "";
+    },
+    "PATH", "PATH");
+
 // "unknown command 'lokup' (commands: status, ...)" when the first word that is neither a global
 // flag nor its value names no command; "" otherwise.
 std::string unknown_command(const CLI::App& app, int argc, char** argv) {
@@ -103,14 +110,14 @@ int main(int argc, char** argv) {
   auto* kt =
       ke->add_option("--template", kernel.template_name, "this template instead of the best");
   ke->add_option("--config", kernel.config, "its params, e.g. BLOCK_M=128,...")->needs(kt);
-  ke->add_option("-o,--output", kernel.output, "cubin file to write")->required();
+  ke->add_option("-o,--output", kernel.output, "cubin file to write")->required()->check(k_path);
 
   std::string format = "json", output, device;
   auto* ex = app.add_subcommand("export", "write the tuning table to a file (JSON, YAML or CSV)");
   ex->add_option("--format", format, "json | yaml | csv")
       ->capture_default_str()
       ->check(CLI::IsMember({"json", "yaml", "yml", "csv"}));
-  ex->add_option("-o,--output", output, "file to write (- for stdout)")->required();
+  ex->add_option("-o,--output", output, "file to write (- for stdout)")->required()->check(k_path);
   ex->add_option("--device", device, "only this device class (id or any unique part of one)");
 
   std::string import_file;
@@ -203,6 +210,7 @@ int main(int argc, char** argv) {
   auto* rp = app.add_subcommand(
       "report", "write a self-contained HTML report of what was tuned (files or the daemon)");
   rp->add_option("-o,--output", report.output, "HTML file to write (- for stdout)")
+      ->check(k_path)
       ->capture_default_str();
   rp->add_option("--device", report.device, "only this device class (id or part of it)");
   rp->add_option("--op", report.op, "only this op, e.g. gemm");

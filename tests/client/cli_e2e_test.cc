@@ -344,6 +344,9 @@ TEST(CliUsageTest, MisspeltCommandsBadNumbersAndMissingFiles) {
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--dtype: template gemm_tma takes bf16, fp16, not 'fp32'"), std::string::npos)
       << out;
+  std::tie(rc, out) = testing::run_command(cli + "export -o '' 2>&1");  // an unset variable
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--output: must name a file"), std::string::npos) << out;
   std::tie(rc, out) = testing::run_command(cli + "--json import /nonexistent/t.json");
   EXPECT_EQ(rc, 1) << out;
   EXPECT_EQ(Json::parse(out)["error"]["message"], "/nonexistent/t.json: no such file");
