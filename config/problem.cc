@@ -37,6 +37,9 @@ Result<std::int64_t> parse_int64(std::string_view s, std::string_view what) {
   s = trim(s);
   std::int64_t v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec == std::errc::result_out_of_range && p == s.data() + s.size())
+    return fail(ErrorCode::invalid_argument,
+                std::string(what) + ": " + std::string(s) + " is out of range (below 2^63)");
   if (s.empty() || ec != std::errc() || p != s.data() + s.size())
     return fail(ErrorCode::invalid_argument,
                 std::string(what) + ": expected an integer, got '" + std::string(s) + "'");
@@ -164,6 +167,8 @@ Result<void> validate_problem(const Problem& p) {
 }
 
 Result<std::vector<std::pair<std::string, std::int64_t>>> parse_dims(std::string_view text) {
+  if (trim(text).empty())
+    return fail(ErrorCode::invalid_argument, "dims: none given (e.g. M=4096,N=4096,K=4096)");
   return parse_assignments(text, "dims");
 }
 

@@ -27,6 +27,20 @@ const CLI::Validator k_positive(
     },
     "> 0", "POSITIVE");
 
+// host:port with a port 1..65535 ("127.0.0.1:7777", "[::1]:7777").
+const CLI::Validator k_host_port(
+    [](std::string& s) -> std::string {
+      const auto colon = s.rfind(':');
+      const std::string port = colon == std::string::npos ? "" : s.substr(colon + 1);
+      char* end = nullptr;
+      const long p = std::strtol(port.c_str(), &end, 10);
+      if (colon == std::string::npos || colon == 0 || port.empty() || *end != '\0' || p < 1 ||
+          p > 65535)
+        return "expected host:port with a port 1..65535, got '" + s + "'";
+      return "";
+    },
+    "HOST:PORT", "HOST:PORT");
+
 // -o "" is a slip (an unset shell variable), not a request for stdout ("-" is that).
 const CLI::Validator k_path(
     [](std::string& s) -> std::string {
@@ -71,7 +85,7 @@ int main(int argc, char** argv) {
   Common common;
   app.add_option("--socket", common.socket,
                  "ktuned's Unix socket (default: $KTUNE_SOCKET or the daemon's default)");
-  app.add_option("--tcp", common.tcp, "connect over TCP to host:port instead");
+  app.add_option("--tcp", common.tcp, "connect over TCP to host:port instead")->check(k_host_port);
   app.add_option("--token", common.token, "token for TCP requests");
   auto* timeout = app.add_option("--timeout-ms", common.timeout_ms,
                                  "per-request deadline (default 5000; export and import: none; "

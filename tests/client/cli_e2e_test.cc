@@ -344,6 +344,15 @@ TEST(CliUsageTest, MisspeltCommandsBadNumbersAndMissingFiles) {
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--dtype: template gemm_tma takes bf16, fp16, not 'fp32'"), std::string::npos)
       << out;
+  for (const std::string tcp : {"bogus", "127.0.0.1:99999", ":80"}) {
+    std::tie(rc, out) =
+        testing::run_command(testing::ktune_cli_path() + " status --tcp " + tcp + " 2>&1");
+    EXPECT_EQ(rc, 2) << tcp << ": " << out;
+    EXPECT_NE(out.find("expected host:port with a port 1..65535"), std::string::npos) << out;
+  }
+  std::tie(rc, out) = testing::run_command(cli + "lookup gemm --shape '' 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("--shape: dims: none given"), std::string::npos) << out;
   std::tie(rc, out) = testing::run_command(cli + "export -o '' 2>&1");  // an unset variable
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("--output: must name a file"), std::string::npos) << out;

@@ -58,7 +58,12 @@ TEST(ProblemTest, ParseDims) {
   EXPECT_FALSE(parse_dims("M=16,M=3"));
   EXPECT_FALSE(parse_dims("M=abc"));
   EXPECT_FALSE(parse_dims("M"));
-  EXPECT_FALSE(parse_dims("M=99999999999999999999999"));
+  auto huge = parse_dims("M=99999999999999999999999");
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(huge.error().message, "dims M: 99999999999999999999999 is out of range (below 2^63)");
+  auto none = parse_dims(" ");
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().message, "dims: none given (e.g. M=4096,N=4096,K=4096)");
 }
 
 TEST(ProblemTest, ParamsCanonicalOrder) {
