@@ -277,6 +277,7 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
                                                    const std::string& attachment,
                                                    std::chrono::milliseconds timeout) {
   std::lock_guard lock(m_mutex);
+  const std::uint64_t id = m_next_id;  // the one request_line_locked gives this request
   auto request = request_line_locked(op, body);
   if (!request) return std::unexpected(request.error());
   const std::string line = *request + attachment;
@@ -293,6 +294,20 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
     if (!reply) {
       disconnect_locked();
       return std::unexpected(reply.error());
+    }
+    // The daemon's notice that it closed an idle connection (a timeout with id null), written
+    // before this request arrived: over TCP the send still succeeds and the notice is what comes
+    // back. Reconnect and send again. (Other errors without an id, e.g. frame_too_large, are
+    // this request's.)
+    if (reply->id.is_null() && !reply->ok && reply->error.kind == ErrorKind::timeout &&
+        attempt == 0) {
+      disconnect_locked();
+      continue;
+    }
+    if (!reply->id.is_null() && reply->id != Json(id)) {
+      disconnect_locked();
+      return protocol::error(ErrorKind::connection_failed,
+                             "ktuned answered another request (id " + reply->id.dump() + ")");
     }
     if (!reply->ok) {
       // Errors after which the daemon closes the connection.

@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -21,24 +22,29 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using protocol::Json;
 
-// Accepts one connection on `path`, reads one request line and runs `answer` on the socket.
+// Accepts `connections` connections on `path` one after the other; on each reads one request
+// line and runs `answer` on the socket with the connection's index (0, 1, ...).
 class FakeDaemon {
  public:
-  FakeDaemon(const std::string& path, std::function<void(int fd)> answer) {
+  FakeDaemon(const std::string& path, std::function<void(int fd)> answer)
+      : FakeDaemon(path, 1, [answer = std::move(answer)](int fd, int) { answer(fd); }) {}
+  FakeDaemon(const std::string& path, int connections, std::function<void(int fd, int n)> answer) {
     m_listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
     sockaddr_un a{};
     a.sun_family = AF_UNIX;
     std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
     EXPECT_EQ(::bind(m_listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
     EXPECT_EQ(::listen(m_listener, 1), 0);
-    m_thread = std::thread([this, answer = std::move(answer)] {
-      const int fd = ::accept(m_listener, nullptr, nullptr);
-      if (fd < 0) return;
-      char c;
-      while (::read(fd, &c, 1) == 1 && c != '\n') {
+    m_thread = std::thread([this, connections, answer = std::move(answer)] {
+      for (int n = 0; n < connections; ++n) {
+        const int fd = ::accept(m_listener, nullptr, nullptr);
+        if (fd < 0) return;
+        char c;
+        while (::read(fd, &c, 1) == 1 && c != '\n') {
+        }
+        answer(fd, n);
+        ::close(fd);
       }
-      answer(fd);
-      ::close(fd);
     });
   }
   ~FakeDaemon() {
@@ -150,6 +156,45 @@ TEST(ClientTest, ZeroTimeoutWaitsForASlowReply) {
       EXPECT_EQ(r.error().kind, protocol::ErrorKind::timeout);
     }
   }
+}
+
+// A daemon closes an idle connection with a notice (a timeout, id null). A request sent on it
+// reads that notice (over TCP the send succeeds): the client reconnects and sends again, and the
+// caller gets its own reply, not a timeout for a request the daemon never read.
+TEST(ClientTest, AnIdleConnectionsCloseNoticeIsNotTheReply) {
+  testing::TempDir dir;
+  const std::string notice =
+      R"({"v":1,"id":null,"ok":false,"error":{"code":"timeout","message":"no complete request"}})"
+      "\n";
+  const std::string reply = R"({"v":1,"id":1,"ok":true,"result":{"pid":7}})"
+                            "\n";
+  std::atomic<int> served{0};
+  FakeDaemon fake(dir / "s.sock", 2, [&](int fd, int n) {
+    write_all(fd, n == 0 ? notice : reply, 4096);
+    ++served;
+  });
+  ClientOptions o;
+  o.socket_path = dir / "s.sock";
+  auto r = Client(o).status();
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ((*r)["pid"], 7);
+  EXPECT_EQ(served.load(), 2);
+}
+
+// A reply to another request (an id that is not this request's) is never taken for its answer.
+TEST(ClientTest, AReplyWithAnotherIdIsRefused) {
+  testing::TempDir dir;
+  FakeDaemon fake(dir / "s.sock", [&](int fd) {
+    write_all(fd,
+              R"({"v":1,"id":41,"ok":true,"result":{"pid":7}})"
+              "\n",
+              4096);
+  });
+  ClientOptions o;
+  o.socket_path = dir / "s.sock";
+  auto r = Client(o).status();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, protocol::ErrorKind::connection_failed) << r.error().message;
 }
 
 // A string JSON cannot carry (invalid UTF-8, e.g. from argv) is a bad_request returned before
