@@ -107,7 +107,7 @@ def _socket_group(path: str) -> Optional[str]:
 
 
 def _connect_failure(path: str, e: OSError, also_tried: Optional[str] = None) -> str:
-    message = f"cannot connect to ktuned at {path}: {e.strerror}"
+    message = f"cannot connect to ktuned at {path}: {e.strerror or e}"
     if isinstance(e, PermissionError):
         group = _socket_group(path)
         who = f"group '{group}'" if group else "the daemon's group"
@@ -119,6 +119,22 @@ def _connect_failure(path: str, e: OSError, also_tried: Optional[str] = None) ->
             message += f"; nor at the node-wide {also_tried}"
         message += " (is ktuned running? start it with `ktuned`, or set KTUNE_SOCKET to its socket)"
     return message
+
+
+def _dumps(obj: Any, **kwargs: Any) -> str:
+    """json.dumps refusing NaN and infinities (JSON has neither; the daemon would read a request
+    it cannot parse) with a KtuneError naming the problem."""
+    try:
+        return json.dumps(obj, allow_nan=False, **kwargs)
+    except ValueError as e:
+        raise KtuneError("bad_request", f"request not sent: {e} (NaN and infinity are not JSON)") \
+            from None
+
+
+def _lookup_reply(result: Dict[str, Any]) -> LookupReply:
+    return LookupReply(result["device"], result["problem_key"],
+                       [Entry.from_json(e) for e in result["entries"]],
+                       dict(result.get("assumed", {})), dict(result.get("pin", {})))
 
 
 def default_socket_path() -> str:
@@ -137,7 +153,8 @@ class Client:
     :param socket_path: Unix socket of the daemon (default: :func:`default_socket_path`).
     :param tcp: ``"host:port"`` to use TCP instead.
     :param token: token sent with TCP requests.
-    :param timeout: seconds per request.
+    :param timeout: seconds per request, counted once this request has the connection (threads
+        sharing a Client take turns: a stalled daemon makes each wait its own timeout in turn).
     :param cache_ttl: seconds a lookup answer is reused in process (0 disables the cache).
     :param kernel_timeout: seconds a kernel request may take (it may wait for an NVRTC compile).
     :param system_socket_path: the node-wide daemon's socket, tried when neither ``socket_path``
@@ -154,6 +171,12 @@ class Client:
         if not socket_path and not tcp and not os.environ.get("KTUNE_SOCKET"):
             if system_socket_path and self.socket_path != system_socket_path:
                 self._fallback_socket = system_socket_path
+        if tcp is not None:
+            host, _, port = tcp.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"tcp must be 'host:port' with a port 1..65535, got {tcp!r}")
+        if not timeout > 0 or not kernel_timeout > 0:
+            raise ValueError("timeout and kernel_timeout are seconds > 0")
         self.tcp = tcp
         self.token = token
         self.timeout = timeout
@@ -163,7 +186,9 @@ class Client:
         self._pending = b""
         self._next_id = 1
         self._lock = threading.Lock()
-        self._cache: Dict[str, Tuple[float, LookupReply]] = {}
+        # Lookup answers by request, as JSON text: each hit builds a reply of its own, so a caller
+        # that changes the one it got changes nothing another caller gets.
+        self._cache: Dict[str, Tuple[float, str]] = {}
 
     # ---- public API --------------------------------------------------------------------------
 
@@ -188,21 +213,18 @@ class Client:
             body["device"] = device
         if pin:
             body["pin"] = pin
-        key = json.dumps(body, sort_keys=True)
+        key = _dumps(body, sort_keys=True)
         now = time.monotonic()
         if self.cache_ttl > 0:
             hit = self._cache.get(key)
             if hit and hit[0] > now:
-                return hit[1]
+                return _lookup_reply(json.loads(hit[1]))
         result = self.call("lookup", **body)
-        reply = LookupReply(result["device"], result["problem_key"],
-                            [Entry.from_json(e) for e in result["entries"]],
-                            dict(result.get("assumed", {})), dict(result.get("pin", {})))
         if self.cache_ttl > 0:
             if len(self._cache) > 4096:
                 self._cache.clear()
-            self._cache[key] = (now + self.cache_ttl, reply)
-        return reply
+            self._cache[key] = (now + self.cache_ttl, json.dumps(result))
+        return _lookup_reply(result)
 
     def kernel(self, op: str, dtype: str = "bf16", out_dtype: Optional[str] = None,
                layout: Optional[str] = None, device: Optional[str] = None,
@@ -248,15 +270,25 @@ class Client:
             body["device"] = device
         return self.call("export", **body)["content"]
 
-    def import_table(self, table: str) -> Dict[str, Any]:
-        """Merges a JSON tuning table given as text (the daemon never opens a client's path).
+    def import_table(self, table: Any) -> Dict[str, Any]:
+        """Merges a tuning table (JSON, YAML or CSV, as export writes them) given as text or UTF-8
+        bytes (the daemon never opens a client's path). This client's cached lookups are dropped.
 
         Tables larger than a request line travel as the request's attachment.
         """
-        data = table.encode()
-        if len(data) < 32 * 1024:
-            return self.call("import", table=table)
-        return self._call("import", {"attach": len(data)}, data)
+        try:
+            text = table.decode() if isinstance(table, (bytes, bytearray)) else str(table)
+            data = text.encode()
+        except UnicodeError as e:
+            raise KtuneError("bad_request", f"the table is not valid UTF-8 text: {e}") from None
+        # Inline, the table is a JSON string: escapes can make it several times its UTF-8 size.
+        if len(json.dumps(text)) < 32 * 1024:
+            result = self.call("import", table=text)
+        else:
+            result = self._call("import", {"attach": len(data)}, data)
+        with self._lock:
+            self._cache.clear()
+        return result
 
     def import_file(self, path: str) -> Dict[str, Any]:
         """Reads a table file here and imports its content."""
@@ -376,7 +408,7 @@ class Client:
             request.update(body)
             if self.tcp and self.token:
                 request["token"] = self.token
-            line = (json.dumps(request, separators=(",", ":")) + "\n").encode() + attachment
+            line = (_dumps(request, separators=(",", ":")) + "\n").encode() + attachment
             for attempt in (0, 1):  # one retry if the daemon restarted since the last call
                 try:
                     self._connect()
@@ -387,15 +419,32 @@ class Client:
                     finally:
                         if timeout is not None and self._sock is not None:
                             self._sock.settimeout(self.timeout)
-                    break
                 except (ConnectionError, BrokenPipeError) as e:
                     self._close()
                     if attempt == 1:
                         raise KtuneError("connection_failed", str(e)) from None
+                    continue
                 except socket.timeout:
                     self._close()
                     raise KtuneError("timeout", f"no reply from ktuned within "
                                                 f"{timeout or self.timeout} s") from None
+                except BaseException:
+                    # Left mid-request (Ctrl-C, a signal handler's exception): its reply may still
+                    # come, and the next request must not read it as its own.
+                    self._close()
+                    raise
+                # The daemon's notice that it closed an idle connection (a timeout, id null),
+                # written before this request arrived: reconnect and send again. Other replies
+                # without an id (frame_too_large) are this request's.
+                if (reply.get("id") is None and not reply.get("ok")
+                        and reply.get("error", {}).get("code") == "timeout" and attempt == 0):
+                    self._close()
+                    continue
+                if reply.get("id") is not None and reply.get("id") != request["id"]:
+                    self._close()
+                    raise KtuneError("connection_failed",
+                                     f"ktuned answered another request (id {reply.get('id')})")
+                break
             if not reply.get("ok"):
                 err = reply.get("error", {})
                 raise KtuneError(err.get("code", "internal"), err.get("message", ""))

@@ -177,9 +177,57 @@ class ClientTest(unittest.TestCase):
         first = cached.lookup("softmax", dtype="bf16", device=H200, rows=32768, cols=4096)
         requests = cached.status()["requests"]
         second = cached.lookup("softmax", dtype="bf16", device=H200, rows=32768, cols=4096)
-        self.assertIs(first, second)
+        self.assertEqual(first, second)
         self.assertEqual(cached.status()["requests"], requests + 1)  # only the status call
+        # Each caller gets a reply of its own: changing one changes nothing the cache holds.
+        self.assertIsNot(first, second)
+        first.entries.pop(0)
+        second.entries[0].params["THREADS"] = -1
+        third = cached.lookup("softmax", dtype="bf16", device=H200, rows=32768, cols=4096)
+        self.assertEqual(len(third.entries), len(second.entries))
+        self.assertNotEqual(third.entries[0].params["THREADS"], -1)
         cached.close()
+
+    def test_a_call_left_midway_does_not_hand_its_reply_to_the_next(self):
+        class Deadline(Exception):
+            pass
+
+        def expire(signum, frame):
+            raise Deadline()
+        old = signal.signal(signal.SIGALRM, expire)
+        self.proc.send_signal(signal.SIGSTOP)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0.2)
+            with self.assertRaises(Deadline):  # an application's own deadline, or Ctrl-C
+                self.client.lookup("softmax", device=H200, rows=4096, cols=4096)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            self.proc.send_signal(signal.SIGCONT)
+        reply = self.client.lookup("gemm", layout="rc", device=H200, M=4096, N=4096, K=4096)
+        self.assertIn("M=4096,N=4096,K=4096", reply.problem_key)
+        self.assertIn("pid", self.client.status())
+
+    def test_bad_arguments_are_refused_before_anything_is_sent(self):
+        with self.assertRaises(ktune.KtuneError) as e:
+            self.client.lookup("gemm", device=H200, M=float("nan"), N=1, K=1)
+        self.assertEqual(e.exception.code, "bad_request")
+        self.assertIn("NaN", e.exception.message)
+        for tcp in ("127.0.0.1", "127.0.0.1:http", ":80", "h:99999"):
+            with self.assertRaises(ValueError):
+                ktune.Client(tcp=tcp)
+        with self.assertRaises(ValueError):
+            ktune.Client(socket_path=self.sock, timeout=0)
+
+    def test_a_table_whose_json_escapes_outgrow_a_line_is_attached(self):
+        path = self.write_table()
+        self.client.import_table(open(path).read())
+        yaml_table = self.client.export_table("yaml")
+        # Under 32 KiB of UTF-8, but every Cyrillic letter is six bytes as a JSON escape.
+        comment = "\n".join("# таблица настроек для H200: " + "ж" * 60 for _ in range(120))
+        self.assertLess(len((comment + yaml_table).encode()), 32 * 1024)
+        result = self.client.import_table(comment + "\n" + yaml_table)
+        self.assertEqual(result["kept"], 2)
 
     def test_export_formats(self):
         self.client.import_file(self.write_table())
@@ -209,6 +257,44 @@ class ClientTest(unittest.TestCase):
             c.status()
         self.assertEqual(cm.exception.code, "connection_failed")
         self.assertIn("is ktuned running?", cm.exception.message)
+
+
+class CloseNoticeTest(unittest.TestCase):
+    """A daemon that closed an idle connection wrote a notice first (a timeout, id null); a request
+    sent on that connection reads it. The client reconnects and sends again."""
+
+    def test_the_notice_is_not_the_reply(self):
+        import socket
+        import threading
+        tmp = tempfile.mkdtemp(prefix="ktune-py-")
+        path = os.path.join(tmp, "s.sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(2)
+        served = []
+
+        def serve():
+            for n in range(2):
+                conn, _ = server.accept()
+                with conn, conn.makefile("rb") as f:
+                    request = json.loads(f.readline())
+                    if n == 0:
+                        reply = {"v": 1, "id": None, "ok": False,
+                                 "error": {"code": "timeout", "message": "no complete request"}}
+                    else:
+                        reply = {"v": 1, "id": request["id"], "ok": True, "result": {"pid": 7}}
+                    conn.sendall((json.dumps(reply) + "\n").encode())
+                    served.append(n)
+        t = threading.Thread(target=serve)
+        t.start()
+        try:
+            with ktune.Client(socket_path=path, timeout=5) as c:
+                self.assertEqual(c.status(), {"pid": 7})
+        finally:
+            t.join(timeout=10)
+            server.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.assertEqual(served, [0, 1])
 
 
 class OpTableTest(unittest.TestCase):
