@@ -420,7 +420,14 @@ inline Expected<ProblemSpec> problem_from_json(const Json& j) {
         return error(ErrorKind::invalid_problem, "dims." + it.key() + " overflows");
       p.dims.emplace_back(it.key(), it.value().get<std::int64_t>());
     } else if (it.value().is_number_float()) {
-      return error(ErrorKind::invalid_problem, "dims." + it.key() + " must be a whole number");
+      // 4096.0 (a float that is whole) and 1.8e19 (a whole number beyond 64 bits) are floats to
+      // the parser: say which it is.
+      const double v = it.value().get<double>();
+      if (std::abs(v) >= 9.2e18)
+        return error(ErrorKind::invalid_problem,
+                     "dims." + it.key() + " = " + it.value().dump() + " is out of range [1, 2^31)");
+      return error(ErrorKind::invalid_problem,
+                   "dims." + it.key() + " must be an integer, got " + it.value().dump());
     } else {
       return error(ErrorKind::bad_request, "dims." + it.key() + " must be an integer");
     }

@@ -158,6 +158,19 @@ TEST(ClientTest, ZeroTimeoutWaitsForASlowReply) {
   }
 }
 
+// Dims the parser reads as floats say which kind of wrong they are.
+TEST(ProtocolTest, FloatDimsSayWhetherTheyAreFractionsOrTooLarge) {
+  auto whole = protocol::problem_from_json(
+      Json::parse(R"({"op":"gemm","dtype":"bf16","dims":{"M":4096.0,"N":1,"K":1}})"));
+  ASSERT_FALSE(whole);
+  EXPECT_EQ(whole.error().message, "dims.M must be an integer, got 4096.0");
+  auto huge = protocol::problem_from_json(
+      Json::parse(R"({"op":"gemm","dtype":"bf16","dims":{"M":18446744073709551616,"N":1}})"));
+  ASSERT_FALSE(huge);
+  EXPECT_NE(huge.error().message.find("is out of range [1, 2^31)"), std::string::npos)
+      << huge.error().message;
+}
+
 // A daemon closes an idle connection with a notice (a timeout, id null). A request sent on it
 // reads that notice (over TCP the send succeeds): the client reconnects and sends again, and the
 // caller gets its own reply, not a timeout for a request the daemon never read.
