@@ -1,5 +1,7 @@
 #include "daemon/daemon.h"
 
+#include <sys/resource.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -148,6 +150,34 @@ void reload(const DaemonConfig& config, Catalog& catalog, Metrics& metrics) {
                std::to_string(catalog.templates()->all().size()) + " templates");
 }
 
+namespace {
+
+// Raises the soft open-file limit to the hard one (systemd's default soft limit, 1024, is under
+// the default connection cap plus the daemon's own descriptors), and warns when even that is too
+// low for server.max_connections: past it, clients wait in the backlog instead of being told
+// too_many_connections.
+void raise_fd_limit(const DaemonConfig& config) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t before = limit.rlim_cur;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) limit.rlim_cur = before;
+  }
+  // The listeners, the store's files, workers' pipes, logs: well under this.
+  const rlim_t needed = rlim_t(config.max_connections) + 256;
+  if (limit.rlim_cur < needed)
+    log(LogLevel::warn, "fd_limit_low",
+        {{"limit", std::to_string(limit.rlim_cur)},
+         {"needed", std::to_string(needed)},
+         {"hint", "raise LimitNOFILE (the unit sets 65536) or lower server.max_connections"}});
+  else if (limit.rlim_cur != before)
+    log(LogLevel::debug, "fd_limit_raised",
+        {{"from", std::to_string(before)}, {"to", std::to_string(limit.rlim_cur)}});
+}
+
+}  // namespace
+
 int run_daemon(const DaemonFlags& given) {
   DaemonFlags flags = given;
   flags.config_file = find_config_file(given.config_file, ConfigSearch::from_environment());
@@ -170,6 +200,7 @@ int run_daemon(const DaemonFlags& given) {
   log_setup(config->log_level, config->log_format);
 
   if (flags.recover) return run_recovery(*config);
+  raise_fd_limit(*config);
 
   // One io_context for the listeners and signals, plus one per I/O thread for the sessions.
   boost::asio::io_context io;

@@ -219,6 +219,7 @@ asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
     co_await acceptor.async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
+      co_await accept_failed(ec);
       continue;
     }
     Peer session_peer = peer;
@@ -245,6 +246,24 @@ asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
   }
 }
 
+asio::awaitable<void> Server::accept_failed(const boost::system::error_code& ec) {
+  // Out of descriptors (EMFILE/ENFILE): the pending connection stays in the backlog and accept
+  // fails again at once, so retrying without a pause spins a core. Pause, and say so now and
+  // then (the newcomers wait in the backlog until a descriptor is free).
+  const auto now = std::chrono::steady_clock::now();
+  if (now - m_last_accept_failure_log > std::chrono::seconds(10)) {
+    m_last_accept_failure_log = now;
+    log(LogLevel::warn, "accept_failed",
+        {{"error", ec.message()},
+         {"hint",
+          "raise the open-file limit (LimitNOFILE in the unit) or lower "
+          "server.max_connections"}});
+  }
+  asio::steady_timer pause(m_strand, std::chrono::milliseconds(100));
+  boost::system::error_code ignored;
+  co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+}
+
 asio::awaitable<void> Server::accept_metrics() {
   while (m_http && m_http->is_open()) {
     boost::system::error_code ec;
@@ -252,6 +271,13 @@ asio::awaitable<void> Server::accept_metrics() {
     co_await m_http->async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (ec == asio::error::operation_aborted) co_return;
+      co_await accept_failed(ec);
+      continue;
+    }
+    // Probes and scrapes are few and short: past the cap a connection is closed unanswered, so
+    // idle ones cannot take the descriptors the JSON clients need.
+    if (m_http_open >= k_max_http_connections) {
+      socket.close(ec);
       continue;
     }
     asio::co_spawn(m_strand, serve_http(std::move(socket)), asio::detached);
@@ -260,6 +286,11 @@ asio::awaitable<void> Server::accept_metrics() {
 
 asio::awaitable<void> Server::serve_http(tcp::socket socket) {
   // One small request per connection, bounded in size and time: read it, answer, close.
+  ++m_http_open;  // on the strand, as accept_metrics reads it
+  struct Closed {
+    int& open;
+    ~Closed() { --open; }
+  } closed{m_http_open};
   beast::tcp_stream stream(std::move(socket));
   stream.expires_after(std::chrono::seconds(5));
   beast::flat_buffer buffer(8192);

@@ -75,6 +75,8 @@ class Server {
   Result<std::unique_ptr<boost::asio::ip::tcp::acceptor>> open_tcp(const std::string& address,
                                                                    int backlog, std::string& bound);
   boost::asio::awaitable<void> accept_metrics();
+  // After an accept error other than a close: a pause (EMFILE would fail again at once).
+  boost::asio::awaitable<void> accept_failed(const boost::system::error_code& ec);
   boost::asio::awaitable<void> serve_http(boost::asio::ip::tcp::socket socket);
   // The status and body for one GET of `target`.
   std::pair<int, std::string> route_http(std::string_view target, std::string& content_type);
@@ -104,6 +106,9 @@ class Server {
   std::string m_tcp_endpoint;
   std::string m_metrics_endpoint;
   bool m_owns_socket_file = false;
+  static constexpr int k_max_http_connections = 64;
+  int m_http_open = 0;  // HTTP connections being served; on m_strand
+  std::chrono::steady_clock::time_point m_last_accept_failure_log{};
 
   std::mutex m_sessions_mutex;
   std::list<std::weak_ptr<SessionBase>> m_sessions;

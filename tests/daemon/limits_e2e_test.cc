@@ -15,11 +15,13 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "client/client.h"
 #include "store/table_io.h"
 #include "tests/fakes/daemon_probe.h"
 #include "tests/fakes/daemon_process.h"
+#include "tests/fakes/eventually.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -280,6 +282,56 @@ TEST(LimitsEndToEndTest, PipelinedCachedLookupsArriveInOrderWhenTheSocketFills) 
     ASSERT_EQ(reply["ok"], true) << reply.dump();
   }
   ::close(fd);
+}
+
+// CPU seconds (user + system) a process has used.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  std::istringstream fields(text.substr(text.rfind(')') + 2));  // after "pid (comm) "
+  std::string f;
+  long ticks = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i)
+    if (i == 14 || i == 15) ticks += std::stol(f);
+  return double(ticks) / double(::sysconf(_SC_CLK_TCK));
+}
+
+// Out of file descriptors before its connection cap (an open-file limit of 64, which it cannot
+// raise): the daemon says so at start and when accept fails, pauses between failed accepts
+// instead of spinning a core, and serves again once descriptors are free.
+TEST(LimitsEndToEndTest, OutOfDescriptorsTheDaemonWaitsInsteadOfSpinning) {
+  TempDir dir;
+  DaemonProcess daemon(dir / "k.sock", dir / "data");
+  daemon.set_fd_limit(64);
+  ASSERT_TRUE(daemon.start()) << "log: " << daemon.log_path();
+  std::vector<int> clients;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, daemon.socket().c_str(), sizeof a.sun_path - 1);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      break;  // the backlog is full too
+    }
+    clients.push_back(fd);
+  }
+  ASSERT_GT(clients.size(), 64u);
+  auto log_has = [&](const std::string& what) {
+    std::ifstream in(daemon.log_path());
+    return std::string((std::istreambuf_iterator<char>(in)), {}).find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(testing::eventually([&] { return log_has("accept_failed"); })) << daemon.log_path();
+  EXPECT_TRUE(log_has("fd_limit_low"));
+  // A second of the daemon's CPU while it cannot accept: a spinning accept loop used all of it.
+  const double before = cpu_seconds(daemon.pid());
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the interval measured, not a wait
+  EXPECT_LT(cpu_seconds(daemon.pid()) - before, 0.3);
+  for (int fd : clients) ::close(fd);
+  ClientOptions o;
+  o.socket_path = daemon.socket();
+  o.timeout = std::chrono::milliseconds(500);
+  EXPECT_TRUE(testing::eventually([&] { return bool(Client(o).status()); }));
 }
 
 }  // namespace

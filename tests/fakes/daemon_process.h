@@ -3,6 +3,7 @@
 #pragma once
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -67,6 +68,10 @@ class DaemonProcess {
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       for (const auto& e : m_env) ::putenv(const_cast<char*>(e.c_str()));  // child only
+      if (m_fd_limit > 0) {
+        const rlimit limit{rlim_t(m_fd_limit), rlim_t(m_fd_limit)};
+        ::setrlimit(RLIMIT_NOFILE, &limit);
+      }
       ::execv(argv[0], argv.data());
       std::_Exit(127);
     }
@@ -136,6 +141,8 @@ class DaemonProcess {
 
   // "NAME=value" entries added to the daemon's environment at the next start().
   void set_env(std::vector<std::string> env) { m_env = std::move(env); }
+  // The daemon's open-file limit, soft and hard (it cannot raise it), from the next start().
+  void set_fd_limit(int limit) { m_fd_limit = limit; }
 
   const std::string& socket() const { return m_socket; }
   const std::string& log_path() const { return m_log; }
@@ -146,6 +153,7 @@ class DaemonProcess {
   std::string m_data_dir;
   std::vector<std::string> m_extra;
   std::vector<std::string> m_env;
+  int m_fd_limit = 0;
   std::string m_log;
   pid_t m_pid = -1;
   int m_exit_code = -1;
