@@ -220,6 +220,9 @@ inline Expected<Json> parse_json(std::string_view text, Json* id_out = nullptr) 
   if (detail::nests_deeper_than(text, k_max_depth))
     return failed(ErrorKind::bad_request,
                   "arrays and objects nest deeper than " + std::to_string(k_max_depth));
+  // nlohmann takes a NUL byte for the end of the text: "{...}\0anything" would parse.
+  if (const auto nul = text.find('\0'); nul != std::string_view::npos)
+    return failed(ErrorKind::parse_error, "not JSON: a NUL byte at offset " + std::to_string(nul));
   try {
     return Json::parse(text);
   } catch (const Json::out_of_range& e) {  // 406: a number overflows a double

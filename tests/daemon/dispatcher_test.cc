@@ -412,6 +412,21 @@ TEST_F(DispatcherTest, BadRequestsGetSpecificErrors) {
   EXPECT_GE(m_parts->metrics.errors(), cases.size());
 }
 
+// One text, one answer: a NUL byte (nlohmann's parser ends the text there) is a parse error on
+// every path, and a line that gives "id" or "v" twice gets the same reply every time (the cached
+// path read the first, the general parser the last).
+TEST_F(DispatcherTest, NulBytesAndRepeatedKeysGetOneAnswerPerText) {
+  const std::string status = R"({"v":1,"id":1,"op":"status"})";
+  EXPECT_EQ(error_code(status + std::string(1, '\0') + "garbage"), "parse_error");
+  const std::string lookup = lookup_line(R"({"M":2048,"N":4096,"K":4096})");
+  EXPECT_EQ(error_code(lookup + std::string(1, '\0') + "zz"), "parse_error");
+  for (const std::string& twice : {lookup.substr(0, lookup.size() - 1) + R"(,"id":8})",
+                                   lookup.substr(0, lookup.size() - 1) + R"(,"v":2})"}) {
+    const std::string first = m_parts->dispatcher.handle(twice).line;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(m_parts->dispatcher.handle(twice).line, first) << twice;
+  }
+}
+
 TEST_F(DispatcherTest, IdIsEchoedEvenOnErrors) {
   EXPECT_EQ(call(R"({"v":1,"id":"abc-1","op":"status"})")["id"], "abc-1");
   EXPECT_EQ(call(R"({"v":9,"id":42,"op":"status"})")["id"], 42);
