@@ -333,8 +333,10 @@ inline Expected<Request> parse_request(std::string_view line, Json* id_out = nul
                      std::to_string(k_min_version) + ".." + std::to_string(k_version) + ")");
   r.v = static_cast<int>(v->get<std::int64_t>());
   auto op = r.body.find("op");
-  if (op == r.body.end() || !op->is_string())
-    return error(ErrorKind::bad_request, "missing \"op\" (a string)");
+  if (op == r.body.end()) return error(ErrorKind::bad_request, "missing \"op\" (a string)");
+  if (!op->is_string())
+    return error(ErrorKind::bad_request,
+                 "\"op\" must be a string, got " + std::string(op->type_name()));
   r.op = op->get<std::string>();
   return r;
 }

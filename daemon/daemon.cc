@@ -94,8 +94,29 @@ std::string joined(const std::vector<std::string>& names) {
 
 }  // namespace
 
-void reload(const DaemonConfig& config, Catalog& catalog, Metrics& metrics) {
+std::string file_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Warns when the configuration file changed since start (and whether it still loads: if not,
+// the next start fails).
+void check_config_file(const ConfigFileAtStart& at_start) {
+  if (at_start.path.empty() || file_text(at_start.path) == at_start.text) return;
+  DaemonConfig scratch = default_config();
+  auto loads = apply_config_file(scratch, at_start.path);
+  log(loads ? LogLevel::warn : LogLevel::error, "config_changed_not_applied",
+      {{"file", at_start.path},
+       {"action", "a reload does not apply the configuration file: restart ktuned to apply it"},
+       {"loads", loads ? "yes" : "no: the next start will fail: " + loads.error().message}});
+}
+
+void reload(const DaemonConfig& config, Catalog& catalog, Metrics& metrics,
+            const ConfigFileAtStart& config_file) {
   notify_reloading();
+  check_config_file(config_file);
   bool ok = true;
   if (!config.log_file.empty())
     if (auto reopened = log_to_file(config.log_file); !reopened) {
@@ -201,6 +222,8 @@ int run_daemon(const DaemonFlags& given) {
 
   if (flags.recover) return run_recovery(*config);
   raise_fd_limit(*config);
+  const ConfigFileAtStart config_file{
+      flags.config_file, flags.config_file.empty() ? "" : file_text(flags.config_file)};
 
   // One io_context for the listeners and signals, plus one per I/O thread for the sessions.
   boost::asio::io_context io;
@@ -276,7 +299,7 @@ int run_daemon(const DaemonFlags& given) {
         if (ec) return;
         if (sig == SIGHUP) {
           log(LogLevel::info, "reload", {{"signal", sig}});
-          executor.post([&] { reload(*config, catalog, metrics); });
+          executor.post([&] { reload(*config, catalog, metrics, config_file); });
           signals.async_wait(on_signal);
           return;
         }

@@ -53,7 +53,15 @@ int run_daemon(const DaemonFlags& flags);
 // templates_added=.. templates_changed=.. templates_removed=..` and counts the reload in
 // `metrics` (failed when anything did not load). Never fails the daemon. Runs disk work: call it
 // off the I/O threads.
-void reload(const DaemonConfig& config, Catalog& catalog, Metrics& metrics);
+// The configuration file as the daemon read it at start. A reload does not apply it (sockets,
+// threads and the store stay as they are): it logs config_changed_not_applied when the file
+// changed since start, saying whether it still loads.
+struct ConfigFileAtStart {
+  std::string path;  // "" = none
+  std::string text;
+};
+void reload(const DaemonConfig& config, Catalog& catalog, Metrics& metrics,
+            const ConfigFileAtStart& config_file = {});
 
 // `ktuned --recover`: repairs the store if it is damaged, reports what was dropped or rolled back
 // (log lines and a summary on stderr) and returns the exit code: 0 nothing was lost (or the store

@@ -233,6 +233,32 @@ TEST_F(OperatorTest, SighupReopensTheLogAndMergesTheSeedTablesAgain) {
   EXPECT_EQ(d->stop(), 0);
 }
 
+// A reload does not apply the configuration file; when the file changed since start it says so,
+// and whether the file still loads (if not, the next start fails).
+TEST_F(OperatorTest, SighupSaysTheConfigFileChangedAndIsNotApplied) {
+  const std::string config = m_dir / "ktuned.yaml";
+  write_file(config, "log:\n  level: info\n");
+  const std::string log = m_dir / "ktuned.log";
+  DaemonProcess d(m_dir / "c.sock", m_dir / "c-data",
+                  {"--config", config, "--set", "log.file=" + log});
+  ASSERT_TRUE(d.start());
+  ASSERT_EQ(::kill(d.pid(), SIGHUP), 0);  // unchanged: nothing to say
+  ASSERT_TRUE(wait_for_text(log, " reloaded "));
+  EXPECT_EQ(read_file(log).find("config_changed_not_applied"), std::string::npos);
+
+  write_file(config, "log:\n  level: debug\n");
+  ASSERT_EQ(::kill(d.pid(), SIGHUP), 0);
+  ASSERT_TRUE(wait_for_text(log, "config_changed_not_applied")) << read_file(log);
+  EXPECT_NE(read_file(log).find("loads=yes"), std::string::npos) << read_file(log);
+
+  write_file(config, "log:\n  level: debug\n  colour: blue\n");
+  ASSERT_EQ(::kill(d.pid(), SIGHUP), 0);
+  ASSERT_TRUE(wait_for_text(log, "the next start will fail")) << read_file(log);
+  EXPECT_NE(read_file(log).find("log.colour: unknown key"), std::string::npos) << read_file(log);
+  EXPECT_TRUE(call(d.socket(), "status").contains("pid"));
+  EXPECT_EQ(d.stop(), 0);
+}
+
 // How many times `needle` occurs in the file at `path`.
 size_t count_text(const std::string& path, const std::string& needle) {
   const std::string text = read_file(path);
