@@ -142,13 +142,13 @@ std::optional<SplitLine> split_lookup_line(std::string_view line) {
   const size_t i = head.size() + id.at();
   const std::string_view rest = line.substr(i);
   if (!rest.starts_with(R"(,"op":"lookup",)")) return std::nullopt;
-  // Left to the general parser: a NUL (which would end its text early) and a second "v", "id"
-  // or "op" (which it takes last where this reads first: the same text must get one answer).
+  // Left to the general parser: a NUL (which would end its text early) and a second "v" or "id"
+  // (which it takes last where this reads first: the same text must get one answer). No field
+  // of a lookup holds a key of those names ("op" is also the problem's key: not looked for).
   const std::string_view after = rest.substr(std::string_view(R"(,"op":"lookup",)").size());
   if (line.find('\0') != std::string_view::npos ||
       after.find(R"("v":)") != std::string_view::npos ||
-      after.find(R"("id":)") != std::string_view::npos ||
-      after.find(R"("op":)") != std::string_view::npos)
+      after.find(R"("id":)") != std::string_view::npos)
     return std::nullopt;
   return SplitLine{line[5], line.substr(head.size(), i - head.size()), rest};
 }
