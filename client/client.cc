@@ -249,9 +249,9 @@ protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line
   return read_line_locked(deadline, timeout);
 }
 
-protocol::Expected<std::string> Client::request_line_locked(const std::string& op,
-                                                            const Json& body) {
-  Json request = {{"v", protocol::k_version}, {"id", m_next_id++}, {"op", op}};
+protocol::Expected<std::string> Client::request_line_locked(const std::string& op, const Json& body,
+                                                            std::uint64_t id) {
+  Json request = {{"v", protocol::k_version}, {"id", id}, {"op", op}};
   for (auto it = body.begin(); it != body.end(); ++it) request[it.key()] = it.value();
   if (!m_options.tcp_address.empty() && !m_options.token.empty())
     request["token"] = m_options.token;
@@ -277,8 +277,8 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
                                                    const std::string& attachment,
                                                    std::chrono::milliseconds timeout) {
   std::lock_guard lock(m_mutex);
-  const std::uint64_t id = m_next_id;  // the one request_line_locked gives this request
-  auto request = request_line_locked(op, body);
+  const std::uint64_t id = m_next_id++;
+  auto request = request_line_locked(op, body, id);
   if (!request) return std::unexpected(request.error());
   const std::string line = *request + attachment;
   // One retry on a connection that went away (daemon restarted since the last call).
@@ -449,7 +449,7 @@ protocol::Expected<Json> Client::watch(const std::string& id,
                                        std::chrono::milliseconds quiet_timeout) {
   std::lock_guard lock(m_mutex);
   if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
-  auto line = request_line_locked("watch", {{"job", id}});
+  auto line = request_line_locked("watch", {{"job", id}}, m_next_id++);
   if (!line) return std::unexpected(line.error());
   if (auto ok = send_locked(*line, deadline_after(m_options.timeout)); !ok) {
     disconnect_locked();

@@ -119,9 +119,10 @@ class Client {
  private:
   protocol::Expected<void> connect_locked();
   using Clock = std::chrono::steady_clock;
-  // bad_request when a string of the body is not valid UTF-8 (JSON cannot carry it).
+  // The request line with this `id`; bad_request when a string of the body is not valid UTF-8
+  // (JSON cannot carry it).
   protocol::Expected<std::string> request_line_locked(const std::string& op,
-                                                      const protocol::Json& body);
+                                                      const protocol::Json& body, std::uint64_t id);
   protocol::Expected<void> send_locked(const std::string& line, Clock::time_point deadline);
   protocol::Expected<std::string> read_line_locked(Clock::time_point deadline,
                                                    std::chrono::milliseconds timeout);
