@@ -257,12 +257,15 @@ int JobQueue::queued_locked() const {
   return n;
 }
 
-bool JobQueue::watch(const std::string& id, std::function<bool(const JobRecord&)> fn) {
+bool JobQueue::watch(const std::string& id, Watcher fn) {
   std::lock_guard lock(m_mutex);
   auto it = m_jobs.find(id);
   if (it == m_jobs.end()) return false;
-  if (!fn(it->second) || terminal(it->second.state)) return true;
-  m_watchers.emplace(id, std::move(fn));
+  if (!fn(it->second, WatchEvent::changed) || terminal(it->second.state)) return true;
+  if (m_stopped)
+    fn(it->second, WatchEvent::stopped);
+  else
+    m_watchers.emplace(id, std::move(fn));
   return true;
 }
 
@@ -270,6 +273,13 @@ void JobQueue::stop() {
   std::lock_guard lock(m_mutex);
   m_stopped = true;
   m_cv.notify_all();
+  // A running job's watches end when its lane puts it back (notify_locked): then they can say so.
+  std::erase_if(m_watchers, [this](auto& w) {
+    const JobRecord& job = m_jobs.at(w.first);
+    if (job.state == JobState::running) return false;
+    w.second(job, WatchEvent::stopped);
+    return true;
+  });
 }
 
 int JobQueue::waiting_claims() const {
@@ -286,10 +296,12 @@ void JobQueue::persist_locked(const JobRecord& job) {
 void JobQueue::notify_locked(const JobRecord& job) {
   auto [first, last] = m_watchers.equal_range(job.id);
   for (auto it = first; it != last;) {
-    if (!it->second(job) || terminal(job.state))
-      it = m_watchers.erase(it);
-    else
-      ++it;
+    bool end = !it->second(job, WatchEvent::changed) || terminal(job.state);
+    if (!end && m_stopped && job.state != JobState::running) {  // back in the queue at stop
+      it->second(job, WatchEvent::stopped);
+      end = true;
+    }
+    it = end ? m_watchers.erase(it) : std::next(it);
   }
 }
 

@@ -79,12 +79,21 @@ class JobQueue {
   std::map<JobState, int> counts() const;
   int queued() const;
 
+  // Why a watcher is called.
+  enum class WatchEvent {
+    changed,  // the job's current state (at once, then on every change)
+    stopped,  // the queue stopped (the daemon is stopping) before the job ended: the last call,
+              // made at stop() or, for a running job, once its lane has put it back
+  };
+  using Watcher = std::function<bool(const JobRecord&, WatchEvent)>;
   // Calls `fn` with the job on every change until it returns false or the job ends (the call
-  // with the final state is the last). Called at once with the current state. Returns false for
-  // an unknown id. `fn` runs under the queue's lock: it must be short and never call the queue.
-  bool watch(const std::string& id, std::function<bool(const JobRecord&)> fn);
+  // with the final state is the last), or the queue stops (a last `stopped` call). Called at
+  // once with the current state. Returns false for an unknown id. `fn` runs under the queue's
+  // lock: it must be short and never call the queue.
+  bool watch(const std::string& id, Watcher fn);
 
-  // Wakes every claim() for good.
+  // Wakes every claim() for good and ends the watches (WatchEvent::stopped) of jobs not running;
+  // those of a running job end when it is requeued or finishes.
   void stop();
   // claim() calls waiting for a job now (lanes with nothing to do).
   int waiting_claims() const;
@@ -108,7 +117,7 @@ class JobQueue {
   // Deferred jobs (another node tunes their key): not claimed before this time.
   std::map<std::string, std::chrono::steady_clock::time_point> m_not_before;
   std::map<std::string, std::int64_t> m_last_persist;  // id -> unix seconds
-  std::multimap<std::string, std::function<bool(const JobRecord&)>> m_watchers;
+  std::multimap<std::string, Watcher> m_watchers;
   std::uint64_t m_next_id = 1;
   bool m_stopped = false;
   int m_waiting_claims = 0;

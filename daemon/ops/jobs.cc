@@ -334,7 +334,15 @@ void op_watch(OpContext& ctx, const protocol::Request& req, Emit emit) {
   if (!id) return void(emit(reply_line(ctx, req, std::unexpected(id.error())), true));
   const Json rid = req.id;
   const int v = req.v;
-  const bool known = ctx.jobs.watch(*id, [rid, v, emit](const JobRecord& j) {
+  const bool known = ctx.jobs.watch(*id, [rid, v, emit](const JobRecord& j,
+                                                        JobQueue::WatchEvent event) {
+    if (event == JobQueue::WatchEvent::stopped)  // the watch ends before the job
+      return emit(protocol::reply_error(rid, ErrorKind::unavailable,
+                                        "ktuned is stopping; job " + j.id + " is " +
+                                            std::string(to_string(j.state)) +
+                                            " and resumes when ktuned starts again: watch it then",
+                                        v),
+                  true);
     const bool end =
         j.state == JobState::done || j.state == JobState::failed || j.state == JobState::cancelled;
     Json line = {{"v", v}, {"id", rid}, {"ok", true}};

@@ -115,7 +115,8 @@ TEST_F(JobQueueTest, WatchersSeeEveryChangeUntilTheEnd) {
   JobQueue q(m_store, 10);
   const auto id = q.submit(spec(16, 1))->job.id;
   std::vector<JobRecord> seen;
-  ASSERT_TRUE(q.watch(id, [&](const JobRecord& j) {
+  ASSERT_TRUE(q.watch(id, [&](const JobRecord& j, JobQueue::WatchEvent e) {
+    EXPECT_EQ(e, JobQueue::WatchEvent::changed);
     seen.push_back(j);
     return true;
   }));
@@ -129,7 +130,42 @@ TEST_F(JobQueueTest, WatchersSeeEveryChangeUntilTheEnd) {
   EXPECT_EQ(seen[1].state, JobState::running);
   EXPECT_EQ(seen[3].best, "b");
   EXPECT_EQ(seen[4].state, JobState::done);
-  EXPECT_FALSE(q.watch("nope", [](const JobRecord&) { return true; }));
+  EXPECT_FALSE(q.watch("nope", [](const JobRecord&, JobQueue::WatchEvent) { return true; }));
+  q.stop();
+  EXPECT_EQ(seen.size(), 5u) << "a watch that ended with its job is not called at stop";
+}
+
+// stop() ends the watches of queued jobs with one last `stopped` call; a running job's end when
+// its lane puts it back (then they can say it is queued); a watch that starts after stop() gets
+// the state and `stopped` at once.
+TEST_F(JobQueueTest, StopEndsEveryWatchOfAnUnfinishedJob) {
+  JobQueue q(m_store, 10);
+  const auto running = q.submit(spec(16, 1))->job.id;
+  const auto queued = q.submit(spec(32, 1))->job.id;
+  ASSERT_EQ(q.claim(classes(), 0)->id, running);
+  std::vector<std::pair<std::string, JobQueue::WatchEvent>> seen;
+  auto record = [&](const JobRecord& j, JobQueue::WatchEvent e) {
+    seen.emplace_back(j.id, e);
+    return true;
+  };
+  ASSERT_TRUE(q.watch(running, record));
+  ASSERT_TRUE(q.watch(queued, record));
+  ASSERT_EQ(seen.size(), 2u);
+  q.stop();
+  q.requeue(running);  // what a lane does when the daemon stops
+  using E = JobQueue::WatchEvent;
+  const std::vector<std::pair<std::string, E>> want = {{running, E::changed},
+                                                       {queued, E::changed},
+                                                       {queued, E::stopped},
+                                                       {running, E::changed},
+                                                       {running, E::stopped}};
+  EXPECT_EQ(seen, want);
+  ASSERT_TRUE(q.cancel(queued));  // a change a watcher would have seen
+  EXPECT_EQ(seen.size(), want.size()) << "no call after stopped";
+  seen.clear();
+  ASSERT_TRUE(q.watch(running, record));
+  EXPECT_EQ(seen,
+            (std::vector<std::pair<std::string, E>>{{running, E::changed}, {running, E::stopped}}));
 }
 
 TEST_F(JobQueueTest, ClaimWaitsForWorkAndStopWakesIt) {
