@@ -313,7 +313,8 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
       // Errors after which the daemon closes the connection.
       if (reply->error.kind == ErrorKind::frame_too_large ||
           reply->error.kind == ErrorKind::timeout ||
-          reply->error.kind == ErrorKind::too_many_connections)
+          reply->error.kind == ErrorKind::too_many_connections ||
+          (reply->error.kind == ErrorKind::unavailable && reply->id.is_null()))  // stopping
         disconnect_locked();
       return std::unexpected(reply->error);
     }

@@ -67,6 +67,10 @@ struct DaemonConfig {
   // A connection whose client accepts no reply byte for this long while replies wait is closed
   // (a client that pipelines requests and never reads). Default 30000.
   int write_stall_timeout_ms = 30000;
+  // On stop (SIGTERM), the time a connection has to receive the replies of requests already
+  // running (an import, a compile, a watch's last line) before it is closed. Keep it under the
+  // unit's TimeoutStopSec (30 s). Default 10000.
+  int drain_timeout_ms = 10000;
   // Memory for cached lookup answers, in bytes: 1/2 for the answers by (device, problem, limit),
   // 1/2 for the request lines holding them (lines over 4 KiB are never cached). Each entry is
   // charged its key, its content (a line: its answer, in full) and its bookkeeping; LRU evicts.

@@ -71,7 +71,7 @@ Server::Server(asio::io_context& io, const DaemonConfig& config, Dispatcher& dis
 }
 
 Server::~Server() {
-  close_all();
+  close_all(std::nullopt);
 }  // the io_context is no longer running here
 
 Result<void> Server::start() {
@@ -345,10 +345,12 @@ std::pair<int, std::string> Server::route_http(std::string_view target, std::str
 
 void Server::stop() {
   m_stopping = true;
-  asio::post(m_strand, [this] { close_all(); });
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(m_config.drain_timeout_ms);
+  asio::post(m_strand, [this, deadline] { close_all(deadline); });
 }
 
-void Server::close_all() {
+void Server::close_all(std::optional<std::chrono::steady_clock::time_point> drain_until) {
   boost::system::error_code ec;
   if (m_unix) m_unix->close(ec);
   if (m_tcp) m_tcp->close(ec);
@@ -358,8 +360,14 @@ void Server::close_all() {
     std::lock_guard lock(m_sessions_mutex);
     sessions.swap(m_sessions);
   }
-  for (auto& w : sessions)
-    if (auto s = w.lock()) s->close();
+  for (auto& w : sessions) {
+    auto s = w.lock();
+    if (!s) continue;
+    if (drain_until)
+      s->drain(*drain_until);
+    else
+      s->close();
+  }
   if (m_owns_socket_file) {
     std::error_code fec;
     std::filesystem::remove(m_config.socket_path, fec);

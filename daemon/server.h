@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <chrono>
 #include <functional>
 #include <list>
 #include <memory>
@@ -54,8 +55,10 @@ class Server {
   // Why the daemon is not ready ("" when it is), asked on every GET /readyz; /livez only says
   // the process answers. Unset: ready while not stopped.
   void set_readiness(std::function<std::string()> readiness) { m_readiness = std::move(readiness); }
-  // Stops accepting, closes every connection, removes the socket file. Safe from any thread
-  // (the work is posted to the server's strand); the io_context then runs out of work.
+  // Stops accepting and removes the socket file; each connection takes no further request,
+  // gets the replies of those already running, and closes (closed at server.drain_timeout_ms
+  // whatever is still owed). Safe from any thread (the work is posted to the server's strand);
+  // the io_contexts then run out of work.
   void stop();
 
   // Where the listeners ended up ("127.0.0.1:41234" when port 0 was asked for).
@@ -85,7 +88,8 @@ class Server {
   std::string admit(UnixSessionSocket& socket, Peer& peer);
   std::string admit(TcpSessionSocket& socket, Peer& peer);
 
-  void close_all();
+  // Closes the listeners; drains the connections until `drain_until`, or closes them (nullopt).
+  void close_all(std::optional<std::chrono::steady_clock::time_point> drain_until);
 
   boost::asio::io_context& next_session_context();
 

@@ -58,6 +58,22 @@ void Session<Socket>::close() {
 }
 
 template <typename Socket>
+void Session<Socket>::drain(std::chrono::steady_clock::time_point deadline) {
+  auto self = this->shared_from_this();
+  asio::post(m_socket.get_executor(), [self, deadline] {
+    if (self->m_done) return;
+    self->m_draining = true;
+    self->m_drain_deadline = deadline;
+    // The pending read ends (end of stream) and every later one at once; a pending write is
+    // left alone, unlike cancel().
+    boost::system::error_code ec;
+    self->m_socket.shutdown(Socket::shutdown_receive, ec);
+    self->m_read_signal.cancel();  // a reader paused by the bounds stops waiting
+    self->m_timer.cancel();        // the watchdog learns the deadline
+  });
+}
+
+template <typename Socket>
 void Session<Socket>::finish() {
   boost::system::error_code ec;
   m_done = true;
@@ -212,6 +228,18 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
   in.reserve(4096);
   boost::system::error_code ec;
   const size_t max_attachment = m_handler.max_attachment_bytes();
+  // Whether the line at hand may not run: the session is closing, or draining (then the line
+  // and those after it get one notice instead of replies).
+  auto stop_here = [this] {
+    if (m_done) return true;
+    if (!m_draining) return false;
+    m_metrics.count_error(ErrorKind::unavailable);
+    push_ready(protocol::reply_error(nullptr, ErrorKind::unavailable,
+                                     "ktuned is stopping: this request and any sent after it on "
+                                     "this connection were not run; closing the connection"),
+               true);
+    return true;
+  };
   try {
     while (!m_done) {
       // Answer every complete line in the buffer, in order.
@@ -235,10 +263,10 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
           co_await asio::post(m_socket.get_executor(), k_await);
           m_batching = true;
           turn = std::chrono::steady_clock::now();
-          if (m_done) {
-            fatal = true;
-            break;
-          }
+        }
+        if (stop_here()) {
+          fatal = true;
+          break;
         }
         answered = true;
         if (looks_like_http(line)) {  // a browser or curl: never run what follows
@@ -249,13 +277,13 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
         }
         if (must_pause()) {  // bounds: wait until replies drain
           write_ready();
-          while (!m_done && must_pause())
+          while (!m_done && !m_draining && must_pause())
             co_await m_read_signal.async_wait(asio::redirect_error(k_await, ec));
           m_batching = true;
-        }
-        if (m_done) {
-          fatal = true;
-          break;
+          if (stop_here()) {
+            fatal = true;
+            break;
+          }
         }
         auto attach = protocol::attachment_size(line, max_attachment);
         if (!attach) {
@@ -281,7 +309,8 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
                                     asio::redirect_error(k_await, ec));
           m_last_activity = std::chrono::steady_clock::now();
           m_batching = true;
-          if (ec) {
+          if (ec || m_draining) {  // the client left, or the daemon stops: not run
+            stop_here();
             fatal = true;
             break;
           }
@@ -291,15 +320,15 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
       const bool replied = write_ready();
       in.erase(0, std::min(pos, in.size()));
       if (fatal) break;
-      while (!m_done && must_pause())  // backpressure: stop reading
+      while (!m_done && !m_draining && must_pause())  // backpressure: stop reading
         co_await m_read_signal.async_wait(asio::redirect_error(k_await, ec));
-      if (m_done) break;
+      if (m_done || m_draining) break;  // a partial line left in the buffer was never a request
       // A client that waits for its replies sends nothing before it has them: a read tried now
       // (Asio tries every read at once, before asking epoll) fails, one recv per request wasted.
       // Behind the other handlers queued on this thread it usually finds the next request.
       if (replied) {
         co_await asio::post(m_socket.get_executor(), k_await);
-        if (m_done) break;
+        if (m_done || m_draining) break;
       }
       // Reads until a newline arrives (a partial line does not hold off the read deadline), what
       // the socket holds onto the buffer's tail without zero-filling it first; the loop above
@@ -415,9 +444,15 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::watchdog() {
   boost::system::error_code ec;
   while (!m_done) {
     const auto now = std::chrono::steady_clock::now();
+    if (now >= m_drain_deadline) {  // the daemon stops: what is still owed is not waited for
+      // Logged, not counted: the metrics port closes with the daemon.
+      log(LogLevel::warn, "drain_cut", {{"requests_owed", m_running}, {"unsent_bytes", m_unsent}});
+      finish();
+      co_return;
+    }
     // Wakes at least once per stall timeout: a write that starts after this wake-up cannot
     // pass its deadline before the next one.
-    auto wake = now + m_limits.write_stall_timeout;
+    auto wake = std::min(now + m_limits.write_stall_timeout, m_drain_deadline);
     if (m_writing) {
       const auto stalled_since = m_write_progress;
       if (now - stalled_since >= m_limits.write_stall_timeout) {
@@ -429,7 +464,7 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::watchdog() {
         finish();
         co_return;
       }
-      wake = stalled_since + m_limits.write_stall_timeout;
+      wake = std::min(wake, stalled_since + m_limits.write_stall_timeout);
     }
     if (!m_slots.empty() || m_reading_done || m_writing) {
       // Requests outstanding (a watch, a slow import) or a reply on its way (a big export to a

@@ -59,6 +59,11 @@ class SessionBase {
   virtual ~SessionBase() = default;
   // Closes the connection from any thread.
   virtual void close() = 0;
+  // From any thread, when the daemon stops: takes no further request, writes the replies of the
+  // requests already running as they complete, then closes; closes at `deadline` whatever is
+  // still owed. A request it read but did not run is answered by one `unavailable` line with id
+  // null (docs/protocol.md § Shutdown) before the close.
+  virtual void drain(std::chrono::steady_clock::time_point deadline) = 0;
 };
 
 // What one connection may hold up; from server.* keys (config/config.h).
@@ -84,6 +89,7 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   // Spawns the reader, the writer and the watchdog on the socket's executor.
   void start();
   void close() override;
+  void drain(std::chrono::steady_clock::time_point deadline) override;
 
  private:
   struct Slot {
@@ -144,6 +150,9 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   int m_read_skip = 0;    // reads left to go straight to async_read_some
   bool m_timed_out = false;
   bool m_reading_done = false;
+  bool m_draining = false;  // drain() was called: no further request runs
+  std::chrono::steady_clock::time_point m_drain_deadline =
+      std::chrono::steady_clock::time_point::max();
   std::atomic<bool> m_done{false};  // also read by reply callbacks on executor threads
 };
 

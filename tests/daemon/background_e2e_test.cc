@@ -252,6 +252,38 @@ TEST_F(BackgroundTest, KillMidJobResumesWithoutMeasuringTwice) {
     }
 }
 
+// SIGTERM mid-job: a watch of the job is answered `unavailable` (the job is back in the queue)
+// rather than cut off, the daemon exits 0, and the next start resumes the job to its end.
+TEST_F(BackgroundTest, StopEndsAWatchWithTheJobBackInTheQueue) {
+  const std::vector<std::string> env = {"FAKE_WORKER_DELAY_MS=150"};
+  auto d = daemon(1, {"tuning.gpu_policy=always"}, env);
+  ASSERT_TRUE(d->start());
+  Client client(options());
+  auto tuned = client.tune(k_fault, {});
+  ASSERT_TRUE(tuned) << tuned.error().message;
+  const std::string id = (*tuned)["job"]["id"].get<std::string>();
+  ASSERT_TRUE(eventually([&] { return job(id).value("trials", 0) >= 1; }));
+  std::atomic<int> events{0};
+  auto watched = std::async(std::launch::async, [&] {
+    Client w(options());
+    return w.watch(
+        id, [&](const Json&) { ++events; }, std::chrono::seconds(30));
+  });
+  ASSERT_TRUE(eventually([&] { return events.load() >= 1; }));  // the watch is in place
+  EXPECT_EQ(d->stop(), 0);
+  ASSERT_EQ(watched.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  auto ended = watched.get();
+  ASSERT_FALSE(ended) << ended->dump();
+  EXPECT_EQ(ended.error().kind, protocol::ErrorKind::unavailable) << ended.error().message;
+  EXPECT_EQ(ended.error().message, "ktuned is stopping; job " + id +
+                                       " is queued and resumes when ktuned starts again: "
+                                       "watch it then");
+  auto again = daemon(1, {"tuning.gpu_policy=always"}, env);
+  ASSERT_TRUE(again->start());
+  ASSERT_TRUE(eventually([&] { return job_in(id, {"done", "failed"}); })) << job(id).dump(2);
+  EXPECT_EQ(job(id)["state"], "done");
+}
+
 TEST_F(BackgroundTest, DuplicateRequestsShareAJobAndCancelStopsIt) {
   auto d = daemon(1, {"tuning.gpu_policy=always"}, {"FAKE_WORKER_DELAY_MS=200"});
   ASSERT_TRUE(d->start());
@@ -592,6 +624,58 @@ TEST_F(BackgroundTest, BigImportDoesNotStallCachedLookups) {
   EXPECT_LT(p99, 1000.0) << during.size() << " lookups, p50 " << during[during.size() / 2];
 #endif
   EXPECT_EQ(status()["winners"], k_records);
+}
+
+// SIGTERM right after a client has sent a large import: the import is either carried out and
+// answered ok, or not run and answered by the `unavailable` line (docs/protocol.md § Shutdown);
+// never committed without a reply, and the next start holds exactly what the reply said.
+TEST_F(BackgroundTest, AnImportInFlightAtStopIsAnsweredAndWhatItSaidHolds) {
+  constexpr int k_records = 20'000;
+  std::vector<WinnerRecord> records;
+  for (int i = 0; i < k_records; ++i) {
+    auto w = testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10 + i % 7);
+    w.ranked.resize(1);
+    records.push_back(std::move(w));
+  }
+  const std::string table = render_table(records, TableFormat::json);
+  const std::vector<std::string> sets = {
+      "tuning.gpu_policy=never",
+      "templates.dirs=" + builtin_template_dir() + ":" + k_test_templates};
+  auto d = daemon(1, sets);
+  ASSERT_TRUE(d->start());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, (m_dir / "ktuned.sock").c_str(), sizeof a.sun_path - 1);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string out =
+      R"({"v":2,"id":7,"op":"import","attach":)" + std::to_string(table.size()) + "}\n" + table;
+  for (size_t off = 0; off < out.size();) {  // returns once the daemon has taken most of it
+    const ssize_t n = ::write(fd, out.data() + off, out.size() - off);
+    ASSERT_GT(n, 0) << std::strerror(errno);
+    off += size_t(n);
+  }
+  EXPECT_EQ(d->stop(), 0);
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) reply.append(buf, size_t(n));
+  ::close(fd);
+  ASSERT_FALSE(reply.empty()) << "closed without a reply";
+  ASSERT_EQ(reply.back(), '\n');
+  const Json r = Json::parse(reply);  // one line
+  auto again = daemon(1, sets);
+  ASSERT_TRUE(again->start());
+  if (r["ok"] == true) {
+    EXPECT_EQ(r["id"], 7);
+    EXPECT_EQ(r["result"]["total"], k_records);
+    EXPECT_EQ(status()["winners"], k_records);
+    RecordProperty("outcome", "imported");
+  } else {
+    EXPECT_EQ(r["error"]["code"], "unavailable") << reply;
+    EXPECT_TRUE(r["id"].is_null()) << reply;
+    EXPECT_EQ(status()["winners"], 0);
+    RecordProperty("outcome", "not run");
+  }
 }
 
 }  // namespace

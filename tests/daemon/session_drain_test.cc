@@ -1,0 +1,160 @@
+// Session::drain(), what the daemon does to every connection on SIGTERM: requests already running
+// are answered, requests read but not run get one `unavailable` notice, and the connection closes,
+// at the deadline at the latest. A real Session over a socketpair, behind a handler that holds
+// every request until the test answers it.
+#include <poll.h>
+
+#include <boost/asio.hpp>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include "client/protocol.h"
+#include "daemon/session.h"
+#include "tests/fakes/eventually.h"
+
+namespace ktune {
+namespace {
+
+namespace asio = boost::asio;
+using Socket = UnixSessionSocket;
+using namespace std::chrono_literals;
+
+// Holds every request: the test answers them through emit(), from its own thread, as the
+// executor's threads do in the daemon.
+class HeldHandler final : public RequestHandler {
+ public:
+  bool append_fast(std::string_view, const Peer&, std::string&) override { return false; }
+  void handle(std::string_view line, std::string, const Peer&, Emit emit,
+              const Executor::Lane*) override {
+    std::lock_guard lock(m_mutex);
+    m_lines.emplace_back(line);
+    m_emits.push_back(std::move(emit));
+  }
+  size_t max_attachment_bytes() const override { return 1024; }
+
+  size_t held() const {
+    std::lock_guard lock(m_mutex);
+    return m_emits.size();
+  }
+  std::vector<std::string> lines() const {
+    std::lock_guard lock(m_mutex);
+    return m_lines;
+  }
+  // Answers request `i` with `text`; false when the session no longer takes replies.
+  bool answer(size_t i, const std::string& text) {
+    Emit emit;
+    {
+      std::lock_guard lock(m_mutex);
+      emit = m_emits.at(i);
+    }
+    return emit(text, true);
+  }
+
+ private:
+  mutable std::mutex m_mutex;
+  std::vector<std::string> m_lines;
+  std::vector<Emit> m_emits;
+};
+
+class SessionDrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Socket daemon_side(m_io);
+    asio::local::connect_pair(daemon_side, m_client);
+    auto session = std::make_shared<Session<Socket>>(std::move(daemon_side), m_handler, m_metrics,
+                                                     Peer{}, SessionLimits{});
+    m_session = session;
+    session->start();
+    m_thread = std::thread([this] { m_io.run(); });
+  }
+  void TearDown() override {
+    boost::system::error_code ec;
+    m_client.close(ec);
+    if (auto s = m_session.lock()) s->close();
+    m_thread.join();
+  }
+
+  void send(std::string_view bytes) { asio::write(m_client, asio::buffer(bytes)); }
+  // Calls drain() and returns once the session's thread has handled it (its post runs first).
+  void drain(std::chrono::steady_clock::duration within) {
+    m_session.lock()->drain(std::chrono::steady_clock::now() + within);
+    std::promise<void> handled;
+    asio::post(m_io, [&handled] { handled.set_value(); });
+    handled.get_future().wait();
+  }
+  // What the client reads until the daemon closes; "<no EOF>" appended after 10 s without it.
+  std::string read_to_eof() {
+    std::string out;
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+      pollfd p{m_client.native_handle(), POLLIN, 0};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          give_up - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || ::poll(&p, 1, int(left.count())) <= 0) return out + "<no EOF>";
+      char buf[4096];
+      boost::system::error_code ec;
+      const size_t n = m_client.read_some(asio::buffer(buf), ec);
+      out.append(buf, n);
+      if (ec) return out;
+    }
+  }
+
+  asio::io_context m_io{1};
+  Socket m_client{m_io};
+  HeldHandler m_handler;
+  Metrics m_metrics;
+  std::weak_ptr<Session<Socket>> m_session;
+  std::thread m_thread;
+};
+
+const std::string k_notice = protocol::reply_error(
+    nullptr, protocol::ErrorKind::unavailable,
+    "ktuned is stopping: this request and any sent after it on this connection were not run; "
+    "closing the connection");
+
+// Six pipelined requests: four run (the session's k_max_running), two wait. On drain the four
+// still get their replies, in order, then one notice stands for the two that never ran.
+TEST_F(SessionDrainTest, RunningRequestsAreAnsweredAndTheRestGetOneNotice) {
+  static_assert(Session<Socket>::k_max_running == 4);
+  send("a\nb\nc\nd\ne\nf\n");
+  ASSERT_TRUE(testing::eventually([&] { return m_handler.held() == 4; }));
+  drain(10s);
+  for (size_t i = 0; i < 4; ++i)
+    ASSERT_TRUE(m_handler.answer(i, std::string(1, char('A' + i)) + "\n"));
+  EXPECT_EQ(read_to_eof(), "A\nB\nC\nD\n" + k_notice);
+  EXPECT_EQ(m_handler.lines(), (std::vector<std::string>{"a", "b", "c", "d"}));
+  EXPECT_EQ(m_metrics.errors(), 1u);
+  EXPECT_TRUE(testing::eventually([&] { return m_session.expired(); }));
+}
+
+// Requests the client sends after the drain are never read, and a drained connection with nothing
+// owed closes at once, without a notice.
+TEST_F(SessionDrainTest, AnIdleConnectionClosesAtOnceAndLaterRequestsAreNotRun) {
+  send("a\n");
+  ASSERT_TRUE(testing::eventually([&] { return m_handler.held() == 1; }));
+  ASSERT_TRUE(m_handler.answer(0, "A\n"));
+  drain(1h);
+  boost::system::error_code ec;
+  asio::write(m_client, asio::buffer(std::string("b\n")), ec);  // may fail: the daemon may close
+  EXPECT_EQ(read_to_eof(), "A\n");
+  EXPECT_EQ(m_handler.lines(), std::vector<std::string>{"a"});
+  EXPECT_TRUE(testing::eventually([&] { return m_session.expired(); }));
+}
+
+// A request that outlives the deadline (a watch whose job never ends) does not hold the daemon:
+// the connection closes at the deadline, and the late reply goes nowhere.
+TEST_F(SessionDrainTest, TheDeadlineClosesWhatIsStillOwed) {
+  send("a\nb\n");
+  ASSERT_TRUE(testing::eventually([&] { return m_handler.held() == 2; }));
+  ASSERT_TRUE(m_handler.answer(0, "A\n"));
+  const auto start = std::chrono::steady_clock::now();
+  drain(200ms);
+  EXPECT_EQ(read_to_eof(), "A\n");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms) << "closed before the deadline";
+  EXPECT_TRUE(testing::eventually([&] { return !m_handler.answer(1, "B\n"); }));
+}
+
+}  // namespace
+}  // namespace ktune
