@@ -629,6 +629,54 @@ std::map<std::string, std::string> ktune_environment() {
   return out;
 }
 
+namespace {
+
+// Levenshtein distance, for suggestions between short names.
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// KTUNE_* variables read outside the key table: the data root (config/paths), the clients'
+// socket, the worker binary, and two test hooks (a fake NVML, a fleet outage).
+constexpr std::string_view k_other_environment[] = {"KTUNE_HOME", "KTUNE_SOCKET", "KTUNE_WORKER",
+                                                    "KTUNE_FAKE_NVML_DIR",
+                                                    "KTUNE_FLEET_TEST_OUTAGE_S"};
+
+}  // namespace
+
+std::vector<std::string> unknown_environment(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : env) {
+    if (std::ranges::find(k_other_environment, name) != std::end(k_other_environment)) continue;
+    std::string_view best;
+    size_t best_distance = 3;  // a typo or two, not another word
+    bool known = false;
+    for (const auto& spec : key_specs()) {
+      const size_t d = edit_distance(name, spec.key.env);
+      known = known || d == 0;
+      if (d < best_distance) {
+        best_distance = d;
+        best = spec.key.env;
+      }
+    }
+    if (known) continue;
+    out.push_back(name);
+    if (!best.empty()) out.back() += " (did you mean " + std::string(best) + "?)";
+  }
+  return out;
+}
+
 Result<void> apply_config_env(DaemonConfig& config, const std::map<std::string, std::string>& env) {
   DaemonConfig next = config;
   for (const auto& spec : key_specs()) {

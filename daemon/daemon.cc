@@ -202,7 +202,8 @@ void raise_fd_limit(const DaemonConfig& config) {
 int run_daemon(const DaemonFlags& given) {
   DaemonFlags flags = given;
   flags.config_file = find_config_file(given.config_file, ConfigSearch::from_environment());
-  auto config = build_config(flags, ktune_environment());
+  const auto environment = ktune_environment();
+  auto config = build_config(flags, environment);
   if (!config) {
     std::fprintf(stderr, "ktuned: %s\n", config.error().message.c_str());
     return 1;
@@ -219,6 +220,8 @@ int run_daemon(const DaemonFlags& given) {
   if (!config->log_file.empty())
     if (auto ok = log_to_file(config->log_file); !ok) return fatal(ok.error().message);
   log_setup(config->log_level, config->log_format);
+  for (const auto& name : unknown_environment(environment))
+    log(LogLevel::warn, "unknown_environment", {{"variable", name}, {"effect", "none"}});
 
   if (flags.recover) return run_recovery(*config);
   raise_fd_limit(*config);

@@ -73,6 +73,24 @@ TEST(ConfigTest, UnknownKeySuggestsTheRightSection) {
             "k.yaml:2: tuning.nearest_radius: unknown key (did you mean 'lookup.nearest_radius'?)");
 }
 
+// A misspelt override would be ignored in silence: the daemon names it, with the closest one.
+TEST(ConfigTest, UnknownEnvironmentVariablesAreNamedWithTheClosestOverride) {
+  const std::map<std::string, std::string> env = {
+      {"KTUNE_NEAREST_RADUIS", "3"},  // two letters swapped
+      {"KTUNE_NEAREST_RADIUS", "2"},  // a key's override
+      {"KTUNE_SOCKET", "/tmp/s"},     // the clients'
+      {"KTUNE_HOME", "/tmp/h"},      {"KTUNE_LOG_LEVL", "debug"},
+      {"KTUNE_SOMETHING_ELSE", "1"},  // nothing near
+  };
+  EXPECT_EQ(unknown_environment(env),
+            (std::vector<std::string>{"KTUNE_LOG_LEVL (did you mean KTUNE_LOG_LEVEL?)",
+                                      "KTUNE_NEAREST_RADUIS (did you mean KTUNE_NEAREST_RADIUS?)",
+                                      "KTUNE_SOMETHING_ELSE"}));
+  std::map<std::string, std::string> every_override;
+  for (const auto& key : config_keys()) every_override.emplace(std::string(key.env), "x");
+  EXPECT_TRUE(unknown_environment(every_override).empty());
+}
+
 TEST(ConfigTest, UnknownSection) {
   DaemonConfig c = default_config();
   auto r = apply_config_yaml(c, "servr:\n  socket: /x\n", "k.yaml");
