@@ -155,6 +155,16 @@ bool Session<Socket>::write_ready() {
 }
 
 template <typename Socket>
+void Session<Socket>::push_timeout_notice() {
+  m_metrics.count_error(ErrorKind::timeout);
+  push_ready(protocol::reply_error(nullptr, ErrorKind::timeout,
+                                   "no complete request within " +
+                                       std::to_string(m_limits.read_timeout.count()) +
+                                       " ms; closing the connection"),
+             true);
+}
+
+template <typename Socket>
 bool Session<Socket>::try_read_now() {
   if (m_read_skip == 0) return true;
   --m_read_skip;
@@ -309,8 +319,11 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
                                     asio::redirect_error(k_await, ec));
           m_last_activity = std::chrono::steady_clock::now();
           m_batching = true;
-          if (ec || m_draining) {  // the client left, or the daemon stops: not run
-            stop_here();
+          if (ec || m_draining) {  // the client left or stalled, or the daemon stops: not run
+            if (ec == asio::error::operation_aborted && m_timed_out)
+              push_timeout_notice();
+            else
+              stop_here();
             fatal = true;
             break;
           }
@@ -374,12 +387,7 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
         break;
       }
       if (ec == asio::error::operation_aborted && m_timed_out) {
-        m_metrics.count_error(ErrorKind::timeout);
-        push_ready(protocol::reply_error(nullptr, ErrorKind::timeout,
-                                         "no complete request within " +
-                                             std::to_string(m_limits.read_timeout.count()) +
-                                             " ms; closing the connection"),
-                   true);
+        push_timeout_notice();
         break;
       }
       if (ec) break;  // EOF, reset, closed by stop()

@@ -108,6 +108,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   boost::asio::awaitable<void, SessionExecutor> watchdog();
   // Queues a complete reply (error lines, fast answers) behind the outstanding ones.
   void push_ready(std::string line, bool close);
+  // The read deadline passed (a request line or its attachment incomplete): the closing notice.
+  void push_timeout_notice();
   // Runs one request line (and its attachment, if it announced one) through the handler.
   void dispatch(std::string_view line, std::string attachment);
   void wake_writer() { m_write_signal.cancel(); }

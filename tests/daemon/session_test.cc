@@ -1,7 +1,8 @@
-// Session::drain(), what the daemon does to every connection on SIGTERM: requests already running
-// are answered, requests read but not run get one `unavailable` notice, and the connection closes,
-// at the deadline at the latest. A real Session over a socketpair, behind a handler that holds
-// every request until the test answers it.
+// A real Session over a socketpair, behind a handler that holds every request until the test
+// answers it: drain(), what the daemon does to every connection on SIGTERM (requests already
+// running are answered, requests read but not run get one `unavailable` notice, and the
+// connection closes, at the deadline at the latest), and the read deadline's notice.
+// (The framing as a whole is checked against a model by tests/fuzz/fuzz_frame.cc.)
 #include <poll.h>
 
 #include <boost/asio.hpp>
@@ -58,13 +59,14 @@ class HeldHandler final : public RequestHandler {
   std::vector<Emit> m_emits;
 };
 
-class SessionDrainTest : public ::testing::Test {
+class SessionTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  // Starts the session and the thread that runs it.
+  void open(SessionLimits limits = {}) {
     Socket daemon_side(m_io);
     asio::local::connect_pair(daemon_side, m_client);
     auto session = std::make_shared<Session<Socket>>(std::move(daemon_side), m_handler, m_metrics,
-                                                     Peer{}, SessionLimits{});
+                                                     Peer{}, limits);
     m_session = session;
     session->start();
     m_thread = std::thread([this] { m_io.run(); });
@@ -73,7 +75,7 @@ class SessionDrainTest : public ::testing::Test {
     boost::system::error_code ec;
     m_client.close(ec);
     if (auto s = m_session.lock()) s->close();
-    m_thread.join();
+    if (m_thread.joinable()) m_thread.join();
   }
 
   void send(std::string_view bytes) { asio::write(m_client, asio::buffer(bytes)); }
@@ -116,7 +118,8 @@ const std::string k_notice = protocol::reply_error(
 
 // Six pipelined requests: four run (the session's k_max_running), two wait. On drain the four
 // still get their replies, in order, then one notice stands for the two that never ran.
-TEST_F(SessionDrainTest, RunningRequestsAreAnsweredAndTheRestGetOneNotice) {
+TEST_F(SessionTest, DrainAnswersRunningRequestsAndGivesTheRestOneNotice) {
+  open();
   static_assert(Session<Socket>::k_max_running == 4);
   send("a\nb\nc\nd\ne\nf\n");
   ASSERT_TRUE(testing::eventually([&] { return m_handler.held() == 4; }));
@@ -131,7 +134,8 @@ TEST_F(SessionDrainTest, RunningRequestsAreAnsweredAndTheRestGetOneNotice) {
 
 // Requests the client sends after the drain are never read, and a drained connection with nothing
 // owed closes at once, without a notice.
-TEST_F(SessionDrainTest, AnIdleConnectionClosesAtOnceAndLaterRequestsAreNotRun) {
+TEST_F(SessionTest, DrainClosesAnIdleConnectionAtOnceAndRunsNoLaterRequest) {
+  open();
   send("a\n");
   ASSERT_TRUE(testing::eventually([&] { return m_handler.held() == 1; }));
   ASSERT_TRUE(m_handler.answer(0, "A\n"));
@@ -145,7 +149,8 @@ TEST_F(SessionDrainTest, AnIdleConnectionClosesAtOnceAndLaterRequestsAreNotRun) 
 
 // A request that outlives the deadline (a watch whose job never ends) does not hold the daemon:
 // the connection closes at the deadline, and the late reply goes nowhere.
-TEST_F(SessionDrainTest, TheDeadlineClosesWhatIsStillOwed) {
+TEST_F(SessionTest, DrainClosesAtTheDeadlineWhatIsStillOwed) {
+  open();
   send("a\nb\n");
   ASSERT_TRUE(testing::eventually([&] { return m_handler.held() == 2; }));
   ASSERT_TRUE(m_handler.answer(0, "A\n"));
@@ -154,6 +159,20 @@ TEST_F(SessionDrainTest, TheDeadlineClosesWhatIsStillOwed) {
   EXPECT_EQ(read_to_eof(), "A\n");
   EXPECT_GE(std::chrono::steady_clock::now() - start, 150ms) << "closed before the deadline";
   EXPECT_TRUE(testing::eventually([&] { return !m_handler.answer(1, "B\n"); }));
+}
+
+// A request line whose attachment stops arriving: at the read deadline the client is told why
+// the connection closes, as for an incomplete line, and the request is not run.
+TEST_F(SessionTest, AnIncompleteAttachmentGetsTheReadDeadlinesNotice) {
+  SessionLimits limits;
+  limits.read_timeout = 200ms;
+  open(limits);
+  send("{\"op\":\"import\",\"attach\":10}\nabc");
+  EXPECT_EQ(read_to_eof(), protocol::reply_error(nullptr, protocol::ErrorKind::timeout,
+                                                 "no complete request within 200 ms; closing "
+                                                 "the connection"));
+  EXPECT_TRUE(m_handler.lines().empty());
+  EXPECT_EQ(m_metrics.errors(), 1u);
 }
 
 }  // namespace
