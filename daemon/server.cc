@@ -299,28 +299,45 @@ asio::awaitable<void> Server::serve_http(tcp::socket socket) {
   parser.body_limit(8192);
   boost::system::error_code ec;
   co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
-  if (ec) {
-    stream.socket().close(ec);
-    co_return;
-  }
-  const auto& request = parser.get();
   http::response<http::string_body> response;
-  response.version(request.version());
   response.keep_alive(false);
   std::string content_type = "text/plain; charset=utf-8";
-  if (request.method() != http::verb::get) {
+  if (ec == http::error::header_limit) {
+    response.result(http::status::request_header_fields_too_large);
+    response.body() = "request header over 8 KiB\n";
+  } else if (ec == http::error::body_limit) {
+    response.result(http::status::payload_too_large);
+    response.body() = "request body over 8 KiB\n";
+  } else if (ec && ec.category() == http::make_error_code(http::error::bad_target).category() &&
+             ec != http::error::end_of_stream && ec != http::error::partial_message) {
+    // Not HTTP/1.x: the client learns why rather than seeing the connection drop.
+    response.result(http::status::bad_request);
+    response.body() = "malformed HTTP request (" + ec.message() + ")\n";
+  } else if (ec) {  // the peer left, or the 5 s deadline passed: no one to answer
+    stream.socket().close(ec);
+    co_return;
+  } else if (const auto& request = parser.get(); request.method() != http::verb::get) {
+    response.version(request.version());
     response.result(http::status::method_not_allowed);
     response.set(http::field::allow, "GET");
     response.body() = "method not allowed: only GET (/metrics, /livez, /readyz, /report)\n";
   } else {
+    response.version(request.version());
     auto [status, body] = route_http(request.target(), content_type);
     response.result(static_cast<http::status>(status));
     response.body() = std::move(body);
   }
   response.set(http::field::content_type, content_type);
   response.prepare_payload();
+  // After a request read only in part, what the client still sends is read and dropped until it
+  // closes (within the 5 s deadline): closing with unread bytes would reset the connection, and
+  // the reset can discard the response before the client reads it.
+  const bool unread = bool(ec);
   co_await http::async_write(stream, response, asio::redirect_error(asio::use_awaitable, ec));
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  for (char sink[1024]; unread && !ec;)
+    co_await stream.async_read_some(asio::buffer(sink),
+                                    asio::redirect_error(asio::use_awaitable, ec));
   stream.socket().close(ec);
 }
 

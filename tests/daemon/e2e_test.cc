@@ -73,22 +73,26 @@ std::string raw_read_line(int fd) {
   return out;
 }
 
-// A minimal HTTP/1.0 GET against 127.0.0.1:port; returns the whole response.
-std::string http_get(int port, const std::string& path) {
+// Sends `request` to 127.0.0.1:port and returns the whole response.
+std::string http_send(int port, const std::string& request) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(std::uint16_t(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return "connect failed";
-  const std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-  ::send(fd, req.data(), req.size(), 0);
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   std::string out;
   char buf[4096];
   ssize_t n;
   while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) out.append(buf, size_t(n));
   ::close(fd);
   return out;
+}
+
+// A minimal HTTP/1.0 GET against 127.0.0.1:port; returns the whole response.
+std::string http_get(int port, const std::string& path) {
+  return http_send(port, "GET " + path + " HTTP/1.0\r\n\r\n");
 }
 
 class EndToEndTest : public ::testing::Test {
@@ -354,6 +358,16 @@ TEST_F(EndToEndTest, MetricsAndHealthOverHttp) {
   EXPECT_GT(testing::prometheus_counter(body, "process_start_time_seconds"), 1'700'000'000);
   EXPECT_NE(http_get(std::stoi(port), "/livez").find("\r\n\r\nok"), std::string::npos);
   EXPECT_NE(http_get(std::stoi(port), "/nope").find("404"), std::string::npos);
+  // What is not a GET it can answer is told why, not dropped.
+  const auto status_line = [&](const std::string& request) {
+    const std::string r = http_send(std::stoi(port), request);
+    return r.substr(0, r.find("\r\n"));
+  };
+  EXPECT_EQ(status_line("GARBAGE\r\n\r\n"), "HTTP/1.1 400 Bad Request");
+  EXPECT_EQ(status_line("GET /livez HTTP/1.1\r\nX-Big: " + std::string(9000, 'a') + "\r\n\r\n"),
+            "HTTP/1.1 431 Request Header Fields Too Large");
+  EXPECT_EQ(status_line("POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"),
+            "HTTP/1.1 405 Method Not Allowed");
 }
 
 // A number beyond a double or bytes that are not UTF-8 get one error line; the replies pipelined
