@@ -14,6 +14,8 @@
 #include <sstream>
 #include <variant>
 
+#include "config/text.h"
+
 extern char** environ;
 
 namespace ktune {
@@ -335,8 +337,7 @@ Result<void> check_string(const KeySpec& spec, const std::string& v) {
       const auto& choices = spec.key.choices;
       if (std::find(choices.begin(), choices.end(), v) != choices.end()) return {};
       // "unknown strategy 'genetic' (exhaustive, random, anneal, model)"
-      std::string list;
-      for (std::string_view c : choices) list += (list.empty() ? "" : ", ") + std::string(c);
+      const std::string list = joined(choices);
       const std::string_view name = spec.key.name.substr(spec.key.name.rfind('.') + 1);
       return fail(ErrorCode::invalid_argument,
                   "unknown " + std::string(name) + " '" + v + "' (" + list + ")");

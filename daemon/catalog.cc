@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "config/log.h"
+#include "config/text.h"
 #include "templates/space.h"
 
 namespace ktune {
@@ -72,10 +73,8 @@ Result<void> Catalog::check_record(const WinnerRecord& r, const TemplateRegistry
         break;
       }
     if (!any) return bad("problem.op: no installed template implements '" + p.op + "'");
-    std::string want;
-    for (const auto& n : any->manifest.dims) want += (want.empty() ? "" : ", ") + n;
-    std::string got;
-    for (const auto& [n, _] : p.dims) got += (got.empty() ? "" : ", ") + n;
+    const std::string want = joined(any->manifest.dims);
+    const std::string got = joined(p.dims | std::views::keys);
     if (got != want)
       return bad("problem.dims: " + p.op + " takes dims " + want + ", in that order");
     return bad("problem: no installed template implements " + p.describe() + " on sm_" +

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "config/log.h"
+#include "config/text.h"
 #include "daemon/catalog.h"
 #include "daemon/dispatcher.h"
 #include "daemon/fleet/sync.h"
@@ -86,12 +87,6 @@ Result<ImportReport> seed(Catalog& catalog, const std::string& path) {
   return report;
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ",") + n;
-  return s;
-}
-
 }  // namespace
 
 std::string file_text(const std::string& path) {
@@ -137,9 +132,9 @@ void reload(const DaemonConfig& config, Catalog& catalog, Metrics& metrics,
   } else if (!changes->empty()) {
     templates_result = "swapped";
     log(LogLevel::info, "templates_swapped",
-        {{"added", joined(changes->added)},
-         {"changed", joined(changes->changed)},
-         {"removed", joined(changes->removed)}});
+        {{"added", joined(changes->added, {}, ",")},
+         {"changed", joined(changes->changed, {}, ",")},
+         {"removed", joined(changes->removed, {}, ",")}});
   }
   size_t merged = 0, added = 0, replaced = 0, failed = 0;
   for (const auto& table : config.seed_tables) {

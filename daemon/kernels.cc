@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "config/text.h"
 #include "daemon/launch.h"
 #include "store/records.h"
 #include "templates/space.h"
@@ -14,12 +15,6 @@ using protocol::Json;
 
 constexpr size_t k_max_log = 4000;  // bytes of an NVRTC log quoted in an error
 
-std::string joined(const std::vector<std::int64_t>& values) {
-  std::string s;
-  for (auto v : values) s += (s.empty() ? "" : ", ") + std::to_string(v);
-  return s;
-}
-
 }  // namespace
 
 // Every param named once, known to the template and inside its domain.
@@ -29,16 +24,16 @@ protocol::Expected<Params> checked_params(
   for (const auto& [name, value] : given) {
     const ParamDomain* d = m.param(name);
     if (!d) {
-      std::string names;
-      for (const auto& p : m.params) names += (names.empty() ? "" : ", ") + p.name;
-      return protocol::error(ErrorKind::bad_request, "template " + m.name + " has no param " +
-                                                         name + " (its params: " + names + ")");
+      return protocol::error(ErrorKind::bad_request,
+                             "template " + m.name + " has no param " + name +
+                                 " (its params: " + joined(m.params, &ParamDomain::name) + ")");
     }
     if (std::find(d->values.begin(), d->values.end(), value) == d->values.end())
-      return protocol::error(ErrorKind::bad_request, "params." + name + " = " +
-                                                         std::to_string(value) +
-                                                         " is outside template " + m.name +
-                                                         "'s space (" + joined(d->values) + ")");
+      return protocol::error(
+          ErrorKind::bad_request,
+          "params." + name + " = " + std::to_string(value) + " is outside template " + m.name +
+              "'s space (" + joined(d->values, [](std::int64_t v) { return std::to_string(v); }) +
+              ")");
     if (!params.emplace(name, value).second)
       return protocol::error(ErrorKind::bad_request, "params." + name + " given twice");
   }
@@ -73,10 +68,10 @@ protocol::Expected<KernelService::Validated> KernelService::validate(
   const auto& [dev, limits] = *device;
   const KernelTemplate* t = templates->find(r.template_name);
   if (!t) {
-    std::string names;
-    for (const auto& x : templates->all()) names += (names.empty() ? "" : ", ") + x->name();
     return protocol::error(ErrorKind::not_found,
-                           "unknown template '" + r.template_name + "' (installed: " + names + ")");
+                           "unknown template '" + r.template_name + "' (installed: " +
+                               joined(templates->all(), [](const auto& x) { return x->name(); }) +
+                               ")");
   }
   if (!r.template_hash.empty() && r.template_hash != t->hash)
     return protocol::error(ErrorKind::not_found,

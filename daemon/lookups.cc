@@ -6,6 +6,7 @@
 #include <ctime>
 #include <utility>
 
+#include "config/text.h"
 #include "daemon/launch.h"
 #include "daemon/plain_line.h"
 #include "templates/space.h"
@@ -298,8 +299,7 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
   const WinnerIndex& index = m_catalog.index();
   if (name.empty()) {
     if (m_node.gpus.empty()) {
-      std::string known;
-      for (const auto& id : index.device_ids()) known += (known.empty() ? "" : ", ") + id;
+      const std::string known = joined(index.device_ids());
       // Names no field or flag: the CLI says --device, a wire client "device".
       return protocol::error(ErrorKind::unavailable,
                              "this node has no GPU (" + m_node.gpu_error +
@@ -347,9 +347,8 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
     if (tier->size() > 1 && tier != &whole) break;  // ambiguous here: no looser tier can decide
   }
   if (auto d = parse_device_class_id(name)) return std::make_pair(*d, m_node.limits_for(*d));
-  std::string list;
-  for (const auto& k : (contained.empty() ? known : contained))
-    list += (list.empty() ? "" : ", ") + k.first.id();
+  const std::string list =
+      joined(contained.empty() ? known : contained, [](const auto& k) { return k.first.id(); });
   return protocol::error(ErrorKind::not_found,
                          "device class '" + name + "' " +
                              (contained.empty() ? "is unknown" : "is ambiguous: it matches") +
@@ -392,9 +391,7 @@ protocol::Expected<Problem> LookupService::canonical_problem(
              std::find(names.begin(), names.end(), spec.dims[i].first) != names.end();
     for (size_t i = 0; i < names.size() && same; ++i) same = given_has(names[i], spec.dims.size());
     if (!same) {
-      std::string want;
-      for (const auto& n : names) want += (want.empty() ? "" : ", ") + n;
-      return protocol::error(ErrorKind::invalid_problem, spec.op + " takes dims " + want);
+      return protocol::error(ErrorKind::invalid_problem, spec.op + " takes dims " + joined(names));
     }
     for (const auto& n : names)
       for (const auto& d : spec.dims)

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "config/log.h"
+#include "config/text.h"
 
 namespace ktune {
 namespace {
@@ -172,9 +173,7 @@ std::string PinTable::names() const {
 }
 
 std::string PinTable::names_locked() const {
-  std::string s;
-  for (const auto& [name, _] : m_pins) s += (s.empty() ? "" : ", ") + name;
-  return s.empty() ? "none" : s;
+  return m_pins.empty() ? "none" : joined(m_pins | std::views::keys);
 }
 
 }  // namespace ktune

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "config/text.h"
+
 namespace ktune {
 
 rocksdb::Options store_db_options() {
@@ -52,9 +54,7 @@ std::string StoreFiles::describe() const {
   if (!manifests.empty()) parts.push_back(count(manifests.size(), "MANIFEST", "MANIFESTs"));
   if (!options.empty()) parts.push_back(count(options.size(), "OPTIONS file", "OPTIONS files"));
   if (!unknown.empty()) parts.push_back(count(unknown.size(), "other file", "other files"));
-  std::string out;
-  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
-  return out.empty() ? "nothing" : out;
+  return parts.empty() ? "nothing" : joined(parts);
 }
 
 Result<StoreFiles> list_store_files(const std::string& path) {

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "config/text.h"
 #include "store/log_replay_check.h"
 #include "store/records.h"
 #include "store/rocksdb_layout.h"
@@ -26,9 +27,7 @@ rocksdb::WriteOptions write_options(Durability d) {
 
 // A directory that holds no database but files of someone else's is not ours to fill.
 Error not_a_store(const std::string& path, const StoreFiles& files) {
-  std::string names;
-  for (size_t i = 0; i < files.unknown.size() && i < 3; ++i)
-    names += (i ? ", " : "") + files.unknown[i];
+  std::string names = joined(files.unknown | std::views::take(3));
   if (files.unknown.size() > 3) names += ", ...";
   return Error{ErrorCode::invalid_argument,
                path + ": not empty and holds no ktune store (" + names +

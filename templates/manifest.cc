@@ -11,6 +11,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "config/text.h"
+
 namespace ktune {
 namespace {
 
@@ -78,8 +80,7 @@ class Parser {
     for (const auto& kv : n) {
       const std::string k = kv.first.Scalar();
       if (std::none_of(keys.begin(), keys.end(), [&](const char* a) { return k == a; })) {
-        std::string known;
-        for (const char* a : keys) known += std::string(known.empty() ? "" : ", ") + a;
+        const std::string known = joined(keys);
         fail_at(kv.first, where.empty() ? k : where + "." + k,
                 "unknown key (known: " + known + ")");
       }

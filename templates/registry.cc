@@ -10,6 +10,7 @@
 #include <set>
 #include <sstream>
 
+#include "config/text.h"
 #include "templates/space.h"
 
 namespace ktune {
@@ -134,9 +135,7 @@ std::vector<const KernelTemplate*> TemplateRegistry::for_problem(const Problem& 
 }
 
 std::string TemplateRegistry::joined_ops() const {
-  std::string s;
-  for (const auto& op : ops()) s += (s.empty() ? "" : ", ") + op;
-  return s;
+  return joined(ops());
 }
 
 std::vector<std::string> TemplateRegistry::ops() const {
@@ -161,11 +160,6 @@ std::string TemplateRegistry::default_layout(std::string_view op) const {
 
 namespace {
 
-std::string joined(const std::set<std::string>& items) {
-  std::string s;
-  for (const auto& i : items) s += (s.empty() ? "" : ", ") + i;
-  return s;
-}
 
 }  // namespace
 
@@ -200,8 +194,7 @@ std::string TemplateRegistry::why_unsupported(const Problem& p, int cc) const {
   if (of_op.empty())
     return p.op + " " + p.dtype + " has no out_dtype '" + p.out_dtype +
            "' (out_dtypes: " + joined(out_dtypes) + ")";
-  std::string want;
-  for (const auto& d : of_op.front()->dims) want += (want.empty() ? "" : ", ") + d;
+  const std::string want = joined(of_op.front()->dims);
   std::erase_if(of_op,
                 [&](const Manifest* m) { return !m->supports(p, cc >= 0 ? cc : m->min_cc); });
   if (of_op.empty()) return p.op + " takes dims " + want;

@@ -6,6 +6,8 @@
 #include <map>
 #include <optional>
 
+#include "config/text.h"
+
 namespace ktune {
 namespace {
 
@@ -242,16 +244,13 @@ Result<void> eval_args(Evaluator& ev, const Manifest& m, const Problem& p,
 
 // "BLOCK_M, BLOCK_N, ..." in manifest order.
 std::string param_names(const Manifest& m) {
-  std::string s;
-  for (const ParamDomain& p : m.params) s += (s.empty() ? "" : ", ") + p.name;
-  return s;
+  return joined(m.params, &ParamDomain::name);
 }
 
 // "64, 128, 256" (the first 16 values, then how many more).
 std::string domain_text(const ParamDomain& p) {
-  std::string s;
-  for (size_t i = 0; i < p.values.size() && i < 16; ++i)
-    s += (i ? ", " : "") + std::to_string(p.values[i]);
+  std::string s =
+      joined(p.values | std::views::take(16), [](std::int64_t v) { return std::to_string(v); });
   if (p.values.size() > 16) s += ", ... " + std::to_string(p.values.size() - 16) + " more";
   return s;
 }

@@ -4,6 +4,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "config/text.h"
+
 namespace ktune {
 
 namespace {
@@ -38,8 +40,7 @@ Verdict classify(const Result<GpuActivity>& sample, std::span<const std::uint32_
   }
   if (!foreign.empty()) {
     std::sort(foreign.begin(), foreign.end());
-    std::string list = std::to_string(foreign[0]);
-    for (std::size_t i = 1; i < foreign.size(); ++i) list += ", " + std::to_string(foreign[i]);
+    const std::string list = joined(foreign, [](auto pid) { return std::to_string(pid); });
     return {false,
             (foreign.size() > 1 ? "foreign processes " : "foreign process ") + list + " on GPU"};
   }

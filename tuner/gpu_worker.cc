@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "config/text.h"
 #include "tuner/device_kernels.h"
 
 namespace ktune {
@@ -97,9 +98,7 @@ CUtensorMapL2promotion tensor_map_l2(TensorMapL2Promotion p) {
 // "dims [4096, 1000] strides [8192] box [64, 128] swizzle 128B" for error messages.
 std::string describe_map(const TensorMapValue& m) {
   auto list = [](const auto& v) {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-    return s + "]";
+    return "[" + joined(v, [](auto x) { return std::to_string(x); }) + "]";
   };
   return "dims " + list(m.dims) + " strides " + list(m.strides) + " box " + list(m.box) +
          " element_strides " + list(m.element_strides) + " swizzle " +

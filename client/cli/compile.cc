@@ -27,6 +27,7 @@
 #include "client/cli/output.h"
 #include "client/cli/table.h"
 #include "config/config.h"
+#include "config/text.h"
 #include "store/table_io.h"
 #include "templates/registry.h"
 #include "templates/space.h"
@@ -176,9 +177,9 @@ std::expected<CompilePlan, int> plan_compile(const Common& c, const CompileArgs&
   CompilePlan plan;
   plan.tmpl = reg.find(a.template_name);
   if (!plan.tmpl) {
-    std::string names;
-    for (const auto& x : reg.all()) names += (names.empty() ? "" : ", ") + x->name();
-    std::string message = "no template '" + a.template_name + "' (have: " + names + ")";
+    std::string message = "no template '" + a.template_name +
+                          "' (have: " + joined(reg.all(), [](const auto& x) { return x->name(); }) +
+                          ")";
     for (const auto& e : reg.errors()) message += "\n  skipped: " + e.message;
     return std::unexpected(report_failure(c.json, Exit::not_found, "not_found", message));
   }
@@ -209,15 +210,10 @@ std::expected<CompilePlan, int> plan_compile(const Common& c, const CompileArgs&
   if (auto ok = validate_problem(p); !ok)
     return std::unexpected(
         report_failure(c.json, Exit::invalid, "invalid_problem", ok.error().message));
-  auto list = [](const std::vector<std::string>& v) {
-    std::string s;
-    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-    return s;
-  };
   if (std::find(m.dtypes.begin(), m.dtypes.end(), p.dtype) == m.dtypes.end())
     return std::unexpected(report_failure(
         c.json, Exit::usage, "usage",
-        "--dtype: template " + m.name + " takes " + list(m.dtypes) + ", not '" + p.dtype + "'"));
+        "--dtype: template " + m.name + " takes " + joined(m.dtypes) + ", not '" + p.dtype + "'"));
   if (!a.config.empty()) {
     auto params = parse_params(a.config);
     if (!params) return std::unexpected(usage(c.json, "--config: " + params.error().message));

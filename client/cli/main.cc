@@ -10,6 +10,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/completion.h"
 #include "client/cli/output.h"
+#include "config/text.h"
 #include "ktune_version.h"
 #include "tuner/strategy/registry.h"
 
@@ -58,12 +59,12 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
       continue;
     }
     if (word.starts_with("-")) continue;
-    std::string names;
-    for (const CLI::App* sub : app.get_subcommands({})) {
+    const auto subs = app.get_subcommands({});
+    for (const CLI::App* sub : subs)
       if (sub->get_name() == word) return "";
-      names += (names.empty() ? "" : ", ") + sub->get_name();
-    }
-    return "unknown command '" + word + "' (commands: " + names + ")";
+    return "unknown command '" + word +
+           "' (commands: " + ktune::joined(subs, [](const CLI::App* s) { return s->get_name(); }) +
+           ")";
   }
   return "";
 }

@@ -2,6 +2,7 @@
 // (daemon/jobs/); these handlers only queue, list, cancel and stream them.
 #include <yaml-cpp/yaml.h>
 
+#include "config/text.h"
 #include "daemon/jobs/queue.h"
 #include "daemon/jobs/scheduler.h"
 #include "daemon/kernels.h"
@@ -30,10 +31,8 @@ protocol::Expected<std::string> job_strategy(OpContext& ctx, const Json& body) {
   if (!strategy) return std::unexpected(strategy.error());
   const auto names = strategy_names();
   if (std::find(names.begin(), names.end(), *strategy) == names.end()) {
-    std::string list;
-    for (const auto& n : names) list += (list.empty() ? "" : ", ") + std::string(n);
     return protocol::error(ErrorKind::bad_request,
-                           "unknown strategy '" + *strategy + "' (" + list + ")");
+                           "unknown strategy '" + *strategy + "' (" + joined(names) + ")");
   }
   return *strategy;
 }
@@ -114,8 +113,8 @@ protocol::Expected<Target> tunable(OpContext& ctx, const protocol::ProblemSpec& 
   if (!device) return std::unexpected(device.error());
   const std::string id = device->first.id();
   if (!ctx.scheduler || !ctx.scheduler->can_tune(id)) {
-    std::string have;
-    for (const auto& g : ctx.node.gpus) have += (have.empty() ? "" : ", ") + g.device_class.id();
+    const std::string have =
+        joined(ctx.node.gpus, [](const auto& g) { return g.device_class.id(); });
     return protocol::error(ErrorKind::unavailable,
                            "this node cannot tune for " + id + " (its GPUs: " +
                                (have.empty() ? "none, " + ctx.node.gpu_error : have) + ")");
