@@ -47,6 +47,17 @@ bool eventually(Pred pred, std::chrono::milliseconds timeout = std::chrono::seco
                              std::chrono::milliseconds(20));  // waits on other processes
 }
 
+// `n` gemm winners of distinct shapes (M = 16, 17, ...), one ranked config each.
+std::vector<WinnerRecord> gemm_winners(int n) {
+  std::vector<WinnerRecord> records;
+  for (int i = 0; i < n; ++i) {
+    auto w = testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10 + i % 7);
+    w.ranked.resize(1);
+    records.push_back(std::move(w));
+  }
+  return records;
+}
+
 class BackgroundTest : public ::testing::Test {
  protected:
   // A daemon with `gpus` fake GPUs, the fault template and the given extra --set assignments.
@@ -577,12 +588,7 @@ TEST_F(BackgroundTest, BigImportDoesNotStallCachedLookups) {
 #else
   constexpr int k_records = 60'000;
 #endif
-  std::vector<WinnerRecord> records;
-  for (int i = 0; i < k_records; ++i) {
-    auto w = testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10 + i % 7);
-    w.ranked.resize(1);
-    records.push_back(std::move(w));
-  }
+  const std::vector<WinnerRecord> records = gemm_winners(k_records);
   const std::string table = render_table(records, TableFormat::json);
   // Imports must name installed templates: the built-in ones (gemm) beside the test templates.
   auto d = daemon(1, {"tuning.gpu_policy=never", "lookup.nearest_radius=0",
@@ -631,12 +637,7 @@ TEST_F(BackgroundTest, BigImportDoesNotStallCachedLookups) {
 // never committed without a reply, and the next start holds exactly what the reply said.
 TEST_F(BackgroundTest, AnImportInFlightAtStopIsAnsweredAndWhatItSaidHolds) {
   constexpr int k_records = 20'000;
-  std::vector<WinnerRecord> records;
-  for (int i = 0; i < k_records; ++i) {
-    auto w = testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10 + i % 7);
-    w.ranked.resize(1);
-    records.push_back(std::move(w));
-  }
+  const std::vector<WinnerRecord> records = gemm_winners(k_records);
   const std::string table = render_table(records, TableFormat::json);
   const std::vector<std::string> sets = {
       "tuning.gpu_policy=never",
