@@ -55,9 +55,13 @@ void Lane::start() {
   m_thread = std::thread([this] { loop(); });
 }
 
-void Lane::stop() {
+void Lane::request_stop() {
   m_stop = true;
   m_gate.stop();
+}
+
+void Lane::stop() {
+  request_stop();
   if (m_thread.joinable()) m_thread.join();
 }
 

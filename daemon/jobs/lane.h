@@ -28,7 +28,11 @@ class Lane {
   ~Lane();
 
   void start();
-  // Ends the loop at the next trial; a running job goes back to the queue.
+  // Asks the loop to end at the next trial (a running job goes back to the queue); returns at
+  // once. The scheduler asks every lane before it stops the queue: a lane that saw the queue
+  // stopped before its own stop would take it for a client's cancel.
+  void request_stop();
+  // request_stop(), then waits for the loop to end.
   void stop();
   LaneStatus status() const;
   const GpuInfo& gpu() const { return m_gpu; }

@@ -60,6 +60,9 @@ void Scheduler::stop() {
   }
   m_cv.notify_all();
   if (m_promoter.joinable()) m_promoter.join();
+  // Every lane first: a lane whose job sees the queue stopped before the lane was asked to stop
+  // would end the job as cancelled instead of putting it back.
+  for (auto& l : m_lanes) l->request_stop();
   m_deps.jobs.stop();  // wakes lanes waiting for a job
   for (auto& l : m_lanes) l->stop();
 }
