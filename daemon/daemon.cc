@@ -292,6 +292,7 @@ int run_daemon(const DaemonFlags& given) {
   if (*fleet) (*fleet)->start();  // before the lanes: they claim keys through it
   if (auto ok = scheduler.start(); !ok) return fatal(ok.error().message);
 
+  std::thread stopper;  // started by the stop signal
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
@@ -303,10 +304,14 @@ int run_daemon(const DaemonFlags& given) {
         }
         log(LogLevel::info, "shutdown", {{"signal", sig}});
         notify_stopping();
-        server.stop();
-        scheduler.stop();  // lanes end at their next trial; running jobs go back to the queue
-        jobs.stop();
-        for (auto& g : guards) g.reset();  // session threads end when their sessions have closed
+        server.stop();  // the connections drain from now on, on their own threads
+        // Lanes end at their next trial (up to a trial timeout away): not on this thread, which
+        // runs the listeners and the drain's start.
+        stopper = std::thread([&] {
+          scheduler.stop();  // running jobs go back to the queue
+          jobs.stop();
+          for (auto& g : guards) g.reset();  // session threads end when their sessions close
+        });
       };
   signals.async_wait(on_signal);
 
@@ -332,6 +337,7 @@ int run_daemon(const DaemonFlags& given) {
   std::vector<std::thread> threads;
   for (auto& ctx_ptr : session_contexts) threads.emplace_back([&ctx_ptr] { ctx_ptr->run(); });
   io.run();
+  if (stopper.joinable()) stopper.join();
   for (auto& t : threads) t.join();
   executor.stop();
   kernels.stop();                // compiles still running answer nobody: their sessions are gone

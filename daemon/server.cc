@@ -225,6 +225,10 @@ asio::awaitable<void> Server::accept_clients(Acceptor& acceptor, Peer peer) {
     Peer session_peer = peer;
     std::string why = admit(socket, session_peer);
     ErrorKind kind = ErrorKind::unauthorized;
+    if (m_stopping) {  // accepted after stop() but before close_all(): no session to drain
+      kind = ErrorKind::unavailable;
+      why = "ktuned is stopping";
+    }
     if (why.empty() && at_capacity()) {
       m_metrics.connection_refused();
       kind = ErrorKind::too_many_connections;

@@ -64,10 +64,10 @@ void Session<Socket>::drain(std::chrono::steady_clock::time_point deadline) {
     if (self->m_done) return;
     self->m_draining = true;
     self->m_drain_deadline = deadline;
-    // The pending read ends (end of stream) and every later one at once; a pending write is
-    // left alone, unlike cancel().
-    boost::system::error_code ec;
-    self->m_socket.shutdown(Socket::shutdown_receive, ec);
+    // The pending read ends; a pending write is left alone (socket.cancel() would end both).
+    // The receive side stays open: input the reader never takes is dropped at the close
+    // (close_gracefully), and a client's write into a shut receive side would fail.
+    self->m_read_cancel.emit(asio::cancellation_type::terminal);
     self->m_read_signal.cancel();  // a reader paused by the bounds stops waiting
     self->m_timer.cancel();        // the watchdog learns the deadline
   });
@@ -316,7 +316,8 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
           body.resize(*attach);
           write_ready();
           co_await asio::async_read(m_socket, asio::buffer(body.data() + have, *attach - have),
-                                    asio::redirect_error(k_await, ec));
+                                    asio::bind_cancellation_slot(
+                                        m_read_cancel.slot(), asio::redirect_error(k_await, ec)));
           m_last_activity = std::chrono::steady_clock::now();
           m_batching = true;
           if (ec || m_draining) {  // the client left or stalled, or the daemon stops: not run
@@ -370,8 +371,10 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
             if (empty) ec.clear();
           }
           if (empty)
-            n = co_await m_socket.async_read_some(asio::buffer(in.data() + have, room),
-                                                  asio::redirect_error(k_await, ec));
+            n = co_await m_socket.async_read_some(
+                asio::buffer(in.data() + have, room),
+                asio::bind_cancellation_slot(m_read_cancel.slot(),
+                                             asio::redirect_error(k_await, ec)));
           in.resize(have + n);
           line = std::memchr(in.data() + have, '\n', n) != nullptr;
         }
@@ -405,6 +408,7 @@ template <typename Socket>
 asio::awaitable<void, SessionExecutor> Session<Socket>::write_loop() {
   boost::system::error_code ec;
   std::string& buf = m_out;  // may hold what write_ready() could not send: it goes first
+  bool client_gone = false;  // a write failed: nothing to close gracefully
   try {
     while (!m_done) {
       bool close_after = false;
@@ -439,8 +443,13 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::write_loop() {
       m_writing = false;
       m_last_activity = m_write_progress;
       release(buf);
-      if (ec || close_after) break;
+      if (ec) {
+        client_gone = true;
+        break;
+      }
+      if (close_after) break;
     }
+    if (!client_gone && !m_done) co_await close_gracefully();
   } catch (const std::exception& e) {
     log(LogLevel::error, "session_error", {{"what", e.what()}});
   }
@@ -448,10 +457,31 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::write_loop() {
 }
 
 template <typename Socket>
+asio::awaitable<void, SessionExecutor> Session<Socket>::close_gracefully() {
+  if constexpr (std::is_same_v<typename Socket::protocol_type, asio::ip::tcp>) {
+    boost::system::error_code ec;
+    m_socket.shutdown(Socket::shutdown_send, ec);  // after the last reply the client reads EOF
+    if (ec) co_return;
+    // TCP resets a connection closed with input unread, and the reset can discard replies the
+    // kernel has not sent yet: what the client still sends is read and dropped until it closes,
+    // for at most k_linger (the watchdog ends it).
+    m_linger_deadline = std::min(m_drain_deadline, std::chrono::steady_clock::now() + k_linger);
+    m_timer.cancel();
+    char sink[4096];
+    while (!ec && !m_done)
+      co_await m_socket.async_read_some(asio::buffer(sink), asio::redirect_error(k_await, ec));
+  }
+}
+
+template <typename Socket>
 asio::awaitable<void, SessionExecutor> Session<Socket>::watchdog() {
   boost::system::error_code ec;
   while (!m_done) {
     const auto now = std::chrono::steady_clock::now();
+    if (now >= m_linger_deadline) {  // close_gracefully() waited long enough for the client
+      finish();
+      co_return;
+    }
     if (now >= m_drain_deadline) {  // the daemon stops: what is still owed is not waited for
       // Logged, not counted: the metrics port closes with the daemon.
       log(LogLevel::warn, "drain_cut", {{"requests_owed", m_running}, {"unsent_bytes", m_unsent}});
@@ -460,7 +490,7 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::watchdog() {
     }
     // Wakes at least once per stall timeout: a write that starts after this wake-up cannot
     // pass its deadline before the next one.
-    auto wake = std::min(now + m_limits.write_stall_timeout, m_drain_deadline);
+    auto wake = std::min({now + m_limits.write_stall_timeout, m_drain_deadline, m_linger_deadline});
     if (m_writing) {
       const auto stalled_since = m_write_progress;
       if (now - stalled_since >= m_limits.write_stall_timeout) {

@@ -175,5 +175,45 @@ TEST_F(SessionTest, AnIncompleteAttachmentGetsTheReadDeadlinesNotice) {
   EXPECT_EQ(m_metrics.errors(), 1u);
 }
 
+// Over TCP, input the daemon never read would make its close a reset, and a reset discards the
+// replies still in the kernel's send buffer: a drained connection ends with FIN and drops the
+// client's further bytes until the client closes, so an 8 MiB reply read slowly arrives whole.
+TEST(SessionTcpTest, DrainDeliversTheWholeReplyThoughTheClientSentMore) {
+  asio::io_context io{1};
+  asio::ip::tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+  asio::ip::tcp::socket client(io);
+  client.connect(acceptor.local_endpoint());
+  TcpSessionSocket daemon_side(io);
+  acceptor.accept(daemon_side);
+  HeldHandler handler;
+  Metrics metrics;
+  auto session = std::make_shared<Session<TcpSessionSocket>>(std::move(daemon_side), handler,
+                                                             metrics, Peer{}, SessionLimits{});
+  session->start();
+  std::thread thread([&io] { io.run(); });
+  asio::write(client, asio::buffer(std::string("a\n")));
+  ASSERT_TRUE(testing::eventually([&] { return handler.held() == 1; }));
+  session->drain(std::chrono::steady_clock::now() + 20s);
+  std::promise<void> drained;
+  asio::post(io, [&drained] { drained.set_value(); });
+  drained.get_future().wait();
+  asio::write(client, asio::buffer(std::string(64 * 1024, 'x')));  // never read by the daemon
+  const std::string reply = std::string(8 << 20, 'r') + "\n";
+  ASSERT_TRUE(handler.answer(0, reply));
+  std::string got;
+  boost::system::error_code ec;
+  char buf[65536];
+  while (!ec) {
+    const size_t n = client.read_some(asio::buffer(buf), ec);
+    got.append(buf, n);
+  }
+  EXPECT_EQ(ec, asio::error::eof) << ec.message();
+  EXPECT_EQ(got.size(), reply.size());
+  EXPECT_EQ(got, reply);
+  client.close(ec);
+  session.reset();
+  thread.join();
+}
+
 }  // namespace
 }  // namespace ktune

@@ -98,12 +98,13 @@ class DaemonProcess {
     return false;
   }
 
-  // SIGTERM and wait; returns the exit status (or -1 if it had to be killed).
+  // SIGTERM and wait; returns the exit status (or -1 if it had to be killed after 30 s: longer
+  // than server.drain_timeout_ms, 10 s, and a lane's trial).
   int stop() {
     if (m_pid <= 0) return 0;
     ::kill(m_pid, SIGTERM);
     int status = 0;
-    for (int i = 0; i < 100; ++i) {
+    for (int i = 0; i < 600; ++i) {
       if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
         m_pid = -1;
         return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
