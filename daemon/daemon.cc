@@ -306,11 +306,20 @@ int run_daemon(const DaemonFlags& given) {
         notify_stopping();
         server.stop();  // the connections drain from now on, on their own threads
         // Lanes end at their next trial (up to a trial timeout away): not on this thread, which
-        // runs the listeners and the drain's start.
-        stopper = std::thread([&] {
-          scheduler.stop();  // running jobs go back to the queue
-          jobs.stop();
-          for (auto& g : guards) g.reset();  // session threads end when their sessions close
+        // runs the listeners and the drain's start. `io` is kept running until the stopper is
+        // done, so the guards are released there, after close_all() (no session can start on
+        // a context whose threads have returned).
+        stopper = std::thread([&, keep = boost::asio::make_work_guard(io)]() mutable {
+          try {
+            scheduler.stop();  // running jobs go back to the queue
+            jobs.stop();
+          } catch (const std::exception& e) {
+            log(LogLevel::error, "stop_failed", {{"what", e.what()}});
+          }
+          boost::asio::post(io, [&guards, keep = std::move(keep)]() mutable {
+            for (auto& g : guards) g.reset();  // session threads end when their sessions close
+            keep.reset();
+          });
         });
       };
   signals.async_wait(on_signal);

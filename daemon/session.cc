@@ -1,5 +1,8 @@
 #include "daemon/session.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+
 #include <cstring>
 #include <utility>
 
@@ -353,8 +356,8 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
       // keep-alive lines) cannot keep this thread from the other connections.
       bool yielded = replied;
       for (bool line = false; !line && !ec;) {
-        if (m_timed_out) {  // the watchdog fired during the yield: no read of its own to cancel
-          ec = asio::error::operation_aborted;
+        if (m_timed_out || m_draining) {  // the watchdog fired, or drain() found no read to end,
+          ec = asio::error::operation_aborted;  // during the yield or the read before this one
         } else if (in.size() >= protocol::k_max_frame) {  // a full buffer without a newline
           ec = asio::error::not_found;
         } else {
@@ -462,14 +465,18 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::close_gracefully() {
     boost::system::error_code ec;
     m_socket.shutdown(Socket::shutdown_send, ec);  // after the last reply the client reads EOF
     if (ec) co_return;
-    // TCP resets a connection closed with input unread, and the reset can discard replies the
-    // kernel has not sent yet: what the client still sends is read and dropped until it closes,
-    // for at most k_linger (the watchdog ends it).
-    m_linger_deadline = std::min(m_drain_deadline, std::chrono::steady_clock::now() + k_linger);
-    m_timer.cancel();
-    char sink[4096];
-    while (!ec && !m_done)
-      co_await m_socket.async_read_some(asio::buffer(sink), asio::redirect_error(k_await, ec));
+    // TCP resets a connection closed with input unread (requests a drain or an error left), and
+    // the reset discards what the kernel has not delivered yet: the close waits until the client
+    // has acknowledged every reply byte and the FIN (the send queue is empty: SIOCOUTQ), checked
+    // every 5 ms, for at most k_linger. The kernel has no event for it. An idle client, whose
+    // replies were acknowledged long ago, is closed at once.
+    const auto until = std::min(m_drain_deadline, std::chrono::steady_clock::now() + k_linger);
+    Timer pause(m_socket.get_executor());
+    for (int unacked = 0; !m_done && std::chrono::steady_clock::now() < until;) {
+      if (::ioctl(m_socket.native_handle(), SIOCOUTQ, &unacked) != 0 || unacked == 0) break;
+      pause.expires_after(std::chrono::milliseconds(5));
+      co_await pause.async_wait(asio::redirect_error(k_await, ec));
+    }
   }
 }
 
@@ -478,10 +485,6 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::watchdog() {
   boost::system::error_code ec;
   while (!m_done) {
     const auto now = std::chrono::steady_clock::now();
-    if (now >= m_linger_deadline) {  // close_gracefully() waited long enough for the client
-      finish();
-      co_return;
-    }
     if (now >= m_drain_deadline) {  // the daemon stops: what is still owed is not waited for
       // Logged, not counted: the metrics port closes with the daemon.
       log(LogLevel::warn, "drain_cut", {{"requests_owed", m_running}, {"unsent_bytes", m_unsent}});
@@ -490,7 +493,7 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::watchdog() {
     }
     // Wakes at least once per stall timeout: a write that starts after this wake-up cannot
     // pass its deadline before the next one.
-    auto wake = std::min({now + m_limits.write_stall_timeout, m_drain_deadline, m_linger_deadline});
+    auto wake = std::min(now + m_limits.write_stall_timeout, m_drain_deadline);
     if (m_writing) {
       const auto stalled_since = m_write_progress;
       if (now - stalled_since >= m_limits.write_stall_timeout) {

@@ -107,8 +107,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   boost::asio::awaitable<void, SessionExecutor> read_loop();
   boost::asio::awaitable<void, SessionExecutor> write_loop();
   boost::asio::awaitable<void, SessionExecutor> watchdog();
-  // Ends the connection after the last reply was written (TCP: FIN, then drops what the client
-  // still sends until it closes or k_linger passes). REQUIRES: the reader has ended.
+  // Ends the connection after the last reply was written (TCP: FIN, then waits until the client
+  // has acknowledged every byte, at most k_linger). REQUIRES: the reader has ended.
   boost::asio::awaitable<void, SessionExecutor> close_gracefully();
   // Queues a complete reply (error lines, fast answers) behind the outstanding ones.
   void push_ready(std::string line, bool close);
@@ -158,8 +158,6 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   bool m_reading_done = false;
   bool m_draining = false;  // drain() was called: no further request runs
   std::chrono::steady_clock::time_point m_drain_deadline =
-      std::chrono::steady_clock::time_point::max();
-  std::chrono::steady_clock::time_point m_linger_deadline =  // close_gracefully()
       std::chrono::steady_clock::time_point::max();
   boost::asio::cancellation_signal m_read_cancel;  // drain() ends the reader's pending read
   std::atomic<bool> m_done{false};  // also read by reply callbacks on executor threads

@@ -74,6 +74,10 @@ void Lane::loop() {
     if (!m_gate.acquire(stopping)) break;
     auto job = m_deps.jobs.claim(classes, m_gpu.ordinal);
     if (!job) break;  // the queue stopped
+    if (m_stop) {     // asked to stop between the gate and the claim: not started, back it goes
+      m_deps.jobs.requeue(job->id);
+      break;
+    }
     set_state(State::tuning, &*job);
     run_job(*job);
     set_state(State::idle, nullptr);
