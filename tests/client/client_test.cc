@@ -183,8 +183,8 @@ TEST(ClientTest, AnIdleConnectionsCloseNoticeIsNotTheReply) {
                             "\n";
   std::atomic<int> served{0};
   FakeDaemon fake(dir / "s.sock", 2, [&](int fd, int n) {
+    ++served;  // before the write: the client may check it as soon as it has the reply
     write_all(fd, n == 0 ? notice : reply, 4096);
-    ++served;
   });
   ClientOptions o;
   o.socket_path = dir / "s.sock";
