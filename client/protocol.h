@@ -286,10 +286,12 @@ inline bool mentions_attach_key(std::string_view line) {
 // Requests may carry an attachment: "attach": N (bytes) in the line, and exactly N raw bytes right
 // after its newline (an imported table, larger than a frame). Returns N, 0 when the line has no
 // attachment, or an error (the stream cannot be resynchronized after it: close). A line that is
-// not JSON has no attachment unless it names "attach" as a key (then it is an error).
-inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes) {
+// not JSON has no attachment unless it names "attach" as a key (then it is an error). On an error
+// the request's "id" goes to `id_out` when it could be read, for the error reply to echo.
+inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes,
+                                        Json* id_out = nullptr) {
   if (find_attach_token(line) == std::string_view::npos) return size_t(0);
-  auto j = parse_json(line);
+  auto j = parse_json(line, id_out);
   if (!j) {
     if (!mentions_attach_key(line)) return size_t(0);  // answered as a bad line; nothing follows
     return error(j.error().kind, j.error().message +
@@ -298,10 +300,13 @@ inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes)
   }
   if (!j->is_object() || !j->contains("attach")) return size_t(0);
   const Json& a = (*j)["attach"];
-  if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 || a.get<std::uint64_t>() > max_bytes)
+  if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 ||
+      a.get<std::uint64_t>() > max_bytes) {
+    if (auto id = j->find("id"); id_out && id != j->end()) *id_out = *id;
     return error(ErrorKind::bad_request, "\"attach\" must be a byte count 1.." +
                                              std::to_string(max_bytes) +
                                              "; closing the connection");
+  }
   return size_t(a.get<std::uint64_t>());
 }
 

@@ -298,11 +298,11 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
             break;
           }
         }
-        auto attach = protocol::attachment_size(line, max_attachment);
+        protocol::Json id;  // null unless an error names it
+        auto attach = protocol::attachment_size(line, max_attachment, &id);
         if (!attach) {
           m_metrics.count_error(attach.error().kind);
-          push_ready(protocol::reply_error(nullptr, attach.error().kind, attach.error().message),
-                     true);
+          push_ready(protocol::reply_error(id, attach.error().kind, attach.error().message), true);
           fatal = true;
           break;
         }

@@ -398,6 +398,7 @@ TEST_F(EndToEndTest, BadNumbersAndBytesGetAnErrorAndTheConnectionStaysOpen) {
   // so it is answered and the connection closed (docs/protocol.md, Attachments).
   Json attach = Json::parse(raw_read_line(fd));
   EXPECT_EQ(attach["error"]["code"], "bad_request") << attach.dump();
+  EXPECT_EQ(attach["id"], "e") << "the id came before the bad number: " << attach.dump();
   char c;
   EXPECT_LE(::recv(fd, &c, 1, 0), 0) << "closed after an unreadable attachment header";
   ::close(fd);

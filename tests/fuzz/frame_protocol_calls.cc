@@ -8,12 +8,14 @@
 
 namespace ktune::fuzz {
 
-protocol::Expected<size_t> attachment_size_of(std::string_view line, size_t max_bytes) {
-  return protocol::attachment_size(line, max_bytes);
+protocol::Expected<size_t> attachment_size_of(std::string_view line, size_t max_bytes,
+                                              protocol::Json* id_out) {
+  return protocol::attachment_size(line, max_bytes, id_out);
 }
 
-std::string error_line(protocol::ErrorKind kind, std::string_view message) {
-  return protocol::reply_error(nullptr, kind, message);
+std::string error_line(protocol::ErrorKind kind, std::string_view message,
+                       const protocol::Json& id) {
+  return protocol::reply_error(id, kind, message);
 }
 
 }  // namespace ktune::fuzz

@@ -10,9 +10,11 @@
 
 namespace ktune::fuzz {
 
-// protocol::attachment_size(line, max_bytes).
-protocol::Expected<size_t> attachment_size_of(std::string_view line, size_t max_bytes);
-// protocol::reply_error(nullptr, kind, message): the line a session sends before it closes.
-std::string error_line(protocol::ErrorKind kind, std::string_view message);
+// protocol::attachment_size(line, max_bytes, id_out).
+protocol::Expected<size_t> attachment_size_of(std::string_view line, size_t max_bytes,
+                                              protocol::Json* id_out = nullptr);
+// protocol::reply_error(id, kind, message): the line a session sends before it closes.
+std::string error_line(protocol::ErrorKind kind, std::string_view message,
+                       const protocol::Json& id = nullptr);
 
 }  // namespace ktune::fuzz

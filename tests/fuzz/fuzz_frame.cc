@@ -148,9 +148,10 @@ Expected expected_output(std::string_view input) {
       e.output += http_refusal();
       return e;
     }
-    auto attach = fuzz::attachment_size_of(line, k_scripted_max_attach);
+    protocol::Json id;
+    auto attach = fuzz::attachment_size_of(line, k_scripted_max_attach, &id);
     if (!attach) {
-      e.output += fuzz::error_line(attach.error().kind, attach.error().message);
+      e.output += fuzz::error_line(attach.error().kind, attach.error().message, id);
       ++e.errors;
       return e;
     }
