@@ -27,6 +27,10 @@
 // out, the reader lets the other handlers queued on its thread run before it reads again: a client
 // that waits for its replies has usually sent its next request by then, so the read finds it
 // rather than failing with EAGAIN (Asio tries a read before it asks epoll).
+// When the daemon stops, drain() ends the reading (requests read but not run get one
+// `unavailable` line) and the session closes once the running requests are answered, or at the
+// drain deadline. A TCP close the daemon starts waits (at most k_linger) until the client has
+// acknowledged the replies: closing with input unread would reset the connection and lose them.
 // Everything runs on the session's io_context thread; the executor posts its replies there.
 // No exception leaves a session.
 #pragma once
