@@ -5,7 +5,6 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -25,6 +24,7 @@
 #include "config/config.h"
 #include "store/rocksdb_store.h"
 #include "store/table_io.h"
+#include "tests/fakes/daemon_probe.h"
 #include "tests/fakes/daemon_process.h"
 #include "tests/fakes/eventually.h"
 #include "tests/fakes/test_records.h"
@@ -564,23 +564,9 @@ TEST_F(BackgroundTest, TokenlessTcpIsRefusedEvenForCachedAnswers) {
   const std::string line =
       R"({"v":1,"id":1,"op":"lookup","problem":{"op":"fault","dtype":"fp32","dims":{"n":4096}}})";
   auto send_line = [&](bool tcp) {
-    int fd = -1;
-    if (tcp) {
-      fd = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(std::uint16_t(port));
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-        return std::string("connect");
-    } else {
-      fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-      sockaddr_un a{};
-      a.sun_family = AF_UNIX;
-      std::strncpy(a.sun_path, (m_dir / "ktuned.sock").c_str(), sizeof a.sun_path - 1);
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
-        return std::string("connect");
-    }
+    const int fd = tcp ? testing::loopback_connect("127.0.0.1:" + std::to_string(port))
+                       : testing::unix_connect(m_dir / "ktuned.sock");
+    if (fd < 0) return std::string("connect");
     const std::string out = line + "\n";
     (void)!::write(fd, out.data(), out.size());
     std::string reply;
@@ -664,11 +650,8 @@ TEST_F(BackgroundTest, AnImportInFlightAtStopIsAnsweredAndWhatItSaidHolds) {
       "templates.dirs=" + builtin_template_dir() + ":" + k_test_templates};
   auto d = daemon(1, sets);
   ASSERT_TRUE(d->start());
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, (m_dir / "ktuned.sock").c_str(), sizeof a.sun_path - 1);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = testing::unix_connect(m_dir / "ktuned.sock");
+  ASSERT_GE(fd, 0);
   const std::string out =
       R"({"v":2,"id":7,"op":"import","attach":)" + std::to_string(table.size()) + "}\n" + table;
   for (size_t off = 0; off < out.size();) {  // returns once the daemon has taken most of it

@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 
 #include <fstream>
 #include <thread>
@@ -46,21 +45,6 @@ std::string write_table(const std::string& path) {
   }
   EXPECT_TRUE(write_file_atomic(path, render_table(records, TableFormat::json)));
   return path;
-}
-
-// Connects a raw Unix socket (for byte-level protocol abuse).
-int raw_connect(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{5, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
 }
 
 std::string raw_read_line(int fd) {
@@ -191,7 +175,7 @@ TEST_F(EndToEndTest, ImportLookupRestartSameAnswers) {
 TEST_F(EndToEndTest, MalformedRequestsGetErrorsAndTheDaemonKeepsServing) {
   DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
   ASSERT_TRUE(daemon.start());
-  int fd = raw_connect(daemon.socket());
+  int fd = testing::unix_connect(daemon.socket());
   ASSERT_GE(fd, 0);
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"this is not json", "parse_error"},
@@ -246,7 +230,7 @@ TEST_F(EndToEndTest, ReadDeadlineAndConnectionCap) {
       {"--set", "server.read_timeout_ms=300", "--set", "server.max_connections=2"});
   ASSERT_TRUE(daemon.start());
   // A client that connects and sends half a line is told off and closed.
-  int slow = raw_connect(daemon.socket());
+  int slow = testing::unix_connect(daemon.socket());
   ::send(slow, "{\"v\":1", 6, 0);
   Json reply = Json::parse(raw_read_line(slow));
   EXPECT_EQ(reply["error"]["code"], "timeout");
@@ -256,7 +240,7 @@ TEST_F(EndToEndTest, ReadDeadlineAndConnectionCap) {
   // just after the close above, so a connection refused before then is made again.
   auto served = [&](int& fd) {
     if (fd >= 0) ::close(fd);
-    fd = raw_connect(daemon.socket());
+    fd = testing::unix_connect(daemon.socket());
     const std::string status = std::string(R"({"v":1,"id":1,"op":"status"})") + "\n";
     if (fd < 0 || ::send(fd, status.data(), status.size(), MSG_NOSIGNAL) != ssize_t(status.size()))
       return false;
@@ -266,7 +250,7 @@ TEST_F(EndToEndTest, ReadDeadlineAndConnectionCap) {
   int a = -1, b = -1;
   ASSERT_TRUE(testing::eventually([&] { return served(a); }));
   ASSERT_TRUE(testing::eventually([&] { return served(b); }));
-  int third = raw_connect(daemon.socket());
+  int third = testing::unix_connect(daemon.socket());
   Json refused = Json::parse(raw_read_line(third));
   EXPECT_EQ(refused["error"]["code"], "too_many_connections");
   ::close(a);
@@ -280,7 +264,7 @@ TEST_F(EndToEndTest, ReadDeadlineIsNotExtendedByAPartialLine) {
   DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data",
                        {"--set", "server.read_timeout_ms=300"});
   ASSERT_TRUE(daemon.start());
-  int slow = raw_connect(daemon.socket());
+  int slow = testing::unix_connect(daemon.socket());
   const std::string half(100, ' ');  // 100 bytes at one per 50 ms: 5 s, far past the deadline
   bool closed_mid_line = false;
   for (char c : "{\"v\":1" + half) {
@@ -375,7 +359,7 @@ TEST_F(EndToEndTest, MetricsAndHealthOverHttp) {
 TEST_F(EndToEndTest, BadNumbersAndBytesGetAnErrorAndTheConnectionStaysOpen) {
   DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
   ASSERT_TRUE(daemon.start());
-  int fd = raw_connect(daemon.socket());
+  int fd = testing::unix_connect(daemon.socket());
   ASSERT_GE(fd, 0);
   const std::string pipelined = std::string(R"({"v":1,"id":"a","op":"status"})") + "\n" +
                                 R"({"v":1,"id":"b","op":"status","x":1e400})" + "\n" +

@@ -40,18 +40,6 @@ double proc_mib(pid_t pid, const std::string& field) {
   return -1;
 }
 
-int unix_connect(const std::string& path) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Sends `count` export requests without reading, 64 lines per send, as far as the daemon takes
 // them (it stops reading a connection past its bounds: then the socket buffer fills and a send
 // would block). Returns the requests sent.
@@ -128,7 +116,7 @@ TEST(LimitsEndToEndTest, ClientsThatDoNotReadArePausedThenDropped) {
   std::vector<int> greedy;
   int sent = 0;
   for (int i = 0; i < k_greedy; ++i) {
-    greedy.push_back(unix_connect(socket));
+    greedy.push_back(testing::unix_connect(socket));
     ASSERT_GE(greedy.back(), 0);
     sent += pipeline_exports(greedy.back(), k_requests);
   }
@@ -183,7 +171,7 @@ TEST(LimitsEndToEndTest, SlowSteadyReaderGetsTheWholeReply) {
   for (int i = 0; i < k_winners; ++i)
     records.push_back(testing::winner(testing::gemm_problem(16 + i, 4096, 4096), 10));
   ASSERT_TRUE(Client(o).import_table(render_table(records, TableFormat::json)));
-  const int fd = unix_connect(socket);
+  const int fd = testing::unix_connect(socket);
   ASSERT_GE(fd, 0);
   int size = 4096;  // a small receive buffer, so the daemon's write waits on this reader
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
@@ -215,7 +203,7 @@ TEST(LimitsEndToEndTest, PipelinedCachedLookupsArriveInOrderWhenTheSocketFills) 
   const std::string socket = dir / "ktuned.sock";
   DaemonProcess d(socket, dir / "data", {});
   ASSERT_TRUE(d.start());
-  const int fd = unix_connect(socket);
+  const int fd = testing::unix_connect(socket);
   ASSERT_GE(fd, 0);
   const auto line = [](int id) {
     return R"({"v":1,"id":)" + std::to_string(id) +
