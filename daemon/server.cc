@@ -11,6 +11,7 @@
 #include "config/log.h"
 #include "daemon/report_page.h"
 #include "daemon/session.h"
+#include "daemon/tcp_close.h"
 
 namespace ktune {
 
@@ -333,15 +334,14 @@ asio::awaitable<void> Server::serve_http(tcp::socket socket) {
   }
   response.set(http::field::content_type, content_type);
   response.prepare_payload();
-  // After a request read only in part, what the client still sends is read and dropped until it
-  // closes (within the 5 s deadline): closing with unread bytes would reset the connection, and
-  // the reset can discard the response before the client reads it.
+  // After a request read only in part, closing with its rest unread would reset the connection
+  // and could cut the response off (daemon/tcp_close.h).
   const bool unread = bool(ec);
   co_await http::async_write(stream, response, asio::redirect_error(asio::use_awaitable, ec));
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  for (char sink[1024]; unread && !ec;)
-    co_await stream.async_read_some(asio::buffer(sink),
-                                    asio::redirect_error(asio::use_awaitable, ec));
+  if (unread && !ec)
+    co_await wait_until_acknowledged(stream.socket(),
+                                     std::chrono::steady_clock::now() + std::chrono::seconds(1));
   stream.socket().close(ec);
 }
 

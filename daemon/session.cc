@@ -1,13 +1,11 @@
 #include "daemon/session.h"
 
-#include <linux/sockios.h>
-#include <sys/ioctl.h>
-
 #include <cstring>
 #include <utility>
 
 #include "config/log.h"
 #include "daemon/access.h"
+#include "daemon/tcp_close.h"
 
 namespace ktune {
 
@@ -465,18 +463,9 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::close_gracefully() {
     boost::system::error_code ec;
     m_socket.shutdown(Socket::shutdown_send, ec);  // after the last reply the client reads EOF
     if (ec) co_return;
-    // TCP resets a connection closed with input unread (requests a drain or an error left), and
-    // the reset discards what the kernel has not delivered yet: the close waits until the client
-    // has acknowledged every reply byte and the FIN (the send queue is empty: SIOCOUTQ), checked
-    // every 5 ms, for at most k_linger. The kernel has no event for it. An idle client, whose
-    // replies were acknowledged long ago, is closed at once.
-    const auto until = std::min(m_drain_deadline, std::chrono::steady_clock::now() + k_linger);
-    Timer pause(m_socket.get_executor());
-    for (int unacked = 0; !m_done && std::chrono::steady_clock::now() < until;) {
-      if (::ioctl(m_socket.native_handle(), SIOCOUTQ, &unacked) != 0 || unacked == 0) break;
-      pause.expires_after(std::chrono::milliseconds(5));
-      co_await pause.async_wait(asio::redirect_error(k_await, ec));
-    }
+    // Input a drain or an error left unread would make the close a reset (daemon/tcp_close.h).
+    co_await wait_until_acknowledged(
+        m_socket, std::min(m_drain_deadline, std::chrono::steady_clock::now() + k_linger));
   }
 }
 

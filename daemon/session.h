@@ -112,7 +112,8 @@ class Session final : public SessionBase, public std::enable_shared_from_this<Se
   boost::asio::awaitable<void, SessionExecutor> write_loop();
   boost::asio::awaitable<void, SessionExecutor> watchdog();
   // Ends the connection after the last reply was written (TCP: FIN, then waits until the client
-  // has acknowledged every byte, at most k_linger). REQUIRES: the reader has ended.
+  // has acknowledged every byte, at most k_linger: daemon/tcp_close.h). REQUIRES: the reader has
+  // ended.
   boost::asio::awaitable<void, SessionExecutor> close_gracefully();
   // Queues a complete reply (error lines, fast answers) behind the outstanding ones.
   void push_ready(std::string line, bool close);
