@@ -30,6 +30,17 @@ inline std::string ready_field(const std::string& log_path, const std::string& k
   return log.substr(start, log.find_first_of(" \n", start) - start);
 }
 
+// `fd` after connect() returned `rc`: with a 10 s receive timeout, or closed and -1.
+inline int connected(int fd, int rc) {
+  if (rc != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
 // Connects to 127.0.0.1:<port of host_port> with a 10 s receive timeout; -1 on failure.
 inline int loopback_connect(const std::string& host_port) {
   const int port = std::stoi(host_port.substr(host_port.rfind(':') + 1));
@@ -38,13 +49,7 @@ inline int loopback_connect(const std::string& host_port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(std::uint16_t(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
+  return connected(fd, ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a));
 }
 
 // Connects a raw Unix socket (byte-level protocol tests) with a 10 s receive timeout; -1 on
@@ -54,13 +59,7 @@ inline int unix_connect(const std::string& path) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
+  return connected(fd, ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a));
 }
 
 // Everything the peer sends until it closes the connection (or the receive timeout passes).
