@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <boost/asio.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -292,17 +293,35 @@ int run_daemon(const DaemonFlags& given) {
   if (*fleet) (*fleet)->start();  // before the lanes: they claim keys through it
   if (auto ok = scheduler.start(); !ok) return fatal(ok.error().message);
 
-  std::thread stopper;  // started by the stop signal
+  std::thread stopper;  // started by the first stop signal
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
         if (ec) return;
         if (sig == SIGHUP) {
-          log(LogLevel::info, "reload", {{"signal", sig}});
-          executor.post([&] { reload(*config, catalog, metrics, config_file); });
+          if (stopper.joinable()) {
+            log(LogLevel::info, "reload_skipped", {{"signal", sig}, {"why", "stopping"}});
+          } else {
+            log(LogLevel::info, "reload", {{"signal", sig}});
+            executor.post([&] { reload(*config, catalog, metrics, config_file); });
+          }
           signals.async_wait(on_signal);
           return;
         }
-        log(LogLevel::info, "shutdown", {{"signal", sig}});
+        if (stopper.joinable()) {
+          // A second stop signal: whoever sent it will not wait for the drain or for a lane's
+          // trial (up to tuning.trial_timeout_ms). What was committed is in the store's log;
+          // running jobs are still recorded as running and resume at the next start; workers
+          // die with this process (PR_SET_PDEATHSIG).
+          log(LogLevel::warn, "shutdown_forced",
+              {{"signal", sig},
+               {"detail",
+                "second stop signal: exiting now; running jobs resume at the next "
+                "start"}});
+          std::_Exit(128 + sig);
+        }
+        log(LogLevel::info, "shutdown",
+            {{"signal", sig}, {"detail", "draining; a second SIGTERM or SIGINT exits at once"}});
+        signals.async_wait(on_signal);  // a SIGHUP is skipped, a second stop signal forces
         notify_stopping();
         server.stop();  // the connections drain from now on, on their own threads
         // Lanes end at their next trial (up to a trial timeout away): not on this thread, which
@@ -316,8 +335,9 @@ int run_daemon(const DaemonFlags& given) {
           } catch (const std::exception& e) {
             log(LogLevel::error, "stop_failed", {{"what", e.what()}});
           }
-          boost::asio::post(io, [&guards, keep = std::move(keep)]() mutable {
+          boost::asio::post(io, [&guards, &signals, keep = std::move(keep)]() mutable {
             for (auto& g : guards) g.reset();  // session threads end when their sessions close
+            signals.cancel();                  // the wait for a second signal: io.run() returns
             keep.reset();
           });
         });

@@ -59,6 +59,15 @@ std::vector<WinnerRecord> gemm_winners(int n) {
   return records;
 }
 
+// No such process, or a zombie nobody reaped yet.
+bool process_gone(int pid) {
+  if (::kill(pid, 0) != 0) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const auto paren = text.rfind(')');
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+}
+
 class BackgroundTest : public ::testing::Test {
  protected:
   // A daemon with `gpus` fake GPUs, the fault template and the given extra --set assignments.
@@ -229,14 +238,7 @@ TEST_F(BackgroundTest, KillMidJobResumesWithoutMeasuringTwice) {
   ASSERT_GT(worker, 0);
   d->crash();
   // The worker dies with the daemon (it would otherwise hold the GPU, e.g. in a hung kernel).
-  auto gone = [](int pid) {  // no such process, or a zombie nobody reaped yet
-    if (::kill(pid, 0) != 0) return true;
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const auto paren = text.rfind(')');
-    return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
-  };
-  EXPECT_TRUE(eventually([&] { return gone(worker); }, std::chrono::seconds(5)))
+  EXPECT_TRUE(eventually([&] { return process_gone(worker); }, std::chrono::seconds(5)))
       << "worker " << worker << " outlived the killed daemon";
   const size_t before = measured_configs().size();
   std::set<std::string> in_flight;
@@ -309,6 +311,47 @@ TEST_F(BackgroundTest, StopPutsEveryRunningJobBackInTheQueueAndEndsItsWatch) {
     })) << job(id).dump(2);
     EXPECT_EQ(job(id)["state"], "done") << job(id).dump(2);
   }
+}
+
+// A stop waiting on a lane's hung trial (tuning.trial_timeout_ms away: ten minutes here) ends at
+// a second SIGTERM: ktuned exits at once with 128 + SIGTERM, its worker dies with it, and the
+// job is back at the next start, which finishes it (its trials cut at 300 ms).
+TEST_F(BackgroundTest, ASecondStopSignalExitsAtOnceAndTheJobResumes) {
+  const std::string hung = m_dir / "hung.log";
+  auto d = daemon(1, {"tuning.gpu_policy=always", "tuning.trial_timeout_ms=600000"},
+                  {"FAKE_WORKER_HANG_LOG=" + hung});
+  ASSERT_TRUE(d->start());
+  Client client(options());
+  Client::TuneOptions o;
+  o.templates = {"fault"};
+  o.seeds = {{{"MODE", 2}, {"THREADS", 128}}};  // after the heuristic's config: a kernel that hangs
+  o.budget_trials = 3;
+  auto r = client.tune(k_fault, o);
+  ASSERT_TRUE(r) << r.error().message;
+  const std::string id = (*r)["job"]["id"].get<std::string>();
+  ASSERT_TRUE(eventually([&] { return !testing::read_file(hung).empty(); }))
+      << "the seed never hung: " << job(id).dump();
+  const int worker = status()["lanes"][0]["worker_pid"].get<int>();
+  ASSERT_GT(worker, 0);
+  const pid_t pid = d->pid();
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  ASSERT_TRUE(eventually([&] {
+    return testing::read_file(d->log_path()).find(" shutdown signal=") != std::string::npos;
+  })) << testing::read_file(d->log_path());
+  // The first stop is under way and waits on the lane: the hung trial has ten minutes left.
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  EXPECT_EQ(d->wait_exit(), 128 + SIGTERM) << testing::read_file(d->log_path());
+  EXPECT_NE(testing::read_file(d->log_path()).find(" shutdown_forced signal=15"),
+            std::string::npos);
+  EXPECT_TRUE(eventually([&] { return process_gone(worker); }, std::chrono::seconds(5)))
+      << "worker " << worker << " outlived the forced stop";
+
+  auto again = daemon(1, {"tuning.gpu_policy=always"});
+  ASSERT_TRUE(again->start());
+  ASSERT_TRUE(eventually([&] {
+    return job_in(id, {"done", "failed", "cancelled"});
+  })) << job(id).dump(2);
+  EXPECT_EQ(job(id)["state"], "done") << job(id).dump(2);
 }
 
 TEST_F(BackgroundTest, DuplicateRequestsShareAJobAndCancelStopsIt) {

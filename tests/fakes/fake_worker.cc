@@ -8,6 +8,7 @@
 //   FAKE_WORKER_LOG=path     appends one line per measured trial (modes 0 and 3; not finalists
 //                            loaded again for re-timing): its params, "MODE=0,THREADS=128"
 //   FAKE_WORKER_DELAY_MS=n   sleeps n ms at the start of every trial (slow jobs to kill mid-way)
+//   FAKE_WORKER_HANG_LOG=path  appends a mode-2 trial's params as it starts to hang
 //   FAKE_WORKER_PROTOCOL=n   says protocol n in its hello (default: this build's)
 //   FAKE_WORKER_CLUSTERS=n   answers every `occupancy` request with n (default 132 / cluster size)
 //   FAKE_WORKER_RETIME_LOG=path  appends "rounds=R finalists=F l2=S" for every retime request (S:
@@ -82,6 +83,9 @@ int main(int argc, char** argv) {
       if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
       const std::int64_t mode = h["params"].value("MODE", 0),
                          threads = h["params"].value("THREADS", 128);
+      Params params;
+      for (auto it = h["params"].begin(); it != h["params"].end(); ++it)
+        params[it.key()] = it.value().get<std::int64_t>();
       TrialResult r;
       r.id = h.at("id").get<std::uint64_t>();
       if (mode == 1) {
@@ -93,7 +97,10 @@ int main(int argc, char** argv) {
         (void)write_worker_frame(fd, j);
         std::_Exit(3);
       }
-      if (mode == 2) ::sleep(3600);
+      if (mode == 2) {
+        log_line("FAKE_WORKER_HANG_LOG", params_to_string(params));
+        ::sleep(3600);
+      }
       if (mode == 4) std::_Exit(1);
       if (mode == 3) {
         r.outcome = Outcome::resource_error;
@@ -107,9 +114,6 @@ int main(int argc, char** argv) {
         medians[r.id] = r.timing.median_us;
       }
       if (!h.value("reload", false)) {
-        Params params;
-        for (auto it = h["params"].begin(); it != h["params"].end(); ++it)
-          params[it.key()] = it.value().get<std::int64_t>();
         std::string launch;
         if (std::getenv("FAKE_WORKER_LOG_LAUNCH")) {
           const LaunchGeometry g = launch_from_json(h.at("launch"));
