@@ -243,8 +243,8 @@ protocol::Expected<std::string> Client::read_line_locked(Clock::time_point deadl
 }
 
 protocol::Expected<std::string> Client::roundtrip_locked(const std::string& line,
+                                                         Clock::time_point deadline,
                                                          std::chrono::milliseconds timeout) {
-  const auto deadline = deadline_after(timeout);
   if (auto ok = send_locked(line, deadline); !ok) return std::unexpected(ok.error());
   return read_line_locked(deadline, timeout);
 }
@@ -276,7 +276,15 @@ protocol::Expected<Json> Client::call(const std::string& op, Json body,
 protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json body,
                                                    const std::string& attachment,
                                                    std::chrono::milliseconds timeout) {
-  std::lock_guard lock(m_mutex);
+  const auto deadline = deadline_after(timeout);
+  std::unique_lock lock(m_mutex, std::defer_lock);
+  if (deadline == Clock::time_point::max())
+    lock.lock();
+  else if (!lock.try_lock_until(deadline))
+    return protocol::error(ErrorKind::timeout, "no reply from ktuned within " +
+                                                   std::to_string(timeout.count()) +
+                                                   " ms: the connection was busy with another "
+                                                   "thread's request");
   const std::uint64_t id = m_next_id++;
   auto request = request_line_locked(op, body, id);
   if (!request) return std::unexpected(request.error());
@@ -284,7 +292,7 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
   // One retry on a connection that went away (daemon restarted since the last call).
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
-    auto reply_line = roundtrip_locked(line, timeout);
+    auto reply_line = roundtrip_locked(line, deadline, timeout);
     if (!reply_line) {
       disconnect_locked();
       if (reply_line.error().kind == ErrorKind::connection_failed && attempt == 0) continue;

@@ -8,7 +8,9 @@
 // loop asking the same shape does not cross the socket each time; entries expire so upgrades
 // reach the application). One persistent connection, re-opened once if the daemon restarted.
 // Thread-safe: calls are serialized on an internal mutex; use one Client per thread for
-// parallelism. Depends only on the protocol header (no daemon, no CUDA).
+// parallelism. A call's timeout counts from the call, its wait for the connection included (a
+// stalled daemon fails every waiting thread within one timeout, not one after another). Depends
+// only on the protocol header (no daemon, no CUDA).
 #pragma once
 
 #include <chrono>
@@ -127,6 +129,7 @@ class Client {
   protocol::Expected<std::string> read_line_locked(Clock::time_point deadline,
                                                    std::chrono::milliseconds timeout);
   protocol::Expected<std::string> roundtrip_locked(const std::string& line,
+                                                   Clock::time_point deadline,
                                                    std::chrono::milliseconds timeout);
   protocol::Expected<protocol::Json> call_with_timeout(const std::string& op, protocol::Json body,
                                                        const std::string& attachment,
@@ -138,7 +141,7 @@ class Client {
 
   ClientOptions m_options;
   std::string m_fallback_socket;  // system_socket_path when the default path was chosen
-  std::mutex m_mutex;
+  std::timed_mutex m_mutex;
   int m_fd = -1;
   std::string m_pending;  // bytes read past the last reply
   std::uint64_t m_next_id = 1;

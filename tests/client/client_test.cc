@@ -158,6 +158,34 @@ TEST(ClientTest, ZeroTimeoutWaitsForASlowReply) {
   }
 }
 
+// Threads sharing a Client take turns on its connection; the wait for their turn is part of the
+// timeout, so a daemon that reads requests and never answers fails all four within about one
+// timeout (in turn, as before, 4 x 1 s).
+TEST(ClientTest, ThreadsWaitingForTheConnectionTimeOutWithinOneTimeout) {
+  testing::TempDir dir;
+  std::atomic<bool> done{false};
+  FakeDaemon fake(dir / "s.sock", [&](int) {
+    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // never answers
+  });
+  ClientOptions o;
+  o.socket_path = dir / "s.sock";
+  o.timeout = std::chrono::seconds(1);
+  o.cache_capacity = 0;
+  Client client(o);
+  std::vector<protocol::Expected<Json>> results(4);
+  std::vector<std::thread> threads;
+  const auto t0 = Clock::now();
+  for (auto& r : results) threads.emplace_back([&] { r = client.status(); });
+  for (auto& t : threads) t.join();
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  done = true;
+  for (const auto& r : results) {
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().kind, protocol::ErrorKind::timeout) << r.error().message;
+  }
+  EXPECT_LT(s, 2.5);  // one timeout and scheduling; in turn it would be 4 s
+}
+
 // Dims the parser reads as floats say which kind of wrong they are.
 TEST(ProtocolTest, FloatDimsSayWhetherTheyAreFractionsOrTooLarge) {
   auto whole = protocol::problem_from_json(

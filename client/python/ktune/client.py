@@ -153,8 +153,9 @@ class Client:
     :param socket_path: Unix socket of the daemon (default: :func:`default_socket_path`).
     :param tcp: ``"host:port"`` to use TCP instead.
     :param token: token sent with TCP requests.
-    :param timeout: seconds per request, counted once this request has the connection (threads
-        sharing a Client take turns: a stalled daemon makes each wait its own timeout in turn).
+    :param timeout: seconds per request, counted from the call: threads sharing a Client take
+        turns on its connection, and the time one waits for its turn is part of its timeout (a
+        stalled daemon fails every waiting thread within one timeout, not one after another).
     :param cache_ttl: seconds a lookup answer is reused in process (0 disables the cache).
     :param kernel_timeout: seconds a kernel request may take (it may wait for an NVRTC compile).
     :param system_socket_path: the node-wide daemon's socket, tried when neither ``socket_path``
@@ -402,53 +403,69 @@ class Client:
 
     def _call(self, op: str, body: Dict[str, Any], attachment: bytes,
               timeout: Optional[float] = None) -> Any:
-        with self._lock:
-            request = {"v": PROTOCOL_VERSION, "id": self._next_id, "op": op}
-            self._next_id += 1
-            request.update(body)
-            if self.tcp and self.token:
-                request["token"] = self.token
-            line = (_dumps(request, separators=(",", ":")) + "\n").encode() + attachment
-            for attempt in (0, 1):  # one retry if the daemon restarted since the last call
+        budget = timeout or self.timeout
+        deadline = time.monotonic() + budget
+        if not self._lock.acquire(timeout=budget):
+            raise KtuneError("timeout", f"no reply from ktuned within {budget} s: the "
+                                        "connection was busy with another thread's request")
+        try:
+            return self._call_locked(op, body, attachment, budget, deadline)
+        finally:
+            self._lock.release()
+
+    def _call_locked(self, op: str, body: Dict[str, Any], attachment: bytes, budget: float,
+                     deadline: float) -> Any:
+        """The request and its reply. REQUIRES: self._lock held."""
+        request = {"v": PROTOCOL_VERSION, "id": self._next_id, "op": op}
+        self._next_id += 1
+        request.update(body)
+        if self.tcp and self.token:
+            request["token"] = self.token
+        line = (_dumps(request, separators=(",", ":")) + "\n").encode() + attachment
+        for attempt in (0, 1):  # one retry if the daemon restarted since the last call
+            left = deadline - time.monotonic()
+            if left <= 0:  # nothing sent: the connection stays as it is
+                raise KtuneError("timeout", f"no reply from ktuned within {budget} s: the "
+                                            "connection was busy with another thread's request")
+            try:
+                self._connect()
+                if self._sock is not None:
+                    self._sock.settimeout(max(deadline - time.monotonic(), 1e-3))
                 try:
-                    self._connect()
-                    if timeout is not None and self._sock is not None:
-                        self._sock.settimeout(timeout)
-                    try:
-                        reply = self._roundtrip(line)
-                    finally:
-                        if timeout is not None and self._sock is not None:
-                            self._sock.settimeout(self.timeout)
-                except (ConnectionError, BrokenPipeError) as e:
-                    self._close()
-                    if attempt == 1:
-                        raise KtuneError("connection_failed", str(e)) from None
-                    continue
-                except socket.timeout:
-                    self._close()
-                    raise KtuneError("timeout", f"no reply from ktuned within "
-                                                f"{timeout or self.timeout} s") from None
-                except BaseException:
-                    # Left mid-request (Ctrl-C, a signal handler's exception): its reply may still
-                    # come, and the next request must not read it as its own.
-                    self._close()
-                    raise
-                # The daemon's notice that it closed an idle connection (a timeout, id null),
-                # written before this request arrived: reconnect and send again. Other replies
-                # without an id (frame_too_large) are this request's.
-                if (reply.get("id") is None and not reply.get("ok")
-                        and reply.get("error", {}).get("code") == "timeout" and attempt == 0):
-                    self._close()
-                    continue
-                if reply.get("id") is not None and reply.get("id") != request["id"]:
-                    self._close()
-                    raise KtuneError("connection_failed",
-                                     f"ktuned answered another request (id {reply.get('id')})")
-                break
-            if not reply.get("ok"):
-                err = reply.get("error", {})
-                raise KtuneError(err.get("code", "internal"), err.get("message", ""))
-            return reply.get("result")
+                    reply = self._roundtrip(line)
+                finally:
+                    if self._sock is not None:
+                        self._sock.settimeout(self.timeout)
+            except (ConnectionError, BrokenPipeError) as e:
+                self._close()
+                if attempt == 1:
+                    raise KtuneError("connection_failed", str(e)) from None
+                continue
+            except socket.timeout:
+                self._close()
+                raise KtuneError("timeout", f"no reply from ktuned within "
+                                            f"{budget} s") from None
+            except BaseException:
+                # Left mid-request (Ctrl-C, a signal handler's exception): its reply may still
+                # come, and the next request must not read it as its own.
+                self._close()
+                raise
+            # The daemon's notice that it closed an idle connection (a timeout, id null),
+            # written before this request arrived: reconnect and send again. Other replies
+            # without an id (frame_too_large) are this request's.
+            if (reply.get("id") is None and not reply.get("ok")
+                    and reply.get("error", {}).get("code") == "timeout" and attempt == 0):
+                self._close()
+                continue
+            if reply.get("id") is not None and reply.get("id") != request["id"]:
+                self._close()
+                raise KtuneError("connection_failed",
+                                 f"ktuned answered another request (id {reply.get('id')})")
+            break
+        if not reply.get("ok"):
+            err = reply.get("error", {})
+            raise KtuneError(err.get("code", "internal"), err.get("message", ""))
+        return reply.get("result")
 
     def close(self) -> None:
         with self._lock:

@@ -297,6 +297,57 @@ class CloseNoticeTest(unittest.TestCase):
         self.assertEqual(served, [0, 1])
 
 
+class StalledDaemonTest(unittest.TestCase):
+    """Threads sharing a Client take turns on its connection; the turn they wait for is part of
+    their timeout, so a daemon that reads requests and never answers fails all of them within
+    about one timeout (it was one timeout per thread, in turn: 4 s for these four)."""
+
+    def test_every_waiting_thread_times_out_within_one_timeout(self):
+        import socket
+        import threading
+        tmp = tempfile.mkdtemp(prefix="ktune-py-")
+        path = os.path.join(tmp, "s.sock")
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(path)
+        server.listen(8)
+        held, stop = [], threading.Event()
+
+        def accept():  # accepts and never answers
+            server.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    held.append(server.accept()[0])
+                except socket.timeout:
+                    pass
+        acceptor = threading.Thread(target=accept)
+        acceptor.start()
+        errors = []
+        try:
+            with ktune.Client(socket_path=path, timeout=1.0, cache_ttl=0) as c:
+                def one():
+                    try:
+                        c.status()
+                        errors.append("answered")
+                    except ktune.KtuneError as e:
+                        errors.append(e.code)
+                threads = [threading.Thread(target=one) for _ in range(4)]
+                t0 = time.monotonic()
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(timeout=30)
+                elapsed = time.monotonic() - t0
+        finally:
+            stop.set()
+            acceptor.join(timeout=10)
+            for conn in held:
+                conn.close()
+            server.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.assertEqual(errors, ["timeout"] * 4)
+        self.assertLess(elapsed, 2.5)   # one timeout and scheduling; in turn it would be 4 s
+
+
 class OpTableTest(unittest.TestCase):
     """The Python client covers every op of the protocol's one op table (client/protocol.h)."""
 
