@@ -648,13 +648,18 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-// KTUNE_* variables read outside the key table: the data root (config/paths), the clients'
-// socket, the worker binary, and two test hooks (a fake NVML, a fleet outage).
-constexpr std::string_view k_other_environment[] = {"KTUNE_HOME", "KTUNE_SOCKET", "KTUNE_WORKER",
-                                                    "KTUNE_FAKE_NVML_DIR",
-                                                    "KTUNE_FLEET_TEST_OUTAGE_S"};
+// KTUNE_* variables read outside the key table: the data root (config/paths), the worker
+// binary, and two test hooks (a fake NVML, a fleet outage). KTUNE_SOCKET, which the clients read
+// too, is server.socket's override. ConfigTest.OtherEnvironmentIsWhatTheSourcesRead keeps this
+// list equal to what the sources read.
+constexpr std::string_view k_other_environment[] = {
+    "KTUNE_HOME", "KTUNE_WORKER", "KTUNE_FAKE_NVML_DIR", "KTUNE_FLEET_TEST_OUTAGE_S"};
 
 }  // namespace
+
+std::span<const std::string_view> other_environment() {
+  return k_other_environment;
+}
 
 std::vector<std::string> unknown_environment(const std::map<std::string, std::string>& env) {
   std::vector<std::string> out;

@@ -216,10 +216,12 @@ Result<void> apply_config_env(DaemonConfig& config, const std::map<std::string, 
 // Reads the process environment into the map apply_config_env takes (KTUNE_* only).
 std::map<std::string, std::string> ktune_environment();
 // The KTUNE_* names in `env` that no ktune program reads (neither a key's override nor
-// KTUNE_HOME, KTUNE_SOCKET, KTUNE_WORKER or a test hook), each followed by the closest override
+// KTUNE_HOME, KTUNE_WORKER or a test hook), each followed by the closest override
 // when one is near ("KTUNE_NEAREST_RADUIS (did you mean KTUNE_NEAREST_RADIUS?)"): a misspelt
 // override is otherwise ignored without a word. The daemon logs them at start.
 std::vector<std::string> unknown_environment(const std::map<std::string, std::string>& env);
+// The KTUNE_* names read outside the key table, which unknown_environment() lets pass.
+std::span<const std::string_view> other_environment();
 
 // Applies one "key=value" assignment as a command-line flag would.
 Result<void> apply_config_assignment(DaemonConfig& config, std::string_view assignment);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -89,6 +90,36 @@ TEST(ConfigTest, UnknownEnvironmentVariablesAreNamedWithTheClosestOverride) {
   std::map<std::string, std::string> every_override;
   for (const auto& key : config_keys()) every_override.emplace(std::string(key.env), "x");
   EXPECT_TRUE(unknown_environment(every_override).empty());
+}
+
+// The names unknown_environment() lets pass besides the keys' overrides are exactly the KTUNE_*
+// variables some source reads (getenv, os.environ): a new one must be added there, or the daemon
+// would warn that it has no effect; one nothing reads any more must go.
+TEST(ConfigTest, OtherEnvironmentIsWhatTheSourcesRead) {
+  namespace fs = std::filesystem;
+  const std::regex read_re(
+      R"re((?:getenv|environ\.get|environ\[|setenv)\(?\s*"(KTUNE_[A-Z0-9_]+)")re");
+  std::set<std::string> names_read;
+  for (const char* dir : {"config", "daemon", "tuner", "store", "client", "templates", "tests"}) {
+    for (const auto& e : fs::recursive_directory_iterator(fs::path(KTUNE_SOURCE_DIR) / dir)) {
+      const auto ext = e.path().extension();
+      if (!e.is_regular_file() || (ext != ".cc" && ext != ".h" && ext != ".py")) continue;
+      std::ifstream in(e.path());
+      const std::string text((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+      for (std::sregex_iterator it(text.begin(), text.end(), read_re), end; it != end; ++it)
+        names_read.insert((*it)[1].str());
+    }
+  }
+  std::set<std::string> overrides;
+  for (const auto& key : config_keys()) overrides.emplace(key.env);
+  std::set<std::string> other(other_environment().begin(), other_environment().end());
+  std::set<std::string> expected;
+  for (const auto& name : names_read)
+    if (!overrides.count(name)) expected.insert(name);
+  EXPECT_EQ(other, expected);
+  EXPECT_TRUE(names_read.count("KTUNE_SOCKET") && names_read.count("KTUNE_HOME"))
+      << "the scan found nothing";
 }
 
 TEST(ConfigTest, UnknownSection) {
