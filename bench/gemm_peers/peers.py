@@ -18,7 +18,8 @@ Steps (subcommands; each writes one JSON document, `assemble` folds them into on
             times the L2, every launch event-timed, SM clock, power and the clock event
             reasons (power cap, slowdowns) read through NVML in this process every 5 ms (and
             by nvidia-smi beside it); and a burst of each (the first --min-runs runs after
-            --burst-idle-s idle: before the power cap engages)
+            --burst-idle-s idle: before the power cap engages); the SM clock of both counted
+            in-kernel too (ClockProbe: %clock64 over 100 us of %globaltimer between runs)
   sass      HGMMA, LDL, STL, UTMALDG, ... counted in each served cubin (cuobjdump -sass)
   assemble  one JSON from the pieces, with the summary (geomeans, minimum) printed as a table
 
@@ -53,6 +54,7 @@ TMA_SUITE: List[Shape] = [(8192, 8192, 8192), (4096, 4096, 4096), (2048, 2048, 2
                           (4000, 6000, 3000)]
 SUSTAINED_SHAPE: Shape = (8192, 8192, 8192)
 L2_BYTES = 60 * 1024 * 1024           # H200 (docs: /work/shared/docs/GPU.md)
+DENSE_BF16_FLOP_PER_SM_CYCLE = 4096   # Hopper: 4 tensor cores x 512 bf16 FMA a cycle
 BF16_TOLERANCE = 2e-2                 # templates/gemm_tma/gemm_tma.yaml, tolerance bf16
 SASS_OPS = ("HGMMA", "LDL", "STL", "UTMALDG", "UTMASTG", "STSM", "SYNCS", "BAR")
 
@@ -476,6 +478,99 @@ def parse_samples(text: str) -> List[Dict[str, float]]:
     return out
 
 
+# One thread spins WINDOW_NS of the GPU's own nanosecond timer (%globaltimer), from a tick's edge,
+# and counts SM cycles (%clock64) over it: out[0] = ns, out[1] = cycles, out[2] = the start (ns).
+# nvcc 13.0 -arch=sm_90 -ptx of ktune_clock_probe in bench/gemm_peers/clock_probe.cu.
+CLOCK_PROBE_PTX = r"""
+.version 9.0
+.target sm_90
+.address_size 64
+.visible .entry ktune_clock_probe(.param .u64 out_param, .param .u64 window_param)
+{
+  .reg .pred %p<3>;
+  .reg .b64 %rd<14>;
+  ld.param.u64 %rd8, [out_param];
+  ld.param.u64 %rd6, [window_param];
+  cvta.to.global.u64 %rd1, %rd8;
+  mov.u64 %rd7, %globaltimer;
+$L__BB0_1:
+  mov.u64 %rd9, %globaltimer;
+  setp.eq.s64 %p1, %rd9, %rd7;
+  @%p1 bra $L__BB0_1;
+  mov.u64 %rd10, %clock64;
+$L__BB0_3:
+  mov.u64 %rd11, %globaltimer;
+  sub.s64 %rd5, %rd11, %rd9;
+  setp.lt.u64 %p2, %rd5, %rd6;
+  @%p2 bra $L__BB0_3;
+  mov.u64 %rd12, %clock64;
+  st.global.u64 [%rd1], %rd5;
+  sub.s64 %rd13, %rd12, %rd10;
+  st.global.u64 [%rd1+8], %rd13;
+  st.global.u64 [%rd1+16], %rd9;
+  ret;
+}
+"""
+
+
+class ClockProbe:
+    """The SM clock as the GPU counts it, at chosen moments of a timed sequence: probe() launches
+    CLOCK_PROBE_PTX (one thread, WINDOW_NS long) on the stream, between two timed runs and outside
+    their events; results() reads every probe back after a synchronize. NVML's power,
+    utilization and temperature did not refresh inside a 70-ms burst (bench/NOTES.md, 2026-12-05),
+    so its clock read there is no evidence; this counts the cycles the SM actually ran. One SM
+    for 100 us a probe: the caller keeps probes sparse (every 10th run of a burst)."""
+
+    WINDOW_NS = 100_000
+
+    def __init__(self, torch: Any, stream: int, slots: int = 4096, drv: Any = None):
+        if drv is None:  # ktune.kernel's libcuda; raises KtuneError without a driver
+            from ktune.kernel import _Driver
+            drv = _Driver.get()
+        self.drv = drv
+        module, self.fn = ctypes.c_void_p(), ctypes.c_void_p()
+        self.drv.check(self.drv.cuModuleLoadData(ctypes.byref(module), CLOCK_PROBE_PTX.encode()),
+                       "cuModuleLoadData(clock probe)")
+        self.drv.check(self.drv.cuModuleGetFunction(ctypes.byref(self.fn), module,
+                                                    b"ktune_clock_probe"),
+                       "cuModuleGetFunction(ktune_clock_probe)")
+        self.buf = torch.zeros(3 * slots, dtype=torch.int64, device="cuda")
+        self.stream, self.slots = stream, slots
+        self.labels: List[Tuple[str, int]] = []
+
+    def probe(self, impl: str, run: int) -> None:
+        """A probe after `impl`'s run `run` (index within its sequence); ignored once full."""
+        if len(self.labels) == self.slots:
+            return
+        out = ctypes.c_uint64(self.buf.data_ptr() + 24 * len(self.labels))
+        window = ctypes.c_uint64(self.WINDOW_NS)
+        params = (ctypes.c_void_p * 2)(ctypes.addressof(out), ctypes.addressof(window))
+        self.drv.check(self.drv.cuLaunchKernel(self.fn, 1, 1, 1, 1, 1, 1, 0, self.stream, params,
+                                               None), "cuLaunchKernel(ktune_clock_probe)")
+        self.labels.append((impl, run))
+
+    def results(self) -> List[Dict[str, Any]]:
+        """Every probe so far: its label, window, cycles and clock in MHz. REQUIRES: synchronized."""
+        flat = self.buf[:3 * len(self.labels)].tolist()
+        rows = [flat[i:i + 3] for i in range(0, len(flat), 3)]
+        return [{"impl": impl, "run": run, "ns": ns, "cycles": cycles, "t_ns": t0,
+                 "sm_mhz": cycles * 1e3 / ns if ns > 0 else 0.0}
+                for (impl, run), (ns, cycles, t0) in zip(self.labels, rows)]
+
+
+def summarize_probes(probes: List[Dict[str, Any]], impl: str, tflops: float,
+                     sms: int) -> Dict[str, Any]:
+    """One label's probes: the clock's median and range, and the share of the dense bf16 peak at
+    that clock (sms x 4096 FLOP a cycle) that `tflops` is."""
+    mhz = sorted(p["sm_mhz"] for p in probes if p["impl"] == impl)
+    if not mhz:
+        return {"probes": 0}
+    med = statistics.median(mhz)
+    peak = sms * DENSE_BF16_FLOP_PER_SM_CYCLE * med * 1e6 / 1e12
+    return {"probes": len(mhz), "sm_mhz": {"min": mhz[0], "median": med, "max": mhz[-1]},
+            "dense_peak_tflops": peak, "share_of_peak": tflops / peak}
+
+
 def summarize_samples(samples: List[Dict[str, float]], windows: List[Tuple[float, float]]) -> Dict:
     """SM clock and power over the samples that fall inside the windows, and the share of them in
     which each clock event reason was active (where sampled)."""
@@ -848,8 +943,17 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
     times: Dict[str, List[float]] = {"ktune": [], "cublas": []}
     windows: Dict[str, List[Tuple[float, float]]] = {"ktune": [], "cublas": []}
     phases = []
-    def timed(impl: str, n: int) -> Tuple[List[float], float, float]:
-        """n launches of impl back to back, each event-timed: (us per run, wall start, end)."""
+    # The clock each phase ran at, counted by the SMs (ClockProbe): a probe after every
+    # (runs // 10)th run of a phase and every 10th of a burst, outside the timed events.
+    try:
+        probe: Optional[ClockProbe] = ClockProbe(torch, stream)
+        probe_error = None
+    except Exception as e:  # noqa: BLE001  (no driver, or the PTX refused: the run goes on)
+        probe, probe_error = None, f"{type(e).__name__}: {e}"
+
+    def timed(impl: str, n: int, label: str, every: int) -> Tuple[List[float], float, float]:
+        """n launches of impl back to back, each event-timed: (us per run, wall start, end);
+        a clock probe labelled `label` after every `every`th run and the last."""
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         w0 = time.time()
@@ -857,11 +961,13 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
             starts[j].record()
             launch[impl](j % args.sets)
             ends[j].record()
+            if probe is not None and (j % every == 0 or j == n - 1):
+                probe.probe(label, j)
         torch.cuda.synchronize()
         return [st.elapsed_time(en) * 1e3 for st, en in zip(starts, ends)], w0, time.time()
 
     for phase in ("ktune", "cublas", "ktune", "cublas"):
-        us, w0, w1 = timed(phase, runs)
+        us, w0, w1 = timed(phase, runs, phase, max(1, runs // 10))
         times[phase] += us
         windows[phase].append((w0, w1))
         phases.append({"impl": phase, "runs": runs, "wall_s": w1 - w0,
@@ -872,7 +978,7 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
     burst: Dict[str, Any] = {"idle_s": args.burst_idle_s, "runs": args.min_runs}
     for impl in ("ktune", "cublas"):
         time.sleep(args.burst_idle_s)
-        us, w0, w1 = timed(impl, args.min_runs)
+        us, w0, w1 = timed(impl, args.min_runs, impl + "_burst", 10)
         med = statistics.median(us)
         burst[impl] = {"median_us": med, "median_tflops": flops(s) / (med * 1e-6) / 1e12,
                        "wall_s": w1 - w0, "window": (w0, w1)}
@@ -907,6 +1013,7 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
     for impl in ("ktune", "cublas"):
         burst[impl]["gpu"] = gpu([burst[impl].pop("window")])
     doc["burst"] = burst
+    doc["clock_probe"] = clock_probe_doc(probe, probe_error, doc, torch, dev)
     print(f"{'sustained ' + shape_name(s):>18} ktune {doc['ktune']['median_tflops']:6.1f} TF/s "
           f"cuBLAS {doc['cublas']['median_tflops']:6.1f} TF/s over {2 * runs} runs each; SM "
           f"{doc['ktune']['gpu'].get('sm_mhz', {}).get('median', '?')} MHz, "
@@ -919,7 +1026,42 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
           f"{burst['ktune']['gpu'].get('sm_mhz', {}).get('median', '?')} MHz, "
           f"{burst['ktune']['gpu'].get('power_w', {}).get('median', '?')} W (ktune's; {source})",
           flush=True)
+    print_clock_probe(doc["clock_probe"])
     return doc
+
+
+def clock_probe_doc(probe: Optional[ClockProbe], error: Optional[str], doc: Dict[str, Any],
+                    torch: Any, dev: Any) -> Dict[str, Any]:
+    """The sustained run's clock probes (REQUIRES: synchronized): per phase kind and burst, the
+    clock and the share of the dense peak at it that the phase's median TFLOP/s is; every probe."""
+    if probe is None:
+        return {"error": error}
+    probes = probe.results()
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    out: Dict[str, Any] = {"source": f"in-kernel %clock64 over {ClockProbe.WINDOW_NS // 1000} us "
+                                     "of %globaltimer, one thread, between runs",
+                           "sms": sms, "probes": probes}
+    for impl in ("ktune", "cublas"):
+        out[impl] = summarize_probes(probes, impl, doc[impl]["median_tflops"], sms)
+        out[impl + "_burst"] = summarize_probes(probes, impl + "_burst",
+                                                doc["burst"][impl]["median_tflops"], sms)
+    return out
+
+
+def print_clock_probe(c: Dict[str, Any]) -> None:
+    if "error" in c:
+        print(f"{'clock probe':>18} not run: {c['error']}", flush=True)
+        return
+
+    def one(key: str) -> str:
+        x = c[key]
+        if not x.get("probes"):
+            return f"{key} -"
+        m = x["sm_mhz"]
+        return (f"{key} {m['median']:.0f} MHz ({m['min']:.0f}-{m['max']:.0f}, {x['probes']} probes)"
+                f" = {100 * x['share_of_peak']:.1f} % of {x['dense_peak_tflops']:.0f} TF/s")
+    print(f"{'clock probe':>18} " + "; ".join(one(k) for k in ("ktune", "cublas", "ktune_burst",
+                                                              "cublas_burst")), flush=True)
 
 
 # ---- meta ------------------------------------------------------------------------------------

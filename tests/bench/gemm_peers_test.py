@@ -9,6 +9,7 @@ everything archived.
       python3 -m unittest discover -s tests/bench -p '*_test.py' -v
 """
 
+import ctypes
 import datetime
 import json
 import os
@@ -19,6 +20,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import types
 import unittest
 from typing import Any, Dict, Set, Tuple
 
@@ -302,6 +304,109 @@ class NvmlReaderTest(unittest.TestCase):
         self.assertEqual(r.stop(), [])
 
 
+class FakeProbeBuffer:
+    """torch.zeros(n, dtype=int64) as ClockProbe uses it: an address, a slice, tolist()."""
+
+    def __init__(self, n: int):
+        self.base, self.words = 0x7f0000000000, [0] * n
+
+    def data_ptr(self) -> int:
+        return self.base
+
+    def __getitem__(self, s: slice) -> "FakeProbeBuffer":
+        view = FakeProbeBuffer(0)
+        view.words = self.words[s]
+        return view
+
+    def tolist(self):
+        return list(self.words)
+
+
+class FakeProbeDriver:
+    """libcuda as ClockProbe calls it: the launch reads its two parameters back through their
+    addresses and writes what the PTX would, as if the SM ran at `mhz`."""
+
+    def __init__(self, buffer: FakeProbeBuffer, mhz: float):
+        self.buffer, self.mhz, self.launches, self.now = buffer, mhz, [], 1_000_000
+
+    def check(self, rc: int, what: str) -> None:
+        assert rc == 0, what
+
+    def cuModuleLoadData(self, module, image):
+        self.image = image
+        return 0
+
+    def cuModuleGetFunction(self, fn, module, name):
+        self.name = name
+        return 0
+
+    def cuLaunchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        out = ctypes.c_uint64.from_address(params[0]).value
+        window = ctypes.c_uint64.from_address(params[1]).value
+        self.launches.append(((gx, gy, gz, bx, by, bz), stream))
+        i = (out - self.buffer.base) // 8
+        self.buffer.words[i:i + 3] = [window, round(window * self.mhz / 1e3), self.now]
+        self.now += 2 * window
+        return 0
+
+
+class ClockProbeTest(unittest.TestCase):
+    def probe(self, slots: int, mhz: float) -> Tuple[Any, FakeProbeDriver]:
+        buffer = FakeProbeBuffer(3 * slots)
+        drv = FakeProbeDriver(buffer, mhz)
+        fake_torch = types.SimpleNamespace(int64="int64",
+                                           zeros=lambda n, dtype, device: buffer)
+        return peers.ClockProbe(fake_torch, 42, slots=slots, drv=drv), drv
+
+    def test_each_probe_reads_its_own_slot_back_as_a_clock(self):
+        p, drv = self.probe(slots=8, mhz=1455.0)
+        self.assertEqual(drv.name, b"ktune_clock_probe")
+        self.assertIn(b".entry ktune_clock_probe", drv.image)
+        for j in (0, 10, 20):
+            p.probe("ktune_burst", j)
+        p.probe("cublas", 0)
+        rows = p.results()
+        self.assertEqual([(r["impl"], r["run"]) for r in rows],
+                         [("ktune_burst", 0), ("ktune_burst", 10), ("ktune_burst", 20),
+                          ("cublas", 0)])
+        self.assertEqual({r["ns"] for r in rows}, {peers.ClockProbe.WINDOW_NS})
+        for r in rows:
+            self.assertAlmostEqual(r["sm_mhz"], 1455.0)
+        self.assertEqual(len({r["t_ns"] for r in rows}), 4)  # four slots, not one written over
+        self.assertEqual(drv.launches, [((1, 1, 1, 1, 1, 1), 42)] * 4)
+
+    def test_ignores_probes_past_its_slots(self):
+        p, drv = self.probe(slots=2, mhz=1980.0)
+        for j in range(5):
+            p.probe("ktune", j)
+        self.assertEqual(len(drv.launches), 2)
+        self.assertEqual([r["run"] for r in p.results()], [0, 1])
+
+    def test_share_of_the_dense_peak_at_the_probed_clock(self):
+        probes = [{"impl": "ktune", "sm_mhz": m} for m in (1440.0, 1455.0, 1470.0)] + \
+                 [{"impl": "cublas", "sm_mhz": 1980.0}]
+        s = peers.summarize_probes(probes, "ktune", 670.0, sms=132)
+        self.assertEqual(s["probes"], 3)
+        self.assertEqual(s["sm_mhz"], {"min": 1440.0, "median": 1455.0, "max": 1470.0})
+        peak = 132 * 4096 * 1455e6 / 1e12   # 786.7 TF/s
+        self.assertAlmostEqual(s["dense_peak_tflops"], peak)
+        self.assertAlmostEqual(s["share_of_peak"], 670.0 / peak)
+        self.assertEqual(peers.summarize_probes(probes, "ktune_burst", 800.0, sms=132),
+                         {"probes": 0})
+
+    @unittest.skipUnless(os.environ.get("PTXAS"), "needs PTXAS (the ctest sets it)")
+    def test_the_ptx_assembles_for_sm_90(self):
+        with tempfile.TemporaryDirectory() as d:
+            src = os.path.join(d, "probe.ptx")
+            with open(src, "w") as f:
+                f.write(peers.CLOCK_PROBE_PTX)
+            run = subprocess.run([os.environ["PTXAS"], "-arch=sm_90", "-o",
+                                  os.path.join(d, "probe.cubin"), src],
+                                 capture_output=True, text=True, timeout=60)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            self.assertGreater(os.path.getsize(os.path.join(d, "probe.cubin")), 0)
+
+
 class AssembleTest(unittest.TestCase):
     def test_summary_of_measured_shapes(self):
         with tempfile.TemporaryDirectory() as d:
@@ -455,6 +560,8 @@ class FakeRunTest(unittest.TestCase):
         for impl in ("ktune", "cublas"):
             self.assertGreater(sustained["burst"][impl]["median_us"], 0)
             self.assertNotIn("window", sustained["burst"][impl])
+        # No CUDA driver here: the clock probe says why it did not run, and the run went on.
+        self.assertIn("no CUDA driver", sustained["clock_probe"]["error"])
         # The table ktuned exports holds the winner it served.
         (winner,) = table["winners"]
         self.assertEqual(winner["problem"]["dims"], {"M": 8192, "N": 8192, "K": 512})
