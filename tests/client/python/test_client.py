@@ -259,18 +259,24 @@ class ClientTest(unittest.TestCase):
         self.assertIn("is ktuned running?", cm.exception.message)
 
 
+def listening_socket(backlog: int):
+    """A Unix socket listening in a new temporary directory: (the directory, its path, it)."""
+    import socket
+    tmp = tempfile.mkdtemp(prefix="ktune-py-")
+    path = os.path.join(tmp, "s.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(backlog)
+    return tmp, path, server
+
+
 class CloseNoticeTest(unittest.TestCase):
     """A daemon that closed an idle connection wrote a notice first (a timeout, id null); a request
     sent on that connection reads it. The client reconnects and sends again."""
 
     def test_the_notice_is_not_the_reply(self):
-        import socket
         import threading
-        tmp = tempfile.mkdtemp(prefix="ktune-py-")
-        path = os.path.join(tmp, "s.sock")
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(path)
-        server.listen(2)
+        tmp, path, server = listening_socket(2)
         served = []
 
         def serve():
@@ -305,11 +311,7 @@ class StalledDaemonTest(unittest.TestCase):
     def test_every_waiting_thread_times_out_within_one_timeout(self):
         import socket
         import threading
-        tmp = tempfile.mkdtemp(prefix="ktune-py-")
-        path = os.path.join(tmp, "s.sock")
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(path)
-        server.listen(8)
+        tmp, path, server = listening_socket(8)
         held, stop = [], threading.Event()
 
         def accept():  # accepts and never answers
