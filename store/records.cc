@@ -208,6 +208,7 @@ Json to_json(const TrialRecord& r) {
   // Written only when sampled: a trial without telemetry encodes as before 2026-12-04.
   if (r.sm_clock_mhz != 0) j["sm_clock_mhz"] = r.sm_clock_mhz;
   if (r.power_w != 0) j["power_w"] = r.power_w;
+  if (r.sm_clock_counted_mhz != 0) j["sm_clock_counted_mhz"] = r.sm_clock_counted_mhz;
   add_timing_l2(j, r.timing_l2);
   return j;
 }
@@ -234,6 +235,7 @@ TrialRecord trial_from_json(const Json& j, const std::string& path) {
   r.job_id = get_string(j, "job_id", path);
   r.sm_clock_mhz = optional_field<int>(j, "sm_clock_mhz", path, 0, get_int32);
   r.power_w = optional_field<double>(j, "power_w", path, 0.0, get_number);
+  r.sm_clock_counted_mhz = optional_field<int>(j, "sm_clock_counted_mhz", path, 0, get_int32);
   r.timing_l2 = timing_l2_from_json(j, path);
   return r;
 }

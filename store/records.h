@@ -111,6 +111,9 @@ struct TrialRecord {
   // power cap the SM clock a config runs at is part of its speed (bench/NOTES.md, 2026-12-04).
   int sm_clock_mhz = 0;
   double power_w = 0;
+  // The SM clock counted in-kernel right after the timing (0 = not counted: older records, no
+  // GPU): NVML's sm_clock_mhz can lag a timing shorter than ~0.1 s (bench/NOTES.md, 2026-12-05).
+  int sm_clock_counted_mhz = 0;
   TimingL2 timing_l2 = TimingL2::unknown;  // how median_us was timed (unknown: not timed, or old)
 
   // "<device id>/<problem key>/<template>/<params>": the latest result per config.

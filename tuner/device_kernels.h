@@ -32,6 +32,21 @@ __device__ __forceinline__ unsigned short f2h(float f) {
 __device__ __forceinline__ float bf2f(unsigned short v) { return __uint_as_float(unsigned(v) << 16); }
 __device__ __forceinline__ float h2f(unsigned short v) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f; }
 
+// One thread: waits for a tick of the GPU's nanosecond timer (%globaltimer), then counts SM
+// cycles (%clock64) over window_ns of it: out = {ns, cycles, start}. The clock the SMs run at,
+// where NVML's read can lag a short timing by tens of ms (bench/NOTES.md, 2026-12-05).
+extern "C" __global__ void ktune_clock_probe(u64* out, u64 window_ns) {
+  u64 t, t0, t1, c0, c1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0)); } while (t0 == t);
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1)); } while (t1 - t0 < window_ns);
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c1));
+  out[0] = t1 - t0;
+  out[1] = c1 - c0;
+  out[2] = t0;
+}
+
 // dtype: 0 bf16, 1 fp16, 2 fp32, 3 i32
 extern "C" __global__ void ktune_fill(void* p, u64 n, int dtype, unsigned seed, int kind, float a, float b) {
   for (u64 i = blockIdx.x * u64(blockDim.x) + threadIdx.x; i < n; i += u64(gridDim.x) * blockDim.x) {

@@ -224,7 +224,10 @@ Result<void> GpuWorker::init(int ordinal) {
   m_d.cuModuleGetFunction(&m_fill, m_helpers, "ktune_fill");
   m_d.cuModuleGetFunction(&m_poison, m_helpers, "ktune_poison");
   m_d.cuModuleGetFunction(&m_compare, m_helpers, "ktune_compare");
+  m_d.cuModuleGetFunction(&m_clock_probe, m_helpers, "ktune_clock_probe");
   if (auto ok = check(m_d.cuMemAlloc(&m_acc, 3 * sizeof(double)), "cuMemAlloc"); !ok) return ok;
+  if (auto ok = check(m_d.cuMemAlloc(&m_probe, 3 * sizeof(std::uint64_t)), "cuMemAlloc"); !ok)
+    return ok;
   return {};
 }
 
@@ -234,6 +237,7 @@ GpuWorker::~GpuWorker() {
   for (auto& [_, l] : m_loaded) m_d.cuModuleUnload(l.module);
   (void)free_buffers();
   if (m_acc) m_d.cuMemFree(m_acc);
+  if (m_probe) m_d.cuMemFree(m_probe);
   if (m_flush) m_d.cuMemFree(m_flush);
   for (CUevent e : m_events) m_d.cuEventDestroy(e);
   if (m_helpers) m_d.cuModuleUnload(m_helpers);
@@ -246,6 +250,20 @@ GpuTelemetry GpuWorker::telemetry() const {
   if (!nvml) return {};
   auto t = (*nvml)->telemetry(m_info.pci_bus_id);
   return t ? *t : GpuTelemetry{};
+}
+
+int GpuWorker::counted_sm_clock_mhz() {
+  if (!m_clock_probe || !m_probe) return 0;
+  CUdeviceptr out = m_probe;
+  unsigned long long window_ns = 100'000;
+  void* params[] = {&out, &window_ns};
+  if (m_d.cuLaunchKernel(m_clock_probe, 1, 1, 1, 1, 1, 1, 0, m_stream, params, nullptr) !=
+          CUDA_SUCCESS ||
+      m_d.cuStreamSynchronize(m_stream) != CUDA_SUCCESS)
+    return 0;
+  std::uint64_t counts[3] = {0, 0, 0};
+  if (m_d.cuMemcpyDtoH(counts, m_probe, sizeof counts) != CUDA_SUCCESS || counts[0] == 0) return 0;
+  return int(std::lround(double(counts[1]) * 1e3 / double(counts[0])));
 }
 
 TelemetryWindow::Source GpuWorker::telemetry_source() const {
@@ -607,7 +625,9 @@ GpuWorker::Measured GpuWorker::measure(const LaunchFn& launch, const TimingOptio
   auto measured = [&](Timing timing, int events) {
     const double span_us = elapsed_us(m_events[0], m_events[size_t(events - 1)]);
     GpuTelemetry t = window.close(std::chrono::microseconds(std::int64_t(span_us)));
-    return Measured{CUDA_SUCCESS, std::move(timing), t.samples > 0 ? t : telemetry()};
+    if (t.samples == 0) t = telemetry();
+    t.sm_clock_counted_mhz = counted_sm_clock_mhz();
+    return Measured{CUDA_SUCCESS, std::move(timing), t};
   };
   CUresult r;
   // One timed run to size the warm-up and the sampling.

@@ -90,6 +90,9 @@ class GpuWorker {
   Measured measure(const LaunchFn& launch, const TimingOptions& options);
   std::vector<int> verify_sets() const;
   GpuTelemetry telemetry() const;
+  // The SM clock counted in-kernel now (ktune_clock_probe on the stream, 100 us; synchronizes);
+  // 0 when it could not be counted.
+  int counted_sm_clock_mhz();
   // What a TelemetryWindow reads: this GPU through NVML; empty without NVML.
   TelemetryWindow::Source telemetry_source() const;
   Buffer* buffer(const std::string& name);
@@ -104,6 +107,8 @@ class GpuWorker {
   GpuInfo m_info;
   CUmodule m_helpers = nullptr;
   CUfunction m_fill = nullptr, m_poison = nullptr, m_compare = nullptr;
+  CUfunction m_clock_probe = nullptr;
+  CUdeviceptr m_probe = 0;  // ktune_clock_probe's {ns, cycles, start}
   CUdeviceptr m_acc = 0;
   CUdeviceptr m_flush = 0;  // the L2 flush's buffer (TimingL2::flushed), allocated on first use
   std::size_t m_flush_bytes = 0;

@@ -39,6 +39,10 @@ struct GpuTelemetry {
   // and the share of them with the power cap holding the SM clock down.
   int samples = 0;
   double power_capped_share = 0;
+  // The SM clock counted by the GPU itself right after the timed launches: cycles (%clock64) over
+  // 100 us of %globaltimer in a one-thread kernel (0: not counted). NVML's clock can lag a timing
+  // shorter than ~0.1 s; this one cannot.
+  int sm_clock_counted_mhz = 0;
 
   friend bool operator==(const GpuTelemetry&, const GpuTelemetry&) = default;
 };

@@ -60,10 +60,11 @@ T median_of(std::vector<T> v) {
 GpuTelemetry summarize_telemetry(const std::vector<GpuTelemetry>& records) {
   GpuTelemetry s;
   if (records.empty()) return s;
-  std::vector<int> sm, mem, util;
+  std::vector<int> sm, mem, util, counted;
   std::vector<double> power;
   double capped = 0;
   for (const GpuTelemetry& r : records) {
+    if (r.sm_clock_counted_mhz > 0) counted.push_back(r.sm_clock_counted_mhz);
     sm.push_back(r.sm_clock_mhz);
     mem.push_back(r.mem_clock_mhz);
     util.push_back(r.utilization_percent);
@@ -80,6 +81,7 @@ GpuTelemetry summarize_telemetry(const std::vector<GpuTelemetry>& records) {
   s.utilization_percent = median_of(util);
   s.power_w = median_of(power);
   s.power_capped_share = capped / s.samples;
+  if (!counted.empty()) s.sm_clock_counted_mhz = median_of(counted);
   return s;
 }
 

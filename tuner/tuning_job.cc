@@ -338,6 +338,7 @@ class JobRun {
         trial.sm_clock_mhz = r->telemetry.sm_clock_mhz;
         trial.timing_l2 = m_req.timing.l2;
         trial.power_w = r->telemetry.power_w;
+        trial.sm_clock_counted_mhz = r->telemetry.sm_clock_counted_mhz;
         obs.value = r->timing.median_us;
         note_success(p.index, *r);
         m_worker_of[p.index] = m_runner.respawns();

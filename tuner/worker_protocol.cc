@@ -287,7 +287,8 @@ WorkerJson to_json(const GpuTelemetry& t) {
           {"temperature_c", t.temperature_c},
           {"clock_event_reasons", t.clock_event_reasons},
           {"samples", t.samples},
-          {"power_capped_share", t.power_capped_share}};
+          {"power_capped_share", t.power_capped_share},
+          {"sm_clock_counted_mhz", t.sm_clock_counted_mhz}};
 }
 
 GpuTelemetry telemetry_from_json(const WorkerJson& j) {
@@ -300,6 +301,7 @@ GpuTelemetry telemetry_from_json(const WorkerJson& j) {
   t.clock_event_reasons = j.value("clock_event_reasons", std::uint64_t{0});
   t.samples = j.value("samples", 0);
   t.power_capped_share = j.value("power_capped_share", 0.0);
+  t.sm_clock_counted_mhz = j.value("sm_clock_counted_mhz", 0);
   return t;
 }
 

@@ -480,7 +480,9 @@ def parse_samples(text: str) -> List[Dict[str, float]]:
 
 # One thread spins WINDOW_NS of the GPU's own nanosecond timer (%globaltimer), from a tick's edge,
 # and counts SM cycles (%clock64) over it: out[0] = ns, out[1] = cycles, out[2] = the start (ns).
-# nvcc 13.0 -arch=sm_90 -ptx of ktune_clock_probe in bench/gemm_peers/clock_probe.cu.
+# `nvcc -arch=sm_90 -ptx` (CUDA 13.0) of ktune_clock_probe in tuner/device_kernels.h, where the
+# worker compiles it for every measurement's counted clock; the same kernel, here as PTX so that
+# this script needs no compiler.
 CLOCK_PROBE_PTX = r"""
 .version 9.0
 .target sm_90

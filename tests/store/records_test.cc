@@ -46,12 +46,15 @@ TEST(RecordsTest, TrialJobBlockRoundTrip) {
   t.median_us = 1651.6;
   t.sm_clock_mhz = 1410;
   t.power_w = 691.9;
+  EXPECT_EQ(encode(t).find("sm_clock_counted_mhz"), std::string::npos) << "not counted: no field";
+  t.sm_clock_counted_mhz = 1417;
   EXPECT_EQ(encode(t).find("timing_l2"), std::string::npos) << "unknown timing: no field";
   t.timing_l2 = TimingL2::rotated;
   auto timed = decode_trial(encode(t));
   ASSERT_TRUE(timed) << timed.error().message;
   EXPECT_EQ(*timed, t);
   EXPECT_EQ(timed->sm_clock_mhz, 1410);
+  EXPECT_EQ(timed->sm_clock_counted_mhz, 1417);
   EXPECT_EQ(timed->timing_l2, TimingL2::rotated);
 
   JobRecord j;

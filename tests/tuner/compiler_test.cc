@@ -1,6 +1,7 @@
 #include "tuner/compiler.h"
 
 #include <gtest/gtest.h>
+#include <nvrtc.h>
 
 #include <array>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include "config/config.h"
 #include "store/mem_store.h"
 #include "templates/registry.h"
+#include "tuner/device_kernels.h"
 
 namespace ktune {
 namespace {
@@ -18,6 +20,32 @@ const std::string k_scale =
 
 Problem scale_problem(std::int64_t n) {
   return Problem{"scale", "bf16", "bf16", "", {{"n", n}}};
+}
+
+// The worker compiles its own kernels (fill, poison, compare, the clock probe) with NVRTC when it
+// starts, on the GPU node only; here they compile as it compiles them, for sm_80 and sm_90, and
+// every kernel it looks up by name is in the cubin.
+TEST(CompilerTest, TheWorkersOwnKernelsCompileWithNvrtc) {
+  for (const char* arch : {"--gpu-architecture=sm_80", "--gpu-architecture=sm_90"}) {
+    nvrtcProgram prog = nullptr;
+    ASSERT_EQ(nvrtcCreateProgram(&prog, k_device_kernels_source, "ktune_worker_kernels.cu", 0,
+                                 nullptr, nullptr),
+              NVRTC_SUCCESS);
+    const char* opts[] = {arch, "-std=c++17"};
+    const nvrtcResult compiled = nvrtcCompileProgram(prog, 2, opts);
+    size_t log_size = 0;
+    nvrtcGetProgramLogSize(prog, &log_size);
+    std::string log(log_size, '\0');
+    nvrtcGetProgramLog(prog, log.data());
+    size_t size = 0;
+    nvrtcGetCUBINSize(prog, &size);
+    std::string cubin(size, '\0');
+    if (size) nvrtcGetCUBIN(prog, cubin.data());
+    nvrtcDestroyProgram(&prog);
+    ASSERT_EQ(compiled, NVRTC_SUCCESS) << arch << ": " << log;
+    for (const char* name : {"ktune_fill", "ktune_poison", "ktune_compare", "ktune_clock_probe"})
+      EXPECT_NE(cubin.find(name), std::string::npos) << arch << " lacks " << name;
+  }
 }
 
 TEST(CompilerTest, CompilesForSm80AndSm90WithResourceReport) {

@@ -550,6 +550,11 @@ TEST(GpuWorkerTest, CopyCeilingIsPlausible) {
   ASSERT_TRUE(copy) << copy.error().message;
   EXPECT_GT(copy->second, 100.0) << "GB/s";
   EXPECT_LT(copy->first.spread_pct(), 50.0);
+  // The SMs count their own clock right after the copies (ktune_clock_probe; no NVML needed):
+  // between an idle floor and the H100/H200's 1980 MHz.
+  const int counted = tuner->runner().last_telemetry().sm_clock_counted_mhz;
+  EXPECT_GT(counted, 200);
+  EXPECT_LE(counted, 2100);
   // With NVML, the clock and power are read while the copies ran (~20 reads over the 100 ms
   // measured), not once after them.
   if (!Nvml::get()) return;

@@ -54,12 +54,25 @@ TEST(SummarizeTelemetryTest, ASummaryWeighsAsManyReadsAsItSummarizes) {
   EXPECT_EQ(summarize_telemetry({}).sm_clock_mhz, 0);
 }
 
+// The counted clock of a summary (a re-time's rounds) is the median of the measurements that
+// counted one; those that could not (0) are left out rather than pulling it down.
+TEST(SummarizeTelemetryTest, TheCountedClockIsTheMedianOfTheCountedOnes) {
+  std::vector<GpuTelemetry> reads = {read_of(1980, 150), read_of(1980, 690), read_of(1980, 700),
+                                     read_of(1980, 690)};
+  reads[0].sm_clock_counted_mhz = 1938;
+  reads[1].sm_clock_counted_mhz = 1500;
+  reads[2].sm_clock_counted_mhz = 1499;
+  EXPECT_EQ(summarize_telemetry(reads).sm_clock_counted_mhz, 1500);
+  EXPECT_EQ(summarize_telemetry({read_of(1980, 150)}).sm_clock_counted_mhz, 0);
+}
+
 TEST(SummarizeTelemetryTest, TheWorkerProtocolCarriesEveryField) {
   GpuTelemetry t = read_of(1755, 512.5, k_clock_event_sw_power_cap | k_clock_event_sw_thermal, 71);
   t.mem_clock_mhz = 2619;
   t.utilization_percent = 93;
   t.samples = 17;
   t.power_capped_share = 0.25;
+  t.sm_clock_counted_mhz = 1417;
   EXPECT_EQ(telemetry_from_json(to_json(t)), t);
   EXPECT_EQ(telemetry_from_json(WorkerJson::object()), GpuTelemetry{});  // an older worker's reply
 }
