@@ -105,6 +105,7 @@ Json trial_json(const TrialRecord& t) {
             {"compile_ms", t.compile_ms}};
   if (t.sm_clock_mhz != 0) j["sm_clock_mhz"] = t.sm_clock_mhz;  // read while timing (NVML)
   if (t.power_w != 0) j["power_w"] = t.power_w;
+  if (t.sm_clock_counted_mhz != 0) j["sm_clock_counted_mhz"] = t.sm_clock_counted_mhz;
   return j;
 }
 

@@ -61,7 +61,8 @@ for f in sorted(glob.glob(os.path.join(out, "time-*.json"))):
             for tr in prob["trials"]:
                 print(f"    trial {tag(tr['params'])}: {tr['outcome']} {tr['median_us']:.2f} us "
                       f"spread {tr['spread_pct']:.1f} % regs {tr['registers']} "
-                      f"at {tr.get('sm_clock_mhz', 0)} MHz {tr.get('power_w', 0)} W")
+                      f"at {tr.get('sm_clock_mhz', 0)} MHz (counted {tr.get('sm_clock_counted_mhz', '-')}) "
+                      f"{tr.get('power_w', 0)} W")
 PY
 tar -C "$OUT" -czf "$OUT/probe.tar.gz" $(cd "$OUT" && ls time-*.json trials-*.json log-*.txt 2>/dev/null) &&
   (cd "$OUT" && rm -f time-*.json trials-*.json log-*.txt)
