@@ -37,6 +37,8 @@ Result<Trial> parse_trial(const json& t) {
   if (auto c = t.find("sm_clock_mhz"); c != t.end() && c->is_number_integer())
     trial.sm_clock_mhz = c->get<int>();
   if (auto w = t.find("power_w"); w != t.end() && w->is_number()) trial.power_w = w->get<double>();
+  if (auto c = t.find("sm_clock_counted_mhz"); c != t.end() && c->is_number_integer())
+    trial.sm_clock_counted_mhz = c->get<int>();
   // An "ok" trial without a positive time cannot be placed on a time axis.
   if (trial.outcome == Outcome::ok && !(trial.median_us > 0))
     return fail(ErrorCode::invalid_argument, "an ok trial without a positive median_us");
@@ -149,7 +151,8 @@ std::vector<TrialSet> trial_sets_from_records(std::vector<TrialRecord> records) 
                                .outcome = r.outcome,
                                .median_us = r.median_us,
                                .sm_clock_mhz = r.sm_clock_mhz,
-                               .power_w = r.power_w});
+                               .power_w = r.power_w,
+                               .sm_clock_counted_mhz = r.sm_clock_counted_mhz});
   }
   std::vector<TrialSet> sets;
   for (auto& [_, set] : by_key) sets.push_back(std::move(set));

@@ -44,6 +44,15 @@ std::string td(const std::string& text) {
 std::string tdn(const std::string& text) {
   return "<td class=\"n\">" + escape_html(text) + "</td>";
 }
+// A trial's clock and power: the counted clock first where the worker counted one (NVML's can
+// describe the GPU before a short timing), NVML's reading beside it.
+std::string clock_and_power(const Trial& t) {
+  if (t.sm_clock_counted_mhz > 0 && t.sm_clock_mhz > 0)
+    return strf("%d MHz counted (NVML %d), %.0f W", t.sm_clock_counted_mhz, t.sm_clock_mhz,
+                t.power_w);
+  if (t.sm_clock_counted_mhz > 0) return strf("%d MHz counted", t.sm_clock_counted_mhz);
+  return t.sm_clock_mhz > 0 ? strf("%d MHz, %.0f W", t.sm_clock_mhz, t.power_w) : "";
+}
 std::string th_row(std::initializer_list<const char*> names) {
   std::string s = "<tr>";
   for (const char* n : names) s += std::string("<th>") + n + "</th>";
@@ -121,8 +130,7 @@ std::string best_trials_table(const std::vector<const TrialSet*>& sets, size_t n
     s += std::string(i == 0 ? "<tr class=\"win\">" : "<tr>") + tdn(std::to_string(i + 1)) +
          td(t.template_name) + td(params_text(t.params)) + tdn(num(t.median_us)) +
          tdn(work.flops > 0 ? num(work.flops / t.median_us / 1e6) : "") +
-         tdn(strf("%.3fx", t.median_us / best)) +
-         td(t.sm_clock_mhz > 0 ? strf("%d MHz, %.0f W", t.sm_clock_mhz, t.power_w) : "") +
+         tdn(strf("%.3fx", t.median_us / best)) + td(clock_and_power(t)) +
          td("recorded trial " + std::to_string(rows[i].index + 1) + " of " + set.source + " (" +
             set.strategy + ", " + set.date + ")") +
          "</tr>";

@@ -33,6 +33,7 @@ struct Trial {
   double median_us = 0;  // meaningful only when outcome == ok
   int sm_clock_mhz = 0;  // SM clock and board power read while it was timed (0: not recorded)
   double power_w = 0;
+  int sm_clock_counted_mhz = 0;  // the SM clock counted in-kernel after it (0: not counted)
 };
 
 // The trials of one search: one problem on one device class, one strategy.

@@ -58,7 +58,7 @@ TEST(ReportParse, ReadsAKtuneBenchRecordFile) {
   const std::string text = R"({"gpu":"NVIDIA H200","device_class":"nvidia-h200.sm90.132sm.140gib",
     "date":"2026-12-01T20:37:33Z","strategy":"model","problems":[{"problem":"gemm|bf16|bf16|rc|M=64,N=128,K=256",
     "trials":[{"template":"gemm_tma","params":{"BLOCK_M":64,"BLOCK_N":128},"outcome":"ok","median_us":12.5,
-               "sm_clock_mhz":1485,"power_w":692.5},
+               "sm_clock_mhz":1485,"power_w":692.5,"sm_clock_counted_mhz":1440},
               {"template":"gemm_tma","params":{"BLOCK_M":128,"BLOCK_N":128},"outcome":"compile_error","median_us":0}]}]})";
   auto sets = parse_trials(text, "x.json");
   ASSERT_TRUE(sets) << sets.error().message;
@@ -74,6 +74,8 @@ TEST(ReportParse, ReadsAKtuneBenchRecordFile) {
   EXPECT_EQ(s.trials[0].sm_clock_mhz, 1485);  // read while timed, where recorded
   EXPECT_DOUBLE_EQ(s.trials[0].power_w, 692.5);
   EXPECT_EQ(s.trials[1].sm_clock_mhz, 0);
+  EXPECT_EQ(s.trials[0].sm_clock_counted_mhz, 1440);
+  EXPECT_EQ(s.trials[1].sm_clock_counted_mhz, 0);
 }
 
 TEST(ReportParse, RefusesWhatIsNotATrialsFile) {
@@ -107,6 +109,7 @@ TEST(ReportParse, GroupsStoreRecordsByProblemInTimeOrder) {
   records.push_back(rec(a, 30, Outcome::ok, 3));
   records.back().sm_clock_mhz = 1755;
   records.back().power_w = 612.5;
+  records.back().sm_clock_counted_mhz = 1701;
   records.push_back(rec(b, 10, Outcome::ok, 1));
   records.push_back(rec(a, 20, Outcome::ok, 2));
   records.push_back(rec(a, 40, Outcome::in_flight, 0));
@@ -117,6 +120,7 @@ TEST(ReportParse, GroupsStoreRecordsByProblemInTimeOrder) {
   EXPECT_EQ(sa.trials[0].params.at("BLOCK_M"), 20);
   EXPECT_EQ(sa.trials[1].params.at("BLOCK_M"), 30);
   EXPECT_EQ(sa.trials[1].sm_clock_mhz, 1755);
+  EXPECT_EQ(sa.trials[1].sm_clock_counted_mhz, 1701);
   EXPECT_DOUBLE_EQ(sa.trials[1].power_w, 612.5);
   EXPECT_EQ(sa.source, "store");
 }
@@ -133,6 +137,12 @@ TEST(ReportRender, BestTrialsSayTheClockAndPowerTheyRanAt) {
   EXPECT_EQ(count(page, "SM clock, power"), 1u);
   EXPECT_EQ(count(page, "1485 MHz, 692 W"), 1u);
   EXPECT_EQ(count(page, " MHz, "), 1u) << "nothing for the trials without a reading";
+  // Where the worker counted the clock, that one first, NVML's beside it.
+  s.trials[0].sm_clock_mhz = 1980;
+  s.trials[0].power_w = 700;
+  s.trials[0].sm_clock_counted_mhz = 1500;
+  in.trial_sets = {s};
+  EXPECT_EQ(count(render_report(in), "1500 MHz counted (NVML 1980), 700 W"), 1u);
 }
 
 TEST(ReportRender, DrawsOneMarkPerDatum) {
