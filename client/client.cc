@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -50,14 +51,27 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
 }
 
 // connect(2) to a Unix socket; 0 and the descriptor in `fd`, or the errno.
-int connect_unix(const std::string& path, int& fd) {
+// Connects to the Unix socket at `path` by the deadline: a daemon that stopped accepting with its
+// backlog full would otherwise hold connect() for good. EAGAIN when the deadline passed.
+int connect_unix(const std::string& path, int& fd, Clock::time_point deadline) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path) return ENAMETOOLONG;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return errno;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) return 0;
+  if (deadline != Clock::time_point::max()) {
+    // Linux bounds a Unix stream connect's wait for backlog room by the send timeout.
+    const auto left = std::max<std::int64_t>(
+        1, std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count());
+    timeval tv{time_t(left / 1'000'000), suseconds_t(left % 1'000'000)};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  }
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const timeval none{};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+    return 0;
+  }
   const int err = errno;
   ::close(fd);
   fd = -1;
@@ -115,16 +129,20 @@ Client::Client(ClientOptions options) : m_options(std::move(options)) {
   }
 }
 
-protocol::Expected<void> Client::connect_unix_locked() {
+protocol::Expected<void> Client::connect_unix_locked(Clock::time_point deadline) {
   int fd = -1;
-  const int err = connect_unix(m_options.socket_path, fd);
+  const int err = connect_unix(m_options.socket_path, fd, deadline);
   if (err == 0) {
     m_fd = fd;
     return {};
   }
+  if (err == EAGAIN)
+    return protocol::error(ErrorKind::timeout, "ktuned at " + m_options.socket_path +
+                                                   " did not accept the connection in time "
+                                                   "(its backlog is full: is it stalled?)");
   if ((err == ENOENT || err == ECONNREFUSED) && !m_fallback_socket.empty()) {
     // No per-user daemon: the node-wide one, if there is one.
-    const int system_err = connect_unix(m_fallback_socket, fd);
+    const int system_err = connect_unix(m_fallback_socket, fd, deadline);
     if (system_err == 0) {
       m_options.socket_path = m_fallback_socket;  // reconnects go there too
       m_fallback_socket.clear();
@@ -151,10 +169,9 @@ void Client::disconnect_locked() {
   m_pending.clear();
 }
 
-protocol::Expected<void> Client::connect_locked() {
+protocol::Expected<void> Client::connect_locked(Clock::time_point deadline) {
   if (m_fd >= 0) return {};
-  const auto deadline = deadline_after(m_options.timeout);
-  if (m_options.tcp_address.empty()) return connect_unix_locked();
+  if (m_options.tcp_address.empty()) return connect_unix_locked(deadline);
   const std::string where = m_options.tcp_address;
   int fd = -1;
   const auto colon = where.rfind(':');
@@ -291,7 +308,12 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
   const std::string line = *request + attachment;
   // One retry on a connection that went away (daemon restarted since the last call).
   for (int attempt = 0; attempt < 2; ++attempt) {
-    if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
+    // Never sent past its deadline: the daemon would act on a request its caller gave up on.
+    if (deadline != Clock::time_point::max() && Clock::now() >= deadline)
+      return protocol::error(ErrorKind::timeout, "no reply from ktuned within " +
+                                                     std::to_string(timeout.count()) +
+                                                     " ms; the request was not sent");
+    if (auto ok = connect_locked(deadline); !ok) return std::unexpected(ok.error());
     auto reply_line = roundtrip_locked(line, deadline, timeout);
     if (!reply_line) {
       disconnect_locked();
@@ -343,7 +365,7 @@ protocol::Expected<protocol::LookupReply> Client::lookup(const protocol::LookupR
   }
   const auto now = Clock::now();
   if (m_options.cache_capacity > 0) {
-    std::lock_guard lock(m_mutex);
+    std::lock_guard lock(m_cache_mutex);
     if (auto it = m_cache.find(key); it != m_cache.end()) {
       if (it->second.expires > now) {
         m_lru.splice(m_lru.begin(), m_lru, it->second.lru);
@@ -358,7 +380,7 @@ protocol::Expected<protocol::LookupReply> Client::lookup(const protocol::LookupR
   auto reply = protocol::lookup_reply_from_json(*result);
   if (!reply) return reply;
   if (m_options.cache_capacity > 0) {
-    std::lock_guard lock(m_mutex);
+    std::lock_guard lock(m_cache_mutex);
     if (!m_cache.count(key)) {
       m_lru.push_front(key);
       m_cache.emplace(key, Cached{*reply, now + m_options.cache_ttl, m_lru.begin()});
@@ -379,7 +401,7 @@ protocol::Expected<protocol::KernelImage> Client::kernel(const protocol::KernelR
 }
 
 void Client::clear_cache() {
-  std::lock_guard lock(m_mutex);
+  std::lock_guard lock(m_cache_mutex);
   m_cache.clear();
   m_lru.clear();
 }
@@ -457,7 +479,8 @@ protocol::Expected<Json> Client::watch(const std::string& id,
                                        const std::function<void(const Json&)>& on_event,
                                        std::chrono::milliseconds quiet_timeout) {
   std::lock_guard lock(m_mutex);
-  if (auto ok = connect_locked(); !ok) return std::unexpected(ok.error());
+  if (auto ok = connect_locked(deadline_after(m_options.timeout)); !ok)
+    return std::unexpected(ok.error());
   auto line = request_line_locked("watch", {{"job", id}}, m_next_id++);
   if (!line) return std::unexpected(line.error());
   if (auto ok = send_locked(*line, deadline_after(m_options.timeout)); !ok) {

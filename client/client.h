@@ -119,7 +119,8 @@ class Client {
   }
 
  private:
-  protocol::Expected<void> connect_locked();
+  // Connects (TCP or Unix) unless connected, by the deadline (time_point::max(): no limit).
+  protocol::Expected<void> connect_locked(std::chrono::steady_clock::time_point deadline);
   using Clock = std::chrono::steady_clock;
   // The request line with this `id`; bad_request when a string of the body is not valid UTF-8
   // (JSON cannot carry it).
@@ -137,7 +138,7 @@ class Client {
   void disconnect_locked();
 
   // Connects to the Unix socket (or its fallback); sets m_fd.
-  protocol::Expected<void> connect_unix_locked();
+  protocol::Expected<void> connect_unix_locked(std::chrono::steady_clock::time_point deadline);
 
   ClientOptions m_options;
   std::string m_fallback_socket;  // system_socket_path when the default path was chosen
@@ -151,6 +152,7 @@ class Client {
     std::chrono::steady_clock::time_point expires;
     std::list<std::string>::iterator lru;
   };
+  std::mutex m_cache_mutex;  // guards the two below (never held across a request)
   std::unordered_map<std::string, Cached> m_cache;
   std::list<std::string> m_lru;  // most recent first
 };

@@ -293,10 +293,13 @@ int run_daemon(const DaemonFlags& given) {
   if (*fleet) (*fleet)->start();  // before the lanes: they claim keys through it
   if (auto ok = scheduler.start(); !ok) return fatal(ok.error().message);
 
-  std::thread stopper;  // started by the first stop signal
+  std::thread stopper;     // started by the first stop signal
+  bool stop_done = false;  // the stopper finished: no handler re-arms (io thread only)
   std::function<void(const boost::system::error_code&, int)> on_signal =
       [&](const boost::system::error_code& ec, int sig) {
-        if (ec) return;
+        // A signal queued before the stop's cancel() still arrives with success: re-arming then
+        // would keep io.run() from returning.
+        if (ec || stop_done) return;
         if (sig == SIGHUP) {
           if (stopper.joinable()) {
             log(LogLevel::info, "reload_skipped", {{"signal", sig}, {"why", "stopping"}});
@@ -335,9 +338,10 @@ int run_daemon(const DaemonFlags& given) {
           } catch (const std::exception& e) {
             log(LogLevel::error, "stop_failed", {{"what", e.what()}});
           }
-          boost::asio::post(io, [&guards, &signals, keep = std::move(keep)]() mutable {
+          boost::asio::post(io, [&, keep = std::move(keep)]() mutable {
             for (auto& g : guards) g.reset();  // session threads end when their sessions close
-            signals.cancel();                  // the wait for a second signal: io.run() returns
+            stop_done = true;
+            signals.cancel();  // the wait for a second signal: io.run() returns
             keep.reset();
           });
         });
@@ -366,6 +370,11 @@ int run_daemon(const DaemonFlags& given) {
   std::vector<std::thread> threads;
   for (auto& ctx_ptr : session_contexts) threads.emplace_back([&ctx_ptr] { ctx_ptr->run(); });
   io.run();
+  // Nothing waits on the stop signals any more; what is left (the connections' drain, up to
+  // server.drain_timeout_ms, the executor, the compiles) ends at a second one, by its default
+  // action, as documented.
+  signals.remove(SIGINT);
+  signals.remove(SIGTERM);
   if (stopper.joinable()) stopper.join();
   for (auto& t : threads) t.join();
   executor.stop();

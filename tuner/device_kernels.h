@@ -34,15 +34,23 @@ __device__ __forceinline__ float h2f(unsigned short v) { float f; asm("cvt.f32.f
 
 // One thread: waits for a tick of the GPU's nanosecond timer (%globaltimer), then counts SM
 // cycles (%clock64) over window_ns of it: out = {ns, cycles, start}. The clock the SMs run at,
-// where NVML's read can lag a short timing by tens of ms (bench/NOTES.md, 2026-12-05).
+// where NVML's read can lag a short timing by tens of ms (bench/NOTES.md, 2026-12-05). A timer
+// that does not tick within 2^30 cycles (~0.5 s) ends it with out[0] = 0: no clock, no hang.
 extern "C" __global__ void ktune_clock_probe(u64* out, u64 window_ns) {
-  u64 t, t0, t1, c0, c1;
+  const u64 k_cap = 1ull << 30;
+  u64 t, t0, t1, c, c0, c1, start;
+  asm volatile("mov.u64 %0, %%clock64;" : "=l"(start));
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0)); } while (t0 == t);
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c));
+  } while (t0 == t && c - start < k_cap);
   asm volatile("mov.u64 %0, %%clock64;" : "=l"(c0));
-  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1)); } while (t1 - t0 < window_ns);
-  asm volatile("mov.u64 %0, %%clock64;" : "=l"(c1));
-  out[0] = t1 - t0;
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c1));
+  } while (t1 - t0 < window_ns && c1 - start < 2 * k_cap);
+  out[0] = t1 - t0 >= window_ns ? t1 - t0 : 0;
   out[1] = c1 - c0;
   out[2] = t0;
 }

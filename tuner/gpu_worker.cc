@@ -624,9 +624,10 @@ GpuWorker::Measured GpuWorker::measure(const LaunchFn& launch, const TimingOptio
   // synchronize returned; a single read after them when the window caught none.
   auto measured = [&](Timing timing, int events) {
     const double span_us = elapsed_us(m_events[0], m_events[size_t(events - 1)]);
+    const int counted = counted_sm_clock_mhz();  // first: the clock closest to the timing's end
     GpuTelemetry t = window.close(std::chrono::microseconds(std::int64_t(span_us)));
     if (t.samples == 0) t = telemetry();
-    t.sm_clock_counted_mhz = counted_sm_clock_mhz();
+    t.sm_clock_counted_mhz = counted;
     return Measured{CUDA_SUCCESS, std::move(timing), t};
   };
   CUresult r;

@@ -479,7 +479,8 @@ def parse_samples(text: str) -> List[Dict[str, float]]:
 
 
 # One thread spins WINDOW_NS of the GPU's own nanosecond timer (%globaltimer), from a tick's edge,
-# and counts SM cycles (%clock64) over it: out[0] = ns, out[1] = cycles, out[2] = the start (ns).
+# and counts SM cycles (%clock64) over it: out[0] = ns (0 when the timer did not tick within 2^30
+# cycles), out[1] = cycles, out[2] = the start (ns).
 # `nvcc -arch=sm_90 -ptx` (CUDA 13.0) of ktune_clock_probe in tuner/device_kernels.h, where the
 # worker compiles it for every measurement's counted clock; the same kernel, here as PTX so that
 # this script needs no compiler.
@@ -487,30 +488,42 @@ CLOCK_PROBE_PTX = r"""
 .version 9.0
 .target sm_90
 .address_size 64
-.visible .entry ktune_clock_probe(.param .u64 out_param, .param .u64 window_param)
+.visible .entry ktune_clock_probe(
+ .param .u64 ktune_clock_probe_param_0,
+ .param .u64 ktune_clock_probe_param_1
+)
 {
-  .reg .pred %p<3>;
-  .reg .b64 %rd<14>;
-  ld.param.u64 %rd8, [out_param];
-  ld.param.u64 %rd6, [window_param];
-  cvta.to.global.u64 %rd1, %rd8;
-  mov.u64 %rd7, %globaltimer;
+ .reg .pred %p<8>;
+ .reg .b64 %rd<21>;
+ ld.param.u64 %rd11, [ktune_clock_probe_param_0];
+ ld.param.u64 %rd8, [ktune_clock_probe_param_1];
+ cvta.to.global.u64 %rd1, %rd11;
+ mov.u64 %rd9, %clock64;
+ mov.u64 %rd10, %globaltimer;
 $L__BB0_1:
-  mov.u64 %rd9, %globaltimer;
-  setp.eq.s64 %p1, %rd9, %rd7;
-  @%p1 bra $L__BB0_1;
-  mov.u64 %rd10, %clock64;
+ mov.u64 %rd12, %globaltimer;
+ mov.u64 %rd13, %clock64;
+ setp.eq.s64 %p1, %rd12, %rd10;
+ sub.s64 %rd14, %rd13, %rd9;
+ setp.lt.u64 %p2, %rd14, 1073741824;
+ and.pred %p3, %p1, %p2;
+ @%p3 bra $L__BB0_1;
+ mov.u64 %rd15, %clock64;
 $L__BB0_3:
-  mov.u64 %rd11, %globaltimer;
-  sub.s64 %rd5, %rd11, %rd9;
-  setp.lt.u64 %p2, %rd5, %rd6;
-  @%p2 bra $L__BB0_3;
-  mov.u64 %rd12, %clock64;
-  st.global.u64 [%rd1], %rd5;
-  sub.s64 %rd13, %rd12, %rd10;
-  st.global.u64 [%rd1+8], %rd13;
-  st.global.u64 [%rd1+16], %rd9;
-  ret;
+ mov.u64 %rd16, %globaltimer;
+ mov.u64 %rd17, %clock64;
+ sub.s64 %rd7, %rd16, %rd12;
+ setp.lt.u64 %p4, %rd7, %rd8;
+ sub.s64 %rd18, %rd17, %rd9;
+ setp.lt.u64 %p5, %rd18, 2147483648;
+ and.pred %p6, %p4, %p5;
+ @%p6 bra $L__BB0_3;
+ selp.b64 %rd19, 0, %rd7, %p4;
+ st.global.u64 [%rd1], %rd19;
+ sub.s64 %rd20, %rd17, %rd15;
+ st.global.u64 [%rd1+8], %rd20;
+ st.global.u64 [%rd1+16], %rd12;
+ ret;
 }
 """
 

@@ -560,8 +560,9 @@ class FakeRunTest(unittest.TestCase):
         for impl in ("ktune", "cublas"):
             self.assertGreater(sustained["burst"][impl]["median_us"], 0)
             self.assertNotIn("window", sustained["burst"][impl])
-        # No CUDA driver here: the clock probe says why it did not run, and the run went on.
-        self.assertIn("no CUDA driver", sustained["clock_probe"]["error"])
+        # No GPU here (fake torch made no CUDA context): the clock probe says why it did not run,
+        # and the run went on.
+        self.assertTrue(sustained["clock_probe"].get("error"), sustained["clock_probe"])
         # The table ktuned exports holds the winner it served.
         (winner,) = table["winners"]
         self.assertEqual(winner["problem"]["dims"], {"M": 8192, "N": 8192, "K": 512})

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -183,7 +184,42 @@ TEST(ClientTest, ThreadsWaitingForTheConnectionTimeOutWithinOneTimeout) {
     ASSERT_FALSE(r);
     EXPECT_EQ(r.error().kind, protocol::ErrorKind::timeout) << r.error().message;
   }
-  EXPECT_LT(s, 2.5);  // one timeout and scheduling; in turn it would be 4 s
+  EXPECT_LT(s, 3.2);  // one timeout and scheduling; in turn it would be 4 s
+}
+
+// A daemon that stopped accepting with its backlog full held a Unix connect() for good (found
+// when the test above ran on a loaded machine); the connect is bounded by the call's timeout.
+TEST(ClientTest, AConnectToADaemonThatStoppedAcceptingTimesOut) {
+  testing::TempDir dir;
+  const std::string path = dir / "s.sock";
+  const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);
+  std::vector<int> queued;  // fill the backlog; nobody ever accepts
+  for (int i = 0; i < 4; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd);
+      break;
+    }
+    queued.push_back(fd);
+  }
+  ASSERT_FALSE(queued.empty());
+  ClientOptions o;
+  o.socket_path = path;
+  o.timeout = std::chrono::milliseconds(300);
+  o.cache_capacity = 0;
+  auto done = std::async(std::launch::async, [&] { return Client(o).status(); });
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(30)), std::future_status::ready)
+      << "connect() still blocked";
+  auto r = done.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, protocol::ErrorKind::timeout) << r.error().message;
+  for (int fd : queued) ::close(fd);
+  ::close(listener);
 }
 
 // Dims the parser reads as floats say which kind of wrong they are.

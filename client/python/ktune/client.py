@@ -423,16 +423,16 @@ class Client:
             request["token"] = self.token
         line = (_dumps(request, separators=(",", ":")) + "\n").encode() + attachment
         for attempt in (0, 1):  # one retry if the daemon restarted since the last call
-            left = deadline - time.monotonic()
-            if left <= 0:  # nothing sent: the connection stays as it is
-                raise KtuneError("timeout", f"no reply from ktuned within {budget} s: the "
-                                            "connection was busy with another thread's request")
+            if deadline - time.monotonic() <= 0:  # nothing sent: the connection stays as it is
+                why = ("the connection was busy with another thread's request" if attempt == 0
+                       else "the request was not sent again")
+                raise KtuneError("timeout", f"no reply from ktuned within {budget} s: {why}")
             try:
                 self._connect()
                 if self._sock is not None:
                     self._sock.settimeout(max(deadline - time.monotonic(), 1e-3))
                 try:
-                    reply = self._roundtrip(line)
+                    reply = self._roundtrip(line, deadline)
                 finally:
                     if self._sock is not None:
                         self._sock.settimeout(self.timeout)
@@ -530,16 +530,23 @@ class Client:
         self.socket_path, self._fallback_socket = fallback, None
         return sock
 
-    def _roundtrip(self, line: bytes) -> Dict[str, Any]:
+    def _roundtrip(self, line: bytes, deadline: Optional[float] = None) -> Dict[str, Any]:
         assert self._sock is not None
         self._sock.sendall(line)
-        return self._read_reply()
+        return self._read_reply(deadline)
 
-    def _read_reply(self) -> Dict[str, Any]:
+    def _read_reply(self, deadline: Optional[float] = None) -> Dict[str, Any]:
+        """One reply line; with a deadline (time.monotonic()), socket.timeout once it passes,
+        however the reply trickles in."""
         assert self._sock is not None
         # Pieces are searched as they come and joined once: a 70 MB export is thousands of them.
         chunks = [self._pending]
         while b"\n" not in chunks[-1]:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout()
+                self._sock.settimeout(left)
             chunk = self._sock.recv(1 << 18)
             if not chunk:
                 self._pending = b"".join(chunks)

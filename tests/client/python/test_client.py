@@ -347,7 +347,7 @@ class StalledDaemonTest(unittest.TestCase):
             server.close()
             shutil.rmtree(tmp, ignore_errors=True)
         self.assertEqual(errors, ["timeout"] * 4)
-        self.assertLess(elapsed, 2.5)   # one timeout and scheduling; in turn it would be 4 s
+        self.assertLess(elapsed, 3.2)   # one timeout and scheduling; in turn it would be 4 s
 
 
 class OpTableTest(unittest.TestCase):
