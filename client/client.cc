@@ -50,9 +50,17 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-// connect(2) to a Unix socket; 0 and the descriptor in `fd`, or the errno.
-// Connects to the Unix socket at `path` by the deadline: a daemon that stopped accepting with its
-// backlog full would otherwise hold connect() for good. EAGAIN when the deadline passed.
+// The timeout error of a call given `timeout`; `why`, when not empty, follows the figure.
+std::unexpected<protocol::Error> no_reply_within(std::chrono::milliseconds timeout,
+                                                 std::string_view why = {}) {
+  return protocol::error(ErrorKind::timeout, "no reply from ktuned within " +
+                                                 std::to_string(timeout.count()) + " ms" +
+                                                 std::string(why));
+}
+
+// connect(2) to a Unix socket by the deadline; 0 and the descriptor in `fd`, or the errno (EAGAIN
+// when the deadline passed: a daemon that stopped accepting with its backlog full would otherwise
+// hold connect() for good).
 int connect_unix(const std::string& path, int& fd, Clock::time_point deadline) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -249,9 +257,7 @@ protocol::Expected<std::string> Client::read_line_locked(Clock::time_point deadl
     } else if (n == 0) {
       return protocol::error(ErrorKind::connection_failed, "ktuned closed the connection");
     } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_for(m_fd, POLLIN, deadline))
-        return protocol::error(ErrorKind::timeout, "no reply from ktuned within " +
-                                                       std::to_string(timeout.count()) + " ms");
+      if (!wait_for(m_fd, POLLIN, deadline)) return no_reply_within(timeout);
     } else if (errno != EINTR) {
       return protocol::error(ErrorKind::connection_failed,
                              std::string("recv from ktuned failed: ") + std::strerror(errno));
@@ -298,10 +304,7 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
   if (deadline == Clock::time_point::max())
     lock.lock();
   else if (!lock.try_lock_until(deadline))
-    return protocol::error(ErrorKind::timeout, "no reply from ktuned within " +
-                                                   std::to_string(timeout.count()) +
-                                                   " ms: the connection was busy with another "
-                                                   "thread's request");
+    return no_reply_within(timeout, ": the connection was busy with another thread's request");
   const std::uint64_t id = m_next_id++;
   auto request = request_line_locked(op, body, id);
   if (!request) return std::unexpected(request.error());
@@ -310,9 +313,7 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
   for (int attempt = 0; attempt < 2; ++attempt) {
     // Never sent past its deadline: the daemon would act on a request its caller gave up on.
     if (deadline != Clock::time_point::max() && Clock::now() >= deadline)
-      return protocol::error(ErrorKind::timeout, "no reply from ktuned within " +
-                                                     std::to_string(timeout.count()) +
-                                                     " ms; the request was not sent");
+      return no_reply_within(timeout, "; the request was not sent");
     if (auto ok = connect_locked(deadline); !ok) return std::unexpected(ok.error());
     auto reply_line = roundtrip_locked(line, deadline, timeout);
     if (!reply_line) {

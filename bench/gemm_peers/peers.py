@@ -576,8 +576,9 @@ class ClockProbe:
 def summarize_probes(probes: List[Dict[str, Any]], impl: str, tflops: float,
                      sms: int) -> Dict[str, Any]:
     """One label's probes: the clock's median and range, and the share of the dense bf16 peak at
-    that clock (sms x 4096 FLOP a cycle) that `tflops` is."""
-    mhz = sorted(p["sm_mhz"] for p in probes if p["impl"] == impl)
+    that clock (sms x 4096 FLOP a cycle) that `tflops` is. Probes that counted no clock (0: the
+    timer did not tick) are left out, as the worker's summary leaves them out."""
+    mhz = sorted(p["sm_mhz"] for p in probes if p["impl"] == impl and p["sm_mhz"] > 0)
     if not mhz:
         return {"probes": 0}
     med = statistics.median(mhz)

@@ -383,8 +383,8 @@ class ClockProbeTest(unittest.TestCase):
         self.assertEqual([r["run"] for r in p.results()], [0, 1])
 
     def test_share_of_the_dense_peak_at_the_probed_clock(self):
-        probes = [{"impl": "ktune", "sm_mhz": m} for m in (1440.0, 1455.0, 1470.0)] + \
-                 [{"impl": "cublas", "sm_mhz": 1980.0}]
+        probes = [{"impl": "ktune", "sm_mhz": m} for m in (1440.0, 1455.0, 1470.0, 0.0)] + \
+                 [{"impl": "cublas", "sm_mhz": 1980.0}]   # 0.0: a probe that counted no clock
         s = peers.summarize_probes(probes, "ktune", 670.0, sms=132)
         self.assertEqual(s["probes"], 3)
         self.assertEqual(s["sm_mhz"], {"min": 1440.0, "median": 1455.0, "max": 1470.0})
@@ -393,6 +393,30 @@ class ClockProbeTest(unittest.TestCase):
         self.assertAlmostEqual(s["share_of_peak"], 670.0 / peak)
         self.assertEqual(peers.summarize_probes(probes, "ktune_burst", 800.0, sms=132),
                          {"probes": 0})
+
+    @unittest.skipUnless(os.environ.get("PTXAS"), "needs PTXAS (the ctest sets it)")
+    def test_the_ptx_is_the_workers_kernel(self):
+        """CLOCK_PROBE_PTX is nvcc's PTX of ktune_clock_probe in tuner/device_kernels.h (the
+        worker's copy): a change to one that is not made to the other fails here."""
+        with open(os.path.join(ROOT, "tuner", "device_kernels.h")) as f:
+            header = f.read()
+        start = header.index('extern "C" __global__ void ktune_clock_probe(')
+        end = header.index("\n}\n", start) + 3
+        nvcc = os.path.join(os.path.dirname(os.environ["PTXAS"]), "nvcc")
+        with tempfile.TemporaryDirectory() as d:
+            src, ptx = os.path.join(d, "probe.cu"), os.path.join(d, "probe.ptx")
+            with open(src, "w") as f:
+                f.write("typedef unsigned long long u64;\n" + header[start:end])
+            run = subprocess.run([nvcc, "-arch=sm_90", "-ptx", src, "-o", ptx],
+                                 capture_output=True, text=True, timeout=120)
+            self.assertEqual(run.returncode, 0, run.stderr)
+            with open(ptx) as f:
+                generated = f.read()
+
+        def instructions(text: str):
+            return [" ".join(line.split()) for line in text.splitlines()
+                    if line.strip() and not line.strip().startswith("//")]
+        self.assertEqual(instructions(peers.CLOCK_PROBE_PTX), instructions(generated))
 
     @unittest.skipUnless(os.environ.get("PTXAS"), "needs PTXAS (the ctest sets it)")
     def test_the_ptx_assembles_for_sm_90(self):

@@ -147,6 +147,12 @@ def default_socket_path() -> str:
     return f"/tmp/ktune-{os.getuid()}/ktuned.sock"
 
 
+def _no_reply_within(budget: float, why: str = "") -> KtuneError:
+    """The timeout error of a call given `budget` seconds; `why`, when given, follows."""
+    return KtuneError("timeout", f"no reply from ktuned within {budget} s" +
+                      (f": {why}" if why else ""))
+
+
 class Client:
     """A synchronous client of ktuned.
 
@@ -406,8 +412,7 @@ class Client:
         budget = timeout or self.timeout
         deadline = time.monotonic() + budget
         if not self._lock.acquire(timeout=budget):
-            raise KtuneError("timeout", f"no reply from ktuned within {budget} s: the "
-                                        "connection was busy with another thread's request")
+            raise _no_reply_within(budget, "the connection was busy with another thread's request")
         try:
             return self._call_locked(op, body, attachment, budget, deadline)
         finally:
@@ -426,7 +431,7 @@ class Client:
             if deadline - time.monotonic() <= 0:  # nothing sent: the connection stays as it is
                 why = ("the connection was busy with another thread's request" if attempt == 0
                        else "the request was not sent again")
-                raise KtuneError("timeout", f"no reply from ktuned within {budget} s: {why}")
+                raise _no_reply_within(budget, why)
             try:
                 self._connect()
                 if self._sock is not None:
@@ -443,8 +448,7 @@ class Client:
                 continue
             except socket.timeout:
                 self._close()
-                raise KtuneError("timeout", f"no reply from ktuned within "
-                                            f"{budget} s") from None
+                raise _no_reply_within(budget) from None
             except BaseException:
                 # Left mid-request (Ctrl-C, a signal handler's exception): its reply may still
                 # come, and the next request must not read it as its own.
