@@ -19,7 +19,9 @@ Steps (subcommands; each writes one JSON document, `assemble` folds them into on
             reasons (power cap, slowdowns) read through NVML in this process every 5 ms (and
             by nvidia-smi beside it); and a burst of each (the first --min-runs runs after
             --burst-idle-s idle: before the power cap engages); the SM clock of both counted
-            in-kernel too (ClockProbe: %clock64 over 100 us of %globaltimer between runs)
+            in-kernel too (ClockProbe: %clock64 over 100 us of %globaltimer between runs);
+            then each of --sustain-shapes the same way (no burst), every kernel at the clock
+            its own power sets under the cap
   sass      HGMMA, LDL, STL, UTMALDG, ... counted in each served cubin (cuobjdump -sass)
   assemble  one JSON from the pieces, with the summary (geomeans, minimum) printed as a table
 
@@ -143,10 +145,17 @@ def plan(args: argparse.Namespace) -> Dict[str, Any]:
                       "sampling": ("NVML in-process every 5 ms (SM clock, instantaneous "
                                    "power, clock event reasons), nvidia-smi every 50 ms beside "
                                    "it")},
+        "sustained_shapes": {"shapes": [shape_name(x) for x in parse_shapes(args.sustain_shapes)]
+                             if args.sustain_shapes else [],
+                             "seconds_per_phase": args.sustain_more_s,
+                             "phases": "ktune, cuBLAS, ktune, cuBLAS (no burst)"},
         "estimate_s": {"tuning": [8 * len(shapes), 18 * len(shapes)],
                        "torch_compile": [2.4 * len(shapes), 28.5 * len(shapes)],
                        "timing": 3.0 * len(shapes),
-                       "sustained": 4 * args.sustain_s + 2 * args.burst_idle_s + 9},
+                       "sustained": 4 * args.sustain_s + 2 * args.burst_idle_s + 9,
+                       "sustained_shapes": (len(parse_shapes(args.sustain_shapes)) *
+                                            sustained_cost_s(args.sustain_more_s, None)
+                                            if args.sustain_shapes else 0)},
     }
     return doc
 
@@ -629,6 +638,8 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
     import ktune.torch as kt
 
     deadline = args.deadline or float("inf")
+    more = parse_shapes(args.sustain_shapes) if args.sustain_shapes else []
+    args.reserve_s += len(more) * sustained_cost_s(args.sustain_more_s, 0)
     torch.manual_seed(0)
     dev = torch.device("cuda")
     client = ktune.Client(socket_path=args.socket, cache_ttl=0, kernel_timeout=120)
@@ -670,18 +681,37 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
             print(f"{shape_name(s):>18} FAILED: {row['error']}", flush=True)
         doc["shapes"].append(row)
         write_json(args.out, doc)
-    if deadline - time.time() > 4 * args.sustain_s + 2 * args.burst_idle_s + 7 or not args.deadline:
-        try:
-            doc["sustained"] = sustained(args, client, torch, dev)
-        except Exception as e:
-            doc["sustained"] = {"error": f"{type(e).__name__}: {e}",
-                                "traceback": traceback.format_exc()[-3000:]}
-            print(f"sustained FAILED: {doc['sustained']['error']}", flush=True)
-    else:
-        doc["sustained"] = {"skipped": "deadline"}
+    doc["sustained"] = sustained_or_why(args, client, torch, dev, deadline, SUSTAINED_SHAPE,
+                                        args.sustain_s, burst_too=True)
+    # More shapes in phases of their own (--sustain-shapes): each kernel at the clock its own
+    # power sets, where the interleaved rounds above read the clock that the mix of both sets.
+    if more:
+        doc["sustained_shapes"] = [
+            sustained_or_why(args, client, torch, dev, deadline, s, args.sustain_more_s,
+                             burst_too=False) for s in more]
     doc["ktune_torch"] = {"stats": kt.stats(), "explain": kt.explain()}
     write_json(args.out, doc)
     return doc
+
+
+def sustained_cost_s(seconds: float, burst_idle_s: Optional[float]) -> float:
+    """What one sustained() run takes at most: 4 phases, the warm-up and set-up, and, with a
+    burst_idle_s, two bursts after as long an idle."""
+    return 4 * seconds + 7 + (0 if burst_idle_s is None else 2 * burst_idle_s)
+
+
+def sustained_or_why(args, client, torch, dev, deadline: float, s: Shape, seconds: float,
+                     burst_too: bool) -> Dict[str, Any]:
+    """sustained() of one shape, or why not: {"skipped": "deadline"} or the error it raised."""
+    if args.deadline and deadline - time.time() <= sustained_cost_s(
+            seconds, args.burst_idle_s if burst_too else None):
+        return {"shape": shape_name(s), "skipped": "deadline"}
+    try:
+        return sustained(args, client, torch, dev, s, seconds, burst_too)
+    except Exception as e:  # noqa: BLE001  (one shape's failure is its result; the run goes on)
+        print(f"sustained {shape_name(s)} FAILED: {type(e).__name__}: {e}", flush=True)
+        return {"shape": shape_name(s), "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc()[-3000:]}
 
 
 def twin_params(template: str, params: Dict[str, int]) -> Optional[Dict[str, int]]:
@@ -921,10 +951,12 @@ def _matmul(a, b):
     return torch.matmul(a, b)
 
 
-def sustained(args, client, torch, dev) -> Dict[str, Any]:
-    """8192^3 back to back: ktune's served winner and cuBLAS in alternating phases of
-    args.sustain_s seconds, every launch timed with events, A/B/C rotated over args.sets sets."""
-    s = SUSTAINED_SHAPE
+def sustained(args, client, torch, dev, s: Shape = SUSTAINED_SHAPE, seconds: float = 0,
+              burst_too: bool = True) -> Dict[str, Any]:
+    """One shape back to back (8192^3 by default): ktune's served winner and cuBLAS in
+    alternating phases of `seconds` (args.sustain_s if 0), every launch timed with events, A/B/C
+    rotated over args.sets sets; then, with burst_too, a burst of each after an idle."""
+    seconds = seconds or args.sustain_s
     m, n, k = s
     bf16 = torch.bfloat16
     served, kernel = fetch_served(client, s, None)
@@ -951,9 +983,9 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
         launch["cublas"](i % args.sets)
     torch.cuda.synchronize()
     est = max((time.perf_counter() - t0) / 10, 1e-4)
-    runs = max(args.min_runs, int(args.sustain_s / est))
+    runs = max(args.min_runs, int(seconds / est))
 
-    sampler = Sampler(os.path.join(args.logs, "nvidia-smi-sustained.csv"), ms=50)
+    sampler = Sampler(os.path.join(args.logs, f"nvidia-smi-sustained-{shape_name(s)}.csv"), ms=50)
     reader = NvmlReader(ms=5)
     reader.start()
     times: Dict[str, List[float]] = {"ktune": [], "cublas": []}
@@ -992,7 +1024,7 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
     # A burst after the GPU idled: the first args.min_runs runs, before the power cap holds the
     # clock down (what a short benchmark of one kernel reports, beside the sustained figure).
     burst: Dict[str, Any] = {"idle_s": args.burst_idle_s, "runs": args.min_runs}
-    for impl in ("ktune", "cublas"):
+    for impl in ("ktune", "cublas") if burst_too else ():
         time.sleep(args.burst_idle_s)
         us, w0, w1 = timed(impl, args.min_runs, impl + "_burst", 10)
         med = statistics.median(us)
@@ -1026,9 +1058,11 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
                      "median_tflops": statistics.median(tf), "p10_tflops": tf[len(tf) // 10],
                      "p90_tflops": tf[(9 * len(tf)) // 10], "gpu": gpu(windows[impl])}
     doc["ktune_vs_cublas"] = doc["ktune"]["median_tflops"] / doc["cublas"]["median_tflops"]
-    for impl in ("ktune", "cublas"):
-        burst[impl]["gpu"] = gpu([burst[impl].pop("window")])
-    doc["burst"] = burst
+    doc["seconds_per_phase"] = seconds
+    if burst_too:
+        for impl in ("ktune", "cublas"):
+            burst[impl]["gpu"] = gpu([burst[impl].pop("window")])
+        doc["burst"] = burst
     doc["clock_probe"] = clock_probe_doc(probe, probe_error, doc, torch, dev)
     print(f"{'sustained ' + shape_name(s):>18} ktune {doc['ktune']['median_tflops']:6.1f} TF/s "
           f"cuBLAS {doc['cublas']['median_tflops']:6.1f} TF/s over {2 * runs} runs each; SM "
@@ -1036,6 +1070,9 @@ def sustained(args, client, torch, dev) -> Dict[str, Any]:
           f"{doc['ktune']['gpu'].get('power_w', {}).get('median', '?')} W (ktune's phases; "
           f"{source})",
           flush=True)
+    if not burst_too:
+        print_clock_probe(doc["clock_probe"])
+        return doc
     print(f"{'burst ' + shape_name(s):>18} ktune {burst['ktune']['median_tflops']:6.1f} TF/s "
           f"cuBLAS {burst['cublas']['median_tflops']:6.1f} TF/s, median of the first "
           f"{args.min_runs} runs after {args.burst_idle_s:g} s idle; SM "
@@ -1059,8 +1096,9 @@ def clock_probe_doc(probe: Optional[ClockProbe], error: Optional[str], doc: Dict
                            "sms": sms, "probes": probes}
     for impl in ("ktune", "cublas"):
         out[impl] = summarize_probes(probes, impl, doc[impl]["median_tflops"], sms)
-        out[impl + "_burst"] = summarize_probes(probes, impl + "_burst",
-                                                doc["burst"][impl]["median_tflops"], sms)
+        if "burst" in doc:
+            out[impl + "_burst"] = summarize_probes(probes, impl + "_burst",
+                                                    doc["burst"][impl]["median_tflops"], sms)
     return out
 
 
@@ -1070,14 +1108,14 @@ def print_clock_probe(c: Dict[str, Any]) -> None:
         return
 
     def one(key: str) -> str:
-        x = c[key]
+        x = c.get(key, {})
         if not x.get("probes"):
             return f"{key} -"
         m = x["sm_mhz"]
         return (f"{key} {m['median']:.0f} MHz ({m['min']:.0f}-{m['max']:.0f}, {x['probes']} probes)"
                 f" = {100 * x['share_of_peak']:.1f} % of {x['dense_peak_tflops']:.0f} TF/s")
-    print(f"{'clock probe':>18} " + "; ".join(one(k) for k in ("ktune", "cublas", "ktune_burst",
-                                                              "cublas_burst")), flush=True)
+    keys = [k for k in ("ktune", "cublas", "ktune_burst", "cublas_burst") if k in c]
+    print(f"{'clock probe':>18} " + "; ".join(one(k) for k in keys), flush=True)
 
 
 # ---- meta ------------------------------------------------------------------------------------
@@ -1220,6 +1258,8 @@ def assemble(args: argparse.Namespace) -> Dict[str, Any]:
         "winners_with_local_memory": sum(1 for c in sass.get("cubins", []) if c.get("local_memory")),
         "sustained": {k: measured.get("sustained", {}).get(k, {}).get("median_tflops")
                       for k in ("ktune", "cublas")},
+        "sustained_shapes_ktune_vs_cublas": {
+            d["shape"]: d.get("ktune_vs_cublas") for d in measured.get("sustained_shapes", [])},
     }
     doc = {"benchmark": "gemm_peers", "issue": 13, **meta, "plan": read_json(args.plan),
            "torch": measured.get("torch"), "triton": measured.get("triton"),
@@ -1228,6 +1268,7 @@ def assemble(args: argparse.Namespace) -> Dict[str, Any]:
            "allow_bf16_reduced_precision_reduction":
                measured.get("allow_bf16_reduced_precision_reduction"),
            "summary": summary, "shapes": shapes, "sustained": measured.get("sustained"),
+           "sustained_shapes": measured.get("sustained_shapes"),
            "ktune_torch": measured.get("ktune_torch"),
            "tuning_path": (tuned or {}).get("path", "ktune-bench" if tuned else None),
            "sass_tool": sass.get("cuobjdump"), "sass_error": sass.get("error")}
@@ -1292,6 +1333,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="measure: torch.compile a shape only with this much time left")
     ap.add_argument("--sets", type=int, default=3, help="measure: rotated A/B/C sets at 8192^3")
     ap.add_argument("--sustain-s", type=float, default=4, help="measure: seconds per phase")
+    ap.add_argument("--sustain-shapes", default="",
+                    help="measure: MxNxK,... also sustained, ktune and cuBLAS in phases of their "
+                         "own (no burst), each shape tuned and served like the others")
+    ap.add_argument("--sustain-more-s", type=float, default=2,
+                    help="measure: seconds per phase for --sustain-shapes")
     ap.add_argument("--min-runs", type=int, default=50,
                     help="measure: runs per sustained phase at least, and per burst")
     ap.add_argument("--burst-idle-s", type=float, default=3,
@@ -1306,6 +1352,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     step = "plan" if args.dry_run else args.step
     try:
         parse_shapes(args.shapes)
+        if args.sustain_shapes:
+            parse_shapes(args.sustain_shapes)
     except ValueError as e:
         ap.error(str(e))
     if step in ("tune", "measure", "profile") and not args.socket:

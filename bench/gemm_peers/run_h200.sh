@@ -24,7 +24,8 @@
 #      step's JSON, cubins, SASS listings, nvidia-smi samples).
 # Knobs (environment): SHAPES ("tma" = the 10 of `ktune-bench --suite tma`, or MxNxK,...),
 # TUNER, TRIALS (120), STRATEGY (model), JOB_SECONDS (45 per shape), TUNE_CAP_S (230), ROUNDS (15),
-# SUSTAIN_S (4 per phase, 4 phases), BURST_IDLE_S (3: idle before each 8192^3 burst), SETS (3 input sets of 384 MB at 8192^3), BUDGET_S, K (.gpu),
+# SUSTAIN_S (4 per phase, 4 phases), SUSTAIN_SHAPES (MxNxK,... of SHAPES also sustained, in
+# phases of SUSTAIN_MORE_S, 2), BURST_IDLE_S (3: idle before each 8192^3 burst), SETS (3 input sets of 384 MB at 8192^3), BUDGET_S, K (.gpu),
 # TWINS=1 (also time each served gemm_tma config's stream-K twin, peers.py --twins; TWINS=reduce:
 # a split-K winner's REDUCE 1 / REDUCE 0 pair at its tile, peers.py --twins reduce), TEMPLATES
 # ("gemm_tma ...": the daemon's jobs search only these) and SEEDS ("NAME=V,... ...": configs each
@@ -50,6 +51,7 @@ ROUNDS=${ROUNDS:-15}
 SUSTAIN_S=${SUSTAIN_S:-4}
 BURST_IDLE_S=${BURST_IDLE_S:-3}
 SETS=${SETS:-3}
+SUSTAIN_ARGS=(--sustain-shapes "${SUSTAIN_SHAPES:-}" --sustain-more-s "${SUSTAIN_MORE_S:-2}")
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/gemm-peers-XXXXXX)
 L=$W/logs
@@ -93,7 +95,7 @@ say "1. meta"
 "${PEERS[@]}" meta --commit-file "$K/COMMIT" --ktuned "$K/ktuned" --out "$W/meta.json"
 cat "$W/meta.json"
 "${PEERS[@]}" plan --tuner "$TUNER" --trials "$TRIALS" --job-seconds "$JOB_SECONDS" --finalists "${FINALISTS:-5}" \
-  --rounds "$ROUNDS" --sustain-s "$SUSTAIN_S" --burst-idle-s "$BURST_IDLE_S" --sets "$SETS" --out "$W/plan.json" > /dev/null
+  --rounds "$ROUNDS" --sustain-s "$SUSTAIN_S" --burst-idle-s "$BURST_IDLE_S" --sets "$SETS" "${SUSTAIN_ARGS[@]}" --out "$W/plan.json" > /dev/null
 
 say "2. tuning ($TUNER, $STRATEGY, $TRIALS trials per shape, cap ${TUNE_CAP_S} s)"
 if [ "$TUNER" = bench ]; then
@@ -132,7 +134,7 @@ case "${TWINS:-}" in
   *) TWIN_ARGS=(--twins "$TWINS") ;;
 esac
 timeout $(( LEFT > 30 ? LEFT : 30 )) "${PEERS[@]}" measure --socket "$S" --deadline "$END" \
-  --rounds "$ROUNDS" --sustain-s "$SUSTAIN_S" --burst-idle-s "$BURST_IDLE_S" --sets "$SETS" --cubins "$W/cubins" --logs "$L" \
+  --rounds "$ROUNDS" --sustain-s "$SUSTAIN_S" --burst-idle-s "$BURST_IDLE_S" --sets "$SETS" "${SUSTAIN_ARGS[@]}" --cubins "$W/cubins" --logs "$L" \
   --out "$W/measure.json" "${TWIN_ARGS[@]}" > "$L/measure.log" 2> "$L/measure.err"
 RC=$?
 cat "$L/measure.log"

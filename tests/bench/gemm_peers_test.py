@@ -543,7 +543,8 @@ class FakeRunTest(unittest.TestCase):
         self.assertEqual(row["twin_vs_served"], one["vs_served"])
 
     def test_tunes_serves_exports_and_archives(self):
-        doc, table, archived = self.run_flow(SHAPES="8192x8192x512", TRIALS="2")
+        doc, table, archived = self.run_flow(SHAPES="8192x8192x512", TRIALS="2",
+                                             SUSTAIN_SHAPES="8192x8192x512", SUSTAIN_MORE_S="0.01")
         self.assertEqual(doc["commit"], "abc123-test")
         self.assertEqual(doc["tuning_path"], "daemon")
         self.assertEqual(doc["plan"]["shapes"], ["8192x8192x512"])
@@ -587,6 +588,17 @@ class FakeRunTest(unittest.TestCase):
         # No GPU here (fake torch made no CUDA context): the clock probe says why it did not run,
         # and the run went on.
         self.assertTrue(sustained["clock_probe"].get("error"), sustained["clock_probe"])
+        # The tuned shape sustained in phases of its own too, without a burst; the summary
+        # carries its ratio.
+        (more,) = doc["sustained_shapes"]
+        self.assertEqual(more["shape"], "8192x8192x512")
+        self.assertEqual([p["impl"] for p in more["phases"]], ["ktune", "cublas", "ktune", "cublas"])
+        self.assertEqual(more["seconds_per_phase"], 0.01)
+        self.assertNotIn("burst", more)
+        self.assertGreater(more["ktune"]["runs"], 0)
+        self.assertEqual(doc["summary"]["sustained_shapes_ktune_vs_cublas"],
+                         {"8192x8192x512": more["ktune_vs_cublas"]})
+        self.assertEqual(doc["plan"]["sustained_shapes"]["shapes"], ["8192x8192x512"])
         # The table ktuned exports holds the winner it served.
         (winner,) = table["winners"]
         self.assertEqual(winner["problem"]["dims"], {"M": 8192, "N": 8192, "K": 512})
