@@ -288,9 +288,13 @@ inline bool mentions_attach_key(std::string_view line) {
 // attachment, or an error (the stream cannot be resynchronized after it: close). A line that is
 // not JSON has no attachment unless it names "attach" as a key (then it is an error). On an error
 // the request's "id" goes to `id_out` when it could be read, for the error reply to echo.
+// The key may be spelled with JSON escapes ("att\u0061ch" is "attach"): a line with a backslash
+// is parsed even without the literal token, so its attachment is read, not taken for lines.
 inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes,
                                         Json* id_out = nullptr) {
-  if (find_attach_token(line) == std::string_view::npos) return size_t(0);
+  if (find_attach_token(line) == std::string_view::npos &&
+      std::memchr(line.data(), '\\', line.size()) == nullptr)
+    return size_t(0);
   auto j = parse_json(line, id_out);
   if (!j) {
     if (!mentions_attach_key(line)) return size_t(0);  // answered as a bad line; nothing follows

@@ -119,6 +119,11 @@ TEST(ProtocolTest, AttachTokenIsFoundWhereverItIsAndOnlyThere) {
   EXPECT_EQ(protocol::attachment_size(R"({"v":1,"op":"import","attach":42})", 100), 42u);
   EXPECT_FALSE(protocol::attachment_size(R"({"v":1,"op":"import","attach":420})", 100));
   EXPECT_FALSE(protocol::attachment_size(R"({"v":1,"attach": 4, oops)", 100));
+  // The key spelled with escapes is the same key: its bytes are an attachment, not lines.
+  EXPECT_EQ(protocol::attachment_size(R"({"v":1,"op":"import","att\u0061ch":42})", 100), 42u);
+  EXPECT_EQ(protocol::attachment_size(R"({"v":1,"op":"import","\u0061ttach":42})", 100), 42u);
+  EXPECT_FALSE(protocol::attachment_size(R"({"v":1,"op":"import","att\u0061ch":420})", 100));
+  EXPECT_EQ(protocol::attachment_size(R"({"v":1,"op":"lookup","tag":"a\"b"})", 100), 0u);
 }
 
 TEST(ClientTest, BigReplyArrivingInSmallPiecesIsReadInLinearTime) {

@@ -27,10 +27,11 @@ using namespace std::chrono_literals;
 class HeldHandler final : public RequestHandler {
  public:
   bool append_fast(std::string_view, const Peer&, std::string&) override { return false; }
-  void handle(std::string_view line, std::string, const Peer&, Emit emit,
+  void handle(std::string_view line, std::string attachment, const Peer&, Emit emit,
               const Executor::Lane*) override {
     std::lock_guard lock(m_mutex);
     m_lines.emplace_back(line);
+    m_attachments.push_back(std::move(attachment));
     m_emits.push_back(std::move(emit));
   }
   size_t max_attachment_bytes() const override { return 1024; }
@@ -42,6 +43,10 @@ class HeldHandler final : public RequestHandler {
   std::vector<std::string> lines() const {
     std::lock_guard lock(m_mutex);
     return m_lines;
+  }
+  std::vector<std::string> attachments() const {
+    std::lock_guard lock(m_mutex);
+    return m_attachments;
   }
   // Answers request `i` with `text`; false when the session no longer takes replies.
   bool answer(size_t i, const std::string& text) {
@@ -56,6 +61,7 @@ class HeldHandler final : public RequestHandler {
  private:
   mutable std::mutex m_mutex;
   std::vector<std::string> m_lines;
+  std::vector<std::string> m_attachments;
   std::vector<Emit> m_emits;
 };
 
@@ -173,6 +179,17 @@ TEST_F(SessionTest, AnIncompleteAttachmentGetsTheReadDeadlinesNotice) {
                                                  "the connection"));
   EXPECT_TRUE(m_handler.lines().empty());
   EXPECT_EQ(m_metrics.errors(), 1u);
+}
+
+// "attach" spelled with a JSON escape is the same key: the bytes after the line are its
+// attachment, and the next request is read where it starts (they were read as a line of their own).
+TEST_F(SessionTest, AnEscapedAttachKeyStillAnnouncesTheAttachment) {
+  open();
+  const std::string import = R"({"op":"import","att\u0061ch":4})";
+  send(import + "\na\nb\n" + "c\n");
+  ASSERT_TRUE(testing::eventually([&] { return m_handler.held() == 2; }));
+  EXPECT_EQ(m_handler.lines(), (std::vector<std::string>{import, "c"}));
+  EXPECT_EQ(m_handler.attachments(), (std::vector<std::string>{"a\nb\n", ""}));
 }
 
 // Over TCP, input the daemon never read would make its close a reset, and a reset discards the
