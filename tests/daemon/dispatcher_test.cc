@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <future>
 #include <set>
 #include <sstream>
 
@@ -410,6 +411,32 @@ TEST_F(DispatcherTest, BadRequestsGetSpecificErrors) {
     EXPECT_EQ(ok(R"({"v":1,"id":2,"op":"status"})")["node_id"], "test-node") << "after " << line;
   }
   EXPECT_GE(m_parts->metrics.errors(), cases.size());
+}
+
+// A watch that ktuned's stop ends gets an `unavailable` line, an error reply like any other:
+// counted in ktune_errors_total (it was sent without being counted).
+TEST_F(DispatcherTest, AWatchEndedByTheStopIsAnErrorCounted) {
+  JobSpec spec;
+  spec.device = testing::h200();
+  spec.problem = testing::gemm_problem(64, 4096, 4096);
+  spec.strategy = "model";
+  spec.budget_trials = 10;
+  auto job = m_parts->jobs.submit(spec);
+  ASSERT_TRUE(job) << job.error().message;
+  std::promise<std::string> last;
+  m_parts->dispatcher.handle(R"({"v":1,"id":5,"op":"watch","job":")" + job->job.id + R"("})", {},
+                             Peer{}, [&last](std::string line, bool end) {
+                               if (end) last.set_value(std::move(line));
+                               return true;
+                             });
+  const size_t errors = m_parts->metrics.errors();
+  m_parts->jobs.stop();
+  auto ended = last.get_future();
+  ASSERT_EQ(ended.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  const Json line = Json::parse(ended.get());
+  EXPECT_EQ(line["id"], 5);
+  EXPECT_EQ(line["error"]["code"], "unavailable") << line.dump();
+  EXPECT_EQ(m_parts->metrics.errors(), errors + 1);
 }
 
 // One text, one answer: a NUL byte (nlohmann's parser ends the text there) is a parse error on

@@ -39,7 +39,8 @@ TEST(HeapTest, TrimHandsFreedHeapBelowALiveBlockBackToTheKernel) {
   EXPECT_GE(t.rss_before_mib, 64.0);
   EXPECT_LT(t.rss_after_mib, t.rss_before_mib - 48.0)
       << "before " << t.rss_before_mib << " MiB, after " << t.rss_after_mib << " MiB";
-  EXPECT_GE(t.ms, 0.0);
+  EXPECT_GT(t.ms, 0.0) << "the trim's own time is measured";
+  EXPECT_LT(t.ms, 5000.0);
   std::free(live);
 }
 
