@@ -185,7 +185,10 @@ void FleetSync::reader_loop() {
       if (more && !more->is_nil()) collect(*more, batch);
       last_id = batch.last_id;
     }
-    apply(batch);
+    if (!apply(batch)) {  // the store failed: these winners come again with a resync, later
+      synced = false;
+      if (!wait_retry()) break;
+    }
   }
 }
 
@@ -207,7 +210,9 @@ Result<std::string> FleetSync::resync() {
     if (!fleet) return std::unexpected(fleet.error());
     std::vector<std::string> values;
     for (const auto& [_, v] : *fleet) values.push_back(v);
-    merge(values, "fleet");
+    if (auto merged = merge(values, "fleet"); !merged)
+      return std::unexpected(
+          Error{merged.error().code, "merging the fleet's winners: " + merged.error().message});
     pulled += values.size();
     auto n = push_local(device, *fleet);
     if (!n) return std::unexpected(n.error());
@@ -273,24 +278,39 @@ Clock::time_point FleetSync::merge_slot() {
                    std::chrono::duration<double>((1 - m_merge_tokens) / k_merges_per_s));
 }
 
-void FleetSync::apply(Batch& batch) {
-  if (batch.values.empty()) return;
+Result<void> FleetSync::apply(Batch& batch) {
+  if (batch.values.empty()) return {};
   m_counters.received += batch.values.size();
   merge_slot();         // refills the bucket up to now
   m_merge_tokens -= 1;  // may go below 0 by less than one token: merge_slot() waits it out
-  merge(batch.values, "fleet");
+  auto merged = merge(batch.values, "fleet");
   const std::int64_t now = unix_us();
   for (std::int64_t us : batch.sent_us)
     if (us > 0) m_counters.record_delay(double(now - us) / 1000);
+  return merged;
 }
 
-void FleetSync::merge(const std::vector<std::string>& values, const std::string& origin) {
+Result<void> FleetSync::merge(const std::vector<std::string>& values, const std::string& origin) {
+  // The last value of each key, in the order read (import refuses two records of one key, which
+  // would have dropped the later one, the one Redis holds now, as a bad record).
   std::vector<std::string> ok;
-  for (const auto& v : values)
-    if (well_formed_value(v))
-      ok.push_back(v);
-    else
+  std::map<std::string, size_t> last_of_key;  // key -> index in ok
+  for (const auto& v : values) {
+    if (!well_formed_value(v)) {
       ++m_counters.rejected;
+      continue;
+    }
+    auto record = parse_winner_value(v);  // one that does not parse is import's to refuse
+    if (record) {
+      auto [it, first] = last_of_key.try_emplace(record->key(), ok.size());
+      if (!first) {
+        ok[it->second] = v;  // superseded in Redis by this one
+        continue;
+      }
+    }
+    ok.push_back(v);
+  }
+  Result<void> result;
   for (size_t begin = 0; begin < ok.size(); begin += k_merge_batch) {
     std::vector<std::string> batch(ok.begin() + long(begin),
                                    ok.begin() + long(std::min(ok.size(), begin + k_merge_batch)));
@@ -312,6 +332,7 @@ void FleetSync::merge(const std::vector<std::string>& values, const std::string&
     t_from_fleet = false;
     if (!report) {
       log(LogLevel::error, "fleet_merge_failed", {{"error", report.error().message}});
+      result = std::unexpected(report.error());
       continue;
     }
     m_counters.merged += report->written.size();
@@ -322,6 +343,7 @@ void FleetSync::merge(const std::vector<std::string>& values, const std::string&
         ++m_counters.claims_done;
     }
   }
+  return result;
 }
 
 // ---- publishing: committed winners and heartbeats -------------------------------------------

@@ -60,8 +60,11 @@ class FleetSync {
 
   WorkClaims& claims() { return m_claims; }
   // Merges winner values read from Redis through the catalog (import's validation and rule).
-  // Jobs queued here for keys that now have a fresh winner end as done.
-  void merge(const std::vector<std::string>& values, const std::string& origin);
+  // Of several values for one key (a stream read that spans two publishes of it) only the last
+  // is merged: each publish replaced the one before in Redis. Jobs queued here for keys that now
+  // have a fresh winner end as done. Returns the error when the store failed (the values are
+  // then not all merged: read them again); records import refuses are counted, not errors.
+  Result<void> merge(const std::vector<std::string>& values, const std::string& origin);
 
   // This node's view, without asking Redis (for `status`).
   protocol::Json summary() const;
@@ -88,7 +91,7 @@ class FleetSync {
   };
   void collect(const RedisReply& streams, Batch& batch) const;
   // Merges a batch read from the stream.
-  void apply(Batch& batch);
+  Result<void> apply(Batch& batch);
   // When the next merge may run: each merge moves the index generation (cached lookup answers
   // near the merged shapes are built again; an import past the change log, all), so merges are a
   // token bucket — 10 at once, 10 a second sustained —

@@ -1,0 +1,122 @@
+// What a node merges from the fleet (FleetSync::merge, the path of both the event stream and a
+// resync), without Redis: one node's parts over a store that can be made to fail its writes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "daemon/fleet/record_codec.h"
+#include "daemon/fleet/sync.h"
+#include "store/mem_store.h"
+#include "templates/space.h"
+#include "tests/fakes/daemon_parts.h"
+#include "tests/fakes/test_records.h"
+
+namespace ktune {
+namespace {
+
+using testing::builtin_templates;
+
+// A MemStore whose writes fail while `failing` is set (a full disk).
+class FlakyStore final : public Store {
+ public:
+  std::atomic<bool> failing{false};
+
+  Result<std::optional<std::string>> get(Table table, std::string_view key) override {
+    return m_store.get(table, key);
+  }
+  Result<void> put(Table table, std::string_view key, std::string_view value,
+                   Durability durability) override {
+    if (failing) return fail(ErrorCode::io_error, "no space left on device");
+    return m_store.put(table, key, value, durability);
+  }
+  Result<void> remove(Table table, std::string_view key, Durability durability) override {
+    if (failing) return fail(ErrorCode::io_error, "no space left on device");
+    return m_store.remove(table, key, durability);
+  }
+  Result<void> scan(Table table, std::string_view prefix, const ScanFn& fn) override {
+    return m_store.scan(table, prefix, fn);
+  }
+  Result<void> write(const WriteBatch& batch, Durability durability) override {
+    if (failing) return fail(ErrorCode::io_error, "no space left on device");
+    return m_store.write(batch, durability);
+  }
+  std::string describe() const override { return "flaky memory"; }
+
+ private:
+  MemStore m_store;
+};
+
+// One node as ktuned wires it, with a FleetSync that is never started (no Redis is asked).
+struct Node {
+  explicit Node(const std::string& name) {
+    identity.node_id = name;
+    identity.nvrtc = "13.0";
+    config.fleet_redis = "/nonexistent/redis.sock";
+    (void)check_store_format(store, false);
+  }
+  DaemonConfig config = default_config();
+  FlakyStore store;
+  WinnerIndex index;
+  TemplateSet templates{TemplateSet::Snapshot(std::shared_ptr<void>(), &builtin_templates())};
+  NodeIdentity identity;
+  Catalog catalog{store, index, templates, identity};
+  JobQueue jobs{store, 16};
+  PinTable pins{store, index, identity};
+  FleetSync fleet{{config, catalog, jobs, store, identity, pins},
+                  RedisEndpoint{config.fleet_redis, "", 0}};
+
+  std::shared_ptr<const WinnerRecord> winner(const Problem& p) {
+    return index.exact(testing::h200().id(), p);
+  }
+};
+
+WinnerRecord measured(const Problem& p, double us, const std::string& node) {
+  WinnerRecord w = testing::winner(p, us, node);
+  const KernelTemplate* gemm = builtin_templates().find("gemm");
+  w.ranked.resize(1);
+  w.ranked[0].template_hash = gemm->hash;
+  w.ranked[0].params = *heuristic_config(*gemm, p, DeviceLimits{});
+  w.validators.nvrtc = "13.0";
+  return w;
+}
+
+const Problem k_key = testing::gemm_problem(4096, 4096, 4096);
+
+// One stream read can span two publishes of a key (a burst gathered for one merge, a catch-up
+// after an outage). Each publish replaced the one before in Redis: the node merges the last, as
+// a resync would, and a superseded value is not a rejected one. (Import refuses two records of
+// one key, so the later, better one was dropped and the earlier served until the next resync.)
+TEST(FleetMergeTest, TwoValuesOfOneKeyInOneReadMergeTheLast) {
+  Node c("node-c");
+  const Problem other = testing::gemm_problem(2048, 4096, 4096);
+  ASSERT_TRUE(c.fleet.merge(
+      {winner_value(measured(k_key, 12.0, "node-a")), winner_value(measured(other, 5.0, "node-a")),
+       winner_value(measured(k_key, 10.0, "node-b"))},
+      "fleet"));
+  ASSERT_TRUE(c.winner(k_key));
+  EXPECT_EQ(c.winner(k_key)->ranked[0].median_us, 10.0);
+  EXPECT_EQ(c.winner(k_key)->node_id, "node-b");
+  ASSERT_TRUE(c.winner(other));
+  EXPECT_EQ(c.fleet.summary()["rejected"], 0);
+  EXPECT_EQ(c.fleet.summary()["merged"], 2);
+}
+
+// A store that cannot take the merge is an error the caller sees (the reader then reads the
+// fleet's table again later), not a log line after which the values are gone.
+TEST(FleetMergeTest, AMergeTheStoreCannotTakeIsAnErrorAndTheValuesMergeLater) {
+  Node c("node-c");
+  const std::vector<std::string> values = {winner_value(measured(k_key, 10.0, "node-b"))};
+  c.store.failing = true;
+  auto failed = c.fleet.merge(values, "fleet");
+  ASSERT_FALSE(failed);
+  EXPECT_NE(failed.error().message.find("no space left"), std::string::npos)
+      << failed.error().message;
+  EXPECT_FALSE(c.winner(k_key));
+  c.store.failing = false;
+  ASSERT_TRUE(c.fleet.merge(values, "fleet"));
+  ASSERT_TRUE(c.winner(k_key));
+  EXPECT_EQ(c.winner(k_key)->node_id, "node-b");
+}
+
+}  // namespace
+}  // namespace ktune
