@@ -203,7 +203,8 @@ bool JobQueue::complete_queued(const DeviceClass& device, const Problem& problem
 }
 
 Result<JobRecord> JobQueue::cancel(const std::string& id) {
-  std::unique_lock lock(m_mutex);
+  std::lock_guard lock(m_mutex);  // held to the end: a claim between the check and the cancel
+                                  // would run a job its client was told is cancelled
   auto it = m_jobs.find(id);
   if (it == m_jobs.end()) return fail(ErrorCode::not_found, "no job " + id);
   JobRecord& j = it->second;
@@ -212,8 +213,7 @@ Result<JobRecord> JobQueue::cancel(const std::string& id) {
     return j;
   }
   if (j.state != JobState::queued) return j;
-  lock.unlock();
-  return finish(id, JobState::cancelled, "cancelled while queued");
+  return finish_locked(j, JobState::cancelled, "cancelled while queued");
 }
 
 bool JobQueue::cancel_requested(const std::string& id) const {
