@@ -166,6 +166,15 @@ void MissTracker::release(const std::string& device_id, const Problem& problem) 
   rerank_locked(it, true);
 }
 
+void MissTracker::forget(const std::string& device_id, const Problem& problem) {
+  std::lock_guard lock(m_mutex);
+  auto it = m_misses.find(device_id + "/" + problem.key());
+  if (it == m_misses.end()) return;
+  m_bytes -= it->second.bytes;
+  ranking_of(it->second).erase(it->second.rank);
+  m_misses.erase(it);
+}
+
 std::uint64_t MissTracker::total() const {
   fold();
   std::lock_guard lock(m_mutex);

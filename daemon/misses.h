@@ -82,8 +82,11 @@ class MissTracker {
   // Keys whose worth reached `threshold_us` and were not handed out before, most worth first;
   // marks them promoted.
   std::vector<Miss> due(double threshold_us);
-  // Lets a key be promoted again (its job failed or was cancelled, and it is still missed).
+  // Lets a key be promoted again at once, with the worth it has (the queue had no room for it).
   void release(const std::string& device_id, const Problem& problem);
+  // Forgets a key (its job failed or was cancelled): misses after this count anew, so a key
+  // whose job fails is tried again when its worth passes the threshold again, not at once.
+  void forget(const std::string& device_id, const Problem& problem);
   std::uint64_t total() const;
   size_t distinct() const;
   Stats stats() const;

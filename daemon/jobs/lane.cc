@@ -113,7 +113,7 @@ void Lane::run_job(const JobRecord& job) {
        {"reused_trials", job.trials_done}});
   m_runner.reset_respawn_budget();  // the allowance is per job, the lane lives for days
   if (auto ok = m_runner.start(); !ok) {
-    (void)m_deps.jobs.finish(id, JobState::failed, "worker did not start: " + ok.error().message);
+    end_job(job, JobState::failed, "worker did not start: " + ok.error().message);
     return;
   }
   TuneRequest req;
@@ -160,7 +160,7 @@ void Lane::run_job(const JobRecord& job) {
     m_job.trials_done = p.trials;
     m_job.best_us = p.best_us;
   });
-  if (result) return commit_result(id, result->winner, *claim);
+  if (result) return commit_result(job, result->winner, *claim);
   if (result.error().code == ErrorCode::cancelled) {
     if (claim->lost())  // another node took the key over: wait for its winner (or its lease)
       m_deps.jobs.defer(id, std::chrono::milliseconds(0),
@@ -168,10 +168,16 @@ void Lane::run_job(const JobRecord& job) {
     else if (m_stop)
       m_deps.jobs.requeue(id);  // the daemon is stopping: resume at the next start
     else
-      (void)m_deps.jobs.finish(id, JobState::cancelled, "cancelled by a client");
+      end_job(job, JobState::cancelled, "cancelled by a client");
     return;
   }
-  (void)m_deps.jobs.finish(id, JobState::failed, result.error().message);
+  end_job(job, JobState::failed, result.error().message);
+}
+
+void Lane::end_job(const JobRecord& job, JobState state, const std::string& message) {
+  (void)m_deps.jobs.finish(job.id, state, message);
+  if (state == JobState::failed || state == JobState::cancelled)
+    m_deps.misses.forget(job.device.id(), job.problem);
 }
 
 std::unique_ptr<Claim> Lane::claim_key(const JobRecord& job) {
@@ -193,7 +199,8 @@ std::unique_ptr<Claim> Lane::claim_key(const JobRecord& job) {
   return nullptr;
 }
 
-void Lane::commit_result(const std::string& id, const WinnerRecord& winner, Claim& claim) {
+void Lane::commit_result(const JobRecord& job, const WinnerRecord& winner, Claim& claim) {
+  const std::string& id = job.id;
   if (claim.publish(winner) == Claim::Verdict::fenced) {
     (void)m_deps.jobs.finish(id, JobState::done,
                              "measured, but another node claimed the key after this node's "
@@ -208,7 +215,7 @@ void Lane::commit_result(const std::string& id, const WinnerRecord& winner, Clai
     msg = "measured, but the winner could not be stored: " + committed.error().message;
   else if (!*committed)
     msg += " (" + kept_reason(m_deps.store, winner) + ")";
-  (void)m_deps.jobs.finish(id, committed ? JobState::done : JobState::failed, msg);
+  end_job(job, committed ? JobState::done : JobState::failed, msg);
 }
 
 void Lane::account_locked() const {

@@ -44,7 +44,10 @@ class Lane {
   // deferred (another node tunes its key) or ended (the fleet has its winner).
   std::unique_ptr<Claim> claim_key(const JobRecord& job);
   // Offers the result to the fleet under `claim`, commits it and ends the job.
-  void commit_result(const std::string& id, const WinnerRecord& winner, Claim& claim);
+  void commit_result(const JobRecord& job, const WinnerRecord& winner, Claim& claim);
+  // Ends the job; one that failed or was cancelled has its misses forgotten, so new demand for
+  // its key (not the demand it was made for) brings it back.
+  void end_job(const JobRecord& job, JobState state, const std::string& message);
   std::vector<Params> neighbour_seeds(const Problem& problem) const;
   enum class State { idle, tuning, paused };
   // Moves the lane to `state` (with `job` when it starts one; idle clears it).

@@ -222,6 +222,37 @@ TEST_F(BackgroundTest, MissBecomesAJobThenAnExactAnswer) {
   EXPECT_NE(metrics.find("ktune_gpu_tuning_allowed{gpu=\"0\"} 1\n"), std::string::npos) << metrics;
 }
 
+// A miss whose job fails (here its worker cannot start) comes back as a job when it is missed
+// again: the failed job's misses are forgotten, new ones count. (The key stayed handed out, and
+// was never tuned from misses again until a restart.)
+TEST_F(BackgroundTest, AMissWhoseJobFailedBecomesAJobAgainWhenMissedAgain) {
+  // The worker is there when ktuned starts (it asks it for the GPUs) and gone by the first job.
+  const std::string worker = m_dir / "worker";
+  std::filesystem::copy_file(k_fake_worker, worker);
+  auto d = daemon(1, {"tuning.miss_threshold_us=0", "tuning.worker=" + worker});
+  ASSERT_TRUE(d->start());
+  ASSERT_TRUE(eventually([&] { return status()["gpus"].size() == 1; })) << status().dump(2);
+  std::filesystem::remove(worker);
+  Client app(options());
+  auto failed_jobs = [&] {
+    auto jobs = app.jobs(10);
+    size_t n = 0;
+    if (jobs)
+      for (const auto& j : (*jobs)["jobs"]) n += j["state"] == "failed" && j["origin"] == "miss";
+    return n;
+  };
+  auto first = app.lookup({k_fault, "", 4});
+  ASSERT_TRUE(first) << first.error().message;
+  ASSERT_TRUE(eventually([&] { return failed_jobs() == 1; })) << status().dump(2);
+  ASSERT_TRUE(app.lookup({k_fault, "", 4}));
+  ASSERT_TRUE(eventually([&] { return failed_jobs() == 2; })) << status().dump(2);
+  auto jobs = app.jobs(10);
+  ASSERT_TRUE(jobs);
+  EXPECT_NE((*jobs)["jobs"][0]["message"].get<std::string>().find("worker did not start"),
+            std::string::npos)
+      << jobs->dump();
+}
+
 // kill -9 mid-job: after the restart the job resumes and finishes, and no config is measured twice
 // (except one that was in flight at the kill: its measurement never completed).
 TEST_F(BackgroundTest, KillMidJobResumesWithoutMeasuringTwice) {

@@ -83,6 +83,35 @@ TEST(MissTrackerTest, ForgetsTheKeyWorthLeastNeverTheOneRecorded) {
 
 // top() and due() against a brute-force sort of every key, through records, promotions,
 // releases and evictions at random.
+// A key handed out once is not handed out again; release() puts it back with its worth (the
+// queue was full), forget() drops it (its job failed or was cancelled): only misses after it
+// count, and what it held is charged no more.
+TEST(MissTrackerTest, ReleaseHandsAKeyOutAgainForgetStartsItsCountOver) {
+  MissTracker misses;
+  const DeviceClass d = testing::h200();
+  const auto empty = misses.stats().bytes;
+  for (int i = 0; i < 3; ++i) misses.record(d, gemm(64), "no winner", 10, 0.5);  // worth 15
+  ASSERT_EQ(misses.due(12).size(), 1u);
+  EXPECT_TRUE(misses.due(12).empty()) << "handed out once";
+  misses.release(d.id(), gemm(64));
+  ASSERT_EQ(misses.due(12).size(), 1u) << "released with its worth: due again at once";
+  misses.forget(d.id(), gemm(64));
+  EXPECT_TRUE(misses.due(12).empty());
+  EXPECT_EQ(misses.stats().distinct, 0u);
+  EXPECT_EQ(misses.stats().bytes, empty);
+  misses.record(d, gemm(64), "no winner", 10, 0.5);
+  misses.record(d, gemm(64), "no winner", 10, 0.5);
+  EXPECT_TRUE(misses.due(12).empty()) << "two misses since: worth 10";
+  misses.record(d, gemm(64), "no winner", 10, 0.5);
+  const auto again = misses.due(12);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].count, 3u);
+  misses.forget(d.id(), gemm(64));
+  misses.forget(d.id(), gemm(64));  // an absent key: nothing to do
+  misses.forget(d.id(), gemm(128));
+  EXPECT_EQ(misses.stats().distinct, 0u);
+}
+
 TEST(MissTrackerTest, TopAndDueMatchASortOfEveryKey) {
   MissTracker misses(1 << 30);
   const DeviceClass d = testing::h200();
