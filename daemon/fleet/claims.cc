@@ -103,6 +103,20 @@ class FleetClaims::Held final : public Claim {
     ++counters.tuned;
     std::lock_guard lock(m_state->mutex);
     auto r = m_owner.m_deps.winners.publish(winner, m_state->token, unix_us());
+    if (r && *r == FleetWinners::Published::unfenced) {
+      // Redis lost the key's fence (restarted empty, a failover) before a renewal could put it
+      // back: nobody else claimed the key, so take it again and publish under the new fence.
+      TakeResult t = m_owner.take(m_state->device, m_state->field, true);
+      if (t.take == Take::acquired) {
+        log(LogLevel::info, "fleet_lease_retaken", {{"key", m_state->key}, {"token", t.token}});
+        m_state->token = t.token;
+        r = m_owner.m_deps.winners.publish(winner, m_state->token, unix_us());
+      } else if (t.take == Take::held) {
+        r = FleetWinners::Published::fenced;  // another node claimed it meanwhile: it stands
+      } else if (t.take == Take::error) {
+        r = std::unexpected(t.error);  // committed here; the catch-up publishes it
+      }
+    }
     if (!r) {
       log(LogLevel::warn, "fleet_publish_deferred",
           {{"key", m_state->key}, {"error", r.error().message}});
@@ -114,6 +128,7 @@ class FleetClaims::Held final : public Claim {
         return Verdict::published;
       case FleetWinners::Published::kept:
         return Verdict::kept;
+      case FleetWinners::Published::unfenced:  // still no fence after taking it again
       case FleetWinners::Published::fenced:
         ++counters.fenced;
         log(LogLevel::warn, "fleet_result_fenced",
@@ -206,9 +221,16 @@ ClaimOutcome FleetClaims::acquire(const JobRecord& job) {
         return out;
       case Take::tuned: {
         auto record = parse_winner_value(t.winner);
-        if (!record || !m_deps.catalog.staleness(*record, m_deps.node.owns(device)).empty())
-          continue;  // stale or unreadable here: this node tunes it again
-        m_deps.merge({t.winner}, "fleet");
+        if (!record || !m_deps.catalog.check_record(*record) ||
+            !m_deps.catalog.staleness(*record, m_deps.node.owns(device)).empty())
+          continue;  // unreadable, not servable (a template not installed here) or stale here:
+                     // this node tunes it again
+        if (auto merged = m_deps.merge({t.winner}, "fleet"); !merged) {
+          out.kind = ClaimOutcome::Kind::wait;  // the store failed: ask again a lease later
+          out.wait = m_deps.lease;
+          out.message = "the fleet's winner could not be merged here: " + merged.error().message;
+          return out;
+        }
         ++m_deps.counters.claims_done;
         out.kind = ClaimOutcome::Kind::done;
         out.message = "tuned by node " + record->node_id + " (the fleet's winner, merged here)";

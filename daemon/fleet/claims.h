@@ -36,8 +36,10 @@ namespace ktune {
 
 class FleetClaims final : public WorkClaims {
  public:
-  // Merges winner values read from Redis into the catalog (FleetSync::merge).
-  using Merge = std::function<void(const std::vector<std::string>& values, const std::string&)>;
+  // Merges winner values read from Redis into the catalog (FleetSync::merge); an error when the
+  // store failed.
+  using Merge =
+      std::function<Result<void>(const std::vector<std::string>& values, const std::string&)>;
 
   struct Deps {
     RedisLink& link;

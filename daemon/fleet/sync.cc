@@ -70,9 +70,10 @@ FleetSync::FleetSync(Deps deps, RedisEndpoint endpoint)
                      std::chrono::milliseconds(deps.config.fleet_timeout_ms), k_retry}),
       m_winners(m_link, m_layout, deps.node.node_id),
       m_reader_winners(m_reader_link, m_layout, deps.node.node_id),
-      m_claims({m_link, m_layout, m_winners, deps.store, deps.catalog, deps.node, m_counters,
-                [this](const std::vector<std::string>& v, const std::string& o) { merge(v, o); },
-                std::chrono::milliseconds(deps.config.fleet_lease_ms)}),
+      m_claims(
+          {m_link, m_layout, m_winners, deps.store, deps.catalog, deps.node, m_counters,
+           [this](const std::vector<std::string>& v, const std::string& o) { return merge(v, o); },
+           std::chrono::milliseconds(deps.config.fleet_lease_ms)}),
       m_pins(m_link, m_reader_link, m_layout, deps.pins, deps.node.node_id),
       m_outbox(std::make_shared<Outbox>()) {}
 

@@ -61,7 +61,7 @@ Result<FleetWinners::Published> FleetWinners::publish(const WinnerRecord& record
     const std::string& verdict = r->at(0).str;
     if (verdict == "written") return Published::written;
     if (verdict == "kept") return Published::kept;
-    if (verdict == "fenced") return Published::fenced;
+    if (verdict == "fenced") return r->at(1).str.empty() ? Published::unfenced : Published::fenced;
     cur = r->at(1).str;  // "changed": another node wrote meanwhile; decide again
   }
   return fail(ErrorCode::unavailable, key + ": the fleet's record kept changing; publish later");

@@ -27,9 +27,10 @@ class FleetWinners {
   FleetWinners(RedisLink& link, const FleetLayout& layout, std::string node);
 
   enum class Published {
-    written,  // the hash holds it now; an event went out
-    kept,     // the hash holds this record already, or one the merge rule prefers
-    fenced,   // refused: the key was claimed again after `token` (nothing written)
+    written,   // the hash holds it now; an event went out
+    kept,      // the hash holds this record already, or one the merge rule prefers
+    fenced,    // refused: the key was claimed again after `token` (nothing written)
+    unfenced,  // refused: the key has no fence at all (Redis lost its data); nobody claimed it
   };
   // Publishes `record`, committed on this node at `commit_us` (unix µs; carried in the event so
   // receivers can tell how long it took to reach them). `token` "" publishes unfenced (imports,

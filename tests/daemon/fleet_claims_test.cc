@@ -4,6 +4,7 @@
 // Waits poll with deadlines; nothing sleeps to synchronise.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <memory>
 #include <thread>
 
@@ -46,8 +47,11 @@ struct Node {
         layout("claims-test"),
         winners(link, layout, name),
         claims({link, layout, winners, store, catalog, identity, counters,
-                [this](const std::vector<std::string>& values, const std::string& origin) {
-                  (void)catalog.import(table_of_values(values), origin);
+                [this](const std::vector<std::string>& values,
+                       const std::string& origin) -> Result<void> {
+                  auto report = catalog.import(table_of_values(values), origin);
+                  if (!report) return std::unexpected(report.error());
+                  return {};
                 },
                 lease}) {
     identity.node_id = name;
@@ -147,6 +151,43 @@ TEST_F(FleetClaimsTest, AnExpiredLeaseLetsAnotherNodeTakeTheKeyAndFencesTheOldHo
   ASSERT_TRUE(value) << value.error().message;
   EXPECT_EQ(value->node_id, "node-b");
   EXPECT_EQ(value->ranked.front().median_us, 12.0);
+}
+
+// Redis restarts empty under a running job, before a renewal put the lease back: the key has no
+// fence, and nobody else claimed it, so the holder takes it again and publishes. (Its result was
+// dropped as fenced, the job's GPU time lost and no winner anywhere.)
+TEST_F(FleetClaimsTest, AHolderPublishesAfterRedisLostTheKeysFence) {
+  ::signal(SIGPIPE, SIG_IGN);  // as ktuned does: Redis is stopped under a live connection
+  auto a = node("node-a");
+  ClaimOutcome claim = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(claim.kind, ClaimOutcome::Kind::tune);
+  m_redis.stop();
+  ASSERT_TRUE(m_redis.start()) << "redis-server did not start again";
+  ASSERT_TRUE(eventually([&] { return bool(a->link.command({"PING"})); })) << "reconnected";
+  EXPECT_EQ(claim.claim->publish(measured(m_key, 10.0, "node-a")), Claim::Verdict::published);
+  EXPECT_EQ(a->counters.fenced, 0u);
+  auto value = parse_winner_value(fleet_value(*a, m_key));
+  ASSERT_TRUE(value) << value.error().message;
+  EXPECT_EQ(value->node_id, "node-a");
+  claim.claim.reset();
+  EXPECT_TRUE(a->claims.held().empty());
+  // The fleet has the key's winner again: another node's job for it ends with it merged.
+  auto b = node("node-b");
+  EXPECT_EQ(b->claims.acquire(job_for(m_key)).kind, ClaimOutcome::Kind::done);
+  EXPECT_TRUE(b->catalog.index().exact(testing::h200().id(), m_key));
+}
+
+// The fleet's winner names a template this node does not have: it cannot be merged here, so the
+// job tunes the key itself instead of ending `done` with nothing to serve (which it did for every
+// job of the key, for good).
+TEST_F(FleetClaimsTest, AFleetWinnerThisNodeCannotServeIsTunedHere) {
+  auto a = node("node-a"), b = node("node-b");
+  WinnerRecord w = measured(m_key, 10.0, "node-a");
+  w.ranked[0].template_name = "gemm_next";  // installed on node a only
+  ASSERT_TRUE(a->winners.publish(w, "", 1));
+  ClaimOutcome c = b->claims.acquire(job_for(m_key));
+  EXPECT_EQ(c.kind, ClaimOutcome::Kind::tune) << c.message;
+  EXPECT_FALSE(b->catalog.index().exact(testing::h200().id(), m_key));
 }
 
 TEST_F(FleetClaimsTest, RenewalKeepsTheLeaseAndAnUnrenewedHolderLearnsItLostIt) {
