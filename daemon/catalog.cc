@@ -22,8 +22,17 @@ Result<ImportReport> Catalog::import(std::string_view text, std::string_view ori
                                      Written written) {
   std::lock_guard lock(m_write_mutex);
   const auto templates = m_templates.current();  // one set judges the whole table
-  auto report = import_table(m_store, text, origin,
-                             [&](const WinnerRecord& r) { return check_record(r, *templates); });
+  // As commit(): a record this node can serve as exact is never replaced by one it cannot (a
+  // faster record measured with another NVRTC or template version), and always replaces one.
+  auto replace = [&](const WinnerRecord& stored, const WinnerRecord& incoming) {
+    const bool own = m_node.owns(stored.device.id());
+    const bool stored_stale = !staleness(stored, own, *templates).empty();
+    if (stored_stale != !staleness(incoming, own, *templates).empty()) return stored_stale;
+    return prefer_incoming(stored, incoming);
+  };
+  auto report = import_table(
+      m_store, text, origin, [&](const WinnerRecord& r) { return check_record(r, *templates); },
+      replace);
   if (!report || !report->applied()) return report;
   const size_t count = report->written.size();
   if (written == Written::returned) {

@@ -501,7 +501,7 @@ bool prefer_incoming(const WinnerRecord& stored, const WinnerRecord& incoming) {
 }
 
 Result<ImportReport> import_table(Store& store, std::string_view text, std::string_view origin,
-                                  const RecordCheck& check) {
+                                  const RecordCheck& check, const ReplaceRule& replace) {
   ImportReport report;
   auto records = parse_table(text, origin, report.rejected, check);
   if (!records) return std::unexpected(records.error());
@@ -514,7 +514,7 @@ Result<ImportReport> import_table(Store& store, std::string_view text, std::stri
     if (!stored) return std::unexpected(stored.error());
     if (!*stored) {
       ++report.added;
-    } else if (**stored != r && prefer_incoming(**stored, r)) {
+    } else if (**stored != r && (replace ? replace(**stored, r) : prefer_incoming(**stored, r))) {
       ++report.replaced;
     } else {
       ++report.kept;

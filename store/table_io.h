@@ -89,8 +89,11 @@ Result<std::vector<WinnerRecord>> parse_table(std::string_view text, std::string
 
 // Validates and merges a table (any format) into the store. A malformed document is an Error; a
 // well-formed one with bad records returns a report listing them, having written nothing.
+// Whether `incoming` replaces `stored` (same key, different records): prefer_incoming when
+// none is given.
+using ReplaceRule = std::function<bool(const WinnerRecord& stored, const WinnerRecord& incoming)>;
 Result<ImportReport> import_table(Store& store, std::string_view text, std::string_view origin,
-                                  const RecordCheck& check = {});
+                                  const RecordCheck& check = {}, const ReplaceRule& replace = {});
 Result<ImportReport> import_table_file(Store& store, const std::string& path);
 
 // The merge rule: true when `incoming` should replace `stored`. Records timed differently are

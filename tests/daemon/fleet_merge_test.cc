@@ -70,13 +70,14 @@ struct Node {
   }
 };
 
-WinnerRecord measured(const Problem& p, double us, const std::string& node) {
+WinnerRecord measured(const Problem& p, double us, const std::string& node,
+                      const std::string& nvrtc = "13.0") {
   WinnerRecord w = testing::winner(p, us, node);
   const KernelTemplate* gemm = builtin_templates().find("gemm");
   w.ranked.resize(1);
   w.ranked[0].template_hash = gemm->hash;
   w.ranked[0].params = *heuristic_config(*gemm, p, DeviceLimits{});
-  w.validators.nvrtc = "13.0";
+  w.validators.nvrtc = nvrtc;
   return w;
 }
 
@@ -116,6 +117,28 @@ TEST(FleetMergeTest, AMergeTheStoreCannotTakeIsAnErrorAndTheValuesMergeLater) {
   ASSERT_TRUE(c.fleet.merge(values, "fleet"));
   ASSERT_TRUE(c.winner(k_key));
   EXPECT_EQ(c.winner(k_key)->node_id, "node-b");
+}
+
+// A rolling NVRTC upgrade: this node (13.0) re-tuned a key whose fleet record was measured with
+// 12.4 and is stale here. The fleet's faster 12.4 record, read again (a resync, a restart), does
+// not replace the winner this node can serve as exact; the other way round a record fresh here
+// replaces a stale one, however fast that was. (Import ranked them by time alone.)
+TEST(FleetMergeTest, ARecordStaleHereNeverReplacesOneFreshHereAndAlwaysGivesWayToOne) {
+  Node b("node-b");
+  const WinnerRecord fresh = measured(k_key, 20.0, "node-b", "13.0");
+  const WinnerRecord stale = measured(k_key, 10.0, "node-a", "12.4");
+  ASSERT_FALSE(b.catalog.staleness(stale, false).empty());
+  ASSERT_TRUE(*b.catalog.commit(fresh, "job"));
+  ASSERT_TRUE(b.fleet.merge({winner_value(stale)}, "fleet"));
+  EXPECT_EQ(b.winner(k_key)->validators.nvrtc, "13.0");
+
+  Node c("node-c");
+  const Problem other = testing::gemm_problem(2048, 4096, 4096);
+  ASSERT_TRUE(c.fleet.merge({winner_value(measured(other, 10.0, "node-a", "12.4"))}, "fleet"));
+  ASSERT_EQ(c.winner(other)->validators.nvrtc, "12.4");  // all it has: served as stale
+  ASSERT_TRUE(c.fleet.merge({winner_value(measured(other, 20.0, "node-b", "13.0"))}, "fleet"));
+  EXPECT_EQ(c.winner(other)->validators.nvrtc, "13.0");
+  EXPECT_EQ(c.winner(other)->ranked[0].median_us, 20.0);
 }
 
 }  // namespace
