@@ -82,6 +82,7 @@ struct FleetClaims::State {
   std::atomic<bool> released{false};
   std::atomic<bool> lost{false};
   std::atomic<bool> dirty{false};  // trials recorded since the last share
+  std::atomic<bool> paused{false};  // the lane waits for its GPU: the lease is not renewed
   std::set<std::string> shared;    // trial fields published (renewal thread only)
 };
 
@@ -92,6 +93,11 @@ class FleetClaims::Held final : public Claim {
   ~Held() override { m_owner.release(*m_state); }
 
   bool lost() const override { return m_state->lost; }
+  void pause() override { m_state->paused = true; }
+  void resume() override {
+    m_state->paused = false;
+    m_owner.renew(*m_state);  // now, not a third of a lease later: lost() before the next trial
+  }
   void trial_recorded() override {
     m_state->dirty = true;
     std::lock_guard lock(m_owner.m_mutex);
@@ -304,7 +310,7 @@ void FleetClaims::renew_loop() {
 
 void FleetClaims::renew(State& s) {
   std::lock_guard lock(s.mutex);
-  if (s.released || s.lost) return;
+  if (s.released || s.lost || s.paused) return;
   auto r = m_deps.link.command({"EVAL", k_renew_script, "1", m_deps.layout.lease(s.key),
                                 m_deps.node.node_id + " " + s.token,
                                 std::to_string(m_deps.lease.count())});

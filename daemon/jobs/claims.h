@@ -27,6 +27,12 @@ class Claim {
   // A trial of the job was recorded in the local store: share it, so a node that takes the key
   // over resumes from it. Cheap: called after every trial on the lane's thread.
   virtual void trial_recorded() = 0;
+  // The lane waits for its GPU (foreign work, the idle policy) and makes no progress: a fleet's
+  // claim stops renewing its lease meanwhile, so the key is held at most a lease longer and
+  // another node may take it over. resume() renews at once: when another node has the key by
+  // then, lost() turns true. Called on the lane's thread; no-ops without a fleet.
+  virtual void pause() {}
+  virtual void resume() {}
 
   enum class Verdict {
     published,  // the fleet has it now

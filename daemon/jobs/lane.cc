@@ -134,12 +134,14 @@ void Lane::run_job(const JobRecord& job) {
     return m_stop || m_deps.jobs.cancel_requested(id) || c->lost();
   };
   req.control.cancelled = cancelled;
-  req.control.acquire_gpu = [this, cancelled] {
+  req.control.acquire_gpu = [this, cancelled, c = claim.get()] {
     if (m_gate.allowed()) return !cancelled();
     set_state(State::paused, nullptr);
+    c->pause();  // a fleet's lease is not renewed while the lane waits: another node may take it
     const bool ok = m_gate.acquire(cancelled);
+    c->resume();
     set_state(State::tuning, nullptr);
-    return ok;
+    return ok && !cancelled();  // the key may have gone to another node meanwhile
   };
   req.control.disturbance = [this] {
     m_gate.sample_now();  // the GPU as the trial started/ended, not as of the last poll

@@ -177,6 +177,38 @@ TEST_F(FleetClaimsTest, AHolderPublishesAfterRedisLostTheKeysFence) {
   EXPECT_TRUE(b->catalog.index().exact(testing::h200().id(), m_key));
 }
 
+// A lane that waits for its GPU (a training job took it) stops renewing its lease: after a lease
+// another node may take the key, and the paused holder learns it lost the key when it resumes.
+// Nobody wanting the key meanwhile, the holder takes it again on resuming. (The renewal went on
+// for as long as the pause lasted, hours under gpu_policy idle, and the key waited fleet-wide.)
+TEST_F(FleetClaimsTest, APausedHolderLetsItsLeaseRunOutAndLearnsOnResume) {
+  auto a = node("node-a", 300ms), b = node("node-b", 300ms);
+  a->claims.start();
+  const std::string lease = a->layout.lease(testing::h200().id() + "/" + m_key.key());
+  auto lease_exists = [&] {
+    auto r = a->link.command({"EXISTS", lease});
+    return r && r->integer == 1;
+  };
+  ClaimOutcome first = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(first.kind, ClaimOutcome::Kind::tune);
+  first.claim->pause();
+  ASSERT_TRUE(eventually([&] { return !lease_exists(); })) << "not renewed while paused";
+  first.claim->resume();
+  EXPECT_FALSE(first.claim->lost()) << "nobody took it: taken again";
+  EXPECT_TRUE(lease_exists());
+  EXPECT_EQ(b->claims.acquire(job_for(m_key)).kind, ClaimOutcome::Kind::wait);
+
+  first.claim->pause();
+  ClaimOutcome second;
+  ASSERT_TRUE(eventually([&] {
+    second = b->claims.acquire(job_for(m_key));
+    return second.kind == ClaimOutcome::Kind::tune;
+  })) << "node b takes the key a lease after node a paused";
+  first.claim->resume();
+  EXPECT_TRUE(first.claim->lost());
+  EXPECT_EQ(a->counters.leases_lost, 1u);
+}
+
 // The fleet's winner names a template this node does not have: it cannot be merged here, so the
 // job tunes the key itself instead of ending `done` with nothing to serve (which it did for every
 // job of the key, for good).
