@@ -41,10 +41,14 @@ Result<int> JobQueue::load() {
       ++resumed;
       persist_locked(j);
     }
-    if (!terminal(j.state)) m_active_by_key[job_key(j.device, j.problem)] = j.id;
+    if (!terminal(j.state))
+      m_active_by_key[job_key(j.device, j.problem)] = j.id;
+    else
+      m_finished.insert(j.id);
     m_next_id = std::max<std::uint64_t>(m_next_id, std::strtoull(j.id.c_str(), nullptr, 10) + 1);
     m_jobs[j.id] = std::move(j);
   }
+  prune_locked();  // a table written before jobs were pruned
   return resumed;
 }
 
@@ -161,7 +165,26 @@ Result<JobRecord> JobQueue::finish_locked(JobRecord& j, JobState state,
   log(LogLevel::info, "job_" + std::string(to_string(state)),
       {{"job", id}, {"trials", j.trials_done}, {"best_us", j.best_us}, {"message", message}});
   notify_locked(j);
-  return j;
+  JobRecord out = j;
+  m_finished.insert(id);
+  prune_locked();
+  return out;
+}
+
+void JobQueue::prune_locked() {
+  // Ids grow with creation, so the oldest finished go first and the newest job always stays:
+  // after a restart the next id still follows every id a client was given.
+  while (m_finished.size() > k_finished_kept) {
+    const std::string id = *m_finished.begin();
+    m_finished.erase(m_finished.begin());
+    if (auto ok = m_store.remove(Table::jobs, id, Durability::buffered); !ok) {
+      log(LogLevel::warn, "job_prune_failed", {{"job", id}, {"error", ok.error().message}});
+      m_finished.insert(id);  // try again at the next finish
+      return;
+    }
+    m_jobs.erase(id);
+    m_last_persist.erase(id);
+  }
 }
 
 void JobQueue::requeue(const std::string& id) {

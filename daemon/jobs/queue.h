@@ -6,7 +6,9 @@
 // priority (ties: oldest first). State changes are written with sync; progress is kept in memory
 // and written every few seconds (a lost progress write costs nothing: trials are in the trials
 // table). A job found `running` at start was cut short by a crash and is queued again. Watchers
-// get an event per change. Thread-safe.
+// get an event per change. The k_finished_kept most recent finished jobs are kept (for `jobs`
+// and `job`); older ones are deleted, so a node that tunes for months keeps a bounded table and
+// claims scan a bounded map. Thread-safe.
 #pragma once
 
 #include <chrono>
@@ -38,6 +40,8 @@ struct JobSpec {
 
 class JobQueue {
  public:
+  static constexpr size_t k_finished_kept = 5000;
+
   // REQUIRES: `store` outlives the queue.
   JobQueue(Store& store, int max_queued);
 
@@ -103,6 +107,8 @@ class JobQueue {
   Result<JobRecord> finish_locked(JobRecord& job, JobState state, const std::string& message);
   void persist_locked(const JobRecord& job);
   void notify_locked(const JobRecord& job);
+  // Forgets the oldest finished jobs past k_finished_kept, here and in the store.
+  void prune_locked();
   static bool terminal(JobState s) {
     return s == JobState::done || s == JobState::failed || s == JobState::cancelled;
   }
@@ -118,6 +124,7 @@ class JobQueue {
   std::map<std::string, std::chrono::steady_clock::time_point> m_not_before;
   std::map<std::string, std::int64_t> m_last_persist;  // id -> unix seconds
   std::multimap<std::string, Watcher> m_watchers;
+  std::set<std::string> m_finished;  // ids of done, failed and cancelled jobs (oldest first)
   std::uint64_t m_next_id = 1;
   bool m_stopped = false;
   int m_waiting_claims = 0;

@@ -168,6 +168,34 @@ TEST_F(JobQueueTest, StopEndsEveryWatchOfAnUnfinishedJob) {
             (std::vector<std::pair<std::string, E>>{{running, E::changed}, {running, E::stopped}}));
 }
 
+// Finished jobs are kept up to k_finished_kept, the oldest deleted first, from memory and the
+// store; a job still queued is never pruned, and after a restart ids go on past every id given.
+TEST_F(JobQueueTest, KeepsTheMostRecentFinishedJobsAndIdsKeepGrowing) {
+  constexpr size_t kept = JobQueue::k_finished_kept;
+  std::string first, last_id, waiting;
+  {
+    JobQueue q(m_store, 10);
+    waiting = q.submit(spec(1, 1))->job.id;  // stays queued throughout
+    for (size_t i = 0; i < kept + 10; ++i) {
+      const auto id = q.submit(spec(std::int64_t(i) + 2, 1))->job.id;
+      if (i == 0) first = id;
+      ASSERT_TRUE(q.finish(id, JobState::done, ""));
+      last_id = id;
+    }
+    EXPECT_FALSE(q.get(first)) << "the oldest finished job is forgotten";
+    EXPECT_TRUE(q.get(last_id));
+    EXPECT_EQ(q.get(waiting)->state, JobState::queued);
+    EXPECT_EQ(q.list(2 * kept).size(), kept + 1);
+  }
+  auto stored = scan_jobs(m_store);
+  ASSERT_TRUE(stored);
+  EXPECT_EQ(stored->size(), kept + 1);
+  JobQueue again(m_store, 10);
+  ASSERT_TRUE(again.load());
+  EXPECT_EQ(again.get(waiting)->state, JobState::queued);
+  EXPECT_GT(again.submit(spec(999999, 1))->job.id, last_id);
+}
+
 TEST_F(JobQueueTest, ClaimWaitsForWorkAndStopWakesIt) {
   JobQueue q(m_store, 10);
   auto waiting = std::async(std::launch::async, [&] { return q.claim(classes(), 0); });
