@@ -83,6 +83,7 @@ struct FleetClaims::State {
   std::atomic<bool> lost{false};
   std::atomic<bool> dirty{false};  // trials recorded since the last share
   std::atomic<bool> paused{false};  // the lane waits for its GPU: the lease is not renewed
+  bool published = false;           // guarded by mutex: the winner went out, trials:K is done
   std::set<std::string> shared;    // trial fields published (renewal thread only)
 };
 
@@ -131,8 +132,10 @@ class FleetClaims::Held final : public Claim {
     switch (*r) {
       case FleetWinners::Published::written:
         ++counters.published;
+        m_state->published = true;  // the script deleted trials:K: share nothing after it
         return Verdict::published;
       case FleetWinners::Published::kept:
+        m_state->published = true;
         return Verdict::kept;
       case FleetWinners::Published::unfenced:  // still no fence after taking it again
       case FleetWinners::Published::fenced:
@@ -328,7 +331,10 @@ void FleetClaims::renew(State& s) {
 }
 
 void FleetClaims::share_trials(State& s) {
-  if (s.released || !s.dirty.exchange(false)) return;
+  // Under the key's mutex, as publish: a share racing the final publish could write trials:K
+  // again after the script deleted it.
+  std::lock_guard lock(s.mutex);
+  if (s.released || s.published || !s.dirty.exchange(false)) return;
   auto trials = scan_trials(m_deps.store, s.key + "/");
   if (!trials) return;
   std::vector<std::string> cmd = {"HSET", m_deps.layout.trials(s.key)};

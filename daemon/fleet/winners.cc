@@ -17,7 +17,10 @@ if ARGV[4] ~= '' then
   local f = redis.call('GET', KEYS[2])
   if f ~= ARGV[4] then return {'fenced', f or ''} end
 end
-if ARGV[9] ~= '1' then return {'kept'} end
+if ARGV[9] ~= '1' then
+  if ARGV[4] ~= '' then redis.call('DEL', KEYS[5]) end
+  return {'kept'}
+end
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if (cur or '') ~= ARGV[2] then return {'changed', cur or ''} end
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])

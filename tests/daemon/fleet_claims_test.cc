@@ -278,6 +278,35 @@ TEST_F(FleetClaimsTest, ANodeThatTakesOverReusesTheTrialsTheHolderShared) {
   held.claim.reset();
 }
 
+// The holder's result loses to a record the fleet already has (kept, not written): the key is
+// done all the same, so the trials it shared are deleted with the publication, not left for a
+// day.
+TEST_F(FleetClaimsTest, AKeptResultDeletesTheTrialsItShared) {
+  auto a = node("node-a"), b = node("node-b");
+  a->claims.start();
+  ClaimOutcome held = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(held.kind, ClaimOutcome::Kind::tune);
+  TrialRecord t;
+  t.device = testing::h200();
+  t.problem = m_key;
+  t.template_name = "gemm";
+  t.template_hash = "0123456789abcdef";
+  t.params = {{"THREADS", 128}};
+  t.outcome = Outcome::ok;
+  t.median_us = 12;
+  WriteBatch batch;
+  add_trial(batch, t);
+  ASSERT_TRUE(a->store.write(batch, Durability::buffered));
+  held.claim->trial_recorded();
+  ASSERT_TRUE(eventually([&] { return a->counters.trials_shared == 1; }));
+  const std::string trials = a->layout.trials(testing::h200().id() + "/" + m_key.key());
+  ASSERT_EQ(a->link.command({"EXISTS", trials})->integer, 1);
+  ASSERT_TRUE(b->winners.publish(measured(m_key, 9.0, "node-b"), "", 1));  // better, unfenced
+  EXPECT_EQ(held.claim->publish(measured(m_key, 12.0, "node-a")), Claim::Verdict::kept);
+  EXPECT_EQ(a->link.command({"EXISTS", trials})->integer, 0);
+  held.claim.reset();
+}
+
 TEST_F(FleetClaimsTest, TheFleetsTableKeepsTheBestRecordWhateverTheOrder) {
   auto a = node("node-a");
   auto publish = [&](double us, const std::string& who) {
