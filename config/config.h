@@ -142,6 +142,9 @@ struct DaemonConfig {
   // its key text, problem, device, reason and index nodes; past the bound the key worth least is
   // forgotten. Default 33554432 (32 MiB: on the order of 60,000 keys).
   int miss_tracker_bytes = 32 << 20;
+  // After a missed key's job failed, seconds before misses may make it a job again; doubled with
+  // each failure in a row (at most 64x). Default 60.
+  double miss_retry_seconds = 60;
   // The GPU worker executable. Default "": ktune-worker beside ktuned (or $KTUNE_WORKER).
   std::string worker_binary;
   // Deadline for one candidate on the worker (load, verify, time); past it the worker is killed

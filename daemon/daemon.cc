@@ -264,7 +264,8 @@ int run_daemon(const DaemonFlags& given) {
   PinTable pins(**store, index, node);
   if (auto ok = pins.load(); !ok) return fatal(with_recover_hint(ok.error()).message);
   trim_heap("start");  // what reading the store and the seed tables freed
-  MissTracker misses(size_t(config->miss_tracker_bytes));
+  MissTracker misses(size_t(config->miss_tracker_bytes),
+                     std::chrono::milliseconds(std::int64_t(config->miss_retry_seconds * 1000)));
   LookupService lookups(*config, templates, catalog, pins, node, metrics, misses);
   JobQueue jobs(**store, config->max_queued_jobs);
   auto resumed = jobs.load();

@@ -23,7 +23,8 @@ double finite_or_zero(double v) {
 
 }  // namespace
 
-MissTracker::MissTracker(size_t max_bytes) : m_max_bytes(max_bytes) {}
+MissTracker::MissTracker(size_t max_bytes, std::chrono::milliseconds retry_base)
+    : m_max_bytes(max_bytes), m_retry_base(retry_base) {}
 
 std::string MissTracker::key_of(const DeviceClass& device, const Problem& problem) {
   return key_of(device.id(), problem);
@@ -148,9 +149,15 @@ std::vector<MissTracker::Miss> MissTracker::due(double threshold_us) {
   fold();
   std::vector<Miss> out;
   std::lock_guard lock(m_mutex);
-  // The waiting ranking is in worth order: the due keys are a prefix of it.
-  while (!m_waiting.empty() && m_waiting.begin()->worth >= threshold_us) {
-    const auto it = m_misses.find(*m_waiting.begin()->key);
+  // The waiting ranking is in worth order: the due keys are in a prefix of it, less those
+  // backing off after a failed job (few: they are skipped, not moved).
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Map::iterator> due;
+  for (auto r = m_waiting.begin(); r != m_waiting.end() && r->worth >= threshold_us; ++r) {
+    const auto it = m_misses.find(*r->key);
+    if (it->second.retry_at <= now) due.push_back(it);
+  }
+  for (const auto it : due) {
     it->second.miss.promoted = true;
     rerank_locked(it, false);
     out.push_back(it->second.miss);
@@ -166,13 +173,25 @@ void MissTracker::release(const std::string& device_id, const Problem& problem) 
   rerank_locked(it, true);
 }
 
-void MissTracker::forget(const std::string& device_id, const Problem& problem) {
+void MissTracker::failed(const std::string& device_id, const Problem& problem) {
   std::lock_guard lock(m_mutex);
   auto it = m_misses.find(device_id + "/" + problem.key());
   if (it == m_misses.end()) return;
-  m_bytes -= it->second.bytes;
-  ranking_of(it->second).erase(it->second.rank);
-  m_misses.erase(it);
+  Slot& slot = it->second;
+  slot.failures = std::min(slot.failures + 1, 7);
+  slot.retry_at = std::chrono::steady_clock::now() + m_retry_base * (1 << (slot.failures - 1));
+  if (!slot.miss.promoted) return;
+  slot.miss.promoted = false;
+  rerank_locked(it, true);
+}
+
+std::optional<std::chrono::steady_clock::time_point> MissTracker::retry_at(
+    const std::string& device_id, const Problem& problem) const {
+  std::lock_guard lock(m_mutex);
+  auto it = m_misses.find(device_id + "/" + problem.key());
+  if (it == m_misses.end() || it->second.retry_at <= std::chrono::steady_clock::now())
+    return std::nullopt;
+  return it->second.retry_at;
 }
 
 std::uint64_t MissTracker::total() const {

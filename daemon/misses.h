@@ -20,9 +20,11 @@
 // serialized by a second one (held while sources record; never taken by record()).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -55,7 +57,9 @@ class MissTracker {
     std::uint64_t evicted = 0;  // keys forgotten to stay under it
   };
 
-  explicit MissTracker(size_t max_bytes = k_default_max_bytes);
+  // `retry_base`: the first backoff after a failed job (tuning.miss_retry_seconds).
+  explicit MissTracker(size_t max_bytes = k_default_max_bytes,
+                       std::chrono::milliseconds retry_base = std::chrono::seconds(60));
 
   void record(const DeviceClass& device, const Problem& problem, const std::string& reason,
               double expected_us, double gain);
@@ -84,9 +88,13 @@ class MissTracker {
   std::vector<Miss> due(double threshold_us);
   // Lets a key be promoted again at once, with the worth it has (the queue had no room for it).
   void release(const std::string& device_id, const Problem& problem);
-  // Forgets a key (its job failed or was cancelled): misses after this count anew, so a key
-  // whose job fails is tried again when its worth passes the threshold again, not at once.
-  void forget(const std::string& device_id, const Problem& problem);
+  // The key's job failed: it may be promoted again, not before a backoff that doubles with each
+  // failure in a row (retry_base, 2x, 4x, ... at most 64x). A key whose job was cancelled stays
+  // promoted: a cancel holds until the daemon restarts.
+  void failed(const std::string& device_id, const Problem& problem);
+  // When a key whose job failed may be promoted again (nullopt: it may now, or it is unknown).
+  std::optional<std::chrono::steady_clock::time_point> retry_at(const std::string& device_id,
+                                                                const Problem& problem) const;
   std::uint64_t total() const;
   size_t distinct() const;
   Stats stats() const;
@@ -111,6 +119,8 @@ class MissTracker {
     Miss miss;
     size_t bytes = 0;
     Ranking::iterator rank;  // in m_waiting, or in m_promoted when miss.promoted
+    int failures = 0;        // failed jobs in a row
+    std::chrono::steady_clock::time_point retry_at{};  // not promoted before this
   };
   using Map = std::unordered_map<std::string, Slot>;
 
@@ -121,6 +131,7 @@ class MissTracker {
   void evict_locked(const std::string* keep);
 
   const size_t m_max_bytes;
+  const std::chrono::milliseconds m_retry_base;
   // Guards m_sources; held through a fold, so a read that folds sees what an earlier fold took
   // from a source (a second fold waits for the first to have recorded it).
   mutable std::mutex m_fold_mutex;

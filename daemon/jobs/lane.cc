@@ -178,8 +178,7 @@ void Lane::run_job(const JobRecord& job) {
 
 void Lane::end_job(const JobRecord& job, JobState state, const std::string& message) {
   (void)m_deps.jobs.finish(job.id, state, message);
-  if (state == JobState::failed || state == JobState::cancelled)
-    m_deps.misses.forget(job.device.id(), job.problem);
+  if (state == JobState::failed) m_deps.misses.failed(job.device.id(), job.problem);
 }
 
 std::unique_ptr<Claim> Lane::claim_key(const JobRecord& job) {

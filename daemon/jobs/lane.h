@@ -45,8 +45,7 @@ class Lane {
   std::unique_ptr<Claim> claim_key(const JobRecord& job);
   // Offers the result to the fleet under `claim`, commits it and ends the job.
   void commit_result(const JobRecord& job, const WinnerRecord& winner, Claim& claim);
-  // Ends the job; one that failed or was cancelled has its misses forgotten, so new demand for
-  // its key (not the demand it was made for) brings it back.
+  // Ends the job; a key whose job failed may become a job from misses again after a backoff.
   void end_job(const JobRecord& job, JobState state, const std::string& message);
   std::vector<Params> neighbour_seeds(const Problem& problem) const;
   enum class State { idle, tuning, paused };

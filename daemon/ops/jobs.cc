@@ -325,9 +325,6 @@ OpReply op_cancel(OpContext& ctx, const protocol::Request& req) {
   if (!id) return std::unexpected(id.error());
   auto job = ctx.jobs.cancel(*id);
   if (!job) return protocol::error(ErrorKind::not_found, job.error().message);
-  // Cancelled while queued (a running one ends on its lane, which forgets it then): the misses
-  // that made it are forgotten, so only new demand brings the key back.
-  if (job->state == JobState::cancelled) ctx.misses.forget(job->device.id(), job->problem);
   return job_json(*job);
 }
 

@@ -222,14 +222,15 @@ TEST_F(BackgroundTest, MissBecomesAJobThenAnExactAnswer) {
   EXPECT_NE(metrics.find("ktune_gpu_tuning_allowed{gpu=\"0\"} 1\n"), std::string::npos) << metrics;
 }
 
-// A miss whose job fails (here its worker cannot start) comes back as a job when it is missed
-// again: the failed job's misses are forgotten, new ones count. (The key stayed handed out, and
-// was never tuned from misses again until a restart.)
-TEST_F(BackgroundTest, AMissWhoseJobFailedBecomesAJobAgainWhenMissedAgain) {
+// A miss whose job fails (here its worker cannot start) becomes a job again after
+// tuning.miss_retry_seconds, not before. (The key stayed handed out, and was never tuned from
+// misses again until a restart.)
+TEST_F(BackgroundTest, AMissWhoseJobFailedBecomesAJobAgainAfterTheBackoff) {
   // The worker is there when ktuned starts (it asks it for the GPUs) and gone by the first job.
   const std::string worker = m_dir / "worker";
   std::filesystem::copy_file(k_fake_worker, worker);
-  auto d = daemon(1, {"tuning.miss_threshold_us=0", "tuning.worker=" + worker});
+  auto d = daemon(1, {"tuning.miss_threshold_us=0", "tuning.worker=" + worker,
+                      "tuning.miss_retry_seconds=1.5"});
   ASSERT_TRUE(d->start());
   ASSERT_TRUE(eventually([&] { return status()["gpus"].size() == 1; })) << status().dump(2);
   std::filesystem::remove(worker);
@@ -244,8 +245,11 @@ TEST_F(BackgroundTest, AMissWhoseJobFailedBecomesAJobAgainWhenMissedAgain) {
   auto first = app.lookup({k_fault, "", 4});
   ASSERT_TRUE(first) << first.error().message;
   ASSERT_TRUE(eventually([&] { return failed_jobs() == 1; })) << status().dump(2);
+  const auto failed_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(app.lookup({k_fault, "", 4}));
   ASSERT_TRUE(eventually([&] { return failed_jobs() == 2; })) << status().dump(2);
+  EXPECT_GE(std::chrono::steady_clock::now() - failed_at, std::chrono::milliseconds(1400))
+      << "the second job came before the backoff ended";
   auto jobs = app.jobs(10);
   ASSERT_TRUE(jobs);
   EXPECT_NE((*jobs)["jobs"][0]["message"].get<std::string>().find("worker did not start"),

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "tests/fakes/daemon_parts.h"
+#include "tests/fakes/eventually.h"
 #include "tests/fakes/test_records.h"
 #include "tests/fakes/test_volume.h"
 
@@ -81,37 +82,42 @@ TEST(MissTrackerTest, ForgetsTheKeyWorthLeastNeverTheOneRecorded) {
   EXPECT_GT(s.evicted, size_t(n / 2));
 }
 
-// top() and due() against a brute-force sort of every key, through records, promotions,
-// releases and evictions at random.
-// A key handed out once is not handed out again; release() puts it back with its worth (the
-// queue was full), forget() drops it (its job failed or was cancelled): only misses after it
-// count, and what it held is charged no more.
-TEST(MissTrackerTest, ReleaseHandsAKeyOutAgainForgetStartsItsCountOver) {
-  MissTracker misses;
+// A key handed out once is not handed out again; release() puts it back at once (the queue was
+// full); failed() (its job failed) puts it back after a backoff that doubles with each failure
+// in a row, keeping its worth.
+TEST(MissTrackerTest, ReleaseHandsAKeyOutAgainAtOnceAFailureAfterABackoff) {
+  using namespace std::chrono_literals;
+  MissTracker misses(MissTracker::k_default_max_bytes, 200ms);
   const DeviceClass d = testing::h200();
-  const auto empty = misses.stats().bytes;
   for (int i = 0; i < 3; ++i) misses.record(d, gemm(64), "no winner", 10, 0.5);  // worth 15
   ASSERT_EQ(misses.due(12).size(), 1u);
   EXPECT_TRUE(misses.due(12).empty()) << "handed out once";
   misses.release(d.id(), gemm(64));
-  ASSERT_EQ(misses.due(12).size(), 1u) << "released with its worth: due again at once";
-  misses.forget(d.id(), gemm(64));
-  EXPECT_TRUE(misses.due(12).empty());
-  EXPECT_EQ(misses.stats().distinct, 0u);
-  EXPECT_EQ(misses.stats().bytes, empty);
-  misses.record(d, gemm(64), "no winner", 10, 0.5);
-  misses.record(d, gemm(64), "no winner", 10, 0.5);
-  EXPECT_TRUE(misses.due(12).empty()) << "two misses since: worth 10";
-  misses.record(d, gemm(64), "no winner", 10, 0.5);
-  const auto again = misses.due(12);
-  ASSERT_EQ(again.size(), 1u);
-  EXPECT_EQ(again[0].count, 3u);
-  misses.forget(d.id(), gemm(64));
-  misses.forget(d.id(), gemm(64));  // an absent key: nothing to do
-  misses.forget(d.id(), gemm(128));
-  EXPECT_EQ(misses.stats().distinct, 0u);
+  ASSERT_EQ(misses.due(12).size(), 1u) << "released: due again at once";
+  EXPECT_FALSE(misses.retry_at(d.id(), gemm(64)));
+
+  auto t0 = std::chrono::steady_clock::now();
+  misses.failed(d.id(), gemm(64));
+  EXPECT_TRUE(misses.due(12).empty()) << "backing off";
+  auto at = misses.retry_at(d.id(), gemm(64));
+  ASSERT_TRUE(at);
+  EXPECT_GE(*at - t0, 200ms);
+  EXPECT_LE(*at - t0, 400ms);
+  EXPECT_EQ(misses.top(1).at(0).worth_us, 15.0) << "its worth kept";
+  ASSERT_TRUE(testing::eventually([&] { return misses.due(12).size() == 1; }))
+      << "due again after the backoff";
+
+  t0 = std::chrono::steady_clock::now();
+  misses.failed(d.id(), gemm(64));  // the second failure in a row: twice as long
+  at = misses.retry_at(d.id(), gemm(64));
+  ASSERT_TRUE(at);
+  EXPECT_GE(*at - t0, 400ms);
+  misses.failed(d.id(), gemm(128));  // a key not held: nothing to do
+  EXPECT_FALSE(misses.retry_at(d.id(), gemm(128)));
 }
 
+// top() and due() against a brute-force sort of every key, through records, promotions,
+// releases and evictions at random.
 TEST(MissTrackerTest, TopAndDueMatchASortOfEveryKey) {
   MissTracker misses(1 << 30);
   const DeviceClass d = testing::h200();
