@@ -229,11 +229,8 @@ ClaimOutcome FleetClaims::acquire(const JobRecord& job) {
         out.message = "Redis unreachable: tuned without a claim";
         return out;
       case Take::tuned: {
-        auto record = parse_winner_value(t.winner);
-        if (!record || !m_deps.catalog.check_record(*record) ||
-            !m_deps.catalog.staleness(*record, m_deps.node.owns(device)).empty())
-          continue;  // unreadable, not servable (a template not installed here) or stale here:
-                     // this node tunes it again
+        auto record = usable_here(t.winner, device);
+        if (!record) continue;  // this node tunes it again
         if (auto merged = m_deps.merge({t.winner}, "fleet"); !merged) {
           out.kind = ClaimOutcome::Kind::wait;  // the store failed: ask again a lease later
           out.wait = m_deps.lease;
@@ -272,6 +269,15 @@ ClaimOutcome FleetClaims::acquire(const JobRecord& job) {
     }
   }
   return out;  // unreachable: the second pass never sees a winner
+}
+
+std::optional<WinnerRecord> FleetClaims::usable_here(const std::string& value,
+                                                     const std::string& device) const {
+  auto record = parse_winner_value(value);
+  if (!record || !m_deps.catalog.check_record(*record) ||
+      !m_deps.catalog.staleness(*record, m_deps.node.owns(device)).empty())
+    return std::nullopt;  // unreadable, not servable (a template not installed here), stale here
+  return std::move(*record);
 }
 
 int FleetClaims::take_trials(const std::string& key) {
@@ -318,8 +324,19 @@ void FleetClaims::renew(State& s) {
                                 m_deps.node.node_id + " " + s.token,
                                 std::to_string(m_deps.lease.count())});
   if (!r || r->integer == 1) return;  // renewed, or Redis unreachable (keep tuning)
-  // The lease is gone (it ran out, or Redis lost it): take it again if the key is free.
-  TakeResult t = take(s.device, s.field, true);
+  // The lease is gone (it ran out during a pause, or Redis lost it): take it again if the key is
+  // free, unless another node finished it meanwhile (then the claim is lost: the job waits, and
+  // its next acquire merges that winner).
+  TakeResult t = take(s.device, s.field, false);
+  if (t.take == Take::tuned) {
+    if (usable_here(t.winner, s.device)) {
+      s.lost = true;
+      ++m_deps.counters.leases_lost;
+      log(LogLevel::warn, "fleet_lease_lost", {{"key", s.key}, {"holder", "(tuned elsewhere)"}});
+      return;
+    }
+    t = take(s.device, s.field, true);  // the fleet's winner is of no use here: tune on
+  }
   if (t.take == Take::acquired) {
     log(LogLevel::info, "fleet_lease_retaken", {{"key", s.key}, {"token", t.token}});
     s.token = t.token;

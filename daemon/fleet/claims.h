@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,6 +79,9 @@ class FleetClaims final : public WorkClaims {
   };
   // One run of the claim script for `key`; `skip_winner` ignores a winner in the hash.
   TakeResult take(const std::string& device, const std::string& field, bool skip_winner);
+  // The fleet's winner value as a record this node can serve as exact, or nullopt.
+  std::optional<WinnerRecord> usable_here(const std::string& value,
+                                          const std::string& device) const;
   // Copies the trials another node shared for `key` into the local store; how many.
   int take_trials(const std::string& key);
   void renew_loop();

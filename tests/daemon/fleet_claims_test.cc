@@ -209,6 +209,28 @@ TEST_F(FleetClaimsTest, APausedHolderLetsItsLeaseRunOutAndLearnsOnResume) {
   EXPECT_EQ(a->counters.leases_lost, 1u);
 }
 
+// The key is finished elsewhere while its holder is paused: on resuming the holder does not take
+// the free key back (it would tune a key the fleet has), its claim is lost, and its job's next
+// acquire ends with the fleet's winner.
+TEST_F(FleetClaimsTest, APausedHolderWhoseKeyWasFinishedElsewhereStops) {
+  auto a = node("node-a", 300ms), b = node("node-b", 300ms);
+  a->claims.start();
+  ClaimOutcome first = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(first.kind, ClaimOutcome::Kind::tune);
+  first.claim->pause();
+  ClaimOutcome second;
+  ASSERT_TRUE(eventually([&] {
+    second = b->claims.acquire(job_for(m_key));
+    return second.kind == ClaimOutcome::Kind::tune;
+  }));
+  EXPECT_EQ(second.claim->publish(measured(m_key, 10.0, "node-b")), Claim::Verdict::published);
+  second.claim.reset();  // b is done with the key: its lease released
+  first.claim->resume();
+  EXPECT_TRUE(first.claim->lost());
+  first.claim.reset();
+  EXPECT_EQ(a->claims.acquire(job_for(m_key)).kind, ClaimOutcome::Kind::done);
+}
+
 // The fleet's winner names a template this node does not have: it cannot be merged here, so the
 // job tunes the key itself instead of ending `done` with nothing to serve (which it did for every
 // job of the key, for good).
