@@ -32,6 +32,7 @@ Result<int> JobQueue::load() {
   if (!jobs) return std::unexpected(jobs.error());
   std::lock_guard lock(m_mutex);
   int resumed = 0;
+  std::vector<std::pair<std::int64_t, std::string>> loaded_finished;
   for (auto& j : *jobs) {
     if (j.state == JobState::running) {
       j.state = JobState::queued;
@@ -44,10 +45,12 @@ Result<int> JobQueue::load() {
     if (!terminal(j.state))
       m_active_by_key[job_key(j.device, j.problem)] = j.id;
     else
-      m_finished.insert(j.id);
+      loaded_finished.emplace_back(j.finished, j.id);
     m_next_id = std::max<std::uint64_t>(m_next_id, std::strtoull(j.id.c_str(), nullptr, 10) + 1);
     m_jobs[j.id] = std::move(j);
   }
+  std::sort(loaded_finished.begin(), loaded_finished.end());
+  for (auto& [_, id] : loaded_finished) m_finished.emplace(++m_finishes, std::move(id));
   prune_locked();  // a table written before jobs were pruned
   return resumed;
 }
@@ -160,28 +163,34 @@ Result<JobRecord> JobQueue::finish_locked(JobRecord& j, JobState state,
   m_active_by_key.erase(job_key(j.device, j.problem));
   m_cancel.erase(id);
   m_not_before.erase(id);
+  m_finished.emplace(++m_finishes, id);  // terminal in memory even if the write below fails
   if (auto ok = put_job(m_store, j); !ok) return std::unexpected(ok.error());
   m_last_persist[id] = j.updated;
   log(LogLevel::info, "job_" + std::string(to_string(state)),
       {{"job", id}, {"trials", j.trials_done}, {"best_us", j.best_us}, {"message", message}});
   notify_locked(j);
   JobRecord out = j;
-  m_finished.insert(id);
   prune_locked();
   return out;
 }
 
 void JobQueue::prune_locked() {
-  // Ids grow with creation, so the oldest finished go first and the newest job always stays:
-  // after a restart the next id still follows every id a client was given.
-  while (m_finished.size() > k_finished_kept) {
-    const std::string id = *m_finished.begin();
-    m_finished.erase(m_finished.begin());
+  // The longest finished go first (a job that waited long and just finished stays). The job
+  // with the largest id always stays, so after a restart the next id still follows every id a
+  // client was given.
+  const std::string newest = m_jobs.empty() ? "" : std::prev(m_jobs.end())->first;
+  for (auto it = m_finished.begin();
+       m_finished.size() > k_finished_kept && it != m_finished.end();) {
+    const std::string id = it->second;
+    if (id == newest) {
+      ++it;
+      continue;
+    }
     if (auto ok = m_store.remove(Table::jobs, id, Durability::buffered); !ok) {
       log(LogLevel::warn, "job_prune_failed", {{"job", id}, {"error", ok.error().message}});
-      m_finished.insert(id);  // try again at the next finish
-      return;
+      return;  // tried again at the next finish
     }
+    it = m_finished.erase(it);
     m_jobs.erase(id);
     m_last_persist.erase(id);
   }

@@ -6,8 +6,8 @@
 // priority (ties: oldest first). State changes are written with sync; progress is kept in memory
 // and written every few seconds (a lost progress write costs nothing: trials are in the trials
 // table). A job found `running` at start was cut short by a crash and is queued again. Watchers
-// get an event per change. The k_finished_kept most recent finished jobs are kept (for `jobs`
-// and `job`); older ones are deleted, so a node that tunes for months keeps a bounded table and
+// get an event per change. The k_finished_kept jobs finished last are kept (for `jobs` and
+// `job`); the others are deleted, so a node that tunes for months keeps a bounded table and
 // claims scan a bounded map. Thread-safe.
 #pragma once
 
@@ -124,7 +124,10 @@ class JobQueue {
   std::map<std::string, std::chrono::steady_clock::time_point> m_not_before;
   std::map<std::string, std::int64_t> m_last_persist;  // id -> unix seconds
   std::multimap<std::string, Watcher> m_watchers;
-  std::set<std::string> m_finished;  // ids of done, failed and cancelled jobs (oldest first)
+  // Done, failed and cancelled jobs as (finish order, id): the longest finished first (the
+  // order counts finishes; a loaded table is ordered by its `finished` seconds, then ids).
+  std::set<std::pair<std::uint64_t, std::string>> m_finished;
+  std::uint64_t m_finishes = 0;
   std::uint64_t m_next_id = 1;
   bool m_stopped = false;
   int m_waiting_claims = 0;

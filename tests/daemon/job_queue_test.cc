@@ -168,8 +168,9 @@ TEST_F(JobQueueTest, StopEndsEveryWatchOfAnUnfinishedJob) {
             (std::vector<std::pair<std::string, E>>{{running, E::changed}, {running, E::stopped}}));
 }
 
-// Finished jobs are kept up to k_finished_kept, the oldest deleted first, from memory and the
-// store; a job still queued is never pruned, and after a restart ids go on past every id given.
+// Finished jobs are kept up to k_finished_kept, the longest finished deleted first, from memory
+// and the store; a job still queued is never pruned, one that waited long and just finished is
+// kept, and after a restart ids go on past every id given.
 TEST_F(JobQueueTest, KeepsTheMostRecentFinishedJobsAndIdsKeepGrowing) {
   constexpr size_t kept = JobQueue::k_finished_kept;
   std::string first, last_id, waiting;
@@ -186,13 +187,16 @@ TEST_F(JobQueueTest, KeepsTheMostRecentFinishedJobsAndIdsKeepGrowing) {
     EXPECT_TRUE(q.get(last_id));
     EXPECT_EQ(q.get(waiting)->state, JobState::queued);
     EXPECT_EQ(q.list(2 * kept).size(), kept + 1);
+    ASSERT_TRUE(q.finish(waiting, JobState::done, ""));  // the oldest id, finished last
+    EXPECT_TRUE(q.get(waiting)) << "finished last: kept";
+    EXPECT_EQ(q.list(2 * kept).size(), kept);
   }
   auto stored = scan_jobs(m_store);
   ASSERT_TRUE(stored);
-  EXPECT_EQ(stored->size(), kept + 1);
+  EXPECT_EQ(stored->size(), kept);
   JobQueue again(m_store, 10);
   ASSERT_TRUE(again.load());
-  EXPECT_EQ(again.get(waiting)->state, JobState::queued);
+  EXPECT_EQ(again.get(waiting)->state, JobState::done);
   EXPECT_GT(again.submit(spec(999999, 1))->job.id, last_id);
 }
 
