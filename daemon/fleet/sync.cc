@@ -118,10 +118,16 @@ void FleetSync::stop() {
   m_deps.pins.set_publisher(nullptr);
 }
 
-bool FleetSync::wait_retry() {
+bool FleetSync::wait_retry(int attempt) {
   std::unique_lock lock(m_wait_mutex);
-  m_wait_cv.wait_for(lock, k_retry, [this] { return m_stopping.load(); });
+  m_wait_cv.wait_for(lock, k_retry * (1 << std::min(attempt, 7)),
+                     [this] { return m_stopping.load(); });
   return !m_stopping;
+}
+
+void FleetSync::set_store_error(const std::string& error) {
+  std::lock_guard lock(m_state_mutex);
+  m_store_error = error;
 }
 
 void FleetSync::set_connected(bool up, const std::string& error) {
@@ -147,6 +153,7 @@ void FleetSync::set_connected(bool up, const std::string& error) {
 void FleetSync::reader_loop() {
   std::string last_id;
   bool synced = false;
+  int resyncs_failed = 0;  // resyncs in a row whose merge the store refused
   while (!m_stopping) {
     if (m_resync.exchange(false) || !synced) {
       auto id = resync();
@@ -158,6 +165,13 @@ void FleetSync::reader_loop() {
       last_id = *id;
       synced = true;
       set_connected(true, "");
+      if (m_resync_later.exchange(false)) {  // the store refused part of it: again, later
+        if (!wait_retry(resyncs_failed++)) break;
+        m_resync = true;
+      } else {
+        resyncs_failed = 0;
+        set_store_error("");
+      }
     }
     auto r = m_reader_link.command(
         {"XREAD", "COUNT", "1000", "BLOCK", std::to_string(k_block.count()), "STREAMS",
@@ -186,10 +200,15 @@ void FleetSync::reader_loop() {
       if (more && !more->is_nil()) collect(*more, batch);
       last_id = batch.last_id;
     }
-    if (!apply(batch)) {  // the store failed: these winners come again with a resync, later
-      synced = false;
-      if (!wait_retry()) break;
+    // The store refused the merge (a full disk): the same events again, later, backing off;
+    // Redis is fine, so nothing says otherwise (status shows the store's error meanwhile).
+    auto merged = apply(batch);
+    for (int attempt = 0; !merged; ++attempt) {
+      set_store_error(merged.error().message);
+      if (!wait_retry(attempt)) return;
+      merged = merge(batch.values, "fleet", Keys::may_repeat);
     }
+    set_store_error("");
   }
 }
 
@@ -211,9 +230,10 @@ Result<std::string> FleetSync::resync() {
     if (!fleet) return std::unexpected(fleet.error());
     std::vector<std::string> values;
     for (const auto& [_, v] : *fleet) values.push_back(v);
-    if (auto merged = merge(values, "fleet"); !merged)
-      return std::unexpected(
-          Error{merged.error().code, "merging the fleet's winners: " + merged.error().message});
+    if (auto merged = merge(values, "fleet"); !merged) {
+      set_store_error(merged.error().message);
+      m_resync_later = true;
+    }
     pulled += values.size();
     auto n = push_local(device, *fleet);
     if (!n) return std::unexpected(n.error());
@@ -284,14 +304,15 @@ Result<void> FleetSync::apply(Batch& batch) {
   m_counters.received += batch.values.size();
   merge_slot();         // refills the bucket up to now
   m_merge_tokens -= 1;  // may go below 0 by less than one token: merge_slot() waits it out
-  auto merged = merge(batch.values, "fleet");
+  auto merged = merge(batch.values, "fleet", Keys::may_repeat);
   const std::int64_t now = unix_us();
   for (std::int64_t us : batch.sent_us)
     if (us > 0) m_counters.record_delay(double(now - us) / 1000);
   return merged;
 }
 
-Result<void> FleetSync::merge(const std::vector<std::string>& values, const std::string& origin) {
+Result<void> FleetSync::merge(const std::vector<std::string>& values, const std::string& origin,
+                              Keys keys) {
   // The last value of each key, in the order read (import refuses two records of one key, which
   // would have dropped the later one, the one Redis holds now, as a bad record).
   std::vector<std::string> ok;
@@ -299,6 +320,10 @@ Result<void> FleetSync::merge(const std::vector<std::string>& values, const std:
   for (const auto& v : values) {
     if (!well_formed_value(v)) {
       ++m_counters.rejected;
+      continue;
+    }
+    if (keys == Keys::unique) {
+      ok.push_back(v);
       continue;
     }
     auto record = parse_winner_value(v);  // one that does not parse is import's to refuse
@@ -396,12 +421,13 @@ void FleetSync::heartbeat(bool stopped) {
 
 Json FleetSync::summary() const {
   bool connected;
-  std::string error;
+  std::string error, store_error;
   double for_s;
   {
     std::lock_guard lock(m_state_mutex);
     connected = m_connected;
     error = m_error;
+    store_error = m_store_error;
     for_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_since).count();
   }
   const auto d = m_counters.delays();
@@ -412,6 +438,7 @@ Json FleetSync::summary() const {
               {"node", m_deps.node.node_id},
               {"connected", connected},
               {"error", error},
+              {"store_error", store_error},
               {connected ? "connected_for_s" : "unreachable_for_s", rounded(for_s, 0.1)},
               {"lease_ms", m_deps.config.fleet_lease_ms},
               {"tuned", c.tuned.load()},

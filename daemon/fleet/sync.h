@@ -60,11 +60,15 @@ class FleetSync {
 
   WorkClaims& claims() { return m_claims; }
   // Merges winner values read from Redis through the catalog (import's validation and rule).
-  // Of several values for one key (a stream read that spans two publishes of it) only the last
-  // is merged: each publish replaced the one before in Redis. Jobs queued here for keys that now
-  // have a fresh winner end as done. Returns the error when the store failed (the values are
-  // then not all merged: read them again); records import refuses are counted, not errors.
-  Result<void> merge(const std::vector<std::string>& values, const std::string& origin);
+  // Keys::may_repeat (a stream read that spans two publishes of a key): of several values for
+  // one key only the last is merged, since each publish replaced the one before in Redis (this
+  // parses every value once more; a hash's values, Keys::unique, skip it). Jobs queued here for
+  // keys that now have a fresh winner end as done. Returns the error when the store failed (the
+  // values are then not all merged: merge them again); records import refuses are counted, not
+  // errors.
+  enum class Keys { unique, may_repeat };
+  Result<void> merge(const std::vector<std::string>& values, const std::string& origin,
+                     Keys keys = Keys::unique);
 
   // This node's view, without asking Redis (for `status`).
   protocol::Json summary() const;
@@ -100,7 +104,10 @@ class FleetSync {
   void publisher_loop();
   void heartbeat(bool stopped);
   void set_connected(bool up, const std::string& error);
-  bool wait_retry();  // false when stopping
+  // Waits k_retry, doubled `attempt` times (at most 128x); false when stopping.
+  bool wait_retry(int attempt = 0);
+  // What the store said when a merge last failed ("" once one succeeds): for `status`.
+  void set_store_error(const std::string& error);
 
   Deps m_deps;
   const RedisEndpoint m_endpoint;
@@ -122,6 +129,8 @@ class FleetSync {
   mutable std::mutex m_state_mutex;
   bool m_connected = false;
   std::string m_error = "not connected yet";
+  std::string m_store_error;                // guarded by m_state_mutex
+  std::atomic<bool> m_resync_later{false};  // a resync's merge failed: again, backing off
   std::chrono::steady_clock::time_point m_since = std::chrono::steady_clock::now();
   std::thread m_reader, m_publisher;
   double m_merge_tokens = 10;                           // reader thread only

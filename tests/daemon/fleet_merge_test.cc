@@ -93,7 +93,7 @@ TEST(FleetMergeTest, TwoValuesOfOneKeyInOneReadMergeTheLast) {
   ASSERT_TRUE(c.fleet.merge(
       {winner_value(measured(k_key, 12.0, "node-a")), winner_value(measured(other, 5.0, "node-a")),
        winner_value(measured(k_key, 10.0, "node-b"))},
-      "fleet"));
+      "fleet", FleetSync::Keys::may_repeat));
   ASSERT_TRUE(c.winner(k_key));
   EXPECT_EQ(c.winner(k_key)->ranked[0].median_us, 10.0);
   EXPECT_EQ(c.winner(k_key)->node_id, "node-b");
