@@ -297,7 +297,10 @@ inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes,
     return size_t(0);
   auto j = parse_json(line, id_out);
   if (!j) {
-    if (!mentions_attach_key(line)) return size_t(0);  // answered as a bad line; nothing follows
+    // Answered as a bad line, nothing follows, unless it names "attach", literally or maybe with
+    // escapes (a backslash: the key cannot be read, so the stream cannot be trusted either).
+    if (!mentions_attach_key(line) && std::memchr(line.data(), '\\', line.size()) == nullptr)
+      return size_t(0);
     return error(j.error().kind, j.error().message +
                                      "; a line announcing an attachment must be "
                                      "valid JSON; closing the connection");

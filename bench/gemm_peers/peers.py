@@ -951,12 +951,12 @@ def _matmul(a, b):
     return torch.matmul(a, b)
 
 
-def sustained(args, client, torch, dev, s: Shape = SUSTAINED_SHAPE, seconds: float = 0,
-              burst_too: bool = True) -> Dict[str, Any]:
+def sustained(args, client, torch, dev, s: Shape = SUSTAINED_SHAPE,
+              seconds: Optional[float] = None, burst_too: bool = True) -> Dict[str, Any]:
     """One shape back to back (8192^3 by default): ktune's served winner and cuBLAS in
-    alternating phases of `seconds` (args.sustain_s if 0), every launch timed with events, A/B/C
-    rotated over args.sets sets; then, with burst_too, a burst of each after an idle."""
-    seconds = seconds or args.sustain_s
+    alternating phases of `seconds` (args.sustain_s if None), every launch timed with events,
+    A/B/C rotated over args.sets sets; then, with burst_too, a burst of each after an idle."""
+    seconds = args.sustain_s if seconds is None else seconds
     m, n, k = s
     bf16 = torch.bfloat16
     served, kernel = fetch_served(client, s, None)

@@ -115,6 +115,7 @@ class FleetClaims::Held final : public Claim {
       // back: nobody else claimed the key, so take it again and publish under the new fence.
       TakeResult t = m_owner.take(m_state->device, m_state->field, true);
       if (t.take == Take::acquired) {
+        ++counters.claims_acquired;
         log(LogLevel::info, "fleet_lease_retaken", {{"key", m_state->key}, {"token", t.token}});
         m_state->token = t.token;
         r = m_owner.m_deps.winners.publish(winner, m_state->token, unix_us());

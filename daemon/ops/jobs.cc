@@ -333,19 +333,21 @@ void op_watch(OpContext& ctx, const protocol::Request& req, Emit emit) {
   if (!id) return void(emit(reply_line(ctx, req, std::unexpected(id.error())), true));
   const Json rid = req.id;
   const int v = req.v;
-  // The notice is an error reply like any other: counted in ktune_errors_total (ctx outlives the
-  // queue whose stop() sends it).
+  // The notice is an error reply like any other: counted in ktune_errors_total. Metrics, not
+  // ctx, is captured: daemon.cc declares it before the queue whose stop() sends the notice.
+  Metrics& metrics = ctx.metrics;
   const bool known =
-      ctx.jobs.watch(*id, [&ctx, rid, v, emit](const JobRecord& j, JobQueue::WatchEvent event) {
-        if (event == JobQueue::WatchEvent::stopped)  // the watch ends before the job
-          return emit(reply_line(ctx, rid,
-                                 protocol::error(ErrorKind::unavailable,
-                                                 "ktuned is stopping; job " + j.id + " is " +
-                                                     std::string(to_string(j.state)) +
-                                                     " and resumes when ktuned starts again: watch "
-                                                     "it then"),
-                                 v),
+      ctx.jobs.watch(*id, [&metrics, rid, v, emit](const JobRecord& j, JobQueue::WatchEvent event) {
+        if (event == JobQueue::WatchEvent::stopped) {  // the watch ends before the job
+          metrics.count_error(ErrorKind::unavailable);
+          return emit(protocol::reply_error(rid, ErrorKind::unavailable,
+                                            "ktuned is stopping; job " + j.id + " is " +
+                                                std::string(to_string(j.state)) +
+                                                " and resumes when ktuned starts again: watch it "
+                                                "then",
+                                            v),
                       true);
+        }
         const bool end = j.state == JobState::done || j.state == JobState::failed ||
                          j.state == JobState::cancelled;
         Json line = {{"v", v}, {"id", rid}, {"ok", true}};

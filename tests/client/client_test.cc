@@ -124,6 +124,9 @@ TEST(ProtocolTest, AttachTokenIsFoundWhereverItIsAndOnlyThere) {
   EXPECT_EQ(protocol::attachment_size(R"({"v":1,"op":"import","\u0061ttach":42})", 100), 42u);
   EXPECT_FALSE(protocol::attachment_size(R"({"v":1,"op":"import","att\u0061ch":420})", 100));
   EXPECT_EQ(protocol::attachment_size(R"({"v":1,"op":"lookup","tag":"a\"b"})", 100), 0u);
+  // A line that cannot be parsed may name it with escapes: the stream cannot be trusted.
+  EXPECT_FALSE(protocol::attachment_size(R"({"op":"import","att\u0061ch": 1e400})", 100));
+  EXPECT_FALSE(protocol::attachment_size(R"({"op":"import","att\u0061ch":4, oops)", 100));
 }
 
 TEST(ClientTest, BigReplyArrivingInSmallPiecesIsReadInLinearTime) {
