@@ -8,6 +8,7 @@
 #include <boost/asio.hpp>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -81,6 +82,7 @@ class SessionTest : public ::testing::Test {
     boost::system::error_code ec;
     m_client.close(ec);
     if (auto s = m_session.lock()) s->close();
+    m_work.reset();  // run() returns once the session's handlers are done
     if (m_thread.joinable()) m_thread.join();
   }
 
@@ -110,6 +112,10 @@ class SessionTest : public ::testing::Test {
   }
 
   asio::io_context m_io{1};
+  // Keeps run() going until TearDown: a session that closes at once (drain with nothing owed)
+  // could leave it without work, and a post after that (drain()'s own) would never run.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> m_work{
+      m_io.get_executor()};
   Socket m_client{m_io};
   HeldHandler m_handler;
   Metrics m_metrics;
