@@ -167,7 +167,7 @@ std::vector<MissTracker::Miss> MissTracker::due(double threshold_us) {
 
 void MissTracker::release(const std::string& device_id, const Problem& problem) {
   std::lock_guard lock(m_mutex);
-  auto it = m_misses.find(device_id + "/" + problem.key());
+  auto it = m_misses.find(key_of(device_id, problem));
   if (it == m_misses.end() || !it->second.miss.promoted) return;
   it->second.miss.promoted = false;
   rerank_locked(it, true);
@@ -175,7 +175,7 @@ void MissTracker::release(const std::string& device_id, const Problem& problem) 
 
 void MissTracker::failed(const std::string& device_id, const Problem& problem) {
   std::lock_guard lock(m_mutex);
-  auto it = m_misses.find(device_id + "/" + problem.key());
+  auto it = m_misses.find(key_of(device_id, problem));
   if (it == m_misses.end()) return;
   Slot& slot = it->second;
   slot.failures = std::min(slot.failures + 1, 7);
@@ -188,7 +188,7 @@ void MissTracker::failed(const std::string& device_id, const Problem& problem) {
 std::optional<std::chrono::steady_clock::time_point> MissTracker::retry_at(
     const std::string& device_id, const Problem& problem) const {
   std::lock_guard lock(m_mutex);
-  auto it = m_misses.find(device_id + "/" + problem.key());
+  auto it = m_misses.find(key_of(device_id, problem));
   if (it == m_misses.end() || it->second.retry_at <= std::chrono::steady_clock::now())
     return std::nullopt;
   return it->second.retry_at;
