@@ -148,13 +148,18 @@ def plan(args: argparse.Namespace) -> Dict[str, Any]:
         "sustained_shapes": {"shapes": [shape_name(x) for x in parse_shapes(args.sustain_shapes)]
                              if args.sustain_shapes else [],
                              "seconds_per_phase": args.sustain_more_s,
-                             "phases": "ktune, cuBLAS, ktune, cuBLAS (no burst)"},
+                             "ranked": args.sustain_ranked,
+                             "phases": ("ktune, cuBLAS, ktune, cuBLAS (no burst)"
+                                        if args.sustain_ranked <= 1 else
+                                        f"the first {args.sustain_ranked} ranked configs, cuBLAS; "
+                                        "twice (no burst)")},
         "estimate_s": {"tuning": [8 * len(shapes), 18 * len(shapes)],
                        "torch_compile": [2.4 * len(shapes), 28.5 * len(shapes)],
                        "timing": 3.0 * len(shapes),
                        "sustained": 4 * args.sustain_s + 2 * args.burst_idle_s + 9,
                        "sustained_shapes": (len(parse_shapes(args.sustain_shapes)) *
-                                            sustained_cost_s(args.sustain_more_s, None)
+                                            sustained_cost_s(args.sustain_more_s, None,
+                                                             args.sustain_ranked)
                                             if args.sustain_shapes else 0)},
     }
     return doc
@@ -188,6 +193,11 @@ def stop_jobs(client: Any) -> List[str]:
     while cancelled and time.time() < until and client.jobs(limit=10, state="running"):
         time.sleep(0.2)
     return cancelled
+
+
+def params_text(params: Dict[str, int]) -> str:
+    """{NAME: V} -> "NAME=V,NAME=V" in name order (what parse_config reads back)."""
+    return ",".join(f"{name}={params[name]}" for name in sorted(params))
 
 
 def parse_config(text: str) -> Dict[str, int]:
@@ -639,7 +649,7 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
 
     deadline = args.deadline or float("inf")
     more = parse_shapes(args.sustain_shapes) if args.sustain_shapes else []
-    args.reserve_s += len(more) * sustained_cost_s(args.sustain_more_s, 0)
+    args.reserve_s += len(more) * sustained_cost_s(args.sustain_more_s, None, args.sustain_ranked)
     torch.manual_seed(0)
     dev = torch.device("cuda")
     client = ktune.Client(socket_path=args.socket, cache_ttl=0, kernel_timeout=120)
@@ -688,26 +698,29 @@ def measure(args: argparse.Namespace) -> Dict[str, Any]:
     if more:
         doc["sustained_shapes"] = [
             sustained_or_why(args, client, torch, dev, deadline, s, args.sustain_more_s,
-                             burst_too=False) for s in more]
+                             burst_too=False, ranked=args.sustain_ranked) for s in more]
     doc["ktune_torch"] = {"stats": kt.stats(), "explain": kt.explain()}
     write_json(args.out, doc)
     return doc
 
 
-def sustained_cost_s(seconds: float, burst_idle_s: Optional[float]) -> float:
-    """What one sustained() run takes at most: 4 phases, the warm-up and set-up, and, with a
-    burst_idle_s, two bursts after as long an idle."""
-    return 4 * seconds + 7 + (0 if burst_idle_s is None else 2 * burst_idle_s)
+def sustained_cost_s(seconds: float, burst_idle_s: Optional[float], ranked: int = 1) -> float:
+    """What one sustained() run takes at most: two phases of each of `ranked` ktune configs and of
+    cuBLAS, the warm-up and set-up (3 s more per config past the served one: its kernel fetched,
+    maybe compiled), and, with a burst_idle_s, two bursts after as long an idle."""
+    ranked = max(1, ranked)
+    return (2 * (ranked + 1) * seconds + 7 + 3 * (ranked - 1)
+            + (0 if burst_idle_s is None else 2 * burst_idle_s))
 
 
 def sustained_or_why(args, client, torch, dev, deadline: float, s: Shape, seconds: float,
-                     burst_too: bool) -> Dict[str, Any]:
+                     burst_too: bool, ranked: int = 1) -> Dict[str, Any]:
     """sustained() of one shape, or why not: {"skipped": "deadline"} or the error it raised."""
     if args.deadline and deadline - time.time() <= sustained_cost_s(
-            seconds, args.burst_idle_s if burst_too else None):
+            seconds, args.burst_idle_s if burst_too else None, ranked):
         return {"shape": shape_name(s), "skipped": "deadline"}
     try:
-        return sustained(args, client, torch, dev, s, seconds, burst_too)
+        return sustained(args, client, torch, dev, s, seconds, burst_too, ranked)
     except Exception as e:  # noqa: BLE001  (one shape's failure is its result; the run goes on)
         print(f"sustained {shape_name(s)} FAILED: {type(e).__name__}: {e}", flush=True)
         return {"shape": shape_name(s), "error": f"{type(e).__name__}: {e}",
@@ -758,23 +771,44 @@ def twins_of(kind: str, template: str, params: Dict[str, int]) -> List[Dict[str,
 def fetch_twins(client: Any, s: Shape, served: Dict[str, Any],
                 kind: str) -> List[Tuple[Dict[str, Any], Any]]:
     """Per twin: ({params, lowered_name} or {params, error} or {none}, its ktune.Kernel or None)."""
-    import ktune
-    m, n, k = s
     all_params = twins_of(kind, served["template"], served["params"])
     if not all_params:
         return [({"none": f"no {kind} twin for {served['template']} {served['params']}"}, None)]
-    twins = []
-    for params in all_params:
-        try:
-            image = client.kernel("gemm", dtype="bf16", layout="rc", device=served["device"],
-                                  template=served["template"], params=params, M=m, N=n, K=k)
-        except Exception as e:  # e.g. the twin breaks a constraint for this shape
-            twins.append(({"params": params, "error": f"{type(e).__name__}: {e}"[-1000:]}, None))
+    return [kernel_for(client, s, served["device"], served["template"], params)
+            for params in all_params]
+
+
+def kernel_for(client: Any, s: Shape, device: str, template: str,
+               params: Dict[str, int]) -> Tuple[Dict[str, Any], Any]:
+    """One named config of shape s as ktuned compiles it: ({params, lowered_name, grid}, its
+    ktune.Kernel), or ({params, error}, None) where ktuned refused it."""
+    import ktune
+    m, n, k = s
+    try:
+        image = client.kernel("gemm", dtype="bf16", layout="rc", device=device, template=template,
+                              params=params, M=m, N=n, K=k)
+    except Exception as e:  # e.g. the config breaks a constraint for this shape
+        return {"params": params, "error": f"{type(e).__name__}: {e}"[-1000:]}, None
+    kernel = ktune.Kernel(image)
+    return ({"params": params, "lowered_name": image["lowered_name"],
+             "grid": kernel.description.get("grid")}, kernel)
+
+
+def ranked_kernels(client: Any, s: Shape, served: Dict[str, Any],
+                   ranked: int) -> List[Tuple[str, Dict[str, Any], Any]]:
+    """The lookup's ranked configs after the served one, up to `ranked` in all (the tuner's
+    re-timed finalists, best first): (peer name "ktune_r2", ..., kernel_for's info with the
+    template and the tuner's median, its ktune.Kernel or None)."""
+    out = []
+    for e in served["ranked"]:
+        if len(out) + 1 >= ranked:
+            break
+        if (e["template"], e["params"]) == (served["template"], served["params"]):
             continue
-        kernel = ktune.Kernel(image)
-        twins.append(({"params": params, "lowered_name": image["lowered_name"],
-                       "grid": kernel.description.get("grid")}, kernel))
-    return twins
+        info, kernel = kernel_for(client, s, served["device"], e["template"], e["params"])
+        info.update(template=e["template"], tuned_median_us=e.get("median_us"))
+        out.append((f"ktune_r{len(out) + 2}", info, kernel))
+    return out
 
 
 def measure_shape(args, s: Shape, client, kt, torch, testing, dev, compile_allowed: bool) -> Dict:
@@ -952,28 +986,37 @@ def _matmul(a, b):
 
 
 def sustained(args, client, torch, dev, s: Shape = SUSTAINED_SHAPE,
-              seconds: Optional[float] = None, burst_too: bool = True) -> Dict[str, Any]:
+              seconds: Optional[float] = None, burst_too: bool = True,
+              ranked: int = 1) -> Dict[str, Any]:
     """One shape back to back (8192^3 by default): ktune's served winner and cuBLAS in
     alternating phases of `seconds` (args.sustain_s if None), every launch timed with events,
-    A/B/C rotated over args.sets sets; then, with burst_too, a burst of each after an idle."""
+    A/B/C rotated over args.sets sets; then, with burst_too, a burst of each after an idle.
+    With ranked > 1 the lookup's next ranked configs (the tuner's finalists) run phases of
+    their own between the served one's and cuBLAS's: whether they rank at the clock their own
+    power sets as the tuner's short interleaved re-time ranked them."""
     seconds = args.sustain_s if seconds is None else seconds
     m, n, k = s
     bf16 = torch.bfloat16
     served, kernel = fetch_served(client, s, None)
+    others = ranked_kernels(client, s, served, ranked) if ranked > 1 else []
     sets = [(torch.randn(m, k, dtype=bf16, device=dev), torch.randn(n, k, dtype=bf16, device=dev),
              torch.empty(m, n, dtype=bf16, device=dev)) for _ in range(args.sets)]
     stream = torch.cuda.current_stream().cuda_stream
-    launch = {
-        "ktune": lambda i: kernel.launch_addresses(
-            (sets[i][0].data_ptr(), sets[i][1].data_ptr(), sets[i][2].data_ptr()), stream),
-        "cublas": lambda i: torch.matmul(sets[i][0], sets[i][1].t(), out=sets[i][2])}
+
+    def ktune_launch(kern: Any) -> Callable[[int], None]:
+        return lambda i: kern.launch_addresses(
+            (sets[i][0].data_ptr(), sets[i][1].data_ptr(), sets[i][2].data_ptr()), stream)
+    launch = {"ktune": ktune_launch(kernel)}
+    launch.update((name, ktune_launch(kern)) for name, _, kern in others if kern is not None)
+    launch["cublas"] = lambda i: torch.matmul(sets[i][0], sets[i][1].t(), out=sets[i][2])
+    names = list(launch)
     per_set = sum(t.numel() * t.element_size() for t in sets[0])
 
-    # Warm up for a second, both alternating (untimed); then estimate one run.
+    # Warm up for a second, every peer in turn (untimed); then estimate one run.
     until = time.perf_counter() + 1.0
     i = 0
     while time.perf_counter() < until:
-        launch["ktune" if i % 2 else "cublas"](i % args.sets)
+        launch[names[i % len(names)]](i % args.sets)
         i += 1
         if i % 64 == 0:
             torch.cuda.synchronize()  # keep the queue short, so the second is a second of work
@@ -988,8 +1031,8 @@ def sustained(args, client, torch, dev, s: Shape = SUSTAINED_SHAPE,
     sampler = Sampler(os.path.join(args.logs, f"nvidia-smi-sustained-{shape_name(s)}.csv"), ms=50)
     reader = NvmlReader(ms=5)
     reader.start()
-    times: Dict[str, List[float]] = {"ktune": [], "cublas": []}
-    windows: Dict[str, List[Tuple[float, float]]] = {"ktune": [], "cublas": []}
+    times: Dict[str, List[float]] = {name: [] for name in names}
+    windows: Dict[str, List[Tuple[float, float]]] = {name: [] for name in names}
     phases = []
     # The clock each phase ran at, counted by the SMs (ClockProbe): a probe after every
     # (runs // 10)th run of a phase and every 10th of a burst, outside the timed events.
@@ -1014,7 +1057,7 @@ def sustained(args, client, torch, dev, s: Shape = SUSTAINED_SHAPE,
         torch.cuda.synchronize()
         return [st.elapsed_time(en) * 1e3 for st, en in zip(starts, ends)], w0, time.time()
 
-    for phase in ("ktune", "cublas", "ktune", "cublas"):
+    for phase in names + names:
         us, w0, w1 = timed(phase, runs, phase, max(1, runs // 10))
         times[phase] += us
         windows[phase].append((w0, w1))
@@ -1045,6 +1088,13 @@ def sustained(args, client, torch, dev, s: Shape = SUSTAINED_SHAPE,
     c_k, c_b = torch.empty_like(sets[0][2]), torch.empty_like(sets[0][2])
     kernel.launch_addresses((sets[0][0].data_ptr(), sets[0][1].data_ptr(), c_k.data_ptr()), stream)
     torch.matmul(sets[0][0], sets[0][1].t(), out=c_b)
+    for name, info, kern in others:
+        if kern is not None:
+            c_r = torch.empty_like(sets[0][2])
+            kern.launch_addresses((sets[0][0].data_ptr(), sets[0][1].data_ptr(), c_r.data_ptr()),
+                                  stream)
+            torch.cuda.synchronize()
+            info["vs_cublas_rel_l2"] = rel_l2(c_r, c_b)
     torch.cuda.synchronize()
     doc: Dict[str, Any] = {"shape": shape_name(s), "served": served, "input_sets": args.sets,
                            "bytes_rotated": per_set * args.sets,
@@ -1059,17 +1109,33 @@ def sustained(args, client, torch, dev, s: Shape = SUSTAINED_SHAPE,
                      "p90_tflops": tf[(9 * len(tf)) // 10], "gpu": gpu(windows[impl])}
     doc["ktune_vs_cublas"] = doc["ktune"]["median_tflops"] / doc["cublas"]["median_tflops"]
     doc["seconds_per_phase"] = seconds
+    if ranked > 1:  # the served config first, then the others in the lookup's order
+        doc["ranked"] = [{"impl": "ktune", "template": served["template"],
+                          "params": served["params"], "tuned_median_us": served["tuned_median_us"],
+                          "median_us": doc["ktune"]["median_us"], "vs_served": 1.0}]
+        for name, info, _ in others:
+            row = dict(info, impl=name)
+            if name in doc:
+                row.update(median_us=doc[name]["median_us"],
+                           vs_served=doc["ktune"]["median_us"] / doc[name]["median_us"])
+            doc["ranked"].append(row)
     if burst_too:
         for impl in ("ktune", "cublas"):
             burst[impl]["gpu"] = gpu([burst[impl].pop("window")])
         doc["burst"] = burst
-    doc["clock_probe"] = clock_probe_doc(probe, probe_error, doc, torch, dev)
+    doc["clock_probe"] = clock_probe_doc(probe, probe_error, doc, torch, dev, names)
     print(f"{'sustained ' + shape_name(s):>18} ktune {doc['ktune']['median_tflops']:6.1f} TF/s "
           f"cuBLAS {doc['cublas']['median_tflops']:6.1f} TF/s over {2 * runs} runs each; SM "
           f"{doc['ktune']['gpu'].get('sm_mhz', {}).get('median', '?')} MHz, "
           f"{doc['ktune']['gpu'].get('power_w', {}).get('median', '?')} W (ktune's phases; "
           f"{source})",
           flush=True)
+    for r in doc.get("ranked", [])[1:]:
+        print(f"{'ranked ' + r['impl']:>18} {r['template']} {params_text(r['params'])}: tuned "
+              f"{r.get('tuned_median_us') or float('nan'):.1f} us, sustained "
+              f"{r.get('median_us', float('nan')):.1f} us = x{r.get('vs_served', float('nan')):.3f} "
+              f"of the served config's speed{'; ' + r['error'] if 'error' in r else ''}",
+              flush=True)
     if not burst_too:
         print_clock_probe(doc["clock_probe"])
         return doc
@@ -1084,7 +1150,8 @@ def sustained(args, client, torch, dev, s: Shape = SUSTAINED_SHAPE,
 
 
 def clock_probe_doc(probe: Optional[ClockProbe], error: Optional[str], doc: Dict[str, Any],
-                    torch: Any, dev: Any) -> Dict[str, Any]:
+                    torch: Any, dev: Any,
+                    impls: Sequence[str] = ("ktune", "cublas")) -> Dict[str, Any]:
     """The sustained run's clock probes (REQUIRES: synchronized): per phase kind and burst, the
     clock and the share of the dense peak at it that the phase's median TFLOP/s is; every probe."""
     if probe is None:
@@ -1094,9 +1161,9 @@ def clock_probe_doc(probe: Optional[ClockProbe], error: Optional[str], doc: Dict
     out: Dict[str, Any] = {"source": f"in-kernel %clock64 over {ClockProbe.WINDOW_NS // 1000} us "
                                      "of %globaltimer, one thread, between runs",
                            "sms": sms, "probes": probes}
-    for impl in ("ktune", "cublas"):
+    for impl in impls:
         out[impl] = summarize_probes(probes, impl, doc[impl]["median_tflops"], sms)
-        if "burst" in doc:
+        if "burst" in doc and impl in doc["burst"]:
             out[impl + "_burst"] = summarize_probes(probes, impl + "_burst",
                                                     doc["burst"][impl]["median_tflops"], sms)
     return out
@@ -1114,7 +1181,7 @@ def print_clock_probe(c: Dict[str, Any]) -> None:
         m = x["sm_mhz"]
         return (f"{key} {m['median']:.0f} MHz ({m['min']:.0f}-{m['max']:.0f}, {x['probes']} probes)"
                 f" = {100 * x['share_of_peak']:.1f} % of {x['dense_peak_tflops']:.0f} TF/s")
-    keys = [k for k in ("ktune", "cublas", "ktune_burst", "cublas_burst") if k in c]
+    keys = [k for k, v in c.items() if isinstance(v, dict)]  # every phase kind and burst
     print(f"{'clock probe':>18} " + "; ".join(one(k) for k in keys), flush=True)
 
 
@@ -1338,6 +1405,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "own (no burst), each shape tuned and served like the others")
     ap.add_argument("--sustain-more-s", type=float, default=2,
                     help="measure: seconds per phase for --sustain-shapes")
+    ap.add_argument("--sustain-ranked", type=int, default=1,
+                    help="measure: the first N configs of the lookup's ranking (the tuner's "
+                         "re-timed finalists, served first) each in phases of its own in "
+                         "--sustain-shapes (1: the served config alone)")
     ap.add_argument("--min-runs", type=int, default=50,
                     help="measure: runs per sustained phase at least, and per burst")
     ap.add_argument("--burst-idle-s", type=float, default=3,

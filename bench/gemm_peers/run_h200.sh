@@ -25,7 +25,8 @@
 # Knobs (environment): SHAPES ("tma" = the 10 of `ktune-bench --suite tma`, or MxNxK,...),
 # TUNER, TRIALS (120), STRATEGY (model), JOB_SECONDS (45 per shape), TUNE_CAP_S (230), ROUNDS (15),
 # SUSTAIN_S (4 per phase, 4 phases), SUSTAIN_SHAPES (MxNxK,... of SHAPES also sustained, in
-# phases of SUSTAIN_MORE_S, 2), BURST_IDLE_S (3: idle before each 8192^3 burst), SETS (3 input sets of 384 MB at 8192^3), BUDGET_S, K (.gpu),
+# phases of SUSTAIN_MORE_S, 2; SUSTAIN_RANKED=N: there the lookup's first N ranked configs, the
+# tuner's re-timed finalists, each in phases of its own, peers.py --sustain-ranked), BURST_IDLE_S (3: idle before each 8192^3 burst), SETS (3 input sets of 384 MB at 8192^3), BUDGET_S, K (.gpu),
 # TWINS=1 (also time each served gemm_tma config's stream-K twin, peers.py --twins; TWINS=reduce:
 # a split-K winner's REDUCE 1 / REDUCE 0 pair at its tile, peers.py --twins reduce), TEMPLATES
 # ("gemm_tma ...": the daemon's jobs search only these) and SEEDS ("NAME=V,... ...": configs each
@@ -51,7 +52,8 @@ ROUNDS=${ROUNDS:-15}
 SUSTAIN_S=${SUSTAIN_S:-4}
 BURST_IDLE_S=${BURST_IDLE_S:-3}
 SETS=${SETS:-3}
-SUSTAIN_ARGS=(--sustain-shapes "${SUSTAIN_SHAPES:-}" --sustain-more-s "${SUSTAIN_MORE_S:-2}")
+SUSTAIN_ARGS=(--sustain-shapes "${SUSTAIN_SHAPES:-}" --sustain-more-s "${SUSTAIN_MORE_S:-2}"
+              --sustain-ranked "${SUSTAIN_RANKED:-1}")
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/gemm-peers-XXXXXX)
 L=$W/logs

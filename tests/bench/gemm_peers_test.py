@@ -542,6 +542,35 @@ class FakeRunTest(unittest.TestCase):
                                                  "ktune_twin", "ktune_twin2"])
         self.assertEqual(row["twin_vs_served"], one["vs_served"])
 
+    def test_the_tuners_ranked_configs_sustain_in_phases_of_their_own(self):
+        doc, _, _ = self.run_flow(SHAPES="8192x8192x512", TRIALS="6", TEMPLATES="gemm_tma",
+                                  SUSTAIN_SHAPES="8192x8192x512", SUSTAIN_MORE_S="0.01",
+                                  SUSTAIN_RANKED="3")
+        (row,) = doc["shapes"]
+        ranked = row["served"]["ranked"]
+        self.assertGreaterEqual(len(ranked), 3, ranked)   # the lookup's top 4 of 6 trials
+        (more,) = doc["sustained_shapes"]
+        # The served config, the lookup's next two in its order, then cuBLAS; twice.
+        names = ["ktune", "ktune_r2", "ktune_r3", "cublas"]
+        self.assertEqual([p["impl"] for p in more["phases"]], names + names)
+        self.assertEqual([r["impl"] for r in more["ranked"]], names[:3])
+        self.assertEqual([r["params"] for r in more["ranked"]], [e["params"] for e in ranked[:3]])
+        self.assertEqual([r["tuned_median_us"] for r in more["ranked"]],
+                         [e["median_us"] for e in ranked[:3]])
+        for r in more["ranked"]:
+            self.assertNotIn("error", r)
+            self.assertGreater(more[r["impl"]]["runs"], 0)
+            self.assertEqual(r["median_us"], more[r["impl"]]["median_us"])
+            self.assertAlmostEqual(r["vs_served"], more["ktune"]["median_us"] / r["median_us"])
+        for r in more["ranked"][1:]:
+            self.assertIn("lowered_name", r)     # compiled by ktuned for this shape
+            self.assertIn("vs_cublas_rel_l2", r)  # and its output checked against cuBLAS's
+        self.assertEqual(doc["plan"]["sustained_shapes"]["ranked"], 3)
+        # 8192^3's own sustained run is unchanged: the served config and cuBLAS only.
+        self.assertEqual([p["impl"] for p in doc["sustained"]["phases"]],
+                         ["ktune", "cublas", "ktune", "cublas"])
+        self.assertNotIn("ranked", doc["sustained"])
+
     def test_tunes_serves_exports_and_archives(self):
         doc, table, archived = self.run_flow(SHAPES="8192x8192x512", TRIALS="2",
                                              SUSTAIN_SHAPES="8192x8192x512", SUSTAIN_MORE_S="0.01")
