@@ -84,7 +84,7 @@ struct FleetClaims::State {
   std::atomic<bool> dirty{false};  // trials recorded since the last share
   std::atomic<bool> paused{false};  // the lane waits for its GPU: the lease is not renewed
   bool published = false;           // guarded by mutex: the winner went out, trials:K is done
-  std::set<std::string> shared;    // trial fields published (renewal thread only)
+  std::set<std::string> shared;     // guarded by mutex: trial fields in trials:K from this holder
 };
 
 class FleetClaims::Held final : public Claim {
@@ -341,6 +341,12 @@ void FleetClaims::renew(State& s) {
   if (t.take == Take::acquired) {
     log(LogLevel::info, "fleet_lease_retaken", {{"key", s.key}, {"token", t.token}});
     s.token = t.token;
+    if (t.shared < static_cast<long long>(s.shared.size())) {
+      // Redis lost trials:K with the lease (restarted empty, a failover): share them all again,
+      // or a node taking the key after this one would measure them again.
+      s.shared.clear();
+      s.dirty = true;
+    }
   } else if (t.take == Take::held) {
     s.lost = true;
     ++m_deps.counters.leases_lost;

@@ -300,6 +300,44 @@ TEST_F(FleetClaimsTest, ANodeThatTakesOverReusesTheTrialsTheHolderShared) {
   held.claim.reset();
 }
 
+// Redis restarts empty under a holder: the renewal takes the key again and shares every trial
+// again, since trials:K went with the lease. (It shared only trials recorded after the loss, so a
+// node taking the key over later measured the others again.)
+TEST_F(FleetClaimsTest, AHolderSharesItsTrialsAgainAfterRedisLostThem) {
+  ::signal(SIGPIPE, SIG_IGN);  // as ktuned does: Redis is stopped under a live connection
+  auto a = node("node-a", 300ms);
+  a->claims.start();
+  ClaimOutcome held = a->claims.acquire(job_for(m_key));
+  ASSERT_EQ(held.kind, ClaimOutcome::Kind::tune);
+  for (int threads : {128, 256}) {
+    TrialRecord t;
+    t.device = testing::h200();
+    t.problem = m_key;
+    t.template_name = "gemm";
+    t.template_hash = "0123456789abcdef";
+    t.params = {{"THREADS", threads}};
+    t.outcome = Outcome::ok;
+    t.median_us = 10 + threads / 100.0;
+    WriteBatch batch;
+    add_trial(batch, t);
+    ASSERT_TRUE(a->store.write(batch, Durability::buffered));
+    held.claim->trial_recorded();
+  }
+  ASSERT_TRUE(eventually([&] { return a->counters.trials_shared == 2; }));
+  const std::string trials = a->layout.trials(testing::h200().id() + "/" + m_key.key());
+  m_redis.stop();
+  ASSERT_TRUE(m_redis.start()) << "redis-server did not start again";
+  auto hlen = [&] {
+    auto r = a->link.command({"HLEN", trials});
+    return r ? r->integer : -1;
+  };
+  ASSERT_TRUE(eventually([&] { return hlen() == 2; }, 5s)) << hlen();
+  EXPECT_EQ(a->counters.trials_shared, 4u);
+  EXPECT_FALSE(held.claim->lost());
+  EXPECT_EQ(a->counters.leases_lost, 0u);
+  held.claim.reset();
+}
+
 // The holder's result loses to a record the fleet already has (kept, not written): the key is
 // done all the same, so the trials it shared are deleted with the publication, not left for a
 // day.
