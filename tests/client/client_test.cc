@@ -172,9 +172,10 @@ TEST(ClientTest, ZeroTimeoutWaitsForASlowReply) {
 // timeout (in turn, as before, 4 x 1 s).
 TEST(ClientTest, ThreadsWaitingForTheConnectionTimeOutWithinOneTimeout) {
   testing::TempDir dir;
-  std::atomic<bool> done{false};
-  FakeDaemon fake(dir / "s.sock", [&](int) {
-    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // never answers
+  std::promise<void> done;
+  std::shared_future<void> released = done.get_future().share();
+  FakeDaemon fake(dir / "s.sock", [released](int) {
+    released.wait_for(std::chrono::seconds(30));  // never answers; gives up after a test timeout
   });
   ClientOptions o;
   o.socket_path = dir / "s.sock";
@@ -187,7 +188,7 @@ TEST(ClientTest, ThreadsWaitingForTheConnectionTimeOutWithinOneTimeout) {
   for (auto& r : results) threads.emplace_back([&] { r = client.status(); });
   for (auto& t : threads) t.join();
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  done = true;
+  done.set_value();
   for (const auto& r : results) {
     ASSERT_FALSE(r);
     EXPECT_EQ(r.error().kind, protocol::ErrorKind::timeout) << r.error().message;
