@@ -157,6 +157,7 @@ Json to_json(const WinnerRecord& r) {
          {"timestamp", r.timestamp},
          {"trials", r.trials},
          {"strategy", r.strategy}};
+  if (r.sm_clock_counted_mhz != 0) j["sm_clock_counted_mhz"] = r.sm_clock_counted_mhz;
   add_timing_l2(j, r.timing_l2);
   return j;
 }
@@ -187,6 +188,7 @@ WinnerRecord winner_from_json(const Json& j, const std::string& path) {
   r.sm_clock_mhz = optional_field<int>(j, "sm_clock_mhz", path, 0, get_int32);
   r.mem_clock_mhz = optional_field<int>(j, "mem_clock_mhz", path, 0, get_int32);
   r.power_w = optional_field<double>(j, "power_w", path, 0.0, get_number);
+  r.sm_clock_counted_mhz = optional_field<int>(j, "sm_clock_counted_mhz", path, 0, get_int32);
   r.node_id = optional_field<std::string>(j, "node_id", path, "", get_string);
   r.timestamp = optional_field<std::int64_t>(j, "timestamp", path, 0, get_int);
   r.trials = optional_field<int>(j, "trials", path, 0, get_int32);

@@ -64,6 +64,7 @@ struct WinnerRecord {
   int sm_clock_mhz = 0;              // clocks and power while timing (0 = NVML absent)
   int mem_clock_mhz = 0;
   double power_w = 0;
+  int sm_clock_counted_mhz = 0;  // counted in-kernel after the winner's timing (0 = not counted)
   std::string node_id;         // host that measured it
   std::int64_t timestamp = 0;  // unix seconds
   int trials = 0;              // configs measured by the job

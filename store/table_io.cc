@@ -85,8 +85,9 @@ std::string render_csv(const std::vector<WinnerRecord>& winners) {
                                             std::to_string(w.mem_clock_mhz),
                                             exact_number(w.power_w),
                                             std::to_string(w.validators.store_format),
-                                            timing_cell(w.timing_l2)};
-      static_assert(detail::k_csv_columns.size() == 27, "a row has one field per column");
+                                            timing_cell(w.timing_l2),
+                                            std::to_string(w.sm_clock_counted_mhz)};
+      static_assert(detail::k_csv_columns.size() == 28, "a row has one field per column");
       for (size_t k = 0; k < row.size(); ++k) out += (k ? "," : "") + csv_field(row[k]);
       out += "\n";
     }
@@ -455,7 +456,8 @@ Result<void> validate_imported_winner(const WinnerRecord& r) {
       return bad(at + ".median_us: " + number(c.median_us) + " is outside [" +
                  number(k_min_median_us) + ", " + number(k_max_median_us) + "] us");
   }
-  if (r.ref_error < 0 || r.power_w < 0 || r.sm_clock_mhz < 0 || r.mem_clock_mhz < 0 || r.trials < 0)
+  if (r.ref_error < 0 || r.power_w < 0 || r.sm_clock_mhz < 0 || r.mem_clock_mhz < 0 ||
+      r.sm_clock_counted_mhz < 0 || r.trials < 0)
     return bad("ref_error, power_w, clocks and trials must be >= 0");
   if (r.timestamp < 0 || r.timestamp > k_max_timestamp)
     return bad("timestamp: " + std::to_string(r.timestamp) +

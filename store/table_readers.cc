@@ -230,6 +230,8 @@ Result<Json> csv_table_to_json(std::string_view text, const std::string& origin)
           {"trials", number_cell(cell("trials"), true)},
           {"strategy", cell("strategy")}};
       if (!cell("timing_l2").empty()) record["timing_l2"] = cell("timing_l2");
+      if (has("sm_clock_counted_mhz"))
+        record["sm_clock_counted_mhz"] = number_cell(cell("sm_clock_counted_mhz"), true);
       winners.push_back(std::move(record));
       ranked.emplace_back();
     }

@@ -22,12 +22,14 @@ namespace ktune::detail {
 
 // The CSV export's header, in order. Columns are only ever appended.
 // `timing_l2` is empty for a record that does not say how it was timed.
-inline constexpr std::array<std::string_view, 27> k_csv_columns = {
-    "device",   "op",           "dtype",         "out_dtype", "layout",       "dims",
-    "rank",     "template",     "template_hash", "params",    "median_us",    "spread_pct",
-    "tflops",   "gbps",         "driver",        "nvrtc",     "node_id",      "timestamp",
-    "strategy", "trials",       "device_name",   "ref_error", "sm_clock_mhz", "mem_clock_mhz",
-    "power_w",  "store_format", "timing_l2"};
+inline constexpr std::array<std::string_view, 28> k_csv_columns = {
+    "device",        "op",           "dtype",        "out_dtype",
+    "layout",        "dims",         "rank",         "template",
+    "template_hash", "params",       "median_us",    "spread_pct",
+    "tflops",        "gbps",         "driver",       "nvrtc",
+    "node_id",       "timestamp",    "strategy",     "trials",
+    "device_name",   "ref_error",    "sm_clock_mhz", "mem_clock_mhz",
+    "power_w",       "store_format", "timing_l2",    "sm_clock_counted_mhz"};
 // The first optional column: tables written before it was added lack it and those after.
 inline constexpr size_t k_csv_first_optional = 20;
 

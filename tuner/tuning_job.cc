@@ -534,6 +534,7 @@ class JobRun {
     w.sm_clock_mhz = tel.sm_clock_mhz;
     w.mem_clock_mhz = tel.mem_clock_mhz;
     w.power_w = tel.power_w;
+    w.sm_clock_counted_mhz = tel.sm_clock_counted_mhz;
     w.node_id = m_ctx.node_id;
     w.timestamp = unix_now();
     w.trials = m_stats.trials;

@@ -95,6 +95,20 @@ TEST(RecordsTest, TrialJobBlockRoundTrip) {
   EXPECT_EQ(b.key(), "fedcba9876543210/sm_90/580.159.03/BLOCK_M=256");
 }
 
+// A winner carries the SM clock counted after its winning config's timing when it was counted;
+// a record without one (not counted, or written before 2026-12-06) encodes without the field.
+TEST(RecordsTest, WinnerCountedClockRoundTripsAndIsAbsentWhenNotCounted) {
+  WinnerRecord w = testing::winner(testing::gemm_problem(4096, 4096, 4096), 180.0);
+  ASSERT_EQ(w.sm_clock_counted_mhz, 0);
+  EXPECT_EQ(encode(w).find("sm_clock_counted_mhz"), std::string::npos);
+  w.sm_clock_counted_mhz = 1417;
+  const std::string bytes = encode(w);
+  EXPECT_NE(bytes.find("\"sm_clock_counted_mhz\":1417"), std::string::npos) << bytes;
+  auto back = decode_winner(bytes);
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, w);
+}
+
 // A winner says how its medians were timed when it knows; one that does not (written before
 // 2026-12-05) encodes without the field, as then, and a name no ktune writes is corruption.
 TEST(RecordsTest, WinnerTimingRoundTripsAndIsAbsentWhenUnknown) {

@@ -287,6 +287,7 @@ TEST(TableIoTest, YamlAndCsvExportsImportBackToTheSameWinners) {
   winners[0].node_id = "yes";                   // YAML 1.1 would read a plain yes as true
   winners[0].timing_l2 = TimingL2::flushed;     // and winners[2] does not say (an empty cell)
   winners[1].timing_l2 = TimingL2::rotated;
+  winners[1].sm_clock_counted_mhz = 1417;       // and the others were not counted
   winners[1].strategy = "null";                 // and a plain null as nothing
   winners[1].validators.driver = "580.159.03";  // not a number either
   winners[2].node_id = "rack 3, \"node\" 7";    // CSV quoting
@@ -310,11 +311,15 @@ TEST(TableIoTest, YamlAndCsvExportsImportBackToTheSameWinners) {
   }
 }
 
-// A CSV table exported before its optional columns existed (the last seven, the last one:
-// timing_l2) imports with their defaults: a record of unknown timing, zero clocks.
+// A CSV table exported before its optional columns existed (the last eight, the last two:
+// timing_l2 and sm_clock_counted_mhz) imports with their defaults: a record of unknown timing,
+// zero clocks.
 TEST(TableIoTest, CsvWithoutTheOptionalColumnsImportsWithDefaults) {
   std::vector<WinnerRecord> winners = sample();
-  for (auto& w : winners) w.timing_l2 = TimingL2::flushed;
+  for (auto& w : winners) {
+    w.timing_l2 = TimingL2::flushed;
+    w.sm_clock_counted_mhz = 1417;
+  }
   const std::string csv = render_table(winners, TableFormat::csv);
   auto drop_columns = [](const std::string& text, size_t n) {  // the last n of each line
     std::string out;
@@ -325,20 +330,22 @@ TEST(TableIoTest, CsvWithoutTheOptionalColumnsImportsWithDefaults) {
     }
     return out;
   };
-  for (size_t dropped : {size_t(1), detail::k_csv_columns.size() - detail::k_csv_first_optional}) {
+  for (size_t dropped :
+       {size_t(1), size_t(2), detail::k_csv_columns.size() - detail::k_csv_first_optional}) {
     std::vector<ImportRejection> rejected;
     auto parsed = parse_table(drop_columns(csv, dropped), "old.csv", rejected);
     ASSERT_TRUE(parsed) << parsed.error().message;
     EXPECT_TRUE(rejected.empty());
     ASSERT_EQ(parsed->size(), winners.size());
     for (const auto& w : *parsed) {
-      EXPECT_EQ(w.timing_l2, TimingL2::unknown) << dropped;
+      EXPECT_EQ(w.sm_clock_counted_mhz, 0) << dropped;
+      EXPECT_EQ(w.timing_l2, dropped == 1 ? TimingL2::flushed : TimingL2::unknown) << dropped;
       EXPECT_EQ(w.ranked.size(), 2u);
     }
   }
   std::vector<ImportRejection> rejected;
   auto bad =
-      parse_table(std::regex_replace(csv, std::regex(",flushed\n"), ",warm\n"), "t.csv", rejected);
+      parse_table(std::regex_replace(csv, std::regex(",flushed,"), ",warm,"), "t.csv", rejected);
   ASSERT_TRUE(bad) << bad.error().message;
   ASSERT_EQ(rejected.size(), winners.size());
   EXPECT_NE(rejected[0].reason.find("timing_l2: unknown timing_l2 'warm'"), std::string::npos)
@@ -360,7 +367,7 @@ TEST(TableIoTest, UnreadableYamlAndCsvSayWhere) {
   const std::string csv = render_table(sample(), TableFormat::csv);
   r = import_table(dst, csv.substr(0, csv.find('\n')) + "\nnvidia-h200,gemm\n", "t.csv");
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("t.csv:2: 2 fields, the header has 27"), std::string::npos)
+  EXPECT_NE(r.error().message.find("t.csv:2: 2 fields, the header has 28"), std::string::npos)
       << r.error().message;
   r = import_table(dst, "device,op\nx,y\n", "t.csv");
   ASSERT_FALSE(r);

@@ -111,9 +111,11 @@ TEST_F(TuningJobTest, CrashesHangsAndExitsAreOutcomesAndTheRightConfigWins) {
   auto stored = get_winner(m_store, m_context.device, request().problem);
   ASSERT_TRUE(stored && *stored);
   EXPECT_EQ((*stored)->ranked.front().params, best.params);
-  // The winner carries the clock and power read while its own trial ran.
+  // The winner carries the clock and power read while its own trial ran, and the clock counted
+  // after it.
   EXPECT_EQ((*stored)->sm_clock_mhz, 1400 + 128);
   EXPECT_DOUBLE_EQ((*stored)->power_w, 300.0 + 128 / 10.0);
+  EXPECT_EQ((*stored)->sm_clock_counted_mhz, 1390 + 128);
   // Every trial is recorded, a timed one with the clock and power the worker read while timing it;
   // crashing and hanging configs are blocklisted.
   auto trials = scan_trials(m_store);
@@ -123,6 +125,7 @@ TEST_F(TuningJobTest, CrashesHangsAndExitsAreOutcomesAndTheRightConfigWins) {
     const bool timed = t.outcome == Outcome::ok;
     EXPECT_EQ(t.sm_clock_mhz, timed ? 1400 + t.params.at("THREADS") : 0) << to_string(t.outcome);
     EXPECT_EQ(t.power_w, timed ? 300.0 + double(t.params.at("THREADS")) / 10.0 : 0.0);
+    EXPECT_EQ(t.sm_clock_counted_mhz, timed ? 1390 + t.params.at("THREADS") : 0);
   }
   auto blocked = scan_blocklist(m_store);
   ASSERT_TRUE(blocked);
