@@ -1,10 +1,12 @@
 // FleetWinners: the fleet's table in Redis — one hash of winner records per device class, and an
 // events stream that tells every node about each change within a second (docs/fleet.md).
 //
-// publish() is a compare-and-set under the merge rule of `import` (store/table_io.h
-// prefer_incoming): a record reaches the hash only when the rule prefers it to the one there, so
-// the hash always holds, per key, the best of everything published, whatever the order, and a
-// node that reads it (full resync) ends where the stream would have led it. A publication made
+// publish() is a compare-and-set under the hash's merge rule: a record measured with a newer NVRTC
+// (then driver) wins, and between records of the same versions the rule of `import`
+// (store/table_io.h prefer_incoming). A record reaches the hash only when the rule prefers it to
+// the one there, so the hash always holds, per key, the best of everything published with the
+// newest versions, whatever the order, and a node that reads it (full resync) ends where the
+// stream would have led it. A publication made
 // under a claim carries the claim's token and is refused when the key's fence moved on (another
 // node claimed the key after this one's lease ran out): a node that lost its lease cannot
 // publish over a newer result. Thread-safe as its RedisLink is.

@@ -386,6 +386,36 @@ TEST_F(FleetClaimsTest, TheFleetsTableKeepsTheBestRecordWhateverTheOrder) {
   EXPECT_EQ(events->integer, 2);
 }
 
+// A rolling NVRTC upgrade: the hash moves to the record measured with the newer NVRTC though the
+// older one is faster, whatever the order, and a node of the old version publishing its record
+// again (its resync) does not move it back. (The hash kept the faster record, stale on every
+// upgraded node, and each of them tuned the key again for itself.)
+TEST_F(FleetClaimsTest, TheFleetsTableMovesToTheNewestNvrtcAndDriverWhateverTheOrder) {
+  auto a = node("node-a");
+  auto with = [&](double us, const std::string& nvrtc, const std::string& driver) {
+    WinnerRecord w = measured(m_key, us, "node-" + nvrtc + "-" + driver);
+    w.validators.nvrtc = nvrtc;
+    w.validators.driver = driver;
+    return w;
+  };
+  const std::vector<WinnerRecord> records = {
+      with(9.0, "13.0", "580.159.03"), with(12.0, "13.1", "580.159.03"),
+      with(11.0, "13.1", "580.65.06"), with(10.5, "13.1", "580.159.03"), with(8.0, "9.9", "590.1")};
+  // 13.1 > 13.0 > 9.9 by number, not text; 580.159 > 580.65; the faster of 13.1 / 580.159.
+  const WinnerRecord& best = records[3];
+  for (const auto& order :
+       std::vector<std::vector<int>>{{0, 1, 2, 3, 4}, {4, 3, 2, 1, 0}, {2, 0, 4, 3, 1}}) {
+    ASSERT_TRUE(a->link.command({"DEL", a->layout.winners(testing::h200().id())}));
+    for (int i : order) ASSERT_TRUE(a->winners.publish(records[i], "", 1));
+    auto value = parse_winner_value(fleet_value(*a, m_key));
+    ASSERT_TRUE(value);
+    EXPECT_EQ(*value, best);
+  }
+  auto again = a->winners.publish(records[0], "", 1);  // the old node's resync
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, FleetWinners::Published::kept);
+}
+
 TEST_F(FleetClaimsTest, WithoutRedisEveryKeyIsTunedAlone) {
   auto a = node("node-a");
   m_redis.stop();
