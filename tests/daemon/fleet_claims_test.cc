@@ -95,6 +95,23 @@ class FleetClaimsTest : public ::testing::Test {
     return r ? r->str : "<error>";
   }
 
+  // Writes a trial of m_key with THREADS `threads` to the node's store, as the tuning job would,
+  // and tells the claim about it.
+  void record_trial(Node& n, Claim& claim, int threads, Outcome outcome = Outcome::ok) {
+    TrialRecord t;
+    t.device = testing::h200();
+    t.problem = m_key;
+    t.template_name = "gemm";
+    t.template_hash = "0123456789abcdef";
+    t.params = {{"THREADS", threads}};
+    t.outcome = outcome;
+    t.median_us = 10 + threads / 100.0;
+    WriteBatch batch;
+    add_trial(batch, t);
+    ASSERT_TRUE(n.store.write(batch, Durability::buffered));
+    claim.trial_recorded();
+  }
+
   TempDir m_dir;
   RedisProcess m_redis{m_dir.path()};
   const Problem m_key = testing::gemm_problem(4096, 4096, 4096);
@@ -270,20 +287,9 @@ TEST_F(FleetClaimsTest, ANodeThatTakesOverReusesTheTrialsTheHolderShared) {
   a->claims.start();
   ClaimOutcome held = a->claims.acquire(job_for(m_key));
   ASSERT_EQ(held.kind, ClaimOutcome::Kind::tune);
-  for (int threads : {128, 256, 512}) {
-    TrialRecord t;
-    t.device = testing::h200();
-    t.problem = m_key;
-    t.template_name = "gemm";
-    t.template_hash = "0123456789abcdef";
-    t.params = {{"THREADS", threads}};
-    t.outcome = threads == 512 ? Outcome::in_flight : Outcome::ok;  // 512 died mid-trial
-    t.median_us = 10 + threads / 100.0;
-    WriteBatch batch;
-    add_trial(batch, t);
-    ASSERT_TRUE(a->store.write(batch, Durability::buffered));
-    held.claim->trial_recorded();
-  }
+  record_trial(*a, *held.claim, 128);
+  record_trial(*a, *held.claim, 256);
+  record_trial(*a, *held.claim, 512, Outcome::in_flight);  // 512 died mid-trial
   ASSERT_TRUE(eventually([&] { return a->counters.trials_shared == 2; }))
       << a->counters.trials_shared;
   a->claims.stop();  // a dies: no renewal, no release
@@ -309,20 +315,8 @@ TEST_F(FleetClaimsTest, AHolderSharesItsTrialsAgainAfterRedisLostThem) {
   a->claims.start();
   ClaimOutcome held = a->claims.acquire(job_for(m_key));
   ASSERT_EQ(held.kind, ClaimOutcome::Kind::tune);
-  for (int threads : {128, 256}) {
-    TrialRecord t;
-    t.device = testing::h200();
-    t.problem = m_key;
-    t.template_name = "gemm";
-    t.template_hash = "0123456789abcdef";
-    t.params = {{"THREADS", threads}};
-    t.outcome = Outcome::ok;
-    t.median_us = 10 + threads / 100.0;
-    WriteBatch batch;
-    add_trial(batch, t);
-    ASSERT_TRUE(a->store.write(batch, Durability::buffered));
-    held.claim->trial_recorded();
-  }
+  record_trial(*a, *held.claim, 128);
+  record_trial(*a, *held.claim, 256);
   ASSERT_TRUE(eventually([&] { return a->counters.trials_shared == 2; }));
   const std::string trials = a->layout.trials(testing::h200().id() + "/" + m_key.key());
   m_redis.stop();
@@ -346,18 +340,7 @@ TEST_F(FleetClaimsTest, AKeptResultDeletesTheTrialsItShared) {
   a->claims.start();
   ClaimOutcome held = a->claims.acquire(job_for(m_key));
   ASSERT_EQ(held.kind, ClaimOutcome::Kind::tune);
-  TrialRecord t;
-  t.device = testing::h200();
-  t.problem = m_key;
-  t.template_name = "gemm";
-  t.template_hash = "0123456789abcdef";
-  t.params = {{"THREADS", 128}};
-  t.outcome = Outcome::ok;
-  t.median_us = 12;
-  WriteBatch batch;
-  add_trial(batch, t);
-  ASSERT_TRUE(a->store.write(batch, Durability::buffered));
-  held.claim->trial_recorded();
+  record_trial(*a, *held.claim, 128);
   ASSERT_TRUE(eventually([&] { return a->counters.trials_shared == 1; }));
   const std::string trials = a->layout.trials(testing::h200().id() + "/" + m_key.key());
   ASSERT_EQ(a->link.command({"EXISTS", trials})->integer, 1);
