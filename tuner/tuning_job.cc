@@ -237,6 +237,10 @@ class JobRun {
         ok.id = i;
         ok.timing = timing_of(r);
         ok.ref_error = r.ref_error;
+        // What the GPU ran at when it was timed, for the winner record if this config wins.
+        ok.telemetry.sm_clock_mhz = r.sm_clock_mhz;
+        ok.telemetry.power_w = r.power_w;
+        ok.telemetry.sm_clock_counted_mhz = r.sm_clock_counted_mhz;
         note_success(i, ok);
         o.value = r.median_us;
       }

@@ -257,6 +257,36 @@ TEST_F(TuningJobTest, ResumeMeasuresInFlightAndStaleRecordsAgain) {
   EXPECT_DOUBLE_EQ(r->winner.ranked[1].median_us, 12.56);
 }
 
+// A resumed job whose winner is a trial of the earlier run: the winner record carries the clocks
+// and power recorded with that trial (it carried zeros: "not sampled").
+TEST_F(TuningJobTest, AReusedWinnerCarriesTheClocksItsTrialRecorded) {
+  TrialRecord t;
+  t.device = m_context.device;
+  t.problem = request().problem;
+  t.template_name = "fault";
+  t.template_hash = m_templates.find("fault")->hash;
+  t.params = {{"MODE", 0}, {"THREADS", 128}};
+  t.outcome = Outcome::ok;
+  t.median_us = 5;
+  t.timing_l2 = TimingL2::flushed;  // as this job times
+  t.sm_clock_mhz = 1755;
+  t.power_w = 612.5;
+  t.sm_clock_counted_mhz = 1740;
+  ASSERT_TRUE(m_store.put(Table::trials, t.key(), encode(t), Durability::buffered));
+  TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);
+  auto req = request();
+  req.templates = {"fault"};
+  req.resume = true;
+  req.budget = Budget{1, 60, 0};  // the reused trial is the budget: nothing else measured
+  auto r = job.run(req);
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stats.reused, 1);
+  ASSERT_EQ(r->winner.ranked.front().params, t.params);
+  EXPECT_EQ(r->winner.sm_clock_mhz, 1755);
+  EXPECT_DOUBLE_EQ(r->winner.power_w, 612.5);
+  EXPECT_EQ(r->winner.sm_clock_counted_mhz, 1740);
+}
+
 // A time recorded another way (tuning.timing_l2 changed between the runs, or a record from before
 // trials said) does not rank against this job's: measured again. A failure stands either way.
 // The job's own trials and its winner say how they were timed.
