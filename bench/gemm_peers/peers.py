@@ -247,11 +247,13 @@ def tune_shapes(args: argparse.Namespace, client: Any, doc: Dict[str, Any]) -> N
 
 # ---- served kernels --------------------------------------------------------------------------
 
-def fetch_served(client: Any, s: Shape, cubin_dir: Optional[str]) -> Tuple[Dict[str, Any], Any]:
-    """(what ktuned serves for shape s, its ktune.Kernel); the cubin saved under cubin_dir."""
+def fetch_served(client: Any, s: Shape, cubin_dir: Optional[str],
+                 ranked: int = 4) -> Tuple[Dict[str, Any], Any]:
+    """(what ktuned serves for shape s, its ktune.Kernel, and up to `ranked` of its ranking);
+    the cubin saved under cubin_dir."""
     import ktune
     m, n, k = s
-    reply = client.lookup("gemm", dtype="bf16", layout="rc", limit=4, M=m, N=n, K=k)
+    reply = client.lookup("gemm", dtype="bf16", layout="rc", limit=max(4, ranked), M=m, N=n, K=k)
     # As ktune.torch picks: the first entry that comes with a launch description.
     best = next((e for e in reply.entries if e.launch), reply.best)
     image = client.kernel("gemm", dtype="bf16", layout="rc", device=reply.device, entry=best,
@@ -997,7 +999,7 @@ def sustained(args, client, torch, dev, s: Shape = SUSTAINED_SHAPE,
     seconds = args.sustain_s if seconds is None else seconds
     m, n, k = s
     bf16 = torch.bfloat16
-    served, kernel = fetch_served(client, s, None)
+    served, kernel = fetch_served(client, s, None, ranked)
     others = ranked_kernels(client, s, served, ranked) if ranked > 1 else []
     sets = [(torch.randn(m, k, dtype=bf16, device=dev), torch.randn(n, k, dtype=bf16, device=dev),
              torch.empty(m, n, dtype=bf16, device=dev)) for _ in range(args.sets)]
