@@ -125,6 +125,15 @@ Result<bool> Catalog::commit(const WinnerRecord& record, std::string_view origin
   return true;
 }
 
+bool Catalog::fleet_replaces(const WinnerRecord& stored, const WinnerRecord& incoming) const {
+  const auto templates = m_templates.current();
+  const bool own = m_node.owns(stored.device.id());
+  const bool stored_stale = !staleness(stored, own, *templates).empty();
+  const bool incoming_stale = !staleness(incoming, own, *templates).empty();
+  if (stored_stale == incoming_stale) return prefer_incoming(stored, incoming);
+  return stored_stale && incoming.timestamp > stored.timestamp;
+}
+
 std::string Catalog::staleness(const WinnerRecord& r, bool own_device) const {
   return staleness(r, own_device, *m_templates.current());
 }

@@ -53,6 +53,14 @@ class Catalog {
   // Commits a winner measured on this node. Returns whether it is now the served record.
   Result<bool> commit(const WinnerRecord& record, std::string_view origin);
 
+  // The fleet hash's merge rule as this node publishes (FleetWinners): whether `incoming` takes
+  // the place of the fleet's `stored` record. Between records this node judges alike (both
+  // servable as exact here, or neither) import's rule, prefer_incoming. A record it can serve
+  // never gives way to one it cannot; one it cannot serve gives way to one it can that was
+  // measured later: news (an upgraded node's first result, a rolled-back node's), not a node of
+  // other versions republishing its old record (a resync), which would move the hash back.
+  bool fleet_replaces(const WinnerRecord& stored, const WinnerRecord& incoming) const;
+
   // Why `record` cannot be served as exact on this node ("" when it can). `own_device`: the
   // record is for one of this node's GPUs (then the driver must match too).
   // Judged by the templates served now, or by a snapshot the caller holds.

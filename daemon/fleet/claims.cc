@@ -341,12 +341,11 @@ void FleetClaims::renew(State& s) {
   if (t.take == Take::acquired) {
     log(LogLevel::info, "fleet_lease_retaken", {{"key", s.key}, {"token", t.token}});
     s.token = t.token;
-    if (t.shared < static_cast<long long>(s.shared.size())) {
-      // Redis lost trials:K with the lease (restarted empty, a failover): share them all again,
-      // or a node taking the key after this one would measure them again.
-      s.shared.clear();
-      s.dirty = true;
-    }
+    // Redis may have lost trials:K with the lease (restarted empty, a failover to a replica
+    // behind it): share every trial again, or a node taking the key after this one would
+    // measure them again. (Rewriting fields that are there costs one HSET.)
+    s.shared.clear();
+    s.dirty = true;
   } else if (t.take == Take::held) {
     s.lost = true;
     ++m_deps.counters.leases_lost;

@@ -60,6 +60,17 @@ Result<std::unique_ptr<FleetSync>> FleetSync::create(Deps deps) {
   return std::make_unique<FleetSync>(deps, std::move(*endpoint));
 }
 
+namespace {
+
+// The hash's merge rule as this node publishes (Catalog::fleet_replaces).
+ReplaceRule fleet_rule(const Catalog& catalog) {
+  return [&catalog](const WinnerRecord& stored, const WinnerRecord& incoming) {
+    return catalog.fleet_replaces(stored, incoming);
+  };
+}
+
+}  // namespace
+
 FleetSync::FleetSync(Deps deps, RedisEndpoint endpoint)
     : m_deps(deps),
       m_endpoint(std::move(endpoint)),
@@ -68,8 +79,8 @@ FleetSync::FleetSync(Deps deps, RedisEndpoint endpoint)
               std::chrono::milliseconds(deps.config.fleet_timeout_ms), k_retry}),
       m_reader_link({m_endpoint, deps.config.fleet_password,
                      std::chrono::milliseconds(deps.config.fleet_timeout_ms), k_retry}),
-      m_winners(m_link, m_layout, deps.node.node_id),
-      m_reader_winners(m_reader_link, m_layout, deps.node.node_id),
+      m_winners(m_link, m_layout, deps.node.node_id, fleet_rule(deps.catalog)),
+      m_reader_winners(m_reader_link, m_layout, deps.node.node_id, fleet_rule(deps.catalog)),
       m_claims(
           {m_link, m_layout, m_winners, deps.store, deps.catalog, deps.node, m_counters,
            [this](const std::vector<std::string>& v, const std::string& o) { return merge(v, o); },

@@ -1,8 +1,6 @@
 #include "daemon/fleet/winners.h"
 
-#include <algorithm>
 #include <map>
-#include <string_view>
 
 #include "daemon/fleet/record_codec.h"
 #include "store/table_io.h"
@@ -33,57 +31,19 @@ local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[8], '*', 'device', AR
 return {'written', id}
 )lua";
 
-// The numbers of a version string in order ("580.159.04" -> 580 159 4, "cuda-13.0" -> 13 0,
-// "none" -> nothing).
-std::vector<long long> version_numbers(std::string_view text) {
-  std::vector<long long> out;
-  for (size_t i = 0; i < text.size();) {
-    if (text[i] < '0' || text[i] > '9') {
-      ++i;
-      continue;
-    }
-    long long n = 0;
-    for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; ++i)
-      n = std::min(n * 10 + (text[i] - '0'), 1'000'000'000'000LL);
-    out.push_back(n);
-  }
-  return out;
-}
+}  // namespace
 
-// <0, 0, >0 as version `a` is older than, the same as, newer than `b`: by their numbers, then
-// (two spellings of the same numbers) by text, so that the order is total.
-int compare_versions(std::string_view a, std::string_view b) {
-  const auto na = version_numbers(a), nb = version_numbers(b);
-  if (na != nb) return na < nb ? -1 : 1;
-  return a.compare(b) < 0 ? -1 : a == b ? 0 : 1;
-}
+FleetWinners::FleetWinners(RedisLink& link, const FleetLayout& layout, std::string node,
+                           ReplaceRule replace)
+    : m_link(link), m_layout(layout), m_node(std::move(node)), m_replace(std::move(replace)) {}
 
-// The hash's merge rule: a record measured with a newer NVRTC, then (the same NVRTC) a newer
-// driver, replaces one measured with older ones, whatever their times; between records of the
-// same versions, import's rule (prefer_incoming). A total order, so the hash ends the same
-// whatever the order of publications. Why versions first: during a rolling upgrade the hash
-// moves to the upgraded nodes' records, which each upgraded node can serve as exact; it kept the
-// older, faster record before, stale on every upgraded node, so each re-tuned the key itself.
-bool fleet_prefers_incoming(const WinnerRecord& stored, const WinnerRecord& incoming) {
-  if (int c = compare_versions(stored.validators.nvrtc, incoming.validators.nvrtc); c != 0)
-    return c < 0;
-  if (int c = compare_versions(stored.validators.driver, incoming.validators.driver); c != 0)
-    return c < 0;
-  return prefer_incoming(stored, incoming);
-}
-
-// Whether the hash's current value must give way to `record` under the hash's merge rule.
-bool should_replace(const std::string& current, const WinnerRecord& record) {
+bool FleetWinners::should_replace(const std::string& current, const WinnerRecord& record) const {
   if (current.empty()) return true;
   auto stored = parse_winner_value(current);
   if (!stored) return true;  // unreadable: a valid record replaces it
-  return *stored != record && fleet_prefers_incoming(*stored, record);
+  if (*stored == record) return false;
+  return m_replace ? m_replace(*stored, record) : prefer_incoming(*stored, record);
 }
-
-}  // namespace
-
-FleetWinners::FleetWinners(RedisLink& link, const FleetLayout& layout, std::string node)
-    : m_link(link), m_layout(layout), m_node(std::move(node)) {}
 
 Result<FleetWinners::Published> FleetWinners::publish(const WinnerRecord& record,
                                                       const std::string& token,

@@ -1,14 +1,14 @@
 // FleetWinners: the fleet's table in Redis — one hash of winner records per device class, and an
 // events stream that tells every node about each change within a second (docs/fleet.md).
 //
-// publish() is a compare-and-set under the hash's merge rule: a record measured with a newer NVRTC
-// (then driver) wins, and between records of the same versions the rule of `import`
-// (store/table_io.h prefer_incoming). A record reaches the hash only when the rule prefers it to
-// the one there, so the hash always holds, per key, the best of everything published with the
-// newest versions, whatever the order, and a node that reads it (full resync) ends where the
-// stream would have led it. A publication made
-// under a claim carries the claim's token and is refused when the key's fence moved on (another
-// node claimed the key after this one's lease ran out): a node that lost its lease cannot
+// publish() is a compare-and-set under a merge rule: a record reaches the hash only when the rule
+// prefers it to the one there. ktuned's rule (Catalog::fleet_replaces) is import's
+// (store/table_io.h prefer_incoming) between records of the same versions, so among nodes of one
+// NVRTC, driver and template set the hash holds, per key, the best of everything published,
+// whatever the order, and a node that reads it (full resync) ends where the stream would have led
+// it; across versions, a node's newer measurement replaces a record it cannot serve. A publication
+// made under a claim carries the claim's token and is refused when the key's fence moved on
+// (another node claimed the key after this one's lease ran out): a node that lost its lease cannot
 // publish over a newer result. Thread-safe as its RedisLink is.
 #pragma once
 
@@ -21,12 +21,16 @@
 #include "daemon/fleet/layout.h"
 #include "daemon/fleet/redis_link.h"
 #include "store/records.h"
+#include "store/table_io.h"
 
 namespace ktune {
 
 class FleetWinners {
  public:
-  FleetWinners(RedisLink& link, const FleetLayout& layout, std::string node);
+  // `replace(stored, incoming)`: whether `incoming` takes the place of the hash's `stored`
+  // record (different records); empty: prefer_incoming.
+  FleetWinners(RedisLink& link, const FleetLayout& layout, std::string node,
+               ReplaceRule replace = {});
 
   enum class Published {
     written,   // the hash holds it now; an event went out
@@ -46,9 +50,13 @@ class FleetWinners {
   Result<std::vector<std::pair<std::string, std::string>>> read_all(const std::string& device_id);
 
  private:
+  // Whether the hash's current value (its text) must give way to `record`.
+  bool should_replace(const std::string& current, const WinnerRecord& record) const;
+
   RedisLink& m_link;
   const FleetLayout& m_layout;
   const std::string m_node;
+  const ReplaceRule m_replace;
 };
 
 }  // namespace ktune
