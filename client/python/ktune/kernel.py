@@ -11,8 +11,13 @@ creating a Kernel) works on a machine without a GPU driver. Example::
 
 The module is loaded once per CUDA context (the one current on the launching thread) after
 checking the device's compute capability against the cubin's arch; the dynamic shared-memory
-limit is raised as the launch description asks; workspaces are allocated and zeroed once per
-context and owned by the Kernel. Launches from several threads are serialized on a lock.
+limit is raised as the launch description asks; workspaces are allocated and zeroed (on that
+stream) at the first launch per context and stream, and owned by the Kernel: launches on two
+streams may run at once, and a split-K kernel's partials and tile tickets must not be shared by two
+launches in flight (graphs captured on one stream share its workspaces: replay them one at a
+time). The first launch on a stream cannot happen during CUDA graph capture.
+Launches run in the context current on the calling thread; their enqueueing is serialized on a
+lock.
 """
 
 import base64
@@ -325,7 +330,9 @@ class _Driver:
         self.cuModuleGetFunction = fn("cuModuleGetFunction", ctypes.POINTER(vp), vp, ctypes.c_char_p)
         self.cuFuncSetAttribute = fn("cuFuncSetAttribute", vp, i32, i32)
         self.cuMemAlloc = fn("cuMemAlloc_v2", ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
-        self.cuMemsetD8 = fn("cuMemsetD8_v2", ctypes.c_uint64, ctypes.c_ubyte, ctypes.c_size_t)
+        self.cuMemsetD8Async = fn("cuMemsetD8Async", ctypes.c_uint64, ctypes.c_ubyte,
+                                  ctypes.c_size_t, vp)
+        self.cuStreamIsCapturing = fn("cuStreamIsCapturing", vp, ctypes.POINTER(i32))
         self.cuLaunchKernel = fn("cuLaunchKernel", vp, u32, u32, u32, u32, u32, u32, u32, vp,
                                  ctypes.POINTER(vp), ctypes.POINTER(vp))
         self.cuLaunchKernelEx = fn("cuLaunchKernelEx", vp, vp, ctypes.POINTER(vp), ctypes.POINTER(vp))
@@ -382,7 +389,10 @@ class Kernel:
         d = self.description
         self._geometry = (*d["grid"], *d["block"], d["smem"])
         self._cluster = d.get("cluster")
-        self._loaded: Dict[int, Tuple[int, List[int]]] = {}  # context -> (function, workspaces)
+        self._loaded: Dict[int, int] = {}  # context -> function
+        # (context, stream) -> workspaces: launches on two streams may run at once, and a split-K
+        # kernel's partials and tile tickets must not be shared by two of its launches in flight.
+        self._workspaces: Dict[Tuple[int, int], List[int]] = {}
         self._lock = threading.Lock()
         self._ctx = ctypes.c_void_p()                  # cuCtxGetCurrent's output, under _lock
         self._ctx_out = ctypes.pointer(self._ctx)
@@ -426,11 +436,13 @@ class Kernel:
             if not ctx:
                 raise KtuneError("unavailable", "no CUDA context is current on this thread (create "
                                                 "one or make the device current first)")
-            loaded = self._loaded.get(ctx)
-            if loaded is None:
-                loaded = self._load(drv, ctx)
-            function, workspaces = loaded
+            function = self._loaded.get(ctx)
+            if function is None:
+                function = self._load(drv, ctx)
             plan = self.plan
+            workspaces: List[int] = []
+            if plan.workspaces:
+                workspaces = self._workspaces.get((ctx, stream)) or self._allocate(drv, ctx, stream)
             if (plan.direct and scalars is None and not plan._overridden
                     and len(addresses) == len(plan._buffer_slots)):
                 slots = plan.slots
@@ -452,7 +464,7 @@ class Kernel:
             if rc:
                 drv.check(rc, f"cuLaunchKernel({self.lowered_name})")
 
-    def _load(self, drv: _Driver, ctx: int) -> Tuple[int, List[int]]:
+    def _load(self, drv: _Driver, ctx: int) -> int:
         dev = ctypes.c_int()
         drv.check(drv.cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
         major, minor = ctypes.c_int(), ctypes.c_int()
@@ -472,15 +484,29 @@ class Kernel:
         if smem > 0:
             drv.check(drv.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SMEM, smem),
                       f"raising the dynamic shared memory limit to {smem} bytes")
+        self._loaded[ctx] = function.value
+        return function.value
+
+    def _allocate(self, drv: _Driver, ctx: int, stream: int) -> List[int]:
+        """This kernel's workspaces for launches on `stream` in context `ctx`, zeroed on that
+        stream (so before the first launch there, whatever other streams do). Refused while the
+        stream is being captured into a CUDA graph: an allocation would end the capture."""
+        status = ctypes.c_int()
+        drv.check(drv.cuStreamIsCapturing(stream, ctypes.byref(status)), "cuStreamIsCapturing")
+        if status.value != 0:
+            raise KtuneError("unavailable", f"{self.lowered_name}: its workspaces for this stream "
+                                            "are allocated at its first launch there, which cannot "
+                                            "happen during CUDA graph capture (launch it once on "
+                                            "this stream before capturing)")
         workspaces = []
         for w in self.plan.workspaces:
             p = ctypes.c_uint64()
             drv.check(drv.cuMemAlloc(ctypes.byref(p), w["bytes"]), f"allocating workspace '{w['name']}'")
-            drv.check(drv.cuMemsetD8(p.value, 0, w["bytes"]), f"zeroing workspace '{w['name']}'")
+            drv.check(drv.cuMemsetD8Async(p.value, 0, w["bytes"], stream),
+                      f"zeroing workspace '{w['name']}'")
             workspaces.append(p.value)
-        loaded = (function.value, workspaces)
-        self._loaded[ctx] = loaded
-        return loaded
+        self._workspaces[(ctx, stream)] = workspaces
+        return workspaces
 
     def _launch_ex(self, drv: _Driver, function: int, stream: int) -> None:
         g = self._geometry

@@ -294,6 +294,7 @@ class FakeDriver:
 
     def __init__(self, kernel):
         self.kernel, self.ctx, self.fail_launch, self.fail_encode = kernel, 0xC0, 0, 0
+        self.capturing = 0  # cuStreamIsCapturing's answer: 0 none, 1 active
         self.loads, self.launches, self.allocs, self.memsets, self.encodes = [], [], [], [], []
 
     def cuCtxGetCurrent(self, out):
@@ -325,8 +326,12 @@ class FakeDriver:
         out._obj.value = 0x70000 + 0x1000 * len(self.allocs)
         return 0
 
-    def cuMemsetD8(self, address, value, size):
-        self.memsets.append((address, value, size))
+    def cuMemsetD8Async(self, address, value, size, stream):
+        self.memsets.append((address, value, size, stream))
+        return 0
+
+    def cuStreamIsCapturing(self, stream, out):
+        out._obj.value = self.capturing
         return 0
 
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
@@ -405,7 +410,7 @@ class LaunchPathTest(unittest.TestCase):
             kernel.launch_addresses((0xA000, 0xB000), 0)
         self.assertIn("no CUDA context", e.exception.message)
 
-    def test_workspaces_are_allocated_zeroed_once_per_context_and_passed(self):
+    def test_workspaces_are_allocated_zeroed_once_per_context_and_stream_and_passed(self):
         # gemm's (mma.sync) heuristic: its buffers are parameters (gemm_tma's A and B are reached
         # only through tensor maps, and its entry comes first on the H200: heuristic_rank).
         reply = self.client.lookup("gemm", dtype="bf16", layout="rc", device=H200, M=64, N=64, K=64,
@@ -417,24 +422,45 @@ class LaunchPathTest(unittest.TestCase):
         drv = self.fake(kernel)
         spaces = [a for a in kernel.description["args"] if a["kind"] == "workspace" and a.get("pass", True)]
         buffers = [0xA000 + 0x100 * i for i in range(len(kernel.buffer_names))]
-        kernel.launch_addresses(buffers, 0)
-        kernel.launch_addresses(buffers, 0)
+        kernel.launch_addresses(buffers, 7)
+        kernel.launch_addresses(buffers, 7)
         self.assertGreater(len(spaces), 0)
         self.assertEqual(drv.allocs, [w["bytes"] for w in spaces])
         addresses = [0x70000 + 0x1000 * (i + 1) for i in range(len(spaces))]
-        self.assertEqual(drv.memsets, [(a, 0, w["bytes"]) for a, w in zip(addresses, spaces)])
+        # Zeroed on the launch's stream, so before its first launch there.
+        self.assertEqual(drv.memsets, [(a, 0, w["bytes"], 7) for a, w in zip(addresses, spaces)])
         values = drv.launches[1]["values"]
         for address in addresses + buffers:
             self.assertIn(address, values)
-        # Another context gets workspaces of its own, zeroed too; the first context's are reused.
-        drv.ctx = 0xC1
-        kernel.launch_addresses(buffers, 0)
+        # Another stream gets workspaces of its own: two launches in flight at once never share
+        # partials or tile tickets (they did: wrong results from concurrent streams).
+        kernel.launch_addresses(buffers, 8)
         self.assertEqual(drv.allocs, [w["bytes"] for w in spaces] * 2)
-        self.assertEqual(len(drv.memsets), 2 * len(spaces))
-        self.assertTrue(all(value == 0 for _, value, _ in drv.memsets))
+        self.assertEqual([m[3] for m in drv.memsets], [7] * len(spaces) + [8] * len(spaces))
+        other = [m[0] for m in drv.memsets[len(spaces):]]
+        self.assertFalse(set(other) & set(addresses))
+        for address in other:
+            self.assertIn(address, drv.launches[2]["values"])
+        # Another context too; the first context's are reused.
+        drv.ctx = 0xC1
+        kernel.launch_addresses(buffers, 7)
+        self.assertEqual(drv.allocs, [w["bytes"] for w in spaces] * 3)
+        self.assertEqual(len(drv.memsets), 3 * len(spaces))
+        self.assertTrue(all(value == 0 for _, value, _, _ in drv.memsets))
         drv.ctx = 0xC0
-        kernel.launch_addresses(buffers, 0)
-        self.assertEqual(len(drv.allocs), 2 * len(spaces))
+        kernel.launch_addresses(buffers, 7)
+        kernel.launch_addresses(buffers, 8)
+        self.assertEqual(len(drv.allocs), 3 * len(spaces))
+        # A first launch on a stream under CUDA graph capture is refused before it allocates
+        # (an allocation would end the capture); a stream with workspaces launches as before.
+        drv.capturing = 1
+        with self.assertRaises(ktune.KtuneError) as e:
+            kernel.launch_addresses(buffers, 9)
+        self.assertIn("graph capture", e.exception.message)
+        self.assertEqual(len(drv.allocs), 3 * len(spaces))
+        launches = len(drv.launches)
+        kernel.launch_addresses(buffers, 7)
+        self.assertEqual(len(drv.launches), launches + 1)
 
     def test_tensor_maps_are_encoded_from_their_buffers_on_every_launch(self):
         # The served softmax cubin (sm_90) under gemm_tma's description: Kernel checks the cubin's
