@@ -12,8 +12,8 @@ it on first request), and from then on launches it on torch's current stream. Wh
 cannot serve a call exactly as torch would — a dtype, layout, stride or alignment its templates do
 not take, a CPU tensor, an argument it does not implement, no daemon answering — the call runs the
 torch op instead and the reason is recorded for :func:`explain`. A shape that cannot be served is
-remembered, so it falls back at once the next time; a daemon that does not answer is asked again
-after ``retry_s`` seconds.
+remembered, so it falls back at once the next time; a daemon that does not answer (or answers
+late, or is stopping) is asked again after ``retry_s`` seconds, and the shape is not remembered.
 """
 
 import os
@@ -40,6 +40,9 @@ _launches: Dict[str, int] = {}                      # op -> calls served by ktun
 _plans: Dict[Tuple[Any, ...], Tuple[Kernel, Any]] = {}  # fast path: call shape -> (kernel, out)
 _down_until = 0.0                                   # no daemon: do not ask before this time
 retry_s = 30.0
+# Answers that say nothing about the shape (no daemon, a reply late, a daemon stopping): the
+# shape is not remembered as unservable, and the daemon is asked again after retry_s.
+_TRANSIENT = ("connection_failed", "timeout", "unavailable")
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
@@ -107,11 +110,13 @@ def _kernel(key: Tuple[Any, ...], op: str, dtype: str, layout: Optional[str],
                 result = Kernel(image)
                 break
             except KtuneError as e:
+                if e.code in _TRANSIENT:
+                    raise  # not this entry's fault: the next would wait as long
                 result = f"{entry.template}: {e.code}: {e.message}"
     except KtuneError as e:
-        if e.code in ("connection_failed", "timeout"):
+        if e.code in _TRANSIENT:
             _down_until = time.monotonic() + retry_s
-            return f"no ktuned answered: {e.message}"
+            return f"no ktuned answered in time ({e.code}: {e.message}); asked again later"
         result = f"{e.code}: {e.message}"
     _kernels[key] = result
     return result
@@ -124,29 +129,37 @@ def _stream(t: torch.Tensor) -> int:
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
+def _run(kernel: Kernel, addresses: Sequence[int], x: torch.Tensor,
+         scalars: Optional[Dict[str, float]]) -> None:
+    """Launches on x's device and its current stream. Kernel launches in the context current on
+    the thread, so another device's is swapped in for the launch when it is not the current one
+    (a model on cuda:1 without torch.cuda.set_device(1) launched in GPU 0's context)."""
+    dev = x.get_device()
+    if dev == torch.cuda.current_device():
+        kernel.launch_addresses(addresses, _stream(x), scalars)
+        return
+    with torch.cuda.device(dev):
+        kernel.launch_addresses(addresses, _stream(x), scalars)
+
+
 def _fast(op: str, plan: Tuple[Kernel, Any], x: torch.Tensor, addresses: Tuple[int, ...],
           scalars: Optional[Dict[str, float]] = None) -> Optional[torch.Tensor]:
     """The fast path's launch, for a call shape whose static checks passed before: allocate the
     output, launch; None (after recording why) if the launch fails."""
     kernel, out_shape = plan
     out = x.new_empty(out_shape)
-    try:
-        kernel.launch_addresses((*addresses, out.data_ptr()), _stream(x), scalars)
-    except KtuneError as e:
-        _fallback(op, f"launch failed: {e.message}")
-        return None
-    _launches[op] = _launches.get(op, 0) + 1
-    return out
+    return out if _launch(op, kernel, (*addresses, out.data_ptr()), x, scalars) else None
 
 
 def _no_grad(*tensors: Optional[torch.Tensor]) -> bool:
     return not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in tensors)
 
 
-def _launch(op: str, kernel: Kernel, addresses: Sequence[int], stream: int,
+def _launch(op: str, kernel: Kernel, addresses: Sequence[int], x: torch.Tensor,
             scalars: Optional[Dict[str, float]] = None) -> bool:
+    """Launches on x's device and stream (_run); False, after recording why, if it failed."""
     try:
-        kernel.launch_addresses(addresses, stream, scalars)
+        _run(kernel, addresses, x, scalars)
     except KtuneError as e:
         _fallback(op, f"launch failed: {e.message}")
         return False
@@ -196,7 +209,7 @@ def _gemm(op: str, a: torch.Tensor, b: torch.Tensor, layout: str, m: int, n: int
         _fallback(op, kernel)
         return None
     out = a.new_empty(out_shape)
-    if not _launch(op, kernel, (a.data_ptr(), b.data_ptr(), out.data_ptr()), _stream(a)):
+    if not _launch(op, kernel, (a.data_ptr(), b.data_ptr(), out.data_ptr()), a):
         return None
     return out
 
@@ -301,7 +314,7 @@ def _rows(op: str, template_op: str, x: torch.Tensor, params: Sequence[torch.Ten
         return None
     out = torch.empty_like(x)
     addresses = (x.data_ptr(), *[p.data_ptr() for p in params], out.data_ptr())
-    if not _launch(op, kernel, addresses, _stream(x), scalars):
+    if not _launch(op, kernel, addresses, x, scalars):
         return None
     return out
 

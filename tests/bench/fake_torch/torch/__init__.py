@@ -220,8 +220,26 @@ class _Event:
 
 
 _stream = _Namespace(cuda_stream=0)
+_current_device = [0]  # torch.cuda's current device, as torch.cuda.device sets it
+
+
+class _DeviceGuard:
+    """torch.cuda.device(i): device i current inside the with block."""
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __enter__(self):
+        self.saved = _current_device[0]
+        _current_device[0] = self.index
+
+    def __exit__(self, *exc):
+        _current_device[0] = self.saved
+
+
 cuda = _Namespace(get_device_name=lambda *a: "Fake H200", synchronize=lambda *a: None,
-                  current_stream=lambda *a: _stream, Event=_Event, is_available=lambda: True)
+                  current_stream=lambda *a: _stream, Event=_Event, is_available=lambda: True,
+                  current_device=lambda: _current_device[0], device=_DeviceGuard)
 version = _Namespace(cuda="13.0")
 backends = _Namespace(cuda=_Namespace(matmul=_Namespace(
     allow_bf16_reduced_precision_reduction=True)))

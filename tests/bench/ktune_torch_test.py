@@ -1,0 +1,82 @@
+"""ktune.torch's launch against the stand-in torch (tests/bench/fake_torch): a kernel runs with
+its tensor's device current, whichever device the caller left current."""
+import os
+import sys
+import types
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "bench", "fake_torch"))
+sys.path.insert(0, os.path.join(ROOT, "client", "python"))
+import torch  # noqa: E402  (the stand-in)
+import ktune.torch as kt  # noqa: E402
+
+
+class Recorder:
+    """A Kernel that records the device current at each launch."""
+
+    def __init__(self):
+        self.devices = []
+
+    def launch_addresses(self, addresses, stream, scalars=None):
+        self.devices.append(torch.cuda.current_device())
+
+
+class DeviceTest(unittest.TestCase):
+    def test_a_kernel_launches_with_its_tensors_device_current(self):
+        self.assertTrue(torch.__file__.startswith(os.path.join(ROOT, "tests")), torch.__file__)
+        on1 = torch.Tensor((4, 4), torch.bfloat16)
+        on1.device = torch.device("cuda:1")
+        on0 = torch.Tensor((4, 4), torch.bfloat16)
+        kernel = Recorder()
+        self.assertEqual(torch.cuda.current_device(), 0)
+        self.assertTrue(kt._launch("linear", kernel, (1, 2, 3), on1))
+        self.assertTrue(kt._launch("linear", kernel, (1, 2, 3), on0))
+        # A model on cuda:1 without torch.cuda.set_device(1): the launch ran in GPU 0's context
+        # with GPU 1's pointers (an illegal address, or an unordered read over peer access).
+        self.assertEqual(kernel.devices, [1, 0])
+        self.assertEqual(torch.cuda.current_device(), 0, "the caller's device is put back")
+
+
+class StubClient:
+    """lookup answers one entry with a launch; kernel() raises the queued errors in turn."""
+
+    def __init__(self, errors):
+        self.errors, self.kernel_calls = list(errors), 0
+
+    def lookup(self, op, **kw):
+        entry = types.SimpleNamespace(launch={"grid": [1, 1, 1]}, template="gemm_tma")
+        return types.SimpleNamespace(entries=[entry, entry], device="nvidia-h200.sm90.132sm.140gib")
+
+    def kernel(self, op, **kw):
+        self.kernel_calls += 1
+        raise self.errors.pop(0)
+
+
+class TransientErrorTest(unittest.TestCase):
+    def tearDown(self):
+        kt.configure(client=StubClient([]))
+
+    def test_a_late_or_stopping_daemon_is_asked_again_a_bad_entry_is_remembered(self):
+        from ktune import KtuneError
+        for code in ("timeout", "unavailable", "connection_failed"):
+            bad = KtuneError("bad_request", "no such config")
+            stub = StubClient([KtuneError(code, "slow"), bad, bad])
+            kt.configure(client=stub)
+            key = ("linear", "k", code)
+            first = kt._kernel(key, "gemm", "bf16", "rc", {"M": 1, "N": 2, "K": 3})
+            self.assertIn("asked again later", first)
+            # Not remembered (it was, for good: a cold compile that outlasted the call's timeout
+            # made the shape fall back forever), and the second entry was not asked to wait too.
+            self.assertNotIn(key, kt._kernels, code)
+            self.assertEqual(stub.kernel_calls, 1, code)
+            self.assertEqual(kt._kernel(key, "gemm", "bf16", "rc", {"M": 1, "N": 2, "K": 3}),
+                             "no ktuned answered (retrying later)")
+            kt._down_until = 0.0  # retry_s later
+            second = kt._kernel(key, "gemm", "bf16", "rc", {"M": 1, "N": 2, "K": 3})
+            self.assertIn("bad_request", second)
+            self.assertEqual(kt._kernels[key], second, "an answer about the entry is remembered")
+
+
+if __name__ == "__main__":
+    unittest.main()
