@@ -39,6 +39,8 @@ namespace ktune::cuda {
   X(cuMemAlloc, "cuMemAlloc_v2")                          \
   X(cuMemFree, "cuMemFree_v2")                            \
   X(cuMemsetD8, "cuMemsetD8_v2")                          \
+  X(cuMemsetD8Async, "cuMemsetD8Async")                   \
+  X(cuStreamIsCapturing, "cuStreamIsCapturing")           \
   X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                      \
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                      \
   X(cuStreamCreate, "cuStreamCreate")                     \

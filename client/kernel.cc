@@ -1,5 +1,6 @@
 #include "client/kernel.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -89,7 +90,7 @@ protocol::Expected<void> Kernel::plan_slots() {
     }
     m_slots.push_back(s);
   }
-  if (m_slots.size() > k_max_params)
+  if (m_slots.size() > k_max_params || m_workspace_args.size() > k_max_params)
     return protocol::error(ErrorKind::bad_request,
                            "more than " + std::to_string(k_max_params) + " kernel arguments");
   return {};
@@ -101,8 +102,9 @@ Kernel::~Kernel() {
   for (auto& l : m_loaded) {
     // Free in the context that owns the memory; a context already destroyed took it along.
     if ((*api)->cuCtxPushCurrent(static_cast<CUcontext>(l->context)) != CUDA_SUCCESS) continue;
-    for (const auto& w : l->workspaces)
-      if (w.owned && w.address) (*api)->cuMemFree(CUdeviceptr(w.address));
+    for (const auto& s : l->per_stream)
+      for (std::uint64_t w : s.owned)
+        if (w) (*api)->cuMemFree(CUdeviceptr(w));
     if (l->module) (*api)->cuModuleUnload(static_cast<CUmodule>(l->module));
     CUcontext popped = nullptr;
     (*api)->cuCtxPopCurrent(&popped);
@@ -123,7 +125,7 @@ protocol::Expected<Kernel::Loaded*> Kernel::current() {
     if (l->context == ctx) return l.get();
   auto l = std::make_unique<Loaded>();
   l->context = ctx;
-  l->workspaces.resize(m_workspace_args.size());
+  l->lent.resize(m_workspace_args.size());
   if (auto ok = load_into(*l); !ok) return std::unexpected(ok.error());
   m_loaded.push_back(std::move(l));
   return m_loaded.back().get();
@@ -174,32 +176,55 @@ protocol::Expected<void> Kernel::borrow_workspace(std::string_view name, std::ui
                              "workspace '" + std::string(name) + "' needs " +
                                  std::to_string(m_workspace_args[i]->bytes) + " bytes, " +
                                  std::to_string(bytes) + " lent");
-    Workspace& w = (*l)->workspaces[i];
-    if (w.owned && w.address) (**cuda::CudaApi::get()).cuMemFree(CUdeviceptr(w.address));
-    w = Workspace{address, false};
+    (*l)->lent[i] = address;  // the Kernel's own stay allocated until it goes: one may be in use
     return {};
   }
   return protocol::error(ErrorKind::bad_request,
                          "the kernel has no workspace '" + std::string(name) + "'");
 }
 
-protocol::Expected<void> Kernel::ensure_workspaces(Loaded& l) {
-  const cuda::CudaApi& api = **cuda::CudaApi::get();
-  for (size_t i = 0; i < l.workspaces.size(); ++i) {
-    Workspace& w = l.workspaces[i];
-    if (w.address) continue;  // owned already, or lent
-    const protocol::LaunchArg& a = *m_workspace_args[i];
-    CUdeviceptr p = 0;
-    if (CUresult r = api.cuMemAlloc(&p, size_t(a.bytes)); r != CUDA_SUCCESS)
-      return std::unexpected(api.error(
-          r, "allocating workspace '" + a.name + "' (" + std::to_string(a.bytes) + " bytes)"));
-    // Zeroed once whatever the description says: harmless for scratch, required for the rest.
-    if (CUresult r = api.cuMemsetD8(p, 0, size_t(a.bytes)); r != CUDA_SUCCESS) {
-      api.cuMemFree(p);
-      return std::unexpected(api.error(r, "zeroing workspace '" + a.name + "'"));
+protocol::Expected<void> Kernel::workspaces_for(Loaded& l, void* stream,
+                                                std::span<std::uint64_t> out) {
+  std::copy(l.lent.begin(), l.lent.end(), out.begin());
+  if (std::find(l.lent.begin(), l.lent.end(), 0) == l.lent.end()) return {};  // all lent, or none
+  auto it = std::find_if(l.per_stream.begin(), l.per_stream.end(),
+                         [&](const StreamWorkspaces& s) { return s.stream == stream; });
+  if (it == l.per_stream.end()) {
+    const cuda::CudaApi& api = **cuda::CudaApi::get();
+    const auto s = static_cast<CUstream>(stream);
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (CUresult r = api.cuStreamIsCapturing(s, &capture); r != CUDA_SUCCESS)
+      return std::unexpected(api.error(r, "cuStreamIsCapturing"));
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
+      return protocol::error(ErrorKind::unavailable,
+                             m_image.lowered_name +
+                                 ": its workspaces for this stream are allocated at its first "
+                                 "launch there, which cannot happen during CUDA graph capture "
+                                 "(launch it once on this stream before capturing)");
+    StreamWorkspaces mine{stream, std::vector<std::uint64_t>(l.lent.size(), 0)};
+    for (size_t i = 0; i < l.lent.size(); ++i) {
+      if (l.lent[i]) continue;
+      const protocol::LaunchArg& a = *m_workspace_args[i];
+      CUdeviceptr p = 0;
+      CUresult r = api.cuMemAlloc(&p, size_t(a.bytes));
+      // Zeroed on the launch's stream, so before its first launch there whatever other streams
+      // do, whatever the description says: harmless for scratch, required for the rest.
+      if (r == CUDA_SUCCESS) {
+        mine.owned[i] = std::uint64_t(p);
+        r = api.cuMemsetD8Async(p, 0, size_t(a.bytes), s);
+      }
+      if (r != CUDA_SUCCESS) {
+        for (std::uint64_t w : mine.owned)
+          if (w) api.cuMemFree(CUdeviceptr(w));
+        return std::unexpected(api.error(r, "allocating and zeroing workspace '" + a.name + "' (" +
+                                                std::to_string(a.bytes) + " bytes)"));
+      }
     }
-    w = Workspace{std::uint64_t(p), true};
+    l.per_stream.push_back(std::move(mine));
+    it = std::prev(l.per_stream.end());
   }
+  for (size_t i = 0; i < l.lent.size(); ++i)
+    if (!out[i]) out[i] = it->owned[i];
   return {};
 }
 
@@ -214,12 +239,13 @@ protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, 
                                                        std::to_string(buffers.size()) + " given");
   }
   Loaded* l = nullptr;
+  std::array<std::uint64_t, k_max_params> workspaces;  // no more workspaces than parameters
   {
     std::lock_guard lock(m_mutex);
     auto cur = current();
     if (!cur) return std::unexpected(cur.error());
     l = *cur;
-    if (auto ok = ensure_workspaces(*l); !ok) return ok;
+    if (auto ok = workspaces_for(*l, stream, workspaces); !ok) return ok;
   }
   const cuda::CudaApi& api = **cuda::CudaApi::get();
   std::array<std::uint64_t, k_max_params> storage;
@@ -233,7 +259,7 @@ protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, 
         storage[i] = buffers[size_t(s.index)];
         break;
       case Slot::From::workspace:
-        storage[i] = l->workspaces[size_t(s.index)].address;
+        storage[i] = workspaces[size_t(s.index)];
         break;
       case Slot::From::scalar:
         storage[i] = s.bits;

@@ -10,9 +10,12 @@
 // libcuda, so an application builds and starts without a driver and gets a clear error only when
 // it launches. The module is loaded once per CUDA context (the context current on the launching
 // thread), after checking that the cubin's arch is the current device's; the dynamic
-// shared-memory limit is raised as the description asks. Workspaces are allocated and zeroed
-// once per context and owned by the Kernel, unless the application lends its own
-// (borrow_workspace). Thread-safe: launches from several threads are fine.
+// shared-memory limit is raised as the description asks. Workspaces are allocated at the first
+// launch per context and stream, zeroed on that stream, and owned by the Kernel, unless the
+// application lends its own (borrow_workspace): launches on two streams may run at once, and a
+// split-K kernel's partials and tile tickets must not be shared by two launches in flight. The
+// first launch on a stream cannot happen during CUDA graph capture (it allocates). Thread-safe:
+// launches from several threads are fine.
 //
 // Tensor maps (sm_90 templates such as gemm_tma): a `tensor_map` argument is parsed at create()
 // (client/tensor_map.h) and encoded on every launch with cuTensorMapEncodeTiled from the address
@@ -65,8 +68,9 @@ class Kernel {
     return launch(std::span<const std::uint64_t>(buffers.begin(), buffers.size()), stream);
   }
 
-  // Lends a workspace for launches in the current context instead of the Kernel's own. The
-  // caller keeps it alive and zeroed as the description says (zero_before_first_use).
+  // Lends a workspace for launches in the current context, on every stream, instead of the
+  // Kernel's own. The caller keeps it alive and zeroed as the description says
+  // (zero_before_first_use), and launches that share it one at a time.
   protocol::Expected<void> borrow_workspace(std::string_view name, std::uint64_t address,
                                             std::uint64_t bytes);
 
@@ -85,16 +89,18 @@ class Kernel {
     std::string_view dtype;  // scalar: i32 i64 f32
     std::string_view name;
   };
-  struct Workspace {
-    std::uint64_t address = 0;
-    bool owned = false;
+  // The workspaces the Kernel owns for launches on one stream, per workspace argument.
+  struct StreamWorkspaces {
+    void* stream = nullptr;  // CUstream
+    std::vector<std::uint64_t> owned;
   };
   // The module of one CUDA context.
   struct Loaded {
-    void* context = nullptr;            // CUcontext
-    void* module = nullptr;             // CUmodule
-    void* function = nullptr;           // CUfunction
-    std::vector<Workspace> workspaces;  // per workspace argument, in order
+    void* context = nullptr;                   // CUcontext
+    void* module = nullptr;                    // CUmodule
+    void* function = nullptr;                  // CUfunction
+    std::vector<std::uint64_t> lent;           // per workspace argument: lent address, or 0
+    std::vector<StreamWorkspaces> per_stream;  // few: one per stream launched on
   };
 
   explicit Kernel(protocol::KernelImage image);
@@ -102,8 +108,10 @@ class Kernel {
   // The module for the current context, loading it (arch check, smem attribute) on first use.
   protocol::Expected<Loaded*> current();
   protocol::Expected<void> load_into(Loaded& l);
-  // Allocates and zeroes, once per context, the workspaces not lent.
-  protocol::Expected<void> ensure_workspaces(Loaded& l);
+  // Writes the workspace addresses for a launch on `stream` into out[0..workspaces): the lent
+  // ones, and the Kernel's own for that stream, allocated and zeroed on it at its first launch
+  // there. REQUIRES: m_mutex held; out holds a slot per workspace argument.
+  protocol::Expected<void> workspaces_for(Loaded& l, void* stream, std::span<std::uint64_t> out);
 
   protocol::KernelImage m_image;
   std::vector<Slot> m_slots;

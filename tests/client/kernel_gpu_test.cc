@@ -158,6 +158,40 @@ TEST_F(KernelGpuTest, SplitKGemmMatchesTheHostReference) {
   check_gemm(16, 4096, 4096);
 }
 
+// Two non-blocking streams run one split-K shape at once, each on its own inputs, each stream's
+// first launch right after its workspaces were zeroed: both results match. (One Kernel kept one
+// set of workspaces per context, so the two streams' launches mixed each other's fp32 partials
+// and tile tickets; and its zeroing went to the legacy stream, unordered against these.)
+TEST_F(KernelGpuTest, TwoStreamsRunningOneSplitKShapeAtOnceBothMatch) {
+  const std::int64_t M = 16, N = 4096, K = 4096;  // the heuristic splits K here (test above)
+  CUstream streams[2] = {nullptr, nullptr};
+  for (auto& st : streams)
+    ASSERT_EQ(m_api->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const auto w = random(size_t(N * K), -1, 1, 2);
+  DeviceBuffer dw(m_api, w.size() * 2);
+  dw.upload(bf16(w));
+  std::vector<std::vector<float>> a;
+  std::vector<std::unique_ptr<DeviceBuffer>> da, dc;
+  for (unsigned i = 0; i < 2; ++i) {
+    a.push_back(random(size_t(M * K), -1, 1, 10 + i));
+    da.push_back(std::make_unique<DeviceBuffer>(m_api, a[i].size() * 2));
+    dc.push_back(std::make_unique<DeviceBuffer>(m_api, size_t(M * N) * 2));
+    da[i]->upload(bf16(a[i]));
+  }
+  for (int run = 0; run < 200; ++run) {
+    const int i = run % 2;
+    auto ok = gemm(*m_launcher, {M, N, K}, da[i]->ptr, dw.ptr, dc[i]->ptr, streams[i]);
+    ASSERT_TRUE(ok) << ok.error().message;
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(m_api->cuStreamSynchronize(streams[i]), CUDA_SUCCESS);
+    const auto ref = gemm_reference(a[size_t(i)], w, M, N, K);
+    EXPECT_LT(rel_error(dc[size_t(i)]->download<std::uint16_t>(ref.size()), ref), 1e-2)
+        << "stream " << i;
+  }
+  for (auto& st : streams) m_api->cuStreamDestroy(st);
+}
+
 TEST_F(KernelGpuTest, RowOpsMatchTheHostReference) {
   const std::int64_t rows = 64, cols = 4096;
   const auto x = random(size_t(rows * cols), -3, 3, 3), g = random(size_t(cols), 0.5f, 1.5f, 4),
