@@ -38,6 +38,20 @@ class DeviceTest(unittest.TestCase):
         self.assertEqual(torch.cuda.current_device(), 0, "the caller's device is put back")
 
 
+class RowOpsTest(unittest.TestCase):
+    def test_a_weight_or_bias_of_another_length_falls_back(self):
+        x = torch.Tensor((4, 8), torch.bfloat16)
+        good = torch.Tensor((8,), torch.bfloat16)
+        self.assertIsNone(kt._rows_reason(x, good, good))
+        # The kernel reads 8 of each: a shorter one was read past its end, a longer one gave a
+        # result where torch raises.
+        for n in (3, 16):
+            self.assertEqual(kt._rows_reason(x, torch.Tensor((n,), torch.bfloat16)),
+                             "weight/bias not of shape (last dimension,)")
+            self.assertEqual(kt._rows_reason(x, good, torch.Tensor((n,), torch.bfloat16)),
+                             "weight/bias not of shape (last dimension,)")
+
+
 class StubClient:
     """lookup answers one entry with a launch; kernel() raises the queued errors in turn."""
 

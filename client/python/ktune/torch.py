@@ -298,6 +298,8 @@ def _rows_reason(x: torch.Tensor, *params: Optional[torch.Tensor]) -> Optional[s
             continue
         if p.dtype != x.dtype or p.device != x.device or not p.is_contiguous():
             return "weight/bias of another dtype or device, or non-contiguous"
+        if tuple(p.shape) != (x.shape[-1],):  # the kernel reads cols of each, no more, no less
+            return "weight/bias not of shape (last dimension,)"
     if not _aligned(x, *[p for p in params if p is not None]):
         return "a buffer not 16-byte aligned"
     return None
