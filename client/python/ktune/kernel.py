@@ -125,6 +125,31 @@ def buffer_bytes(obj: Any) -> Optional[int]:
     return None
 
 
+def buffer_layout_problem(obj: Any, address: int) -> Optional[str]:
+    """Why a buffer cannot be handed to a ktune kernel as a dense array (None: it can): not
+    16-byte aligned (the templates load 16 bytes at a time, TMA needs it), or an object that says
+    it is not contiguous (a transposed view, a column slice: the kernel would read other
+    elements)."""
+    if address % 16:
+        return f"its address 0x{address:x} is not 16-byte aligned"
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        strides = cai.get("strides")
+        if strides is not None:
+            itemsize, expect = int(cai["typestr"][2:]), []
+            step = itemsize
+            for d in reversed(cai["shape"]):
+                expect.append(step)
+                step *= int(d)
+            if tuple(int(s) for s in strides) != tuple(reversed(expect)):
+                return "it is not contiguous (strides " + str(tuple(strides)) + ")"
+        return None
+    is_contiguous = getattr(obj, "is_contiguous", None)
+    if callable(is_contiguous) and not is_contiguous():
+        return "it is not contiguous"
+    return None
+
+
 class _TensorMap:
     """A tensor_map argument parsed once: cuTensorMapEncodeTiled's inputs but the base address
     (the mapped buffer's, per launch), and 64-byte-aligned storage for the encoded map."""
@@ -407,15 +432,19 @@ class Kernel:
         """Launches on ``stream`` (a CUstream handle as an int, 0 = the legacy default stream, or
         an object with ``cuda_stream``) with the in/out buffers in argument order. Scalars named
         as keywords (``alpha=2.0``, ``eps=1e-5``) replace the description's values for this launch.
-        With ``check``, buffers that say their size must hold what the description asks.
+        With ``check``, buffers that say their size must hold what the description asks, be
+        contiguous when they say their layout, and every address must be 16-byte aligned.
         """
         addresses = [buffer_address(b) for b in buffers]
         if check:
-            for spec, obj in zip(self.plan.buffers, buffers):
+            for spec, obj, address in zip(self.plan.buffers, buffers, addresses):
                 have = buffer_bytes(obj)
                 if have is not None and have < spec["bytes"]:
                     raise KtuneError("bad_request", f"buffer '{spec['name']}' holds {have} bytes, the "
                                                     f"kernel needs {spec['bytes']}")
+                problem = buffer_layout_problem(obj, address)
+                if problem:
+                    raise KtuneError("bad_request", f"buffer '{spec['name']}': {problem}")
         handle = getattr(stream, "cuda_stream", stream) or 0
         self.launch_addresses(addresses, int(handle), scalars or None)
 

@@ -81,9 +81,9 @@ def tma_launch(edit):
 class FakeArray:
     """An object with __cuda_array_interface__ (as CuPy and Numba arrays have)."""
 
-    def __init__(self, address, shape, typestr):
+    def __init__(self, address, shape, typestr, strides=None):
         self.__cuda_array_interface__ = {"data": (address, False), "shape": shape,
-                                         "typestr": typestr, "version": 3}
+                                         "typestr": typestr, "strides": strides, "version": 3}
 
 
 class FakeTensor:
@@ -196,6 +196,24 @@ class PackingTest(unittest.TestCase):
         self.assertIsNone(buffer_bytes(0x7000))
         with self.assertRaises(TypeError):
             buffer_address("A")
+
+    def test_unaligned_or_strided_buffers_are_refused_before_the_launch(self):
+        from ktune.kernel import buffer_layout_problem
+        dense = FakeArray(0x8000, (4, 8), "<f4")
+        self.assertIsNone(buffer_layout_problem(dense, 0x8000))
+        self.assertIsNone(buffer_layout_problem(FakeArray(0x8000, (4, 8), "<f4", (32, 4)), 0x8000))
+        # A transposed view and a column slice read other elements; an odd offset faults (and
+        # the fault ends the CUDA context).
+        self.assertIn("not contiguous", buffer_layout_problem(
+            FakeArray(0x8000, (8, 4), "<f4", (4, 32)), 0x8000))
+        self.assertIn("not contiguous", buffer_layout_problem(
+            FakeArray(0x8000, (4, 4), "<f4", (32, 4)), 0x8000))
+        self.assertIn("not 16-byte aligned", buffer_layout_problem(0x8002, 0x8002))
+
+        class Strided(FakeTensor):
+            def is_contiguous(self):
+                return False
+        self.assertIn("not contiguous", buffer_layout_problem(Strided(0x9000, 10, 2), 0x9000))
 
     def test_arch_strings(self):
         self.assertEqual(arch_sm("sm_90a"), 90)
@@ -409,6 +427,23 @@ class LaunchPathTest(unittest.TestCase):
         with self.assertRaises(ktune.KtuneError) as e:
             kernel.launch_addresses((0xA000, 0xB000), 0)
         self.assertIn("no CUDA context", e.exception.message)
+
+    def test_launch_refuses_a_strided_or_unaligned_buffer_before_the_driver(self):
+        image = self.client.kernel("softmax", dtype="fp32", device=H200, rows=64, cols=1024)
+        kernel = ktune.Kernel(image)
+        drv = self.fake(kernel)
+        x, y = kernel.buffer_names
+        with self.assertRaises(ktune.KtuneError) as e:  # x transposed
+            kernel.launch(FakeArray(0x8000, (1024, 64), "<f4", (4, 4096)),
+                          FakeArray(0x9000000, (64, 1024), "<f4"))
+        self.assertIn(f"buffer '{x}': it is not contiguous", e.exception.message)
+        with self.assertRaises(ktune.KtuneError) as e:
+            kernel.launch(0x8000, 0x9000004)
+        self.assertIn(f"buffer '{y}': its address 0x9000004 is not 16-byte aligned",
+                      e.exception.message)
+        self.assertEqual(drv.launches, [])
+        kernel.launch(FakeArray(0x8000, (64, 1024), "<f4"), 0x9000000)
+        self.assertEqual(len(drv.launches), 1)
 
     def test_workspaces_are_allocated_zeroed_once_per_context_and_stream_and_passed(self):
         # gemm's (mma.sync) heuristic: its buffers are parameters (gemm_tma's A and B are reached
