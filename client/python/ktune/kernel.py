@@ -392,6 +392,15 @@ class Kernel:
     """A served kernel: the kernel op's result (``Client.kernel(...)``), ready to launch."""
 
     def __init__(self, image: Dict[str, Any]):
+        try:
+            self._read(image)
+        except KtuneError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # binascii.Error too
+            raise KtuneError("bad_request", f"kernel reply: malformed image "
+                                            f"({type(e).__name__}: {e})") from None
+
+    def _read(self, image: Dict[str, Any]) -> None:
         self.image = image
         self.description: Dict[str, Any] = image["launch"]
         self.lowered_name: str = image["lowered_name"]

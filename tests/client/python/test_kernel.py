@@ -428,6 +428,15 @@ class LaunchPathTest(unittest.TestCase):
             kernel.launch_addresses((0xA000, 0xB000), 0)
         self.assertIn("no CUDA context", e.exception.message)
 
+    def test_a_malformed_image_is_a_ktune_error(self):
+        # ktune.torch falls back on a KtuneError; anything else reached the user's model.
+        image = self.client.kernel("softmax", dtype="fp32", device=H200, rows=64, cols=1024)
+        for broken in ({}, dict(image, cubin="not base64!"), dict(image, launch={"arch": 90}),
+                       dict(image, cubin_bytes=None)):
+            with self.assertRaises(ktune.KtuneError) as e:
+                ktune.Kernel(broken)
+            self.assertEqual(e.exception.code, "bad_request")
+
     def test_launch_refuses_a_strided_or_unaligned_buffer_before_the_driver(self):
         image = self.client.kernel("softmax", dtype="fp32", device=H200, rows=64, cols=1024)
         kernel = ktune.Kernel(image)
