@@ -52,6 +52,23 @@ class RowOpsTest(unittest.TestCase):
                              "weight/bias not of shape (last dimension,)")
 
 
+class AutocastTest(unittest.TestCase):
+    def tearDown(self):
+        torch._autocast[0] = False
+
+    def test_calls_under_autocast_run_torchs_op(self):
+        x, w = torch.Tensor((4, 8), torch.bfloat16), torch.Tensor((16, 8), torch.bfloat16)
+        self.assertIsNone(kt._gemm_reason(x, w))
+        self.assertIsNone(kt._rows_reason(x))
+        self.assertTrue(kt._no_grad(x))
+        # Under autocast torch casts (linear to the autocast dtype, softmax and the norms to
+        # fp32); ktune's kernels run the dtype they are given, so the results differed.
+        torch._autocast[0] = True
+        self.assertEqual(kt._gemm_reason(x, w), "torch.autocast (its casts are torch's)")
+        self.assertEqual(kt._rows_reason(x), "torch.autocast (its casts are torch's)")
+        self.assertFalse(kt._no_grad(x), "the fast path is not taken either")
+
+
 class StubClient:
     """lookup answers one entry with a launch; kernel() raises the queued errors in turn."""
 

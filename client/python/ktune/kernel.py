@@ -396,7 +396,7 @@ class Kernel:
             self._read(image)
         except KtuneError:
             raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # binascii.Error too
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # binascii.Error: a ValueError
             raise KtuneError("bad_request", f"kernel reply: malformed image "
                                             f"({type(e).__name__}: {e})") from None
 

@@ -10,7 +10,8 @@ Import it explicitly (``import ktune.torch as kt``); ``import ktune`` never impo
 Each op looks its shape up once (protocol v2), fetches the best entry's cubin (the daemon compiles
 it on first request), and from then on launches it on torch's current stream. Whenever ktune
 cannot serve a call exactly as torch would — a dtype, layout, stride or alignment its templates do
-not take, a CPU tensor, an argument it does not implement, no daemon answering — the call runs the
+not take, a CPU tensor, autograd or torch.autocast, an argument it does not implement, no daemon
+answering — the call runs the
 torch op instead and the reason is recorded for :func:`explain`. A shape that cannot be served is
 remembered, so it falls back at once the next time; a daemon that does not answer (or answers
 late, or is stopping) is asked again after ``retry_s`` seconds, and the shape is not remembered.
@@ -152,7 +153,19 @@ def _fast(op: str, plan: Tuple[Kernel, Any], x: torch.Tensor, addresses: Tuple[i
 
 
 def _no_grad(*tensors: Optional[torch.Tensor]) -> bool:
+    """No autograd to record and no autocast to apply: what a fast-path call needs."""
+    if _autocast():
+        return False
     return not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in tensors)
+
+
+def _autocast() -> bool:
+    """torch.autocast on CUDA: torch's ops then cast (linear to the autocast dtype, softmax and the
+    norms to fp32), which ktune's kernels, running the dtype they are given, would not."""
+    try:
+        return bool(torch.is_autocast_enabled("cuda"))
+    except TypeError:  # torch before 2.4: no device argument (CUDA's)
+        return bool(torch.is_autocast_enabled())
 
 
 def _launch(op: str, kernel: Kernel, addresses: Sequence[int], x: torch.Tensor,
@@ -195,6 +208,8 @@ def _gemm_reason(a: torch.Tensor, b: torch.Tensor) -> Optional[str]:
         return f"dtype {a.dtype} (ktune's GEMMs take bfloat16 and float16)"
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad):
         return "autograd (ktune kernels have no backward; call under torch.no_grad())"
+    if _autocast():
+        return "torch.autocast (its casts are torch's)"
     if not _aligned(a, b):
         return "a buffer not 16-byte aligned"
     return None
@@ -289,6 +304,8 @@ def _rows_reason(x: torch.Tensor, *params: Optional[torch.Tensor]) -> Optional[s
     if torch.is_grad_enabled() and (x.requires_grad or
                                     any(p is not None and p.requires_grad for p in params)):
         return "autograd (ktune kernels have no backward; call under torch.no_grad())"
+    if _autocast():
+        return "torch.autocast (its casts are torch's)"
     if not x.is_contiguous():
         return "non-contiguous input"
     if x.dim() == 0 or x.numel() == 0:

@@ -165,6 +165,13 @@ def is_grad_enabled() -> bool:
     return True
 
 
+_autocast = [False]  # whether torch.autocast("cuda") is on
+
+
+def is_autocast_enabled(device_type: str = "cuda") -> bool:
+    return _autocast[0]
+
+
 def _shape(args):
     return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
 
