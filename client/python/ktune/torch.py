@@ -11,8 +11,7 @@ Each op looks its shape up once (protocol v2), fetches the best entry's cubin (t
 it on first request), and from then on launches it on torch's current stream. Whenever ktune
 cannot serve a call exactly as torch would — a dtype, layout, stride or alignment its templates do
 not take, a CPU tensor, autograd or torch.autocast, an argument it does not implement, no daemon
-answering — the call runs the
-torch op instead and the reason is recorded for :func:`explain`. A shape that cannot be served is
+answering — the call runs the torch op instead and the reason is recorded for :func:`explain`. A shape that cannot be served is
 remembered, so it falls back at once the next time; a daemon that does not answer (or answers
 late, or is stopping) is asked again after ``retry_s`` seconds, and the shape is not remembered.
 """
