@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstring>
 
 #include "client/cubin.h"
@@ -238,6 +239,16 @@ protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, 
                                                        " buffers (" + names + "), " +
                                                        std::to_string(buffers.size()) + " given");
   }
+  // The templates load 16 bytes at a time and TMA needs it: an address off 16 bytes faults, and
+  // the fault ends the CUDA context.
+  for (size_t i = 0; i < buffers.size(); ++i)
+    if (buffers[i] % 16 != 0) {
+      char hex[32];
+      std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(buffers[i]));
+      return protocol::error(
+          ErrorKind::bad_request,
+          "buffer '" + m_buffer_names[i] + "': its address " + hex + " is not 16-byte aligned");
+    }
   Loaded* l = nullptr;
   std::array<std::uint64_t, k_max_params> workspaces;  // no more workspaces than parameters
   {

@@ -61,7 +61,7 @@ class Kernel {
   // addresses of the buffer arguments that are not workspaces (in, out, inout; passed or only
   // reached through a tensor map), in argument order.
   // REQUIRES: a CUDA context is current on this thread; each buffer holds at least the bytes the
-  // description gives for it.
+  // description gives for it. A buffer address off 16 bytes is refused (bad_request).
   protocol::Expected<void> launch(std::span<const std::uint64_t> buffers, void* stream,
                                   std::span<const ScalarArg> scalars = {});
   protocol::Expected<void> launch(std::initializer_list<std::uint64_t> buffers, void* stream) {

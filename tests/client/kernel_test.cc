@@ -315,6 +315,19 @@ TEST(TensorMapTest, MalformedMapsAreRefusedNamingTheArgument) {
   }
 }
 
+// A buffer off 16 bytes is refused before the driver sees it (a misaligned access faults, and the
+// fault ends the CUDA context).
+TEST(KernelTest, AnUnalignedBufferIsRefusedBeforeTheLaunch) {
+  auto k = Kernel::create(softmax_image("sm_90"));
+  ASSERT_TRUE(k) << k.error().message;
+  auto r = (*k)->launch({0x1000, 0x2008}, nullptr);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, protocol::ErrorKind::bad_request);
+  EXPECT_NE(r.error().message.find("': its address 0x2008 is not 16-byte aligned"),
+            std::string::npos)
+      << r.error().message;
+}
+
 // Without a driver (CI), creating a Kernel works and launching says why it cannot.
 TEST(KernelTest, WithoutADriverALaunchIsAClearError) {
   if (cuda::CudaApi::get()) GTEST_SKIP() << "a CUDA driver is present (the gpu tests launch)";
