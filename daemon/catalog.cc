@@ -125,13 +125,16 @@ Result<bool> Catalog::commit(const WinnerRecord& record, std::string_view origin
   return true;
 }
 
-bool Catalog::fleet_replaces(const WinnerRecord& stored, const WinnerRecord& incoming) const {
+bool Catalog::fleet_replaces(const WinnerRecord& stored, const WinnerRecord& incoming,
+                             bool news) const {
   const auto templates = m_templates.current();
   const bool own = m_node.owns(stored.device.id());
-  const bool stored_stale = !staleness(stored, own, *templates).empty();
-  const bool incoming_stale = !staleness(incoming, own, *templates).empty();
-  if (stored_stale == incoming_stale) return prefer_incoming(stored, incoming);
-  return stored_stale && incoming.timestamp > stored.timestamp;
+  auto servable = [&](const WinnerRecord& r) {
+    return staleness(r, own, *templates).empty() && check_record(r, *templates).has_value();
+  };
+  const bool stored_ok = servable(stored), incoming_ok = servable(incoming);
+  if (stored_ok == incoming_ok) return prefer_incoming(stored, incoming);
+  return incoming_ok && (news || incoming.timestamp > stored.timestamp);
 }
 
 std::string Catalog::staleness(const WinnerRecord& r, bool own_device) const {

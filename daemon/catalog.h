@@ -55,11 +55,12 @@ class Catalog {
 
   // The fleet hash's merge rule as this node publishes (FleetWinners): whether `incoming` takes
   // the place of the fleet's `stored` record. Between records this node judges alike (both
-  // servable as exact here, or neither) import's rule, prefer_incoming. A record it can serve
-  // never gives way to one it cannot; one it cannot serve gives way to one it can that was
-  // measured later: news (an upgraded node's first result, a rolled-back node's), not a node of
-  // other versions republishing its old record (a resync), which would move the hash back.
-  bool fleet_replaces(const WinnerRecord& stored, const WinnerRecord& incoming) const;
+  // servable as exact here, or neither: stale, or failing check_record) import's rule,
+  // prefer_incoming. A record it can serve never gives way to one it cannot; one it cannot serve
+  // gives way to one it can when that is `news` (a fresh commit here: a job's result, an import —
+  // an upgraded node's first result, a rolled-back node's) or, republished by a resync, was
+  // measured later; an old record republished must not move the hash back.
+  bool fleet_replaces(const WinnerRecord& stored, const WinnerRecord& incoming, bool news) const;
 
   // Why `record` cannot be served as exact on this node ("" when it can). `own_device`: the
   // record is for one of this node's GPUs (then the driver must match too).

@@ -63,9 +63,9 @@ Result<std::unique_ptr<FleetSync>> FleetSync::create(Deps deps) {
 namespace {
 
 // The hash's merge rule as this node publishes (Catalog::fleet_replaces).
-ReplaceRule fleet_rule(const Catalog& catalog) {
-  return [&catalog](const WinnerRecord& stored, const WinnerRecord& incoming) {
-    return catalog.fleet_replaces(stored, incoming);
+FleetWinners::Rule fleet_rule(const Catalog& catalog) {
+  return [&catalog](const WinnerRecord& stored, const WinnerRecord& incoming, bool news) {
+    return catalog.fleet_replaces(stored, incoming, news);
   };
 }
 
@@ -269,9 +269,14 @@ Result<size_t> FleetSync::push_local(
   auto local = scan_winners(m_deps.store, device);
   if (!local) return std::unexpected(local.error());
   size_t pushed = 0;
+  const bool own = m_deps.node.owns(device);
   for (const auto& mine : *local) {
     auto it = theirs.find(mine.problem.key());
     if (it != theirs.end() && it->second == mine) continue;
+    // Another GPU class's record: this node does not judge it by that class's driver, so it fills
+    // only what the hash lacks (republishing the faster record of an older driver would move the
+    // hash back at every resync, and that class's upgraded nodes would tune the key again).
+    if (it != theirs.end() && !own) continue;
     // time 0: not a fresh commit (receivers leave it out of the propagation figures).
     auto r = m_reader_winners.publish(mine, "", 0);
     if (!r) return std::unexpected(r.error());

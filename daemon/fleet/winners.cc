@@ -34,15 +34,16 @@ return {'written', id}
 }  // namespace
 
 FleetWinners::FleetWinners(RedisLink& link, const FleetLayout& layout, std::string node,
-                           ReplaceRule replace)
+                           Rule replace)
     : m_link(link), m_layout(layout), m_node(std::move(node)), m_replace(std::move(replace)) {}
 
-bool FleetWinners::should_replace(const std::string& current, const WinnerRecord& record) const {
+bool FleetWinners::should_replace(const std::string& current, const WinnerRecord& record,
+                                  bool news) const {
   if (current.empty()) return true;
   auto stored = parse_winner_value(current);
   if (!stored) return true;  // unreadable: a valid record replaces it
   if (*stored == record) return false;
-  return m_replace ? m_replace(*stored, record) : prefer_incoming(*stored, record);
+  return m_replace ? m_replace(*stored, record, news) : prefer_incoming(*stored, record);
 }
 
 Result<FleetWinners::Published> FleetWinners::publish(const WinnerRecord& record,
@@ -54,7 +55,7 @@ Result<FleetWinners::Published> FleetWinners::publish(const WinnerRecord& record
   if (!current) return std::unexpected(current.error());
   std::string cur = current->str;
   for (int attempt = 0; attempt < 16; ++attempt) {
-    const bool write = should_replace(cur, record);
+    const bool write = should_replace(cur, record, commit_us != 0);
     if (!write && token.empty()) return Published::kept;
     auto r = m_link.command({"EVAL", k_publish_script, "5", m_layout.winners(device),
                              m_layout.fence(key), m_layout.events(), m_layout.devices(),

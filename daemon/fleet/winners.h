@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -27,10 +28,12 @@ namespace ktune {
 
 class FleetWinners {
  public:
-  // `replace(stored, incoming)`: whether `incoming` takes the place of the hash's `stored`
-  // record (different records); empty: prefer_incoming.
-  FleetWinners(RedisLink& link, const FleetLayout& layout, std::string node,
-               ReplaceRule replace = {});
+  // `replace(stored, incoming, news)`: whether `incoming` takes the place of the hash's `stored`
+  // record (different records); `news`: a publication of a fresh commit (commit_us != 0), not a
+  // resync's republication. Empty: prefer_incoming.
+  using Rule =
+      std::function<bool(const WinnerRecord& stored, const WinnerRecord& incoming, bool news)>;
+  FleetWinners(RedisLink& link, const FleetLayout& layout, std::string node, Rule replace = {});
 
   enum class Published {
     written,   // the hash holds it now; an event went out
@@ -39,8 +42,9 @@ class FleetWinners {
     unfenced,  // refused: the key has no fence at all (Redis lost its data); nobody claimed it
   };
   // Publishes `record`, committed on this node at `commit_us` (unix µs; carried in the event so
-  // receivers can tell how long it took to reach them). `token` "" publishes unfenced (imports,
-  // catch-up after an outage); otherwise only while the key's fence is still `token`.
+  // receivers can tell how long it took to reach them; 0: a republication, not a fresh commit).
+  // `token` "" publishes unfenced (imports, catch-up after an outage); otherwise only while the
+  // key's fence is still `token`.
   Result<Published> publish(const WinnerRecord& record, const std::string& token,
                             std::int64_t commit_us);
 
@@ -51,12 +55,12 @@ class FleetWinners {
 
  private:
   // Whether the hash's current value (its text) must give way to `record`.
-  bool should_replace(const std::string& current, const WinnerRecord& record) const;
+  bool should_replace(const std::string& current, const WinnerRecord& record, bool news) const;
 
   RedisLink& m_link;
   const FleetLayout& m_layout;
   const std::string m_node;
-  const ReplaceRule m_replace;
+  const Rule m_replace;
 };
 
 }  // namespace ktune

@@ -46,8 +46,8 @@ struct Node {
         link({RedisEndpoint{socket, "", 0}, "", 500ms, 100ms}),
         layout("claims-test"),
         winners(link, layout, name,
-                [this](const WinnerRecord& stored, const WinnerRecord& incoming) {
-                  return catalog.fleet_replaces(stored, incoming);
+                [this](const WinnerRecord& stored, const WinnerRecord& incoming, bool news) {
+                  return catalog.fleet_replaces(stored, incoming, news);
                 }),
         claims({link, layout, winners, store, catalog, identity, counters,
                 [this](const std::vector<std::string>& values,
@@ -376,8 +376,8 @@ TEST_F(FleetClaimsTest, TheFleetsTableKeepsTheBestRecordWhateverTheOrder) {
 // A rolling NVRTC upgrade and its rollback. The first upgraded node's result replaces the faster
 // record of the old NVRTC, stale on every upgraded node (it kept that record, and each upgraded
 // node tuned the key again for itself); a node of the old NVRTC republishing its record (a resync)
-// does not move the hash back, but its newer measurement does (a rollback). Between records of
-// one NVRTC, the faster stays.
+// does not move the hash back unless it was measured later, but a fresh commit of its own does
+// (a rollback's result, an import), whatever its time. Between records of one NVRTC, the faster.
 TEST_F(FleetClaimsTest, TheFleetsTableTakesNewsAcrossNvrtcVersionsAndTheFasterWithinOne) {
   auto upgraded = node("node-new"), old = node("node-old");
   upgraded->identity.nvrtc = "13.1";
@@ -388,27 +388,32 @@ TEST_F(FleetClaimsTest, TheFleetsTableTakesNewsAcrossNvrtcVersionsAndTheFasterWi
     w.timestamp = when;
     return w;
   };
-  auto publish = [&](Node& n, const WinnerRecord& w) {
-    auto r = n.winners.publish(w, "", 1);
+  enum class As { commit, resync };  // a fresh commit (news), or a resync's republication
+  auto publish = [&](Node& n, const WinnerRecord& w, As as) {
+    auto r = n.winners.publish(w, "", as == As::commit ? 1 : 0);
     return r ? *r : FleetWinners::Published::fenced;
   };
   auto fleet_nvrtc = [&] {
     auto value = parse_winner_value(fleet_value(*old, m_key));
     return value ? value->validators.nvrtc + "@" + std::to_string(value->timestamp) : "<none>";
   };
+  using P = FleetWinners::Published;
   const WinnerRecord before = with(9.0, "13.0", 100);
-  ASSERT_EQ(publish(*old, before), FleetWinners::Published::written);
-  EXPECT_EQ(publish(*upgraded, with(12.0, "13.1", 200)), FleetWinners::Published::written);
+  ASSERT_EQ(publish(*old, before, As::commit), P::written);
+  EXPECT_EQ(publish(*upgraded, with(12.0, "13.1", 200), As::commit), P::written);
   EXPECT_EQ(fleet_nvrtc(), "13.1@200");
-  EXPECT_EQ(publish(*old, before), FleetWinners::Published::kept) << "a resync: no news";
-  EXPECT_EQ(publish(*upgraded, with(13.0, "13.1", 300)), FleetWinners::Published::kept)
+  EXPECT_EQ(publish(*old, before, As::resync), P::kept) << "an older record republished";
+  EXPECT_EQ(publish(*upgraded, with(13.0, "13.1", 300), As::commit), P::kept)
       << "one NVRTC: the faster stays";
-  EXPECT_EQ(publish(*upgraded, with(11.0, "13.1", 50)), FleetWinners::Published::written)
+  EXPECT_EQ(publish(*upgraded, with(11.0, "13.1", 50), As::commit), P::written)
       << "one NVRTC: the faster replaces, whatever its time";
-  EXPECT_EQ(publish(*old, with(10.0, "13.0", 400)), FleetWinners::Published::written)
-      << "measured after: the rollback's news";
-  EXPECT_EQ(fleet_nvrtc(), "13.0@400");
-  EXPECT_EQ(publish(*upgraded, with(11.0, "13.1", 50)), FleetWinners::Published::kept);
+  EXPECT_EQ(publish(*old, with(10.0, "13.0", 40), As::commit), P::written)
+      << "a fresh commit of the old version (an import of an older table): news";
+  EXPECT_EQ(fleet_nvrtc(), "13.0@40");
+  EXPECT_EQ(publish(*upgraded, with(11.0, "13.1", 50), As::resync), P::written)
+      << "republished, but measured after the hash's record";
+  EXPECT_EQ(publish(*old, with(10.0, "13.0", 40), As::resync), P::kept);
+  EXPECT_EQ(fleet_nvrtc(), "13.1@50");
 }
 
 TEST_F(FleetClaimsTest, WithoutRedisEveryKeyIsTunedAlone) {

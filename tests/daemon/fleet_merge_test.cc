@@ -9,6 +9,8 @@
 #include "store/mem_store.h"
 #include "templates/space.h"
 #include "tests/fakes/daemon_parts.h"
+#include "tests/fakes/eventually.h"
+#include "tests/fakes/redis_process.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -46,14 +48,16 @@ class FlakyStore final : public Store {
   MemStore m_store;
 };
 
-// One node as ktuned wires it, with a FleetSync that is never started (no Redis is asked).
+// One node as ktuned wires it, with a FleetSync that is not started unless a test starts it (then
+// on `redis`, a Unix socket).
 struct Node {
-  explicit Node(const std::string& name) {
+  explicit Node(const std::string& name, std::string redis = "/nonexistent/redis.sock")
+      : redis_path(std::move(redis)) {
     identity.node_id = name;
     identity.nvrtc = "13.0";
-    config.fleet_redis = "/nonexistent/redis.sock";
     (void)check_store_format(store, false);
   }
+  std::string redis_path;
   DaemonConfig config = default_config();
   FlakyStore store;
   WinnerIndex index;
@@ -62,8 +66,7 @@ struct Node {
   Catalog catalog{store, index, templates, identity};
   JobQueue jobs{store, 16};
   PinTable pins{store, index, identity};
-  FleetSync fleet{{config, catalog, jobs, store, identity, pins},
-                  RedisEndpoint{config.fleet_redis, "", 0}};
+  FleetSync fleet{{config, catalog, jobs, store, identity, pins}, RedisEndpoint{redis_path, "", 0}};
 
   std::shared_ptr<const WinnerRecord> winner(const Problem& p) {
     return index.exact(testing::h200().id(), p);
@@ -139,6 +142,41 @@ TEST(FleetMergeTest, ARecordStaleHereNeverReplacesOneFreshHereAndAlwaysGivesWayT
   ASSERT_TRUE(c.fleet.merge({winner_value(measured(other, 20.0, "node-b", "13.0"))}, "fleet"));
   EXPECT_EQ(c.winner(other)->validators.nvrtc, "13.0");
   EXPECT_EQ(c.winner(other)->ranked[0].median_us, 20.0);
+}
+
+// A resync republishes this node's records of a GPU class it has no GPU of only where the hash
+// has none: it does not judge them by that class's driver, so the faster record of an older
+// driver, kept here, moved that class's hash back at every resync of this node, and that class's
+// upgraded nodes tuned the key again.
+TEST(FleetResyncTest, RecordsOfAClassThisNodeDoesNotOwnOnlyFillWhatTheHashLacks) {
+  if (testing::RedisProcess::binary().empty()) GTEST_SKIP() << "redis-server is not installed";
+  testing::TempDir dir;
+  testing::RedisProcess redis(dir.path());
+  ASSERT_TRUE(redis.start()) << "redis-server did not start";
+  Node node("node-b", redis.socket());
+  ASSERT_FALSE(node.identity.owns(testing::h200().id()));
+  WinnerRecord upgraded = measured(k_key, 12.0, "node-h200");
+  upgraded.validators.driver = "580.159.04";
+  const Problem other = testing::gemm_problem(2048, 4096, 4096);
+  WinnerRecord older = measured(k_key, 9.0, "node-b"), lacking = measured(other, 9.0, "node-b");
+  older.validators.driver = lacking.validators.driver = "570.86.10";
+  ASSERT_TRUE(*node.catalog.commit(older, "test"));
+  ASSERT_TRUE(*node.catalog.commit(lacking, "test"));
+  RedisLink link({RedisEndpoint{redis.socket(), "", 0}, "", std::chrono::milliseconds(500),
+                  std::chrono::milliseconds(100)});
+  FleetLayout layout(node.config.fleet_namespace);
+  FleetWinners winners(link, layout, "node-h200");
+  ASSERT_TRUE(winners.publish(upgraded, "", 1));
+  node.fleet.start();
+  ASSERT_TRUE(testing::eventually([&] { return node.fleet.summary()["resyncs"] >= 1; }));
+  node.fleet.stop();
+  auto value = [&](const Problem& p) {
+    auto r = link.command({"HGET", layout.winners(testing::h200().id()), p.key()});
+    auto w = r ? parse_winner_value(r->str) : std::unexpected(r.error());
+    return w ? w->validators.driver + "/" + w->node_id : "<" + w.error().message + ">";
+  };
+  EXPECT_EQ(value(k_key), "580.159.04/node-h200") << "not moved back to the older driver's";
+  EXPECT_EQ(value(other), "570.86.10/node-b") << "what the hash lacked is filled";
 }
 
 }  // namespace
