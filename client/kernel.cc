@@ -167,6 +167,9 @@ protocol::Expected<void> Kernel::load_into(Loaded& l) {
 
 protocol::Expected<void> Kernel::borrow_workspace(std::string_view name, std::uint64_t address,
                                                   std::uint64_t bytes) {
+  if (address == 0)
+    return protocol::error(ErrorKind::bad_request,
+                           "workspace '" + std::string(name) + "': lend a device address, not 0");
   std::lock_guard lock(m_mutex);
   auto l = current();
   if (!l) return std::unexpected(l.error());

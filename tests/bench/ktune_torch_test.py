@@ -96,7 +96,7 @@ class TransientErrorTest(unittest.TestCase):
             kt.configure(client=stub)
             key = ("linear", "k", code)
             first = kt._kernel(key, "gemm", "bf16", "rc", {"M": 1, "N": 2, "K": 3})
-            self.assertIn("asked again later", first)
+            self.assertIn(f"ktuned could not serve it now ({code}: slow); asked again later", first)
             # Not remembered (it was, for good: a cold compile that outlasted the call's timeout
             # made the shape fall back forever), and the second entry was not asked to wait too.
             self.assertNotIn(key, kt._kernels, code)

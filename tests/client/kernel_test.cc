@@ -315,6 +315,20 @@ TEST(TensorMapTest, MalformedMapsAreRefusedNamingTheArgument) {
   }
 }
 
+// Lending address 0 is refused (launches on streams that already had their own set would have been
+// handed a null workspace).
+TEST(KernelTest, LendingANullWorkspaceIsRefused) {
+  auto image = softmax_image("sm_80");
+  image.launch.args.insert(image.launch.args.begin() + 2, arg("ws", ArgKind::workspace, "i32", 4));
+  auto k = Kernel::create(image);
+  ASSERT_TRUE(k) << k.error().message;
+  auto r = (*k)->borrow_workspace("ws", 0, 16);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, protocol::ErrorKind::bad_request);
+  EXPECT_NE(r.error().message.find("lend a device address, not 0"), std::string::npos)
+      << r.error().message;
+}
+
 // A buffer off 16 bytes is refused before the driver sees it (a misaligned access faults, and the
 // fault ends the CUDA context).
 TEST(KernelTest, AnUnalignedBufferIsRefusedBeforeTheLaunch) {

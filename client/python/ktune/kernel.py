@@ -136,13 +136,11 @@ def buffer_layout_problem(obj: Any, address: int) -> Optional[str]:
     if cai is not None:
         strides = cai.get("strides")
         if strides is not None:
-            itemsize, expect = int(cai["typestr"][2:]), []
-            step = itemsize
-            for d in reversed(cai["shape"]):
-                expect.append(step)
+            step = int(cai["typestr"][2:])  # a dense row-major array's stride, innermost first
+            for d, s in zip(reversed(cai["shape"]), reversed(strides)):
+                if int(d) != 1 and int(s) != step:  # a dimension of one has any stride
+                    return "it is not contiguous (strides " + str(tuple(strides)) + ")"
                 step *= int(d)
-            if tuple(int(s) for s in strides) != tuple(reversed(expect)):
-                return "it is not contiguous (strides " + str(tuple(strides)) + ")"
         return None
     is_contiguous = getattr(obj, "is_contiguous", None)
     if callable(is_contiguous) and not is_contiguous():

@@ -13,7 +13,12 @@ cannot serve a call exactly as torch would — a dtype, layout, stride or alignm
 not take, a CPU tensor, autograd or torch.autocast, an argument it does not implement, no daemon
 answering — the call runs the torch op instead and the reason is recorded for :func:`explain`. A shape that cannot be served is
 remembered, so it falls back at once the next time; a daemon that does not answer (or answers
-late, or is stopping) is asked again after ``retry_s`` seconds, and the shape is not remembered.
+late, is stopping, or cannot serve kernels now) is asked again after ``retry_s`` seconds, and the
+shape is not remembered.
+
+CUDA graphs: a kernel's workspaces are allocated per stream at its first launch there
+(ktune.Kernel), which cannot happen during capture; run the model once on the stream you capture
+on (``torch.cuda.graph(g, stream=s)``), or the captured call runs torch's op.
 """
 
 import os
@@ -116,7 +121,7 @@ def _kernel(key: Tuple[Any, ...], op: str, dtype: str, layout: Optional[str],
     except KtuneError as e:
         if e.code in _TRANSIENT:
             _down_until = time.monotonic() + retry_s
-            return f"no ktuned answered in time ({e.code}: {e.message}); asked again later"
+            return f"ktuned could not serve it now ({e.code}: {e.message}); asked again later"
         result = f"{e.code}: {e.message}"
     _kernels[key] = result
     return result

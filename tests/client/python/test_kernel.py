@@ -202,6 +202,9 @@ class PackingTest(unittest.TestCase):
         dense = FakeArray(0x8000, (4, 8), "<f4")
         self.assertIsNone(buffer_layout_problem(dense, 0x8000))
         self.assertIsNone(buffer_layout_problem(FakeArray(0x8000, (4, 8), "<f4", (32, 4)), 0x8000))
+        # A dimension of one may carry any stride (as torch gives a column of shape (n, 1)).
+        self.assertIsNone(buffer_layout_problem(FakeArray(0x8000, (1024, 1), "<f4", (4, 4096)),
+                                                0x8000))
         # A transposed view and a column slice read other elements; an odd offset faults (and
         # the fault ends the CUDA context).
         self.assertIn("not contiguous", buffer_layout_problem(
