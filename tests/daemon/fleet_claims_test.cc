@@ -344,10 +344,13 @@ TEST_F(FleetClaimsTest, AHolderSharesItsTrialsAgainAfterRedisLostThem) {
   ASSERT_TRUE(a->link.command({"HDEL", trials, lost_field}));
   ASSERT_TRUE(a->link.command({"HSET", trials, "gemm/THREADS=64", "a trial of another holder"}));
   ASSERT_TRUE(a->link.command({"DEL", a->layout.lease(key)}));
-  EXPECT_TRUE(eventually([&] {
-    auto r = a->link.command({"HEXISTS", trials, lost_field});
-    return r && r->integer == 1;
-  }, 5s)) << lost_field << " shared again";
+  EXPECT_TRUE(eventually(
+      [&] {
+        auto r = a->link.command({"HEXISTS", trials, lost_field});
+        return r && r->integer == 1;
+      },
+      5s))
+      << lost_field << " shared again";
   EXPECT_FALSE(held.claim->lost());
   held.claim.reset();
 }
