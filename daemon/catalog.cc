@@ -129,12 +129,20 @@ bool Catalog::fleet_replaces(const WinnerRecord& stored, const WinnerRecord& inc
                              bool news) const {
   const auto templates = m_templates.current();
   const bool own = m_node.owns(stored.device.id());
-  auto servable = [&](const WinnerRecord& r) {
-    return staleness(r, own, *templates).empty() && check_record(r, *templates).has_value();
-  };
-  const bool stored_ok = servable(stored), incoming_ok = servable(incoming);
+  const bool stored_ok = servable(stored, own, *templates);
+  const bool incoming_ok = servable(incoming, own, *templates);
   if (stored_ok == incoming_ok) return prefer_incoming(stored, incoming);
   return incoming_ok && (news || incoming.timestamp > stored.timestamp);
+}
+
+bool Catalog::servable(const WinnerRecord& record, bool own_device) const {
+  return servable(record, own_device, *m_templates.current());
+}
+
+bool Catalog::servable(const WinnerRecord& record, bool own_device,
+                       const TemplateRegistry& templates) const {
+  return check_record(record, templates).has_value() &&
+         staleness(record, own_device, templates).empty();
 }
 
 std::string Catalog::staleness(const WinnerRecord& r, bool own_device) const {

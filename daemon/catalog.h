@@ -62,6 +62,11 @@ class Catalog {
   // measured later; an old record republished must not move the hash back.
   bool fleet_replaces(const WinnerRecord& stored, const WinnerRecord& incoming, bool news) const;
 
+  // Whether this node can serve `record` as exact: check_record passes and staleness is "".
+  bool servable(const WinnerRecord& record, bool own_device) const;
+  bool servable(const WinnerRecord& record, bool own_device,
+                const TemplateRegistry& templates) const;
+
   // Why `record` cannot be served as exact on this node ("" when it can). `own_device`: the
   // record is for one of this node's GPUs (then the driver must match too).
   // Judged by the templates served now, or by a snapshot the caller holds.

@@ -275,8 +275,7 @@ ClaimOutcome FleetClaims::acquire(const JobRecord& job) {
 std::optional<WinnerRecord> FleetClaims::usable_here(const std::string& value,
                                                      const std::string& device) const {
   auto record = parse_winner_value(value);
-  if (!record || !m_deps.catalog.check_record(*record) ||
-      !m_deps.catalog.staleness(*record, m_deps.node.owns(device)).empty())
+  if (!record || !m_deps.catalog.servable(*record, m_deps.node.owns(device)))
     return std::nullopt;  // unreadable, not servable (a template not installed here), stale here
   return std::move(*record);
 }

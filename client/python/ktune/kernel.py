@@ -392,9 +392,7 @@ class Kernel:
     def __init__(self, image: Dict[str, Any]):
         try:
             self._read(image)
-        except KtuneError:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # binascii.Error: a ValueError
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # binascii too
             raise KtuneError("bad_request", f"kernel reply: malformed image "
                                             f"({type(e).__name__}: {e})") from None
 
