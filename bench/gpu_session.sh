@@ -28,6 +28,8 @@ for s in "$@"; do
     gemmcheck) TAIL=60 step gemmcheck 240 .gpu/gemm_check ;;
     gputests) TAIL=40 step gputests 300 .gpu/gpu_tests ;;
     clientgputests) TAIL=30 step clientgputests 240 env KTUNED="$PWD/.gpu/ktuned" .gpu/client_gpu_tests ;;
+    torchgpu) TAIL=30 step torchgpu 240 env KTUNED="$PWD/.gpu/ktuned" PYTHONPATH="$PWD/client/python" \
+        python3 tests/client/python/gpu_torch_test.py ;;
     # CPU only (issue 10): RSS of LookupService after 10M never-seen lookups; pin it with taskset
     # away from the CPUs the GPU steps use when both run in one call.
     memdistinct) TAIL=5 step memdistinct 280 bash -c ".gpu/ktune-memory-bench --distinct 10000000 \

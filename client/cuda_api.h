@@ -16,41 +16,49 @@
 namespace ktune::cuda {
 
 // X-macro of (member name, exported symbol); member types come from cuda.h's declarations.
-#define KTUNE_CLIENT_CUDA_FUNCTIONS(X)                    \
-  X(cuInit, "cuInit")                                     \
-  X(cuGetErrorName, "cuGetErrorName")                     \
-  X(cuGetErrorString, "cuGetErrorString")                 \
-  X(cuDeviceGet, "cuDeviceGet")                           \
-  X(cuDeviceGetCount, "cuDeviceGetCount")                 \
-  X(cuDeviceGetAttribute, "cuDeviceGetAttribute")         \
-  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") \
-  X(cuCtxGetCurrent, "cuCtxGetCurrent")                   \
-  X(cuCtxSetCurrent, "cuCtxSetCurrent")                   \
-  X(cuCtxPushCurrent, "cuCtxPushCurrent_v2")              \
-  X(cuCtxPopCurrent, "cuCtxPopCurrent_v2")                \
-  X(cuCtxGetDevice, "cuCtxGetDevice")                     \
-  X(cuCtxSynchronize, "cuCtxSynchronize")                 \
-  X(cuModuleLoadData, "cuModuleLoadData")                 \
-  X(cuModuleUnload, "cuModuleUnload")                     \
-  X(cuModuleGetFunction, "cuModuleGetFunction")           \
-  X(cuFuncSetAttribute, "cuFuncSetAttribute")             \
-  X(cuLaunchKernel, "cuLaunchKernel")                     \
-  X(cuLaunchKernelEx, "cuLaunchKernelEx")                 \
-  X(cuMemAlloc, "cuMemAlloc_v2")                          \
-  X(cuMemFree, "cuMemFree_v2")                            \
-  X(cuMemsetD8, "cuMemsetD8_v2")                          \
-  X(cuMemsetD8Async, "cuMemsetD8Async")                   \
-  X(cuStreamIsCapturing, "cuStreamIsCapturing")           \
-  X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                      \
-  X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                      \
-  X(cuStreamCreate, "cuStreamCreate")                     \
-  X(cuStreamDestroy, "cuStreamDestroy_v2")                \
-  X(cuStreamSynchronize, "cuStreamSynchronize")           \
-  X(cuEventCreate, "cuEventCreate")                       \
-  X(cuEventDestroy, "cuEventDestroy_v2")                  \
-  X(cuEventRecord, "cuEventRecord")                       \
-  X(cuEventSynchronize, "cuEventSynchronize")             \
-  X(cuEventElapsedTime, "cuEventElapsedTime_v2")          \
+#define KTUNE_CLIENT_CUDA_FUNCTIONS(X)                                      \
+  X(cuInit, "cuInit")                                                       \
+  X(cuGetErrorName, "cuGetErrorName")                                       \
+  X(cuGetErrorString, "cuGetErrorString")                                   \
+  X(cuDeviceGet, "cuDeviceGet")                                             \
+  X(cuDeviceGetCount, "cuDeviceGetCount")                                   \
+  X(cuDeviceGetAttribute, "cuDeviceGetAttribute")                           \
+  X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")                   \
+  X(cuCtxGetCurrent, "cuCtxGetCurrent")                                     \
+  X(cuCtxSetCurrent, "cuCtxSetCurrent")                                     \
+  X(cuCtxPushCurrent, "cuCtxPushCurrent_v2")                                \
+  X(cuCtxPopCurrent, "cuCtxPopCurrent_v2")                                  \
+  X(cuCtxGetDevice, "cuCtxGetDevice")                                       \
+  X(cuCtxSynchronize, "cuCtxSynchronize")                                   \
+  X(cuModuleLoadData, "cuModuleLoadData")                                   \
+  X(cuModuleUnload, "cuModuleUnload")                                       \
+  X(cuModuleGetFunction, "cuModuleGetFunction")                             \
+  X(cuFuncSetAttribute, "cuFuncSetAttribute")                               \
+  X(cuLaunchKernel, "cuLaunchKernel")                                       \
+  X(cuLaunchKernelEx, "cuLaunchKernelEx")                                   \
+  X(cuMemAlloc, "cuMemAlloc_v2")                                            \
+  X(cuMemFree, "cuMemFree_v2")                                              \
+  X(cuMemsetD8, "cuMemsetD8_v2")                                            \
+  X(cuMemsetD8Async, "cuMemsetD8Async")                                     \
+  X(cuStreamIsCapturing, "cuStreamIsCapturing")                             \
+  X(cuThreadExchangeStreamCaptureMode, "cuThreadExchangeStreamCaptureMode") \
+  X(cuStreamBeginCapture, "cuStreamBeginCapture_v2")                        \
+  X(cuStreamEndCapture, "cuStreamEndCapture")                               \
+  X(cuGraphInstantiate, "cuGraphInstantiateWithFlags")                      \
+  X(cuGraphLaunch, "cuGraphLaunch")                                         \
+  X(cuGraphExecDestroy, "cuGraphExecDestroy")                               \
+  X(cuGraphDestroy, "cuGraphDestroy")                                       \
+  X(cuGraphGetNodes, "cuGraphGetNodes")                                     \
+  X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                        \
+  X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                        \
+  X(cuStreamCreate, "cuStreamCreate")                                       \
+  X(cuStreamDestroy, "cuStreamDestroy_v2")                                  \
+  X(cuStreamSynchronize, "cuStreamSynchronize")                             \
+  X(cuEventCreate, "cuEventCreate")                                         \
+  X(cuEventDestroy, "cuEventDestroy_v2")                                    \
+  X(cuEventRecord, "cuEventRecord")                                         \
+  X(cuEventSynchronize, "cuEventSynchronize")                               \
+  X(cuEventElapsedTime, "cuEventElapsedTime_v2")                            \
   X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 
 struct CudaApi {

@@ -31,6 +31,23 @@ std::uint64_t scalar_bits(std::string_view dtype, double value) {
   return bits;
 }
 
+// This thread's stream-capture mode relaxed for a scope: the calls a capture in global or
+// thread-local mode forbids (cuMemAlloc, cuModuleLoadData) are then allowed, as the documentation
+// of cuThreadExchangeStreamCaptureMode advises. Harmless when nothing is being captured.
+class RelaxedCaptureMode {
+ public:
+  explicit RelaxedCaptureMode(const cuda::CudaApi& api) : m_api(api) {
+    m_api.cuThreadExchangeStreamCaptureMode(&m_mode);
+  }
+  ~RelaxedCaptureMode() { m_api.cuThreadExchangeStreamCaptureMode(&m_mode); }  // the mode it had
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  const cuda::CudaApi& m_api;
+  CUstreamCaptureMode m_mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+};
+
 }  // namespace
 
 Kernel::Kernel(protocol::KernelImage image) : m_image(std::move(image)) {}
@@ -148,6 +165,7 @@ protocol::Expected<void> Kernel::load_into(Loaded& l) {
                                std::to_string(major * 10 + minor) + " (it was served for " +
                                m_image.device + "; ask ktune for this device's class)");
   CUmodule module = nullptr;
+  RelaxedCaptureMode relaxed(api);  // a first launch may be inside a graph capture
   if (CUresult r = api.cuModuleLoadData(&module, m_image.cubin.data()); r != CUDA_SUCCESS)
     return std::unexpected(api.error(r, "cuModuleLoadData"));
   l.module = module;
@@ -194,42 +212,61 @@ protocol::Expected<void> Kernel::workspaces_for(Loaded& l, void* stream,
   auto it = std::find_if(l.per_stream.begin(), l.per_stream.end(),
                          [&](const StreamWorkspaces& s) { return s.stream == stream; });
   if (it == l.per_stream.end()) {
-    const cuda::CudaApi& api = **cuda::CudaApi::get();
-    const auto s = static_cast<CUstream>(stream);
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (CUresult r = api.cuStreamIsCapturing(s, &capture); r != CUDA_SUCCESS)
-      return std::unexpected(api.error(r, "cuStreamIsCapturing"));
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE)
-      return protocol::error(ErrorKind::unavailable,
-                             m_image.lowered_name +
-                                 ": its workspaces for this stream are allocated at its first "
-                                 "launch there, which cannot happen during CUDA graph capture "
-                                 "(launch it once on this stream before capturing)");
-    StreamWorkspaces mine{stream, std::vector<std::uint64_t>(l.lent.size(), 0)};
-    for (size_t i = 0; i < l.lent.size(); ++i) {
-      if (l.lent[i]) continue;
-      const protocol::LaunchArg& a = *m_workspace_args[i];
-      CUdeviceptr p = 0;
-      CUresult r = api.cuMemAlloc(&p, size_t(a.bytes));
-      // Zeroed on the launch's stream, so before its first launch there whatever other streams
-      // do, whatever the description says: harmless for scratch, required for the rest.
-      if (r == CUDA_SUCCESS) {
-        mine.owned[i] = std::uint64_t(p);
-        r = api.cuMemsetD8Async(p, 0, size_t(a.bytes), s);
-      }
-      if (r != CUDA_SUCCESS) {
-        for (std::uint64_t w : mine.owned)
-          if (w) api.cuMemFree(CUdeviceptr(w));
-        return std::unexpected(api.error(r, "allocating and zeroing workspace '" + a.name + "' (" +
-                                                std::to_string(a.bytes) + " bytes)"));
-      }
-    }
-    l.per_stream.push_back(std::move(mine));
+    auto mine = allocate_workspaces(l, stream);
+    if (!mine) return std::unexpected(mine.error());
+    l.per_stream.push_back({stream, std::move(*mine)});
     it = std::prev(l.per_stream.end());
   }
   for (size_t i = 0; i < l.lent.size(); ++i)
     if (!out[i]) out[i] = it->owned[i];
   return {};
+}
+
+protocol::Expected<std::vector<std::uint64_t>> Kernel::allocate_workspaces(const Loaded& l,
+                                                                           void* stream_handle) {
+  const cuda::CudaApi& api = **cuda::CudaApi::get();
+  const auto stream = static_cast<CUstream>(stream_handle);
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (CUresult r = api.cuStreamIsCapturing(stream, &capture); r != CUDA_SUCCESS)
+    return std::unexpected(api.error(r, "cuStreamIsCapturing"));
+  if (capture == CU_STREAM_CAPTURE_STATUS_INVALIDATED)
+    return protocol::error(ErrorKind::unavailable,
+                           m_image.lowered_name +
+                               ": the CUDA graph capture on this stream has been invalidated (an "
+                               "earlier call broke it)");
+  // Zeroed before the first launch on `stream` whatever other streams do, whatever the
+  // description says (harmless for scratch, required for the rest): on `stream` itself, or,
+  // while it is being captured, on a private stream waited for, so the graph holds only the
+  // kernel and no memset that would run at every replay.
+  const bool capturing = capture == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  RelaxedCaptureMode relaxed(api);
+  std::vector<std::uint64_t> owned(l.lent.size(), 0);
+  CUstream zeroing = stream;
+  CUresult r = capturing ? api.cuStreamCreate(&zeroing, CU_STREAM_NON_BLOCKING) : CUDA_SUCCESS;
+  std::string what = "creating a stream to zero workspaces on";
+  for (size_t i = 0; i < l.lent.size() && r == CUDA_SUCCESS; ++i) {
+    if (l.lent[i]) continue;
+    const protocol::LaunchArg& a = *m_workspace_args[i];
+    what =
+        "allocating and zeroing workspace '" + a.name + "' (" + std::to_string(a.bytes) + " bytes)";
+    CUdeviceptr p = 0;
+    r = api.cuMemAlloc(&p, size_t(a.bytes));
+    if (r == CUDA_SUCCESS) {
+      owned[i] = std::uint64_t(p);
+      r = api.cuMemsetD8Async(p, 0, size_t(a.bytes), zeroing);
+    }
+  }
+  if (capturing && r == CUDA_SUCCESS) {
+    what = "zeroing workspaces";
+    r = api.cuStreamSynchronize(zeroing);
+  }
+  if (capturing && zeroing) api.cuStreamDestroy(zeroing);
+  if (r != CUDA_SUCCESS) {
+    for (std::uint64_t w : owned)
+      if (w) api.cuMemFree(CUdeviceptr(w));
+    return std::unexpected(api.error(r, what));
+  }
+  return owned;
 }
 
 protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, void* stream,

@@ -13,9 +13,12 @@
 // shared-memory limit is raised as the description asks. Workspaces are allocated at the first
 // launch per context and stream, zeroed on that stream, and owned by the Kernel, unless the
 // application lends its own (borrow_workspace): launches on two streams may run at once, and a
-// split-K kernel's partials and tile tickets must not be shared by two launches in flight. The
-// first launch on a stream cannot happen during CUDA graph capture (it allocates). Thread-safe:
-// launches from several threads are fine.
+// split-K kernel's partials and tile tickets must not be shared by two launches in flight.
+// CUDA graphs: a first launch on a stream being captured (any capture mode) loads the module and
+// allocates with this thread's capture mode relaxed for those calls, and zeroes the workspaces on
+// a private stream, waited for: the graph holds only the kernel, and replays reuse that stream's
+// workspaces (replay graphs captured on one stream one at a time). Thread-safe: launches from
+// several threads are fine.
 //
 // Tensor maps (sm_90 templates such as gemm_tma): a `tensor_map` argument is parsed at create()
 // (client/tensor_map.h) and encoded on every launch with cuTensorMapEncodeTiled from the address
@@ -112,6 +115,9 @@ class Kernel {
   // ones, and the Kernel's own for that stream, allocated and zeroed on it at its first launch
   // there. REQUIRES: m_mutex held; out holds a slot per workspace argument.
   protocol::Expected<void> workspaces_for(Loaded& l, void* stream, std::span<std::uint64_t> out);
+  // The owned workspaces for a first launch on `stream` (0 where lent), allocated and zeroed;
+  // inside a graph capture too (see the header comment).
+  protocol::Expected<std::vector<std::uint64_t>> allocate_workspaces(const Loaded& l, void* stream);
 
   protocol::KernelImage m_image;
   std::vector<Slot> m_slots;

@@ -192,6 +192,49 @@ TEST_F(KernelGpuTest, TwoStreamsRunningOneSplitKShapeAtOnceBothMatch) {
   for (auto& st : streams) m_api->cuStreamDestroy(st);
 }
 
+// A split-K GEMM launched for the first time inside a CUDA graph capture in global mode (as
+// torch.cuda.graph captures, on a non-blocking stream): the module load and the workspaces'
+// allocation happen during the capture, the graph holds the kernel alone (no memset), and it
+// replays correctly on new inputs, as does an eager launch on that stream after. (Such a first
+// launch was refused, so ktune.torch ran torch's op inside every graph.)
+TEST_F(KernelGpuTest, ASplitKGemmFirstLaunchedInsideAGraphCaptureReplaysCorrectly) {
+  const std::int64_t M = 16, N = 4096, K = 4096;  // the heuristic splits K here (test above)
+  CUstream s = nullptr;
+  ASSERT_EQ(m_api->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  const auto w = random(size_t(N * K), -1, 1, 2);
+  DeviceBuffer dw(m_api, w.size() * 2), da(m_api, size_t(M * K) * 2), dc(m_api, size_t(M * N) * 2);
+  dw.upload(bf16(w));
+  ASSERT_EQ(m_api->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+  auto ok = gemm(*m_launcher, {M, N, K}, da.ptr, dw.ptr, dc.ptr, s);
+  CUgraph graph = nullptr;
+  const CUresult ended = m_api->cuStreamEndCapture(s, &graph);
+  ASSERT_TRUE(ok) << ok.error().message;
+  ASSERT_EQ(ended, CUDA_SUCCESS) << m_api->describe(ended);
+  size_t nodes = 0;
+  ASSERT_EQ(m_api->cuGraphGetNodes(graph, nullptr, &nodes), CUDA_SUCCESS);
+  EXPECT_EQ(nodes, 1u) << "the graph holds the kernel alone";
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(m_api->cuGraphInstantiate(&exec, graph, 0), CUDA_SUCCESS);
+  for (unsigned seed : {20u, 21u, 22u, 23u}) {
+    const auto a = random(size_t(M * K), -1, 1, seed);
+    da.upload(bf16(a));  // on the legacy stream, unordered with `s`:
+    ASSERT_EQ(m_api->cuCtxSynchronize(), CUDA_SUCCESS);  // done before the replay reads it
+    if (seed == 23u) {
+      ok = gemm(*m_launcher, {M, N, K}, da.ptr, dw.ptr, dc.ptr, s);
+      ASSERT_TRUE(ok) << ok.error().message;
+    } else {
+      ASSERT_EQ(m_api->cuGraphLaunch(exec, s), CUDA_SUCCESS);
+    }
+    ASSERT_EQ(m_api->cuStreamSynchronize(s), CUDA_SUCCESS);
+    const auto ref = gemm_reference(a, w, M, N, K);
+    EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref), 1e-2)
+        << (seed == 23u ? "the eager launch after the graph" : "replay with seed ") << seed;
+  }
+  m_api->cuGraphExecDestroy(exec);
+  m_api->cuGraphDestroy(graph);
+  m_api->cuStreamDestroy(s);
+}
+
 TEST_F(KernelGpuTest, RowOpsMatchTheHostReference) {
   const std::int64_t rows = 64, cols = 4096;
   const auto x = random(size_t(rows * cols), -3, 3, 3), g = random(size_t(cols), 0.5f, 1.5f, 4),

@@ -15,7 +15,9 @@ limit is raised as the launch description asks; workspaces are allocated and zer
 stream) at the first launch per context and stream, and owned by the Kernel: launches on two
 streams may run at once, and a split-K kernel's partials and tile tickets must not be shared by two
 launches in flight (graphs captured on one stream share its workspaces: replay them one at a
-time). The first launch on a stream cannot happen during CUDA graph capture.
+time). CUDA graphs: a first launch on a stream that is being captured (any capture mode) loads
+the module and allocates the workspaces with this thread's capture mode relaxed for those calls,
+and zeroes them on a private stream, so the graph holds only the kernel and replays correctly.
 Launches run in the context current on the calling thread; their enqueueing is serialized on a
 lock.
 """
@@ -35,6 +37,9 @@ _ARG_KINDS = ("in", "out", "inout", "workspace", "scalar", "tensor_map")
 _CC_MAJOR, _CC_MINOR = 75, 76                # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
 _FUNC_MAX_DYNAMIC_SMEM = 8                   # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4      # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+_CAPTURE_ACTIVE, _CAPTURE_INVALIDATED = 1, 2  # CU_STREAM_CAPTURE_STATUS_*
+_CAPTURE_MODE_RELAXED = 2                     # CU_STREAM_CAPTURE_MODE_RELAXED
+_STREAM_NON_BLOCKING = 1                      # CU_STREAM_NON_BLOCKING
 # CUtensorMapDataType of the dtypes a tensor map can cover (as tuner/gpu_worker.cc maps them), and
 # the wire strings of CUtensorMapSwizzle / CUtensorMapL2promotion in the driver's enum order.
 _TENSOR_MAP_TYPES = {"bf16": 9, "fp16": 6, "fp32": 7, "i32": 3}
@@ -353,9 +358,15 @@ class _Driver:
         self.cuModuleGetFunction = fn("cuModuleGetFunction", ctypes.POINTER(vp), vp, ctypes.c_char_p)
         self.cuFuncSetAttribute = fn("cuFuncSetAttribute", vp, i32, i32)
         self.cuMemAlloc = fn("cuMemAlloc_v2", ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
+        self.cuMemFree = fn("cuMemFree_v2", ctypes.c_uint64)
         self.cuMemsetD8Async = fn("cuMemsetD8Async", ctypes.c_uint64, ctypes.c_ubyte,
                                   ctypes.c_size_t, vp)
         self.cuStreamIsCapturing = fn("cuStreamIsCapturing", vp, ctypes.POINTER(i32))
+        self.cuThreadExchangeStreamCaptureMode = fn("cuThreadExchangeStreamCaptureMode",
+                                                    ctypes.POINTER(i32))
+        self.cuStreamCreate = fn("cuStreamCreate", ctypes.POINTER(vp), u32)
+        self.cuStreamSynchronize = fn("cuStreamSynchronize", vp)
+        self.cuStreamDestroy = fn("cuStreamDestroy_v2", vp)
         self.cuLaunchKernel = fn("cuLaunchKernel", vp, u32, u32, u32, u32, u32, u32, u32, vp,
                                  ctypes.POINTER(vp), ctypes.POINTER(vp))
         self.cuLaunchKernelEx = fn("cuLaunchKernelEx", vp, vp, ctypes.POINTER(vp), ctypes.POINTER(vp))
@@ -370,6 +381,22 @@ class _Driver:
             self.cuGetErrorName(result, ctypes.byref(name))
             raise KtuneError("unavailable", f"{what} failed: "
                                             f"{(name.value or b'CUDA_ERROR_%d' % result).decode()}")
+
+
+class _RelaxedCapture:
+    """This thread's stream-capture mode relaxed for a block: calls that a capture in global or
+    thread-local mode forbids (allocations, module loads) are then allowed, as CUDA's documentation
+    of cuThreadExchangeStreamCaptureMode advises. Harmless when nothing is being captured."""
+
+    def __init__(self, drv: Any):
+        self.drv, self.mode = drv, ctypes.c_int(_CAPTURE_MODE_RELAXED)
+
+    def __enter__(self) -> None:
+        self.drv.check(self.drv.cuThreadExchangeStreamCaptureMode(ctypes.byref(self.mode)),
+                       "cuThreadExchangeStreamCaptureMode")
+
+    def __exit__(self, *exc: Any) -> None:
+        self.drv.cuThreadExchangeStreamCaptureMode(ctypes.byref(self.mode))  # the mode it had
 
 
 class _LaunchConfig(ctypes.Structure):
@@ -499,6 +526,10 @@ class Kernel:
                 drv.check(rc, f"cuLaunchKernel({self.lowered_name})")
 
     def _load(self, drv: _Driver, ctx: int) -> int:
+        with _RelaxedCapture(drv):  # a module load is one of the calls a capture forbids
+            return self._load_relaxed(drv, ctx)
+
+    def _load_relaxed(self, drv: _Driver, ctx: int) -> int:
         dev = ctypes.c_int()
         drv.check(drv.cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
         major, minor = ctypes.c_int(), ctypes.c_int()
@@ -522,23 +553,40 @@ class Kernel:
         return function.value
 
     def _allocate(self, drv: _Driver, ctx: int, stream: int) -> List[int]:
-        """This kernel's workspaces for launches on `stream` in context `ctx`, zeroed on that
-        stream (so before the first launch there, whatever other streams do). Refused while the
-        stream is being captured into a CUDA graph: an allocation would end the capture."""
+        """This kernel's workspaces for launches on `stream` in context `ctx`, zeroed before the
+        first launch there whatever other streams do. Outside capture they are zeroed on `stream`.
+        While `stream` is being captured into a CUDA graph they are allocated with this thread's
+        capture mode relaxed (as CUDA advises for calls a capture forbids) and zeroed on a private
+        stream, waited for, so the graph holds only the kernel."""
         status = ctypes.c_int()
         drv.check(drv.cuStreamIsCapturing(stream, ctypes.byref(status)), "cuStreamIsCapturing")
-        if status.value != 0:
-            raise KtuneError("unavailable", f"{self.lowered_name}: its workspaces for this stream "
-                                            "are allocated at its first launch there, which cannot "
-                                            "happen during CUDA graph capture (launch it once on "
-                                            "this stream before capturing)")
-        workspaces = []
-        for w in self.plan.workspaces:
-            p = ctypes.c_uint64()
-            drv.check(drv.cuMemAlloc(ctypes.byref(p), w["bytes"]), f"allocating workspace '{w['name']}'")
-            drv.check(drv.cuMemsetD8Async(p.value, 0, w["bytes"], stream),
-                      f"zeroing workspace '{w['name']}'")
-            workspaces.append(p.value)
+        if status.value == _CAPTURE_INVALIDATED:
+            raise KtuneError("unavailable", f"{self.lowered_name}: the CUDA graph capture on this "
+                                            "stream has been invalidated (an earlier call broke it)")
+        capturing = status.value == _CAPTURE_ACTIVE
+        workspaces: List[int] = []
+        zeroing = ctypes.c_void_p(stream)
+        with _RelaxedCapture(drv):
+            try:
+                if capturing:
+                    drv.check(drv.cuStreamCreate(ctypes.byref(zeroing), _STREAM_NON_BLOCKING),
+                              "creating a stream to zero workspaces on")
+                for w in self.plan.workspaces:
+                    p = ctypes.c_uint64()
+                    drv.check(drv.cuMemAlloc(ctypes.byref(p), w["bytes"]),
+                              f"allocating workspace '{w['name']}'")
+                    workspaces.append(p.value)
+                    drv.check(drv.cuMemsetD8Async(p.value, 0, w["bytes"], zeroing.value or 0),
+                              f"zeroing workspace '{w['name']}'")
+                if capturing:
+                    drv.check(drv.cuStreamSynchronize(zeroing), "zeroing workspaces")
+            except KtuneError:
+                for address in workspaces:
+                    drv.cuMemFree(address)
+                raise
+            finally:
+                if capturing and zeroing.value:
+                    drv.cuStreamDestroy(zeroing)
         self._workspaces[(ctx, stream)] = workspaces
         return workspaces
 

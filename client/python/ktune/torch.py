@@ -16,9 +16,10 @@ remembered, so it falls back at once the next time; a daemon that does not answe
 late, is stopping, or cannot serve kernels now) is asked again after ``retry_s`` seconds, and the
 shape is not remembered.
 
-CUDA graphs: a kernel's workspaces are allocated per stream at its first launch there
-(ktune.Kernel), which cannot happen during capture; run the model once on the stream you capture
-on (``torch.cuda.graph(g, stream=s)``), or the captured call runs torch's op.
+CUDA graphs: calls captured with ``torch.cuda.graph`` run ktune's kernels on replay, whether or
+not they ran before the capture (ktune.Kernel allocates a kernel's workspaces for the capture stream
+during the capture, with the capture mode relaxed for those calls). Graphs captured on one stream
+share its workspaces: replay them one at a time.
 """
 
 import os

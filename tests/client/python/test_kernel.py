@@ -315,8 +315,36 @@ class FakeDriver:
 
     def __init__(self, kernel):
         self.kernel, self.ctx, self.fail_launch, self.fail_encode = kernel, 0xC0, 0, 0
-        self.capturing = 0  # cuStreamIsCapturing's answer: 0 none, 1 active
+        self.capturing = 0  # cuStreamIsCapturing's answer: 0 none, 1 active, 2 invalidated
+        self.mode = 0       # this thread's capture mode: 0 global (the default), 2 relaxed
         self.loads, self.launches, self.allocs, self.memsets, self.encodes = [], [], [], [], []
+        self.frees, self.streams = [], []  # streams: (event, handle)
+
+    def forbidden(self):
+        """What a capture in global mode answers an allocation or a module load: refused (and the
+        capture invalidated), unless this thread's mode is relaxed."""
+        return self.capturing == 1 and self.mode != 2
+
+    def cuThreadExchangeStreamCaptureMode(self, mode):
+        mode._obj.value, self.mode = self.mode, mode._obj.value
+        return 0
+
+    def cuStreamCreate(self, out, flags):
+        out._obj.value = 0x5000 + len(self.streams)
+        self.streams.append(("create", out._obj.value, flags))
+        return 0
+
+    def cuStreamSynchronize(self, stream):
+        self.streams.append(("sync", stream.value))
+        return 0
+
+    def cuStreamDestroy(self, stream):
+        self.streams.append(("destroy", stream.value))
+        return 0
+
+    def cuMemFree(self, address):
+        self.frees.append(address)
+        return 0
 
     def cuCtxGetCurrent(self, out):
         out.contents.value = self.ctx
@@ -331,6 +359,8 @@ class FakeDriver:
         return 0
 
     def cuModuleLoadData(self, out, cubin):
+        if self.forbidden():
+            return 900  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
         self.loads.append(self.ctx)
         out._obj.value = 0x1000 + len(self.loads)
         return 0
@@ -343,6 +373,8 @@ class FakeDriver:
         return 0
 
     def cuMemAlloc(self, out, size):
+        if self.forbidden():
+            return 900  # CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
         self.allocs.append(size)
         out._obj.value = 0x70000 + 0x1000 * len(self.allocs)
         return 0
@@ -498,16 +530,53 @@ class LaunchPathTest(unittest.TestCase):
         kernel.launch_addresses(buffers, 7)
         kernel.launch_addresses(buffers, 8)
         self.assertEqual(len(drv.allocs), 3 * len(spaces))
-        # A first launch on a stream under CUDA graph capture is refused before it allocates
-        # (an allocation would end the capture); a stream with workspaces launches as before.
+        # A first launch on a stream under CUDA graph capture (global mode, as torch.cuda.graph
+        # captures) allocates with this thread's mode relaxed and zeroes on a private stream,
+        # waited for: the captured stream gets only the kernel. The mode is restored after.
+        # (It was refused, and ktune.torch fell back to torch's op inside every graph.)
         drv.capturing = 1
-        with self.assertRaises(ktune.KtuneError) as e:
-            kernel.launch_addresses(buffers, 9)
-        self.assertIn("graph capture", e.exception.message)
-        self.assertEqual(len(drv.allocs), 3 * len(spaces))
+        kernel.launch_addresses(buffers, 9)
+        self.assertEqual(drv.mode, 0)
+        self.assertEqual(drv.allocs, [w["bytes"] for w in spaces] * 4)
+        private = drv.streams[0][1]
+        self.assertEqual(drv.streams, [("create", private, 1), ("sync", private),
+                                       ("destroy", private)])
+        self.assertEqual([m[3] for m in drv.memsets[3 * len(spaces):]], [private] * len(spaces))
+        self.assertEqual(drv.launches[-1]["stream"], 9)
         launches = len(drv.launches)
         kernel.launch_addresses(buffers, 7)
         self.assertEqual(len(drv.launches), launches + 1)
+        # A capture already invalidated is refused before anything is allocated.
+        drv.capturing = 2
+        with self.assertRaises(ktune.KtuneError) as e:
+            kernel.launch_addresses(buffers, 10)
+        self.assertIn("invalidated", e.exception.message)
+        self.assertEqual(len(drv.allocs), 4 * len(spaces))
+
+    def test_a_first_launch_inside_a_capture_loads_the_module_in_relaxed_mode(self):
+        kernel = ktune.Kernel(self.client.kernel("gemm", dtype="bf16", layout="rc", device=H200,
+                                                 M=16, N=4096, K=4096))
+        drv = self.fake(kernel)
+        drv.capturing = 1
+        kernel.launch_addresses((0xA000, 0xB000, 0xC000), 9)
+        self.assertEqual(drv.loads, [0xC0])
+        self.assertEqual(drv.mode, 0)
+        self.assertEqual(len(drv.launches), 1)
+
+    def test_a_failed_allocation_frees_what_it_allocated_and_restores_the_mode(self):
+        kernel = ktune.Kernel(self.client.kernel("gemm", dtype="bf16", layout="rc", device=H200,
+                                                 M=16, N=4096, K=4096))
+        self.assertGreaterEqual(len(kernel.plan.workspaces), 2, "split-K: partials and tickets")
+        drv = self.fake(kernel)
+        allocate = drv.cuMemAlloc
+        drv.cuMemAlloc = lambda out, size: allocate(out, size) if not drv.allocs else 2
+        drv.capturing = 1
+        with self.assertRaises(ktune.KtuneError):
+            kernel.launch_addresses((0xA000, 0xB000, 0xC000), 9)
+        self.assertEqual(drv.frees, [0x71000])
+        self.assertEqual(drv.mode, 0)
+        self.assertEqual([e[0] for e in drv.streams], ["create", "destroy"])
+        self.assertEqual(drv.launches, [])
 
     def test_tensor_maps_are_encoded_from_their_buffers_on_every_launch(self):
         # The served softmax cubin (sm_90) under gemm_tma's description: Kernel checks the cubin's
