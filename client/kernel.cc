@@ -241,8 +241,9 @@ protocol::Expected<std::vector<std::uint64_t>> Kernel::allocate_workspaces(const
   const bool capturing = capture == CU_STREAM_CAPTURE_STATUS_ACTIVE;
   RelaxedCaptureMode relaxed(api);
   std::vector<std::uint64_t> owned(l.lent.size(), 0);
-  CUstream zeroing = stream;
-  CUresult r = capturing ? api.cuStreamCreate(&zeroing, CU_STREAM_NON_BLOCKING) : CUDA_SUCCESS;
+  CUstream mine = nullptr;  // the private stream, created only while capturing
+  CUresult r = capturing ? api.cuStreamCreate(&mine, CU_STREAM_NON_BLOCKING) : CUDA_SUCCESS;
+  const CUstream zeroing = capturing ? mine : stream;
   std::string what = "creating a stream to zero workspaces on";
   for (size_t i = 0; i < l.lent.size() && r == CUDA_SUCCESS; ++i) {
     if (l.lent[i]) continue;
@@ -260,7 +261,7 @@ protocol::Expected<std::vector<std::uint64_t>> Kernel::allocate_workspaces(const
     what = "zeroing workspaces";
     r = api.cuStreamSynchronize(zeroing);
   }
-  if (capturing && zeroing) api.cuStreamDestroy(zeroing);
+  if (mine) api.cuStreamDestroy(mine);
   if (r != CUDA_SUCCESS) {
     for (std::uint64_t w : owned)
       if (w) api.cuMemFree(CUdeviceptr(w));

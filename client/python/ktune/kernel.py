@@ -565,7 +565,7 @@ class Kernel:
                                             "stream has been invalidated (an earlier call broke it)")
         capturing = status.value == _CAPTURE_ACTIVE
         workspaces: List[int] = []
-        zeroing = ctypes.c_void_p(stream)
+        zeroing = ctypes.c_void_p(None if capturing else stream)  # capturing: a private stream
         with _RelaxedCapture(drv):
             try:
                 if capturing:

@@ -577,6 +577,12 @@ class LaunchPathTest(unittest.TestCase):
         self.assertEqual(drv.mode, 0)
         self.assertEqual([e[0] for e in drv.streams], ["create", "destroy"])
         self.assertEqual(drv.launches, [])
+        # A private stream that could not be created is not destroyed, nor is the caller's.
+        drv.cuMemAlloc, drv.streams = allocate, []
+        drv.cuStreamCreate = lambda out, flags: 2
+        with self.assertRaises(ktune.KtuneError):
+            kernel.launch_addresses((0xA000, 0xB000, 0xC000), 9)
+        self.assertEqual(drv.streams, [])
 
     def test_tensor_maps_are_encoded_from_their_buffers_on_every_launch(self):
         # The served softmax cubin (sm_90) under gemm_tma's description: Kernel checks the cubin's
