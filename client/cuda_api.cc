@@ -4,8 +4,23 @@
 
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 namespace ktune::cuda {
+
+namespace {
+
+// dlsym, and for an entry point newer drivers export as `_v2`, the older name an older driver
+// exports with the same signature (cuEventElapsedTime_v2 came with CUDA 12.8; R535 and R550
+// drivers have only cuEventElapsedTime).
+void* find_symbol(void* lib, const char* symbol) {
+  if (void* f = ::dlsym(lib, symbol)) return f;
+  if (std::string_view(symbol) == "cuEventElapsedTime_v2")
+    return ::dlsym(lib, "cuEventElapsedTime");
+  return nullptr;
+}
+
+}  // namespace
 
 protocol::Expected<const CudaApi*> CudaApi::get() {
   static std::once_flag once;
@@ -19,7 +34,7 @@ protocol::Expected<const CudaApi*> CudaApi::get() {
       return;
     }
 #define KTUNE_LOAD(name, symbol)                                                     \
-  api.name = reinterpret_cast<decltype(api.name)>(::dlsym(lib, symbol));             \
+  api.name = reinterpret_cast<decltype(api.name)>(find_symbol(lib, symbol));         \
   if (!api.name) {                                                                   \
     failure = protocol::Error{protocol::ErrorKind::unavailable,                      \
                               "the CUDA driver lacks " + std::string(symbol) +       \
