@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "client/cubin.h"
 #include "client/cuda_api.h"
@@ -270,6 +272,39 @@ protocol::Expected<std::vector<std::uint64_t>> Kernel::allocate_workspaces(const
   return owned;
 }
 
+protocol::Expected<void> Kernel::check_scalar(const ScalarArg& o) const {
+  const Slot* slot = nullptr;
+  std::string names;
+  for (const Slot& s : m_slots)
+    if (s.from == Slot::From::scalar) {
+      if (s.name == o.name) slot = &s;
+      names += (names.empty() ? "" : ", ") + std::string(s.name);
+    }
+  const std::string name(o.name);
+  if (!slot)
+    return protocol::error(ErrorKind::bad_request,
+                           "the kernel has no scalar '" + name + "' (its scalars: " + names + ")");
+  if (slot->dtype != "f32") {  // i32/i64: a dimension; the grid and workspaces were sized for it
+    std::int64_t served = 0;
+    if (slot->dtype == "i32") {
+      std::int32_t v = 0;
+      std::memcpy(&v, &slot->bits, sizeof v);
+      served = v;
+    } else {
+      std::memcpy(&served, &slot->bits, sizeof served);
+    }
+    return protocol::error(ErrorKind::bad_request,
+                           "scalar '" + name + "' is a dimension the kernel was served for (" +
+                               name + "=" + std::to_string(served) +
+                               "); ask for the kernel of the other shape");
+  }
+  if (std::isfinite(o.value) && std::fabs(o.value) > std::numeric_limits<float>::max())
+    return protocol::error(
+        ErrorKind::bad_request,
+        "scalar '" + name + "' = " + std::to_string(o.value) + " does not fit the kernel's f32");
+  return {};
+}
+
 protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, void* stream,
                                         std::span<const ScalarArg> scalars) {
   if (buffers.size() != m_buffer_names.size()) {
@@ -280,9 +315,12 @@ protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, 
                                                        " buffers (" + names + "), " +
                                                        std::to_string(buffers.size()) + " given");
   }
-  // The templates load 16 bytes at a time and TMA needs it: an address off 16 bytes faults, and
-  // the fault ends the CUDA context.
-  for (size_t i = 0; i < buffers.size(); ++i)
+  // The templates load 16 bytes at a time and TMA needs it: an address off 16 bytes (or 0)
+  // faults, and the fault ends the CUDA context.
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    if (buffers[i] == 0)
+      return protocol::error(ErrorKind::bad_request, "buffer '" + m_buffer_names[i] +
+                                                         "': its address is 0 (a null pointer)");
     if (buffers[i] % 16 != 0) {
       char hex[32];
       std::snprintf(hex, sizeof hex, "0x%llx", static_cast<unsigned long long>(buffers[i]));
@@ -290,6 +328,9 @@ protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, 
           ErrorKind::bad_request,
           "buffer '" + m_buffer_names[i] + "': its address " + hex + " is not 16-byte aligned");
     }
+  }
+  for (const ScalarArg& o : scalars)
+    if (auto ok = check_scalar(o); !ok) return ok;
   Loaded* l = nullptr;
   std::array<std::uint64_t, k_max_params> workspaces;  // no more workspaces than parameters
   {

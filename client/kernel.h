@@ -64,7 +64,9 @@ class Kernel {
   // addresses of the buffer arguments that are not workspaces (in, out, inout; passed or only
   // reached through a tensor map), in argument order.
   // REQUIRES: a CUDA context is current on this thread; each buffer holds at least the bytes the
-  // description gives for it. A buffer address off 16 bytes is refused (bad_request).
+  // description gives for it. A buffer address that is 0 or off 16 bytes is refused
+  // (bad_request), as is a scalar that is not one of the kernel's f32 coefficients (alpha, beta,
+  // eps): the i32/i64 scalars are the dimensions it was served for.
   protocol::Expected<void> launch(std::span<const std::uint64_t> buffers, void* stream,
                                   std::span<const ScalarArg> scalars = {});
   protocol::Expected<void> launch(std::initializer_list<std::uint64_t> buffers, void* stream) {
@@ -108,6 +110,9 @@ class Kernel {
 
   explicit Kernel(protocol::KernelImage image);
   protocol::Expected<void> plan_slots();
+  // A launch's scalar override names an f32 coefficient of this kernel, with a value f32 holds;
+  // the i32/i64 scalars are dimensions the kernel was served for.
+  protocol::Expected<void> check_scalar(const ScalarArg& o) const;
   // The module for the current context, loading it (arch check, smem attribute) on first use.
   protocol::Expected<Loaded*> current();
   protocol::Expected<void> load_into(Loaded& l);

@@ -342,6 +342,48 @@ TEST(KernelTest, AnUnalignedBufferIsRefusedBeforeTheLaunch) {
       << r.error().message;
 }
 
+// A null buffer is refused before the driver sees it (the launch would fault and end the
+// context).
+TEST(KernelTest, ANullBufferIsRefusedBeforeTheLaunch) {
+  auto k = Kernel::create(softmax_image("sm_90"));
+  ASSERT_TRUE(k) << k.error().message;
+  auto r = (*k)->launch({0, 0x2000}, nullptr);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, protocol::ErrorKind::bad_request);
+  EXPECT_NE(r.error().message.find("buffer 'x': its address is 0"), std::string::npos)
+      << r.error().message;
+}
+
+// A scalar override must name one of the kernel's f32 coefficients, with a value f32 holds: an
+// unknown name ran with the default (alpha for Alpha), and a dimension ran a grid sized for
+// another shape (a larger M wrote out of bounds).
+TEST(KernelTest, AScalarOverrideNamesAnF32CoefficientTheKernelHas) {
+  auto image = softmax_image("sm_90");
+  image.launch.args.push_back(arg("scale", ArgKind::scalar, "f32", 0, 1));
+  auto k = Kernel::create(image);
+  ASSERT_TRUE(k) << k.error().message;
+  const std::uint64_t buffers[] = {0x1000, 0x2000};
+  struct Case {
+    ScalarArg o;
+    std::string says;
+  } cases[] = {
+      {{"Scale", 2.0}, "the kernel has no scalar 'Scale' (its scalars: rows, cols, scale)"},
+      {{"rows", 16}, "scalar 'rows' is a dimension the kernel was served for (rows=8)"},
+      {{"scale", 1e300}, "does not fit the kernel's f32"},
+  };
+  for (const auto& c : cases) {
+    auto r = (*k)->launch(buffers, nullptr, std::span<const ScalarArg>(&c.o, 1));
+    ASSERT_FALSE(r) << c.says;
+    EXPECT_EQ(r.error().kind, protocol::ErrorKind::bad_request);
+    EXPECT_NE(r.error().message.find(c.says), std::string::npos) << r.error().message;
+  }
+  if (cuda::CudaApi::get()) return;  // with a driver, a valid override would launch
+  const ScalarArg ok{"scale", 0.5};
+  auto r = (*k)->launch(buffers, nullptr, std::span<const ScalarArg>(&ok, 1));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, protocol::ErrorKind::unavailable) << "checked, then no driver";
+}
+
 // Without a driver (CI), creating a Kernel works and launching says why it cannot.
 TEST(KernelTest, WithoutADriverALaunchIsAClearError) {
   if (cuda::CudaApi::get()) GTEST_SKIP() << "a CUDA driver is present (the gpu tests launch)";

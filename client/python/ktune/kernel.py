@@ -135,6 +135,8 @@ def buffer_layout_problem(obj: Any, address: int) -> Optional[str]:
     16-byte aligned (the templates load 16 bytes at a time, TMA needs it), or an object that says
     it is not contiguous (a transposed view, a column slice: the kernel would read other
     elements)."""
+    if address == 0:
+        return "its address is 0 (a null pointer)"
     if address % 16:
         return f"its address 0x{address:x} is not 16-byte aligned"
     cai = getattr(obj, "__cuda_array_interface__", None)
@@ -301,8 +303,13 @@ class ArgPlan:
         if scalars:
             for name, value in scalars.items():
                 if name not in self._scalars:
-                    raise KtuneError("bad_request", f"the kernel has no scalar '{name}'")
-                i, _ = self._scalars[name]
+                    raise KtuneError("bad_request", f"the kernel has no scalar '{name}' (its "
+                                                    f"scalars: {', '.join(self._scalars)})")
+                i, default = self._scalars[name]
+                if isinstance(default, int):  # the grid and workspaces were sized for it
+                    raise KtuneError("bad_request", f"scalar '{name}' is a dimension the kernel "
+                                                    f"was served for ({name}={default}); ask for "
+                                                    "the kernel of the other shape")
                 slots[i].value = value
                 self._overridden.append(name)
 

@@ -435,13 +435,19 @@ class LaunchPathTest(unittest.TestCase):
         drv = self.fake(kernel)
         rows, cols = kernel.description["args"][2]["value"], kernel.description["args"][3]["value"]
         kernel.launch_addresses((0xA000, 0xB000), 7)
-        kernel.launch_addresses((0xA100, 0xB100), 8, {"rows": 3})
+        # Only f32 coefficients may change at launch: rows is a dimension the grid was sized for
+        # (a larger value wrote out of bounds), and a misspelt name is not silently ignored.
+        for override, says in (({"rows": 3}, "dimension the kernel was served for (rows=64)"),
+                               ({"Rows": 3}, "has no scalar 'Rows' (its scalars: rows, cols)")):
+            with self.assertRaises(ktune.KtuneError) as e:
+                kernel.launch_addresses((0xA100, 0xB100), 8, override)
+            self.assertIn(says, e.exception.message)
         kernel.launch_addresses((0xA200, 0xB200), 9)
         self.assertEqual([l["values"][:2] for l in drv.launches],
-                         [[0xA000, 0xB000], [0xA100, 0xB100], [0xA200, 0xB200]])
-        self.assertEqual([l["values"][2] for l in drv.launches], [rows, 3, rows])
-        self.assertEqual([l["values"][3] for l in drv.launches], [cols] * 3)
-        self.assertEqual([l["stream"] for l in drv.launches], [7, 8, 9])
+                         [[0xA000, 0xB000], [0xA200, 0xB200]])
+        self.assertEqual([l["values"][2] for l in drv.launches], [rows, rows])
+        self.assertEqual([l["values"][3] for l in drv.launches], [cols] * 2)
+        self.assertEqual([l["stream"] for l in drv.launches], [7, 9])
         d = kernel.description
         self.assertEqual(drv.launches[0]["grid"], tuple(d["grid"]))
         self.assertEqual(drv.launches[0]["block"], tuple(d["block"]))
@@ -486,6 +492,9 @@ class LaunchPathTest(unittest.TestCase):
         self.assertIn(f"buffer '{y}': its address 0x9000004 is not 16-byte aligned",
                       e.exception.message)
         self.assertEqual(drv.launches, [])
+        with self.assertRaises(ktune.KtuneError) as e:  # a null pointer faults like the others
+            kernel.launch(0, 0x9000000)
+        self.assertIn(f"buffer '{x}': its address is 0", e.exception.message)
         kernel.launch(FakeArray(0x8000, (64, 1024), "<f4"), 0x9000000)
         self.assertEqual(len(drv.launches), 1)
 
