@@ -146,7 +146,11 @@ protocol::Expected<Kernel::Loaded*> Kernel::current() {
   auto l = std::make_unique<Loaded>();
   l->context = ctx;
   l->lent.resize(m_workspace_args.size());
-  if (auto ok = load_into(*l); !ok) return std::unexpected(ok.error());
+  if (auto ok = load_into(*l); !ok) {
+    // A module whose entry or shared-memory limit failed: unloaded, or each retry leaks one.
+    if (l->module) (*api)->cuModuleUnload(static_cast<CUmodule>(l->module));
+    return std::unexpected(ok.error());
+  }
   m_loaded.push_back(std::move(l));
   return m_loaded.back().get();
 }
