@@ -93,6 +93,7 @@ std::string time_colour(double ratio) {
   // Viridis-like stops, fastest first (bright yellow) to 4x slower (dark violet).
   static constexpr double k_stops[][3] = {
       {253, 231, 37}, {94, 201, 98}, {33, 145, 140}, {59, 82, 139}, {68, 1, 84}};
+  if (std::isnan(ratio)) ratio = 4;                  // no time to compare: the far end
   double t = std::log2(std::max(ratio, 1.0)) / 2.0;  // 0 at best, 1 at 4x
   t = std::clamp(t, 0.0, 1.0) * 4.0;
   const int i = std::min(int(t), 3);

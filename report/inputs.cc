@@ -134,7 +134,9 @@ Result<std::vector<ReplayCurves>> parse_replay(std::string_view text, std::strin
 }
 
 std::vector<TrialSet> trial_sets_from_records(std::vector<TrialRecord> records) {
-  std::erase_if(records, [](const TrialRecord& r) { return r.outcome == Outcome::in_flight; });
+  std::erase_if(records, [](const TrialRecord& r) {
+    return r.outcome == Outcome::in_flight || !r.plausible();
+  });
   std::stable_sort(records.begin(), records.end(),
                    [](const auto& a, const auto& b) { return a.timestamp < b.timestamp; });
   std::map<std::pair<std::string, std::string>, TrialSet> by_key;

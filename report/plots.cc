@@ -35,6 +35,9 @@ double nice_step(double range, double parts) {
 // under a decade, evenly spaced nice values, so a narrow axis still has labels.
 std::vector<double> log_ticks(double lo, double hi) {
   std::vector<double> ticks;
+  // Data that reached a log axis unchecked (0, NaN, inf) gets no ticks, not 2^31 of them.
+  if (!(lo > 0 && hi > lo && std::isfinite(hi)) || std::log10(hi) - std::log10(lo) > 60)
+    return ticks;
   const int d0 = int(std::floor(std::log10(lo))), d1 = int(std::ceil(std::log10(hi)));
   const bool fine = d1 - d0 <= 2;
   for (int d = d0; d <= d1; ++d)

@@ -28,7 +28,7 @@ svg .roof{fill:none;stroke:#111;stroke-width:2}svg .roof2{stroke:#777;stroke-das
 svg .leader{stroke:#bbb;stroke-width:.7}svg .point{stroke:#fff;stroke-width:1}svg .plabel{font-size:10.5px}
 svg .bw{fill:#3b82c4}svg .miss{fill:#d97706}svg .job{fill:#2ca02c}svg .job.failed{fill:#d62728}svg .job.cancelled{fill:#999}
 .problem{margin-bottom:10px}.two{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}
-#report-errors{color:#c00;white-space:pre-wrap}
+#report-errors{color:#c00;white-space:pre-wrap}.left-out{color:#c00}
 )";
 
 // Records script errors in the page itself (a browser test reads them from the DOM) and marks
@@ -455,6 +455,7 @@ std::string render_report(const ReportInput& in) {
   if (!in.generated_by.empty()) meta += "; made by " + in.generated_by;
   if (!in.generated_at.empty()) meta += " at " + in.generated_at;
   page += escape_html(meta) + "</p><div id=\"report-errors\"></div>";
+  for (const auto& note : in.notes) page += "<p class=\"left-out\">" + escape_html(note) + "</p>";
   page += "<nav><a href=\"#roofline\">roofline</a><a href=\"#node\">node</a>";
   for (const auto& [key, v] : views)
     page += "<a href=\"#" + anchor_id(key) + "\">" +

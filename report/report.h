@@ -81,6 +81,9 @@ struct ReportInput {
   std::vector<ReplayCurves> replays;
   std::vector<WinnerRecord> winners;
   Ceilings ceilings = h200_ceilings();
+  // What could not be read while gathering the input (a store's undecodable records), shown at
+  // the top of the page.
+  std::vector<std::string> notes;
   // A live daemon's replies (the status, misses and jobs ops' results); null when absent.
   nlohmann::json status;
   nlohmann::json misses;

@@ -441,6 +441,10 @@ std::string WinnerRecord::key() const {
   return device.id() + "/" + problem.key();
 }
 
+bool TrialRecord::plausible() const {
+  return outcome != Outcome::ok || (std::isfinite(median_us) && median_us > 0);
+}
+
 std::string TrialRecord::key() const {
   return device.id() + "/" + problem.key() + "/" + template_name + "/" + params_to_string(params);
 }
@@ -586,10 +590,11 @@ Result<std::optional<WinnerRecord>> get_winner(Store& store, const DeviceClass& 
 
 namespace {
 
-// Scans a table, decoding every value; the first undecodable one fails the scan with its key.
+// Scans a table, decoding every value; the first undecodable one fails the scan with its key,
+// or, with `skipped`, is counted there and passed over.
 template <typename T, typename Decode>
 Result<std::vector<T>> scan_decoded(Store& store, Table table, const std::string& prefix,
-                                    Decode decode) {
+                                    Decode decode, Skipped* skipped = nullptr) {
   std::vector<T> out;
   std::optional<Error> error;
   auto scanned = store.scan(table, prefix, [&](std::string_view key, std::string_view value) {
@@ -597,7 +602,10 @@ Result<std::vector<T>> scan_decoded(Store& store, Table table, const std::string
     if (!r) {
       error = Error{r.error().code, std::string(table_name(table)) + " key '" + std::string(key) +
                                         "': " + r.error().message};
-      return false;
+      if (!skipped) return false;
+      if (skipped->count++ == 0) skipped->first = std::move(error->message);
+      error.reset();
+      return true;
     }
     out.push_back(std::move(*r));
     return true;
@@ -609,17 +617,19 @@ Result<std::vector<T>> scan_decoded(Store& store, Table table, const std::string
 
 }  // namespace
 
-Result<std::vector<WinnerRecord>> scan_winners(Store& store, const std::string& device_id) {
+Result<std::vector<WinnerRecord>> scan_winners(Store& store, const std::string& device_id,
+                                               Skipped* skipped) {
   return scan_decoded<WinnerRecord>(store, Table::winners, device_id.empty() ? "" : device_id + "/",
-                                    decode_winner);
+                                    decode_winner, skipped);
 }
 
 void add_trial(WriteBatch& batch, const TrialRecord& r) {
   batch.put(Table::trials, r.key(), encode(r));
 }
 
-Result<std::vector<TrialRecord>> scan_trials(Store& store, const std::string& prefix) {
-  return scan_decoded<TrialRecord>(store, Table::trials, prefix, decode_trial);
+Result<std::vector<TrialRecord>> scan_trials(Store& store, const std::string& prefix,
+                                             Skipped* skipped) {
+  return scan_decoded<TrialRecord>(store, Table::trials, prefix, decode_trial, skipped);
 }
 
 Result<void> put_job(Store& store, const JobRecord& r) {

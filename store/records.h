@@ -119,6 +119,9 @@ struct TrialRecord {
 
   // "<device id>/<problem key>/<template>/<params>": the latest result per config.
   std::string key() const;
+  // Whether the record can be believed: an `ok` trial has a finite median_us > 0 (a peer or an
+  // old writer can hand over anything; the report and the tuner's reuse divide by it).
+  bool plausible() const;
   friend bool operator==(const TrialRecord&, const TrialRecord&) = default;
 };
 
@@ -206,14 +209,22 @@ Result<void> validate_winner(const WinnerRecord& r);
 Result<void> put_winner(Store& store, const WinnerRecord& r);
 Result<std::optional<WinnerRecord>> get_winner(Store& store, const DeviceClass& device,
                                                const Problem& problem);
+// Records a scan passed over because they did not decode (a reader that shows what it can).
+struct Skipped {
+  size_t count = 0;
+  std::string first;  // the first one's key and reason
+};
+
 // Every winner (optionally only one device class's), in key order. A record that fails to
-// decode is an error naming its key.
-Result<std::vector<WinnerRecord>> scan_winners(Store& store, const std::string& device_id = "");
+// decode is an error naming its key, or with `skipped`, counted there and left out.
+Result<std::vector<WinnerRecord>> scan_winners(Store& store, const std::string& device_id = "",
+                                               Skipped* skipped = nullptr);
 
 // A tuning job writes each trial with one buffered put as soon as it is known (in flight before
 // launch, then its outcome); add_trial is for writers of many records at once.
 void add_trial(WriteBatch& batch, const TrialRecord& r);
-Result<std::vector<TrialRecord>> scan_trials(Store& store, const std::string& prefix = "");
+Result<std::vector<TrialRecord>> scan_trials(Store& store, const std::string& prefix = "",
+                                             Skipped* skipped = nullptr);
 
 Result<void> put_job(Store& store, const JobRecord& r);
 Result<std::optional<JobRecord>> get_job(Store& store, const std::string& id);

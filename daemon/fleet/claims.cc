@@ -287,7 +287,8 @@ int FleetClaims::take_trials(const std::string& key) {
   int n = 0;
   for (size_t i = 0; i + 1 < r->elements.size(); i += 2) {
     auto trial = decode_trial(r->elements[i + 1].str);
-    if (!trial || trial->outcome == Outcome::in_flight || !trial->key().starts_with(key + "/"))
+    if (!trial || trial->outcome == Outcome::in_flight || !trial->plausible() ||
+        !trial->key().starts_with(key + "/"))
       continue;
     add_trial(batch, *trial);
     ++n;

@@ -61,6 +61,20 @@ TEST(ReportPageTest, DrawsTheStoresWinnersTrialsAndMisses) {
   EXPECT_EQ(count(page, "<rect class=\"miss\""), 1u);
   EXPECT_NE(page.find("6 measured configs in 1 recorded search"), std::string::npos);
   EXPECT_NE(page.find("report-node"), std::string::npos);
+  EXPECT_EQ(page.find("class=\"left-out\""), std::string::npos) << "nothing left out";
+
+  // One record that does not decode is left out and said; the page keeps the others (it said
+  // "0 recorded trials" and showed no winners, silently).
+  ASSERT_TRUE(parts.store.put(Table::trials, "zzz/broken", "\x01{not json", Durability::sync));
+  ASSERT_TRUE(parts.store.put(Table::winners, "zzz/broken", "\x01{not json", Durability::sync));
+  const std::string damaged = render_report_page(parts.ctx);
+  EXPECT_NE(damaged.find("6 measured configs in 1 recorded search"), std::string::npos);
+  EXPECT_EQ(count(damaged, "<circle class=\"point\""), 1u);
+  EXPECT_NE(damaged.find("1 trials record(s) could not be decoded and are left out; the first: "
+                         "trials key &#39;zzz/broken&#39;"),
+            std::string::npos)
+      << damaged.substr(0, 3000);
+  EXPECT_NE(damaged.find("1 winners record(s) could not be decoded"), std::string::npos);
 }
 
 }  // namespace

@@ -2,12 +2,14 @@
 // hostile text, and its size for a large recorded search.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <set>
 #include <sstream>
 #include <tuple>
 
+#include "report/draw.h"
 #include "report/report.h"
 #include "store/table_io.h"
 #include "tests/fakes/test_records.h"
@@ -113,16 +115,33 @@ TEST(ReportParse, GroupsStoreRecordsByProblemInTimeOrder) {
   records.push_back(rec(b, 10, Outcome::ok, 1));
   records.push_back(rec(a, 20, Outcome::ok, 2));
   records.push_back(rec(a, 40, Outcome::in_flight, 0));
+  // `ok` with no believable time (a peer's or an old writer's): dropped. One such record drew a
+  // log axis from 0, and /report looped 2^31 times filling memory.
+  for (double us : {0.0, -1.0, std::nan(""), double(INFINITY)})
+    records.push_back(rec(a, 50, Outcome::ok, us));
   const auto sets = trial_sets_from_records(records);
   ASSERT_EQ(sets.size(), 2u);
   const TrialSet& sa = sets[0].problem == a ? sets[0] : sets[1];
-  ASSERT_EQ(sa.trials.size(), 2u);  // the in-flight record is dropped
+  ASSERT_EQ(sa.trials.size(), 2u);  // the in-flight and implausible records are dropped
   EXPECT_EQ(sa.trials[0].params.at("BLOCK_M"), 20);
   EXPECT_EQ(sa.trials[1].params.at("BLOCK_M"), 30);
   EXPECT_EQ(sa.trials[1].sm_clock_mhz, 1755);
   EXPECT_EQ(sa.trials[1].sm_clock_counted_mhz, 1701);
   EXPECT_DOUBLE_EQ(sa.trials[1].power_w, 612.5);
   EXPECT_EQ(sa.source, "store");
+}
+
+// Times that reach the plots unchecked (a trial set built by hand, a file's zero) draw without
+// ticks on a log axis from 0, and a heatmap cell with no time to compare takes the far colour.
+TEST(ReportRender, ATrialTimedAtZeroStillRenders) {
+  TrialSet s = set_of({ok(128, 256, 4, 8, 610), ok(256, 128, 4, 8, 600)});
+  s.trials[1].median_us = 0;
+  ReportInput in;
+  in.trial_sets.push_back(s);
+  const std::string page = render_report(in);
+  EXPECT_LT(page.size(), 1u << 20);
+  EXPECT_NE(page.find("</html>"), std::string::npos);
+  EXPECT_EQ(time_colour(std::nan("")), time_colour(4.0));
 }
 
 // Without a table entry the best trials stand in, each with the clock and power it was timed at
