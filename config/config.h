@@ -49,6 +49,9 @@ struct DaemonConfig {
   // Prometheus metrics and /livez /readyz over HTTP, "host:port". Default "127.0.0.1:9464";
   // "" turns it off. Port 0 picks a free port (logged at start).
   std::string metrics_address = "127.0.0.1:9464";
+  // Serve /report on the metrics listener. Off by default: the page shows this node's winners,
+  // jobs and store to whoever reaches that port, with none of the socket's access rules.
+  bool report_page = false;
   // Largest attachment a request may carry (bytes sent after its line, e.g. an imported table;
   // docs/protocol.md). Default 268435456 (256 MiB).
   int max_attachment_bytes = 256 << 20;

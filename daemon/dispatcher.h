@@ -57,6 +57,8 @@ class Dispatcher final : public RequestHandler {
   }
 
   OpContext& context() { return m_ctx; }
+  // The executor blocking work runs on; null when ops run inline (tests, tools).
+  Executor* executor() const { return m_executor; }
   // Gauges for the metrics endpoint (winners, templates, misses, jobs, lanes).
   std::string metrics_gauges() { return op_metrics_gauges(m_ctx); }
 

@@ -328,9 +328,16 @@ asio::awaitable<void> Server::serve_http(tcp::socket socket) {
     response.body() = "method not allowed: only GET (/metrics, /livez, /readyz, /report)\n";
   } else {
     response.version(request.version());
-    auto [status, body] = route_http(request.target(), content_type);
-    response.result(static_cast<http::status>(status));
-    response.body() = std::move(body);
+    const std::string target(request.target());
+    std::pair<int, std::string> answer;
+    if (target.substr(0, target.find('?')) == "/report") {  // (no co_await in a ?: with GCC 12)
+      answer = co_await serve_report();
+      if (answer.first == 200) content_type = "text/html; charset=utf-8";
+    } else {
+      answer = route_http(target, content_type);
+    }
+    response.result(static_cast<http::status>(answer.first));
+    response.body() = std::move(answer.second);
   }
   response.set(http::field::content_type, content_type);
   response.prepare_payload();
@@ -357,11 +364,39 @@ std::pair<int, std::string> Server::route_http(std::string_view target, std::str
     if (why.empty()) return {200, "ok\n"};
     return {503, "not ready: " + why + "\n"};
   }
-  if (path == "/report") {  // docs/report.md
-    content_type = "text/html; charset=utf-8";
-    return {200, render_report_page(m_dispatcher->context())};
-  }
   return {404, "not found; try /metrics, /livez, /readyz, /report\n"};
+}
+
+asio::awaitable<std::pair<int, std::string>> Server::serve_report() {
+  if (!m_config.report_page)
+    co_return std::pair{403,
+                        std::string("/report is off (server.report: false): it would show this "
+                                    "node's winners, jobs and store to anyone reaching this port. "
+                                    "Turn it on where that is fine, or run `ktune report` over the "
+                                    "socket.\n")};
+  if (m_report_drawing)
+    co_return std::pair{503, std::string("a report is being drawn; try again in a few seconds\n")};
+  m_report_drawing = true;
+  struct Done {
+    bool& drawing;
+    ~Done() { drawing = false; }
+  } done{m_report_drawing};
+  OpContext& ctx = m_dispatcher->context();
+  Executor* executor = m_dispatcher->executor();
+  if (!executor) co_return std::pair{200, render_report_page(ctx)};  // tests without threads
+  // The page is drawn on an executor thread; its completion resumes this coroutine on the strand.
+  std::string page =
+      co_await asio::async_initiate<decltype(asio::use_awaitable), void(std::string)>(
+          [executor, &ctx](auto handler) {
+            auto h = std::make_shared<decltype(handler)>(std::move(handler));
+            executor->post([h, &ctx] {
+              std::string drawn = render_report_page(ctx);
+              auto ex = asio::get_associated_executor(*h);
+              asio::post(ex, [h, drawn = std::move(drawn)]() mutable { (*h)(std::move(drawn)); });
+            });
+          },
+          asio::use_awaitable);
+  co_return std::pair{200, std::move(page)};
 }
 
 void Server::stop() {

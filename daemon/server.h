@@ -83,6 +83,9 @@ class Server {
   boost::asio::awaitable<void> serve_http(boost::asio::ip::tcp::socket socket);
   // The status and body for one GET of `target`.
   std::pair<int, std::string> route_http(std::string_view target, std::string& content_type);
+  // /report: drawn on the executor (it scans the store), one at a time, so the strand that
+  // accepts every connection and handles the signals never waits on it.
+  boost::asio::awaitable<std::pair<int, std::string>> serve_report();
   bool at_capacity();
   // Why a new peer may not connect ("" when it may); sets a Unix peer's rights.
   std::string admit(UnixSessionSocket& socket, Peer& peer);
@@ -112,6 +115,7 @@ class Server {
   bool m_owns_socket_file = false;
   static constexpr int k_max_http_connections = 64;
   int m_http_open = 0;  // HTTP connections being served; on m_strand
+  bool m_report_drawing = false;  // a /report is being drawn on the executor; on m_strand
   std::chrono::steady_clock::time_point m_last_accept_failure_log{};
 
   std::mutex m_sessions_mutex;

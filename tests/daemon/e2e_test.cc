@@ -352,6 +352,32 @@ TEST_F(EndToEndTest, MetricsAndHealthOverHttp) {
             "HTTP/1.1 431 Request Header Fields Too Large");
   EXPECT_EQ(status_line("POST /metrics HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"),
             "HTTP/1.1 405 Method Not Allowed");
+  // /report is off unless turned on: the metrics port has no access rules, and the page shows
+  // the node's winners, jobs and store (it was served to anyone reaching the port).
+  const std::string refused = http_get(std::stoi(port), "/report");
+  EXPECT_NE(refused.find("403 Forbidden"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("server.report: false"), std::string::npos) << refused;
+}
+
+// Turned on, /report is drawn on the executor and served as HTML.
+TEST_F(EndToEndTest, TheReportPageIsServedWhenTurnedOn) {
+  DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data",
+                       std::vector<std::string>{"--set", "server.report=true"});
+  ASSERT_TRUE(daemon.start());
+  std::string text;
+  ASSERT_TRUE(testing::eventually([&] {
+    std::ifstream log(daemon.log_path());
+    text.assign(std::istreambuf_iterator<char>(log), {});
+    return text.find("metrics=127.0.0.1:") != std::string::npos;
+  })) << text;
+  const auto pos = text.find("metrics=127.0.0.1:");
+  const int port = std::stoi(text.substr(pos + 18, text.find(' ', pos) - pos - 18));
+  const std::string page = http_get(port, "/report");
+  EXPECT_NE(page.find("200 OK"), std::string::npos) << page.substr(0, 400);
+  EXPECT_NE(page.find("Content-Type: text/html"), std::string::npos) << page.substr(0, 400);
+  EXPECT_NE(page.find("tuning report"), std::string::npos);
+  EXPECT_NE(page.find("</html>"), std::string::npos);
+  EXPECT_NE(http_get(port, "/livez").find("\r\n\r\nok"), std::string::npos);
 }
 
 // A number beyond a double or bytes that are not UTF-8 get one error line; the replies pipelined

@@ -157,7 +157,7 @@ check_page file "$expected"
 # The log exists before tail follows it: the background child opens it only when it runs, and a
 # tail started first gave up on the missing file (seen once in CI under load).
 : >"$work/ktuned.log"
-"$ktuned" --socket "$work/ktuned.sock" --data-dir "$work/data" --set server.metrics=127.0.0.1:0 \
+"$ktuned" --socket "$work/ktuned.sock" --data-dir "$work/data" --set server.metrics=127.0.0.1:0 --set server.report=true \
   --set store.seed_tables= >"$work/ktuned.log" 2>&1 &
 daemon_pid=$!
 # The ready line names the metrics port; wait for it by reading the log as it grows.
