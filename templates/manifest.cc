@@ -35,9 +35,18 @@ class Parser {
     throw ManifestError(msg + ": " + where + ": " + what);
   }
 
-  int line(const YAML::Node& n) const { return n.Mark().line + 1; }
+  int line(const YAML::Node& n) const {
+    note(n);
+    return n.Mark().line + 1;
+  }
+
+  // "path:line" of the last node read: where an unexpected exception is reported.
+  std::string last_place() const {
+    return m_last_line > 0 ? m_path + ":" + std::to_string(m_last_line) : m_path;
+  }
 
   std::string scalar(const YAML::Node& n, const std::string& where) const {
+    note(n);
     if (!n.IsDefined() || n.IsNull()) fail_at(n, where, "missing");
     if (!n.IsScalar()) fail_at(n, where, "expected a single value");
     return n.Scalar();
@@ -166,8 +175,13 @@ class Parser {
   }
 
  private:
+  void note(const YAML::Node& n) const {
+    if (n.IsDefined() && n.Mark().line >= 0) m_last_line = n.Mark().line + 1;
+  }
+
   std::string m_path;
   int m_grid_only_slot = -1;
+  mutable int m_last_line = 0;  // of the last node read (see last_place)
 };
 
 // Parses "name(a, b)" into its two numbers.
@@ -209,9 +223,12 @@ void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
       if (!r.IsSequence() || r.size() != 2) P.fail_at(r, where + ".range", "expected [lo, hi]");
       const auto lo = P.integer(r[0], where + ".range"), hi = P.integer(r[1], where + ".range");
       const auto step = v["step"].IsDefined() ? P.integer(v["step"], where + ".step") : 1;
-      if (step < 1 || hi < lo || (hi - lo) / step > 4096)
+      // In unsigned arithmetic: hi - lo and lo + i * step can overflow std::int64_t.
+      const auto span = std::uint64_t(hi) - std::uint64_t(lo);
+      if (step < 1 || hi < lo || span / std::uint64_t(step) > 4096)
         P.fail_at(r, where + ".range", "expected lo <= hi, step >= 1, at most 4096 values");
-      for (auto x = lo; x <= hi; x += step) d.values.push_back(x);
+      for (std::uint64_t i = 0; i <= span / std::uint64_t(step); ++i)
+        d.values.push_back(std::int64_t(std::uint64_t(lo) + i * std::uint64_t(step)));
     } else if (v.IsMap() && v["values"].IsDefined()) {
       P.only_keys(v, where, {"values", "names"});
       const YAML::Node vals = v["values"];
@@ -526,8 +543,8 @@ ManifestSlots resolve_slots(const Manifest& m) {
   return s;
 }
 
-Manifest parse(const YAML::Node& root, const std::string& path) {
-  Parser P(path);  // not const: max_active_clusters is restricted once it is in scope
+// `P` is not const: max_active_clusters is restricted once it is in scope.
+Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   Manifest m;
   m.path = path;
   m.dir = fs::path(path).parent_path().string();
@@ -902,13 +919,18 @@ std::string cpp_type(std::string_view dtype) {
 }
 
 Result<Manifest> parse_manifest(const std::string& yaml, const std::string& path) {
+  Parser P(path);
   try {
-    return parse(YAML::Load(yaml), path);
+    return parse(YAML::Load(yaml), path, P);
   } catch (const ManifestError& e) {
     return fail(ErrorCode::invalid_argument, e.what());
   } catch (const YAML::Exception& e) {
     return fail(ErrorCode::invalid_argument,
                 path + ":" + std::to_string(e.mark.line + 1) + ": YAML: " + e.msg);
+  } catch (const std::exception& e) {
+    // A defect of the loader, not of the manifest; still an error, never a dead daemon.
+    return fail(ErrorCode::invalid_argument,
+                P.last_place() + ": cannot load the manifest: " + e.what());
   }
 }
 

@@ -23,12 +23,16 @@ std::string scale_text() {
   return ss.str();
 }
 
+// `text` with `from` replaced by `to` (once).
+std::string edited(std::string text, const std::string& from, const std::string& to) {
+  const auto pos = text.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  return text.replace(pos, from.size(), to);
+}
+
 // The scale manifest with `from` replaced by `to` (once).
 std::string edited(const std::string& from, const std::string& to) {
-  std::string t = scale_text();
-  const auto pos = t.find(from);
-  EXPECT_NE(pos, std::string::npos) << from;
-  return t.replace(pos, from.size(), to);
+  return edited(scale_text(), from, to);
 }
 
 int line_of(const std::string& text, const std::string& needle) {
@@ -110,6 +114,36 @@ TEST(ManifestTest, StructuralErrors) {
     EXPECT_NE(m.error().message.find(c.expect), std::string::npos) << m.error().message;
     EXPECT_TRUE(m.error().message.starts_with("scale.yaml:")) << m.error().message;
   }
+}
+
+// Ranges at the ends of int64 load without overflowing (which looped until memory ran out).
+TEST(ManifestTest, RangeAtTheEndsOfInt64) {
+  // WAVES's domain replaced by `range`, and the heuristic's WAVES by its first value.
+  auto with_waves = [](const std::string& range, const std::string& first) {
+    std::string t = edited("WAVES: {range: [1, 4]}", "WAVES: " + range);
+    t = edited(t, "WAVES: 1}", "WAVES: " + first + "}");
+    return edited(t, "WAVES: 2}", "WAVES: " + first + "}");
+  };
+  auto m = parse_manifest(
+      with_waves("{range: [9223372036854775800, 9223372036854775807]}", "9223372036854775807"),
+      "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  ASSERT_EQ(m->params[2].values.size(), 8u);
+  EXPECT_EQ(m->params[2].values.front(), 9223372036854775800);
+  EXPECT_EQ(m->params[2].values.back(), 9223372036854775807);
+  m = parse_manifest(with_waves("{range: [9223372036854775000, 9223372036854775807], step: 400}",
+                                "9223372036854775400"),
+                     "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(
+      m->params[2].values,
+      (std::vector<std::int64_t>{9223372036854775000, 9223372036854775400, 9223372036854775800}));
+  const std::string text = with_waves("{range: [-9223372036854775808, 9223372036854775807]}", "0");
+  m = parse_manifest(text, "scale.yaml");
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().message, "scale.yaml:" + std::to_string(line_of(text, "WAVES")) +
+                                   ": params.WAVES.range: expected lo <= hi, step >= 1, at most "
+                                   "4096 values");
 }
 
 // A workspace says whether it needs zeroing (`zero: kept`, the default: zeroed once, left zeroed by
