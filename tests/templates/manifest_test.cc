@@ -146,6 +146,15 @@ TEST(ManifestTest, RangeAtTheEndsOfInt64) {
                                    "4096 values");
 }
 
+// Folding the heuristic rules' plans evaluates `(THREADS / 0) % -1` at load: NaN (the
+// constraint fails), not a SIGFPE that killed the daemon on reload.
+TEST(ManifestTest, RemainderOfInfinityLoads) {
+  auto m = parse_manifest(edited("  - expr: n % VEC == 0", "  - expr: (THREADS / 0) % -1 == 0"),
+                          "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  for (const auto& plan : m->slots.rules) EXPECT_FALSE(plan.fixed_constraints_hold);
+}
+
 // A workspace says whether it needs zeroing (`zero: kept`, the default: zeroed once, left zeroed by
 // the kernel) or is scratch (`zero: none`); only workspaces say it, and only with those words.
 TEST(ManifestTest, WorkspaceZeroing) {
