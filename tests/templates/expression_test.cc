@@ -114,6 +114,31 @@ TEST_F(ExpressionTest, DeepNestingIsRejectedNotOverflowed) {
   EXPECT_NE(e.error().message.find("needs more than 64 operands"), std::string::npos);
 }
 
+// Every path the parser recurses on is bounded (a 300,000-deep `?:` chain overflowed the stack),
+// and the first error ends the parse (a long `^` chain went on recursing past its error).
+TEST_F(ExpressionTest, DeepChainsAreRejectedNotOverflowed) {
+  auto chain = [](const std::string& link, int n, const std::string& last) {
+    std::string text;
+    for (int i = 0; i < n; ++i) text += link;
+    return text + last;
+  };
+  EXPECT_EQ(eval(chain("A == 1 ? 10 : ", 200, "B"), 2, 7), 7);
+  for (const std::string& text :
+       {chain("A ? 1 : ", 300000, "1"), chain("A ? ", 300000, "1") + chain(" : 1", 300000, ""),
+        chain("-(", 300000, "A") + std::string(300000, ')'), chain("!(", 300, "A") + ")"}) {
+    auto e = compile_expression(text, m_symbols);
+    ASSERT_FALSE(e);
+    EXPECT_NE(e.error().message.find("nested too deeply"), std::string::npos)
+        << e.error().message.substr(e.error().message.size() - 60);
+  }
+  for (const std::string& text : {chain("A ^ ", 300000, "A"), chain("-A ^ ", 300000, "A")}) {
+    auto e = compile_expression(text, m_symbols);
+    ASSERT_FALSE(e);
+    EXPECT_NE(e.error().message.find("needs more than 64 operands"), std::string::npos)
+        << e.error().message.substr(e.error().message.size() - 60);
+  }
+}
+
 TEST_F(ExpressionTest, TernaryOnlyEvaluatesItsBranchAndNests) {
   EXPECT_EQ(eval("A ? B : 1 / 0", 1, 7), 7);
   EXPECT_EQ(eval("A == 1 ? 10 : A == 2 ? 20 : 30", 2, 0), 20);
