@@ -202,6 +202,9 @@ std::optional<std::pair<double, double>> two_arg_call(std::string text, std::str
   }
 }
 
+// The most values a param's {range: [lo, hi], step} may give (docs/templates.md).
+constexpr std::uint64_t k_max_range_values = 4096;
+
 bool is_dtype_or_index(const std::string& d) {
   return is_known_dtype(d) || d == "i32";
 }
@@ -225,8 +228,10 @@ void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
       const auto step = v["step"].IsDefined() ? P.integer(v["step"], where + ".step") : 1;
       // In unsigned arithmetic: hi - lo and lo + i * step can overflow std::int64_t.
       const auto span = std::uint64_t(hi) - std::uint64_t(lo);
-      if (step < 1 || hi < lo || span / std::uint64_t(step) > 4096)
-        P.fail_at(r, where + ".range", "expected lo <= hi, step >= 1, at most 4096 values");
+      if (step < 1 || hi < lo || span / std::uint64_t(step) >= k_max_range_values)
+        P.fail_at(r, where + ".range",
+                  "expected lo <= hi, step >= 1, at most " + std::to_string(k_max_range_values) +
+                      " values");
       for (std::uint64_t i = 0; i <= span / std::uint64_t(step); ++i)
         d.values.push_back(std::int64_t(std::uint64_t(lo) + i * std::uint64_t(step)));
     } else if (v.IsMap() && v["values"].IsDefined()) {

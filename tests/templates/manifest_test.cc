@@ -146,6 +146,27 @@ TEST(ManifestTest, RangeAtTheEndsOfInt64) {
                                    "4096 values");
 }
 
+// A range gives at most 4096 values (it accepted 4097).
+TEST(ManifestTest, RangeGivesAtMost4096Values) {
+  auto with_waves = [](const std::string& range) {
+    return edited(edited("WAVES: {range: [1, 4]}", "WAVES: " + range), "WAVES: 2}", "WAVES: 1}");
+  };
+  auto m = parse_manifest(with_waves("{range: [1, 4096]}"), "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->params[2].values.size(), 4096u);
+  m = parse_manifest(with_waves("{range: [1, 8191], step: 2}"), "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->params[2].values.size(), 4096u);
+  for (const std::string range : {"{range: [0, 4096]}", "{range: [1, 8193], step: 2}"}) {
+    m = parse_manifest(with_waves(range), "scale.yaml");
+    ASSERT_FALSE(m) << range;
+    EXPECT_NE(m.error().message.find("params.WAVES.range: expected lo <= hi, step >= 1, at most "
+                                     "4096 values"),
+              std::string::npos)
+        << m.error().message;
+  }
+}
+
 // Folding the heuristic rules' plans evaluates `(THREADS / 0) % -1` at load: NaN (the
 // constraint fails), not a SIGFPE that killed the daemon on reload.
 TEST(ManifestTest, RemainderOfInfinityLoads) {
