@@ -374,9 +374,12 @@ ArgSpec parse_arg(const Parser& P, const YAML::Node& n, const std::string& where
 }
 
 // The expression text of one element's size in bytes for a buffer dtype ("in", "out", concrete).
+// A buffer may hold i32, which is no problem dtype (dtype_bytes gives it 0); the worker
+// allocates it with 4 bytes an element.
 std::string element_bytes_text(const std::string& dtype) {
   if (dtype == "in") return "in_bytes";
   if (dtype == "out") return "out_bytes";
+  if (dtype == "i32") return "4";
   return std::to_string(dtype_bytes(dtype));
 }
 
