@@ -83,9 +83,23 @@ class Parser {
     return out;
   }
 
+  // A mapping, each key once: YAML parsers keep a repeated key, and n[key] would read only its
+  // first value, silently dropping the second.
+  void unique_keys(const YAML::Node& n, const std::string& where) const {
+    if (!n.IsMap()) fail_at(n, where, "expected a mapping");
+    std::map<std::string, int> seen;  // key -> line
+    for (const auto& kv : n) {
+      const std::string k = kv.first.IsNull() ? "" : kv.first.Scalar();
+      const auto [it, first] = seen.emplace(k, line(kv.first));
+      if (!first)
+        fail_at(kv.first, where.empty() ? k : where + "." + k,
+                "repeated key (first at line " + std::to_string(it->second) + ")");
+    }
+  }
+
   void only_keys(const YAML::Node& n, const std::string& where,
                  std::initializer_list<const char*> keys) const {
-    if (!n.IsMap()) fail_at(n, where, "expected a mapping");
+    unique_keys(n, where);
     for (const auto& kv : n) {
       const std::string k = kv.first.Scalar();
       if (std::none_of(keys.begin(), keys.end(), [&](const char* a) { return k == a; })) {
@@ -211,6 +225,7 @@ bool is_dtype_or_index(const std::string& d) {
 
 void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
   if (!n.IsMap() || n.size() == 0) P.fail_at(n, "params", "expected a mapping of name: domain");
+  P.unique_keys(n, "params");
   for (const auto& kv : n) {
     ParamDomain d;
     d.name = kv.first.Scalar();
@@ -592,12 +607,14 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   if (root["layouts"].IsDefined()) {
     const YAML::Node l = root["layouts"];
     if (!l.IsMap()) P.fail_at(l, "layouts", "expected a mapping of layout name to constants");
+    P.unique_keys(l, "layouts");
     for (const auto& kv : l) {
       std::map<std::string, std::int64_t> consts;
       const std::string lname = kv.first.IsNull() ? "" : kv.first.Scalar();
       if (!kv.second.IsNull()) {
         if (!kv.second.IsMap())
           P.fail_at(kv.second, "layouts." + lname, "expected {CONST: value, ...}");
+        P.unique_keys(kv.second, "layouts." + lname);
         for (const auto& c : kv.second)
           consts[c.first.Scalar()] =
               P.integer(c.second, "layouts." + lname + "." + c.first.Scalar());
@@ -644,6 +661,7 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   if (root["derived"].IsDefined()) {
     const YAML::Node dn = root["derived"];
     if (!dn.IsMap()) P.fail_at(dn, "derived", "expected a mapping of name: expression");
+    P.unique_keys(dn, "derived");
     for (const auto& kv : dn) {
       const std::string name = kv.first.Scalar();
       if (m.symbols.find(name) >= 0) P.fail_at(kv.first, "derived." + name, "name already in use");
@@ -726,6 +744,7 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
 
   const YAML::Node tn = root["tolerance"];
   if (!tn.IsMap()) P.fail_at(tn, "tolerance", "expected {dtype: max relative error, ...}");
+  P.unique_keys(tn, "tolerance");
   for (const auto& kv : tn) {
     const std::string d = kv.first.Scalar();
     if (!is_known_dtype(d)) P.fail_at(kv.first, "tolerance." + d, "unknown dtype");
@@ -737,6 +756,7 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
     if (!m.tolerance.count(d)) P.fail_at(tn, "tolerance", "no tolerance for output dtype " + d);
 
   const YAML::Node mn = root["metric"];
+  if (mn.IsMap()) P.unique_keys(mn, "metric");
   if (!mn.IsMap() || mn.size() != 1)
     P.fail_at(mn, "metric", "expected {flops: expr} or {bytes: expr}");
   if (mn["flops"].IsDefined()) {
@@ -758,6 +778,7 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
     if (hn[i]["when"].IsDefined()) r.when = P.expr(hn[i]["when"], where + ".when", m.symbols);
     const YAML::Node pn = hn[i]["params"];
     if (!pn.IsMap()) P.fail_at(hn[i], where + ".params", "expected {PARAM: value, ...}");
+    P.unique_keys(pn, where + ".params");
     for (const auto& kv : pn) {
       const std::string name = kv.first.Scalar();
       const ParamDomain* d = m.param(name);

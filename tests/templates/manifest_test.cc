@@ -176,6 +176,57 @@ TEST(ManifestTest, RemainderOfInfinityLoads) {
   for (const auto& plan : m->slots.rules) EXPECT_FALSE(plan.fixed_constraints_hold);
 }
 
+// A key given twice in any mapping is an error at the second (YAML keeps both, and the loader
+// read only the first: a second `constraints:` block was silently ignored).
+TEST(ManifestTest, RepeatedKeysAreRejected) {
+  struct Case {
+    std::string from, to, second, expect;
+  };
+  const std::vector<Case> cases = {
+      {"template_args: [T_IN, T_OUT, THREADS, VEC]",
+       "template_args: [T_IN, T_OUT, THREADS, VEC]\nconstraints:\n  - n > 1000000000",
+       "constraints:\n  - n > 1", "constraints: repeated key (first at line 17)"},
+      {"op: scale", "op: scale\nop: other", "op: other", "op: repeated key (first at line 2)"},
+      {"WAVES: {range: [1, 4]}", "WAVES: {range: [1, 4], range: [1, 8]}", "WAVES: {range",
+       "params.WAVES.range: repeated key"},
+      {"  VEC: [1, 2, 4, 8]", "  VEC: [1, 2, 4, 8]\n  VEC: [1, 2]", "VEC: [1, 2]\n",
+       "params.VEC: repeated key"},
+      {"  elems_per_block: THREADS * VEC", "  elems_per_block: THREADS * VEC\n  elems_per_block: 1",
+       "elems_per_block: 1", "derived.elems_per_block: repeated key"},
+      {"block: [THREADS, 1, 1]", "block: [THREADS, 1, 1]\n  block: [64, 1, 1]", "block: [64",
+       "launch.block: repeated key"},
+      {"count: n, init", "count: n, count: 1, init", "{name: x", "args[0].count: repeated key"},
+      {"{name: n, scalar: i32, value: n}", "{name: n, scalar: i32, value: n, value: 1}",
+       "{name: n, scalar", "args[2].value: repeated key"},
+      {"tolerance: {fp32: 1e-6, bf16: 1e-2}", "tolerance: {fp32: 1e-6, bf16: 1e-2, fp32: 1}",
+       "tolerance:", "tolerance.fp32: repeated key"},
+      {"metric: {bytes: n * (in_bytes + out_bytes)}", "metric: {bytes: n, bytes: 2 * n}",
+       "metric:", "metric.bytes: repeated key"},
+      {"params: {THREADS: 128, VEC: 1, WAVES: 1}",
+       "params: {THREADS: 128, VEC: 1, WAVES: 1, VEC: 2}", "params: {THREADS: 128",
+       "heuristic[0].params.VEC: repeated key"},
+      {"  - when: n < 4096\n", "  - when: n < 4096\n    when: n < 8\n", "when: n < 8",
+       "heuristic[0].when: repeated key"},
+      {"  - expr: n % VEC == 0\n", "  - expr: n % VEC == 0\n    expr: n > 1\n", "expr: n > 1",
+       "constraints[1].expr: repeated key"},
+      {"  entry: ktune_scale_ref", "  entry: ktune_scale_ref\n  entry: other", "entry: other",
+       "reference.entry: repeated key"},
+      {"min_cc: 80", "min_cc: 80\nlayouts: {a: {X: 1, X: 2}}",
+       "layouts:", "layouts.a.X: repeated key"},
+      {"min_cc: 80", "min_cc: 80\nlayouts: {a: {X: 1}, a: {X: 2}}",
+       "layouts:", "layouts.a: repeated key"},
+  };
+  for (const auto& c : cases) {
+    const std::string text = edited(c.from, c.to);
+    auto m = parse_manifest(text, "scale.yaml");
+    ASSERT_FALSE(m) << c.to;
+    EXPECT_EQ(
+        m.error().message.find("scale.yaml:" + std::to_string(line_of(text, c.second)) + ": "), 0u)
+        << m.error().message;
+    EXPECT_NE(m.error().message.find(c.expect), std::string::npos) << m.error().message;
+  }
+}
+
 // A workspace says whether it needs zeroing (`zero: kept`, the default: zeroed once, left zeroed by
 // the kernel) or is scratch (`zero: none`); only workspaces say it, and only with those words.
 TEST(ManifestTest, WorkspaceZeroing) {
