@@ -219,6 +219,15 @@ std::optional<std::pair<double, double>> two_arg_call(std::string text, std::str
 // The most values a param's {range: [lo, hi], step} may give (docs/templates.md).
 constexpr std::uint64_t k_max_range_values = 4096;
 
+// Names the loader defines: the type symbols of template_args and the variables every expression
+// sees. A manifest's own names (params, dims, layout constants, derived values) may not take them.
+bool is_builtin_name(std::string_view name) {
+  for (const char* b : {"T_IN", "T_OUT", "in_bytes", "out_bytes", k_max_active_clusters})
+    if (name == b) return true;
+  return std::any_of(std::begin(k_device_symbols), std::end(k_device_symbols),
+                     [&](const char* d) { return name == d; });
+}
+
 bool is_dtype_or_index(const std::string& d) {
   return is_known_dtype(d) || d == "i32";
 }
@@ -231,6 +240,8 @@ void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
     d.name = kv.first.Scalar();
     d.line = P.line(kv.first);
     const std::string where = "params." + d.name;
+    if (is_builtin_name(d.name))
+      P.fail_at(kv.first, where, "'" + d.name + "' is a built-in name (docs/templates.md)");
     const YAML::Node& v = kv.second;
     if (v.IsSequence()) {
       for (size_t i = 0; i < v.size(); ++i)
@@ -636,15 +647,35 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   parse_params(P, root["params"], m);
 
   // Symbols: params, dims, dtype sizes, layout constants, device limits, then derived in order.
+  // Each name means one thing: SymbolTable::add returns the slot a name already has, so a dim
+  // named like a device limit would silently read the limit.
   for (const auto& p : m.params) m.symbols.add(p.name);
-  for (const auto& d : m.dims) {
-    if (m.symbols.find(d) >= 0) P.fail_at(root["dims"], "dims", "'" + d + "' is also a param");
+  for (size_t i = 0; i < m.dims.size(); ++i) {
+    const std::string& d = m.dims[i];
+    const std::string where = "dims[" + std::to_string(i) + "]";
+    if (is_builtin_name(d))
+      P.fail_at(root["dims"][i], where, "'" + d + "' is a built-in name (docs/templates.md)");
+    if (m.param(d)) P.fail_at(root["dims"][i], where, "'" + d + "' is also a param");
+    if (m.symbols.find(d) >= 0) P.fail_at(root["dims"][i], where, "'" + d + "' given twice");
     m.symbols.add(d);
   }
   m.symbols.add("in_bytes");
   m.symbols.add("out_bytes");
-  for (const auto& [_, consts] : m.layouts)
-    for (const auto& [c, __] : consts) m.symbols.add(c);
+  const int first_layout_slot = int(m.symbols.size());
+  for (const auto& kv : root["layouts"]) {  // none when the manifest has no layouts
+    if (kv.second.IsNull()) continue;
+    const std::string lname = kv.first.IsNull() ? "" : kv.first.Scalar();
+    for (const auto& c : kv.second) {
+      const std::string name = c.first.Scalar();
+      const std::string where = "layouts." + lname + "." + name;
+      const int slot = m.symbols.find(name);
+      if (is_builtin_name(name))
+        P.fail_at(c.first, where, "'" + name + "' is a built-in name (docs/templates.md)");
+      if (slot >= 0 && slot < first_layout_slot)  // the same constant in another layout is fine
+        P.fail_at(c.first, where, "'" + name + "' is also a " + (m.param(name) ? "param" : "dim"));
+      m.symbols.add(name);
+    }
+  }
   // Parsed before the device limits and derived values exist, so naming one is an unknown
   // symbol; params come first in the table and are refused by slot.
   if (root["heuristic_rank"].IsDefined()) {
@@ -664,7 +695,8 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
     P.unique_keys(dn, "derived");
     for (const auto& kv : dn) {
       const std::string name = kv.first.Scalar();
-      if (m.symbols.find(name) >= 0) P.fail_at(kv.first, "derived." + name, "name already in use");
+      if (m.symbols.find(name) >= 0 || is_builtin_name(name))
+        P.fail_at(kv.first, "derived." + name, "name already in use");
       NamedExpr d{name, P.expr(kv.second, "derived." + name, m.symbols), P.line(kv.first)};
       m.symbols.add(name);  // later derived values and everything below may use it
       m.derived.push_back(std::move(d));

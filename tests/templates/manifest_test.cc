@@ -227,6 +227,55 @@ TEST(ManifestTest, RepeatedKeysAreRejected) {
   }
 }
 
+// Every name means one thing: a dim, param, layout constant or derived value may not take another's
+// name or a built-in one (`dims: [n, cc]` silently read the device's cc as the dim).
+TEST(ManifestTest, NamesAreDefinedOnce) {
+  struct Case {
+    std::string from, to, second, expect;
+  };
+  const std::string layouts = "min_cc: 80\nlayouts: ";
+  const std::vector<Case> cases = {
+      {"dims: [n]", "dims: [n, cc]", "dims:", "dims[1]: 'cc' is a built-in name"},
+      {"dims: [n]", "dims: [n, sm_count]", "dims:", "dims[1]: 'sm_count' is a built-in name"},
+      {"dims: [n]", "dims: [in_bytes]", "dims:", "dims[0]: 'in_bytes' is a built-in name"},
+      {"dims: [n]", "dims: [n, max_active_clusters]",
+       "dims:", "dims[1]: 'max_active_clusters' is a built-in name"},
+      {"dims: [n]", "dims: [n, n]", "dims:", "dims[1]: 'n' given twice"},
+      {"dims: [n]", "dims: [n, VEC]", "dims:", "dims[1]: 'VEC' is also a param"},
+      {"  VEC: [1, 2, 4, 8]", "  VEC: [1, 2, 4, 8]\n  max_threads_per_block: [1]",
+       "max_threads_per_block: [1]",
+       "params.max_threads_per_block: 'max_threads_per_block' is a "
+       "built-in name"},
+      {"  VEC: [1, 2, 4, 8]", "  VEC: [1, 2, 4, 8]\n  T_IN: [1]", "T_IN: [1]",
+       "params.T_IN: 'T_IN' is a built-in name"},
+      {"min_cc: 80", layouts + "{a: {n: 1}}", "layouts:", "layouts.a.n: 'n' is also a dim"},
+      {"min_cc: 80", layouts + "{a: {X: 1}, b: {THREADS: 1}}",
+       "layouts:", "layouts.b.THREADS: 'THREADS' is also a param"},
+      {"min_cc: 80", layouts + "{a: {l2_bytes: 1}}",
+       "layouts:", "layouts.a.l2_bytes: 'l2_bytes' is a built-in name"},
+      {"min_cc: 80", layouts + "{a: {out_bytes: 1}}",
+       "layouts:", "layouts.a.out_bytes: 'out_bytes' is a built-in name"},
+      {"  elems_per_block: THREADS * VEC", "  elems_per_block: THREADS * VEC\n  T_OUT: 1",
+       "T_OUT: 1", "derived.T_OUT: name already in use"},
+      {"  elems_per_block: THREADS * VEC", "  elems_per_block: THREADS * VEC\n  cc: 1", "cc: 1",
+       "derived.cc: name already in use"},
+  };
+  for (const auto& c : cases) {
+    const std::string text = edited(c.from, c.to);
+    auto m = parse_manifest(text, "scale.yaml");
+    ASSERT_FALSE(m) << c.to;
+    EXPECT_EQ(
+        m.error().message.find("scale.yaml:" + std::to_string(line_of(text, c.second)) + ": "), 0u)
+        << m.error().message;
+    EXPECT_NE(m.error().message.find(c.expect), std::string::npos) << m.error().message;
+  }
+  // One constant in several layouts is one name, a value per layout.
+  auto m =
+      parse_manifest(edited("min_cc: 80", layouts + "{a: {X: 1, Y: 0}, b: {X: 0}}"), "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->slots.layouts.at("a")[0].first, m->slots.layouts.at("b")[0].first);
+}
+
 // A workspace says whether it needs zeroing (`zero: kept`, the default: zeroed once, left zeroed by
 // the kernel) or is scratch (`zero: none`); only workspaces say it, and only with those words.
 TEST(ManifestTest, WorkspaceZeroing) {
