@@ -807,7 +807,20 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
     P.only_keys(hn[i], where, {"when", "params"});
     HeuristicRule r;
     r.line = P.line(hn[i]);
-    if (hn[i]["when"].IsDefined()) r.when = P.expr(hn[i]["when"], where + ".when", m.symbols);
+    if (hn[i]["when"].IsDefined()) {
+      r.when = P.expr(hn[i]["when"], where + ".when", m.symbols);
+      // A rule's `when` picks the rule before its params are bound (space.cc, fitting_rule): a
+      // param or a derived value there would read whatever an earlier rule left.
+      for (int slot : r.when.used_slots)
+        if (m.param(m.symbols.name(slot)) ||
+            std::any_of(m.derived.begin(), m.derived.end(),
+                        [&](const NamedExpr& d) { return d.name == m.symbols.name(slot); }))
+          P.fail_at(hn[i]["when"], where + ".when",
+                    "may name the problem's dims, in_bytes, out_bytes, layout constants and "
+                    "device limits, not params or derived values ('" +
+                        m.symbols.name(slot) +
+                        "'): it is tested before the rule's params are bound");
+    }
     const YAML::Node pn = hn[i]["params"];
     if (!pn.IsMap()) P.fail_at(hn[i], where + ".params", "expected {PARAM: value, ...}");
     P.unique_keys(pn, where + ".params");

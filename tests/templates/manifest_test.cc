@@ -276,6 +276,25 @@ TEST(ManifestTest, NamesAreDefinedOnce) {
   EXPECT_EQ(m->slots.layouts.at("a")[0].first, m->slots.layouts.at("b")[0].first);
 }
 
+// A heuristic rule's `when` is tested before its params are bound, so it may not read them (it
+// read 0 for the first rule, the previous rule's values after): THREADS * VEC <= n held for
+// n = 100 and served THREADS 256.
+TEST(ManifestTest, HeuristicWhenMayNotReadParamsOrDerivedValues) {
+  for (const std::string when :
+       {"THREADS * VEC <= n", "elems_per_block <= n", "n < 4096 && VEC > 0"}) {
+    const std::string text = edited("  - when: n < 4096\n", "  - when: " + when + "\n");
+    auto m = parse_manifest(text, "scale.yaml");
+    ASSERT_FALSE(m) << when;
+    EXPECT_EQ(m.error().message.find("scale.yaml:" + std::to_string(line_of(text, when)) +
+                                     ": heuristic[0].when: may name the problem's dims"),
+              0u)
+        << m.error().message;
+  }
+  auto m = parse_manifest(edited("  - when: n < 4096\n", "  - when: n < sm_count * in_bytes\n"),
+                          "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+}
+
 // A workspace says whether it needs zeroing (`zero: kept`, the default: zeroed once, left zeroed by
 // the kernel) or is scratch (`zero: none`); only workspaces say it, and only with those words.
 TEST(ManifestTest, WorkspaceZeroing) {
