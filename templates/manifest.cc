@@ -644,6 +644,13 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   if (!m.arch_suffix.empty() && m.arch_suffix != "a")
     P.fail_at(root["arch_suffix"], "arch_suffix", "expected \"\" or \"a\"");
   m.nvrtc_options = P.strings(root["nvrtc_options"], "nvrtc_options");
+  // Include paths would let NVRTC read headers the template's hash does not cover (registry.cc).
+  for (size_t i = 0; i < m.nvrtc_options.size(); ++i)
+    for (const char* o : {"-I", "--include-path", "-include", "--pre-include"})
+      if (m.nvrtc_options[i].starts_with(o))
+        P.fail_at(root["nvrtc_options"][i], "nvrtc_options[" + std::to_string(i) + "]",
+                  "'" + m.nvrtc_options[i] +
+                      "': no include paths or forced includes; list headers under headers");
   parse_params(P, root["params"], m);
 
   // Symbols: params, dims, dtype sizes, layout constants, device limits, then derived in order.

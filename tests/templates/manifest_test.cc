@@ -431,6 +431,102 @@ TEST(SpaceTest, InstantiateNamesTheLaunchOrArgumentOutOfRange) {
   EXPECT_EQ(inst.error().message, "args.y.count < 1");
 }
 
+// A copy of the scale template in a directory of its own, with extra files beside it.
+class ScaleCopy {
+ public:
+  ScaleCopy()
+      : m_dir(std::filesystem::temp_directory_path() /
+              ("ktune-includes-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(m_dir / "scale");
+  }
+  ~ScaleCopy() { std::filesystem::remove_all(m_dir); }
+
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(m_dir / "scale" / name) << text;
+  }
+  // Writes the manifest (`headers` in place of the scale's, source scale.cuh) and the source
+  // (`source_head`, then the scale's source) and loads the template.
+  Result<std::unique_ptr<KernelTemplate>> load(const std::string& headers,
+                                               const std::string& source_head) const {
+    write("scale.yaml", edited("headers: [../../../../templates/common/ktune_common.cuh]",
+                               "headers: [" + headers + "]"));
+    std::ifstream in(k_scale_dir + "/scale/scale.cuh");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    write("scale.cuh", source_head + ss.str());
+    return TemplateRegistry::load_template(path());
+  }
+  std::string path() const { return (m_dir / "scale/scale.yaml").string(); }
+  std::string common() const {
+    return std::string(KTUNE_SOURCE_DIR) + "/templates/common/ktune_common.cuh";
+  }
+
+ private:
+  std::filesystem::path m_dir;
+};
+
+// A quoted #include must name a header the manifest lists: NVRTC would read any other from the
+// daemon's working directory (or an -I path), outside the template's hash, so editing it changed
+// no cubin key and no stored winner.
+TEST(RegistryTest, QuotedIncludesMustBeListedHeaders) {
+  const ScaleCopy copy;
+  copy.write("extra.cuh", "#define KTUNE_EXTRA 1\n");
+  auto t = copy.load(copy.common(), "// extra\n #  include \"extra.cuh\"  // unlisted\n");
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().message, copy.path().substr(0, copy.path().size() - 4) + "cuh:2: #include " +
+                                   "\"extra.cuh\" is not one of the headers " + copy.path() +
+                                   " lists (NVRTC would read it from outside the template, "
+                                   "unhashed)");
+  // Listed, it is hashed: editing it changes the template's hash.
+  t = copy.load(copy.common() + ", extra.cuh", "#include \"extra.cuh\"\n");
+  ASSERT_TRUE(t) << t.error().message;
+  const std::string hash = (*t)->hash;
+  copy.write("extra.cuh", "#define KTUNE_EXTRA 2\n");
+  t = TemplateRegistry::load_template(copy.path());
+  ASSERT_TRUE(t) << t.error().message;
+  EXPECT_NE((*t)->hash, hash);
+  // A listed header's own includes are checked too.
+  copy.write("extra.cuh", "#pragma once\n#include \"more.cuh\"\n");
+  copy.write("more.cuh", "\n");
+  t = TemplateRegistry::load_template(copy.path());
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.error().message.find("extra.cuh:2: #include \"more.cuh\" is not one of the headers"),
+            std::string::npos)
+      << t.error().message;
+  // NVRTC's own headers and commented-out lines are fine; a computed include is not.
+  EXPECT_TRUE(copy.load(copy.common(), "#include <cuda_fp16.h>\n// #include \"extra.cuh\"\n"));
+  t = copy.load(copy.common(), "#define H \"extra.cuh\"\n#include H\n");
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.error().message.find("scale.cuh:2: only #include \"header\""), std::string::npos)
+      << t.error().message;
+  // Two listed headers of one file name: NVRTC gets headers by file name.
+  copy.write("ktune_common.cuh", "\n");
+  t = copy.load(copy.common() + ", ktune_common.cuh", "");
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.error().message.find("headers: two headers named ktune_common.cuh"),
+            std::string::npos)
+      << t.error().message;
+}
+
+// Include paths and forced includes in nvrtc_options would reach unhashed headers too.
+TEST(ManifestTest, NvrtcOptionsMayNotAddIncludePaths) {
+  for (const std::string option :
+       {"-I/tmp", "-I", "--include-path=/tmp", "-include", "--pre-include=x.h"}) {
+    const std::string text =
+        edited("min_cc: 80", "min_cc: 80\nnvrtc_options: [-lineinfo, \"" + option + "\"]");
+    auto m = parse_manifest(text, "scale.yaml");
+    ASSERT_FALSE(m) << option;
+    EXPECT_EQ(
+        m.error().message.find("scale.yaml:" + std::to_string(line_of(text, "nvrtc_options")) +
+                               ": nvrtc_options[1]: '" + option + "': no include paths"),
+        0u)
+        << m.error().message;
+  }
+  EXPECT_TRUE(parse_manifest(
+      edited("min_cc: 80", "min_cc: 80\nnvrtc_options: [-lineinfo, --use_fast_math]"),
+      "scale.yaml"));
+}
+
 TEST(RegistryTest, LoadsDirectoriesAndReportsBadOnes) {
   auto reg = TemplateRegistry::load({k_scale_dir, "/nonexistent/ktune"});
   ASSERT_EQ(reg.all().size(), 3u);  // fault, scale and tma_copy
