@@ -10,10 +10,18 @@
 
 namespace ktune::expr_ops {
 
-// `a % b`: remainder of the operands truncated to integers; NaN when b truncates to 0.
+// Whether `a` truncates to a long long (casting anything else is undefined behaviour): finite and
+// in [-2^63, 2^63) (no double lies strictly between -2^63 - 1 and -2^63).
+inline bool fits_long_long(double a) {
+  return a >= -9223372036854775808.0 && a < 9223372036854775808.0;
+}
+// `a % b`: remainder of the operands truncated to integers; NaN when b truncates to 0 or an
+// operand is not finite or lies outside the 64-bit integers (+-2^63). `a % -1` is 0.
 inline double remainder(double a, double b) {
+  if (!fits_long_long(a) || !fits_long_long(b)) return std::nan("");
   const auto ib = static_cast<long long>(b);
   if (ib == 0) return std::nan("");
+  if (ib == -1) return 0;  // LLONG_MIN % -1 overflows (SIGFPE on x86)
   return double(static_cast<long long>(a) % ib);
 }
 // `!a`: 1 when a is 0, else 0 (NaN is true, so !NaN is 0).
@@ -31,10 +39,12 @@ inline double ceil_div(double a, double b) {
   if (b == 0) return std::nan("");
   return std::ceil(a / b);
 }
-// 1 when a is a positive integral power of two, else 0.
+// 1 when a is a positive integral power of two, else 0; NaN when a is not finite. Exact for every
+// double (no cast to an integer, which is undefined past 2^63).
 inline double is_pow2(double a) {
-  const auto i = static_cast<long long>(a);
-  return (double(i) == a && i > 0 && (i & (i - 1)) == 0) ? 1 : 0;
+  if (!std::isfinite(a)) return std::nan("");
+  int exponent = 0;
+  return (a >= 1 && std::frexp(a, &exponent) == 0.5) ? 1 : 0;
 }
 
 // muparser's built-ins (muParserTemplateMagic.h, 2.3.3), not the <cmath> functions of the same

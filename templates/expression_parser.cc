@@ -46,8 +46,10 @@ constexpr Function k_functions[] = {
     {"min", 1, k_variadic, OpCode::min}, {"max", 1, k_variadic, OpCode::max},
 };
 
-// Parentheses and calls nested deeper than this are rejected (the parser recurses per level).
-constexpr int k_max_nesting = 64;
+// The parser recurses once per level: every ternary(), binary() and unary() call (a parenthesis,
+// a call argument, a `?:` branch, an operator's right operand, a prefix operand). Deeper text is
+// rejected, so a hostile expression cannot overflow the stack.
+constexpr int k_max_nesting = 256;
 
 bool is_name_start(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
@@ -82,8 +84,25 @@ class Parser {
   }
 
  private:
+  // One level of recursion for as long as it lives (see k_max_nesting).
+  class Level {
+   public:
+    explicit Level(int& nesting) : m_nesting(++nesting) {}
+    ~Level() { --m_nesting; }
+    Level(const Level&) = delete;
+    Level& operator=(const Level&) = delete;
+    bool too_deep() const { return m_nesting > k_max_nesting; }
+
+   private:
+    int& m_nesting;
+  };
+
+  bool nested_too_deeply() { return syntax_error(m_pos, "nested too deeply"); }
+
   // cond ? a : b, right-associative, below every binary operator (muparser's prIF_THEN_ELSE).
   bool ternary() {
+    const Level level(m_nesting);
+    if (level.too_deep()) return nested_too_deeply();
     if (!binary(1)) return false;
     skip_space();
     if (peek() != '?') return true;
@@ -102,6 +121,8 @@ class Parser {
   }
 
   bool binary(int min_precedence) {
+    const Level level(m_nesting);
+    if (level.too_deep()) return nested_too_deeply();
     if (!unary()) return false;
     for (;;) {
       skip_space();
@@ -110,6 +131,7 @@ class Parser {
       m_pos += op->token.size();
       if (!binary(op->right_associative ? op->precedence : op->precedence + 1)) return false;
       emit_binary(op->op);
+      if (m_error) return false;  // too many operands: stop at the first error
     }
   }
 
@@ -148,6 +170,8 @@ class Parser {
 
   // muparser refuses two prefix operators in a row ("--1", "!-1"), and so does this.
   bool unary() {
+    const Level level(m_nesting);
+    if (level.too_deep()) return nested_too_deeply();
     skip_space();
     const char c = peek();
     if (c != '-' && c != '+' && c != '!') return primary();
@@ -167,13 +191,11 @@ class Parser {
     if (is_digit(c) || c == '.') return number();
     if (is_name_start(c)) return name();
     if (c != '(') return unexpected();
-    if (++m_nesting > k_max_nesting) return syntax_error(m_pos, "nested too deeply");
     ++m_pos;
     if (!ternary()) return false;
     skip_space();
     if (peek() != ')') return at_end() ? syntax_error(m_pos, "missing ')'") : unexpected();
     ++m_pos;
-    --m_nesting;
     return true;
   }
 
@@ -223,7 +245,6 @@ class Parser {
                                   [&](const Function& f) { return f.name == id; });
     if (fn == std::end(k_functions))
       return syntax_error(start, "unknown function '" + std::string(id) + "'");
-    if (++m_nesting > k_max_nesting) return syntax_error(m_pos, "nested too deeply");
     ++m_pos;  // '('
     int args = 0;
     skip_space();
@@ -240,7 +261,6 @@ class Parser {
       }
       ++m_pos;
     }
-    --m_nesting;
     if (args < fn->min_args || args > fn->max_args)
       return syntax_error(
           start, std::string(id) + "() takes " +
@@ -292,7 +312,7 @@ class Parser {
   const SymbolTable& m_symbols;
   size_t m_pos = 0;
   int m_depth = 0;    // operands on the stack at this point of the program
-  int m_nesting = 0;  // open parentheses and calls
+  int m_nesting = 0;  // levels of recursion (see k_max_nesting)
   std::vector<Instruction> m_code;
   std::vector<int> m_used;
   std::optional<Error> m_error;

@@ -35,9 +35,18 @@ class Parser {
     throw ManifestError(msg + ": " + where + ": " + what);
   }
 
-  int line(const YAML::Node& n) const { return n.Mark().line + 1; }
+  int line(const YAML::Node& n) const {
+    note(n);
+    return n.Mark().line + 1;
+  }
+
+  // "path:line" of the last node read: where an unexpected exception is reported.
+  std::string last_place() const {
+    return m_last_line > 0 ? m_path + ":" + std::to_string(m_last_line) : m_path;
+  }
 
   std::string scalar(const YAML::Node& n, const std::string& where) const {
+    note(n);
     if (!n.IsDefined() || n.IsNull()) fail_at(n, where, "missing");
     if (!n.IsScalar()) fail_at(n, where, "expected a single value");
     return n.Scalar();
@@ -74,9 +83,23 @@ class Parser {
     return out;
   }
 
+  // A mapping, each key once: YAML parsers keep a repeated key, and n[key] would read only its
+  // first value, silently dropping the second.
+  void unique_keys(const YAML::Node& n, const std::string& where) const {
+    if (!n.IsMap()) fail_at(n, where, "expected a mapping");
+    std::map<std::string, int> seen;  // key -> line
+    for (const auto& kv : n) {
+      const std::string k = kv.first.IsNull() ? "" : kv.first.Scalar();
+      const auto [it, first] = seen.emplace(k, line(kv.first));
+      if (!first)
+        fail_at(kv.first, where.empty() ? k : where + "." + k,
+                "repeated key (first at line " + std::to_string(it->second) + ")");
+    }
+  }
+
   void only_keys(const YAML::Node& n, const std::string& where,
                  std::initializer_list<const char*> keys) const {
-    if (!n.IsMap()) fail_at(n, where, "expected a mapping");
+    unique_keys(n, where);
     for (const auto& kv : n) {
       const std::string k = kv.first.Scalar();
       if (std::none_of(keys.begin(), keys.end(), [&](const char* a) { return k == a; })) {
@@ -166,8 +189,13 @@ class Parser {
   }
 
  private:
+  void note(const YAML::Node& n) const {
+    if (n.IsDefined() && n.Mark().line >= 0) m_last_line = n.Mark().line + 1;
+  }
+
   std::string m_path;
   int m_grid_only_slot = -1;
+  mutable int m_last_line = 0;  // of the last node read (see last_place)
 };
 
 // Parses "name(a, b)" into its two numbers.
@@ -188,17 +216,32 @@ std::optional<std::pair<double, double>> two_arg_call(std::string text, std::str
   }
 }
 
+// The most values a param's {range: [lo, hi], step} may give (docs/templates.md).
+constexpr std::uint64_t k_max_range_values = 4096;
+
+// Names the loader defines: the type symbols of template_args and the variables every expression
+// sees. A manifest's own names (params, dims, layout constants, derived values) may not take them.
+bool is_builtin_name(std::string_view name) {
+  for (const char* b : {"T_IN", "T_OUT", "in_bytes", "out_bytes", k_max_active_clusters})
+    if (name == b) return true;
+  return std::any_of(std::begin(k_device_symbols), std::end(k_device_symbols),
+                     [&](const char* d) { return name == d; });
+}
+
 bool is_dtype_or_index(const std::string& d) {
   return is_known_dtype(d) || d == "i32";
 }
 
 void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
   if (!n.IsMap() || n.size() == 0) P.fail_at(n, "params", "expected a mapping of name: domain");
+  P.unique_keys(n, "params");
   for (const auto& kv : n) {
     ParamDomain d;
     d.name = kv.first.Scalar();
     d.line = P.line(kv.first);
     const std::string where = "params." + d.name;
+    if (is_builtin_name(d.name))
+      P.fail_at(kv.first, where, "'" + d.name + "' is a built-in name (docs/templates.md)");
     const YAML::Node& v = kv.second;
     if (v.IsSequence()) {
       for (size_t i = 0; i < v.size(); ++i)
@@ -209,9 +252,14 @@ void parse_params(const Parser& P, const YAML::Node& n, Manifest& m) {
       if (!r.IsSequence() || r.size() != 2) P.fail_at(r, where + ".range", "expected [lo, hi]");
       const auto lo = P.integer(r[0], where + ".range"), hi = P.integer(r[1], where + ".range");
       const auto step = v["step"].IsDefined() ? P.integer(v["step"], where + ".step") : 1;
-      if (step < 1 || hi < lo || (hi - lo) / step > 4096)
-        P.fail_at(r, where + ".range", "expected lo <= hi, step >= 1, at most 4096 values");
-      for (auto x = lo; x <= hi; x += step) d.values.push_back(x);
+      // In unsigned arithmetic: hi - lo and lo + i * step can overflow std::int64_t.
+      const auto span = std::uint64_t(hi) - std::uint64_t(lo);
+      if (step < 1 || hi < lo || span / std::uint64_t(step) >= k_max_range_values)
+        P.fail_at(r, where + ".range",
+                  "expected lo <= hi, step >= 1, at most " + std::to_string(k_max_range_values) +
+                      " values");
+      for (std::uint64_t i = 0; i <= span / std::uint64_t(step); ++i)
+        d.values.push_back(std::int64_t(std::uint64_t(lo) + i * std::uint64_t(step)));
     } else if (v.IsMap() && v["values"].IsDefined()) {
       P.only_keys(v, where, {"values", "names"});
       const YAML::Node vals = v["values"];
@@ -352,9 +400,12 @@ ArgSpec parse_arg(const Parser& P, const YAML::Node& n, const std::string& where
 }
 
 // The expression text of one element's size in bytes for a buffer dtype ("in", "out", concrete).
+// A buffer may hold i32, which is no problem dtype (dtype_bytes gives it 0); the worker
+// allocates it with 4 bytes an element.
 std::string element_bytes_text(const std::string& dtype) {
   if (dtype == "in") return "in_bytes";
   if (dtype == "out") return "out_bytes";
+  if (dtype == "i32") return "4";
   return std::to_string(dtype_bytes(dtype));
 }
 
@@ -526,8 +577,8 @@ ManifestSlots resolve_slots(const Manifest& m) {
   return s;
 }
 
-Manifest parse(const YAML::Node& root, const std::string& path) {
-  Parser P(path);  // not const: max_active_clusters is restricted once it is in scope
+// `P` is not const: max_active_clusters is restricted once it is in scope.
+Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   Manifest m;
   m.path = path;
   m.dir = fs::path(path).parent_path().string();
@@ -567,12 +618,14 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   if (root["layouts"].IsDefined()) {
     const YAML::Node l = root["layouts"];
     if (!l.IsMap()) P.fail_at(l, "layouts", "expected a mapping of layout name to constants");
+    P.unique_keys(l, "layouts");
     for (const auto& kv : l) {
       std::map<std::string, std::int64_t> consts;
       const std::string lname = kv.first.IsNull() ? "" : kv.first.Scalar();
       if (!kv.second.IsNull()) {
         if (!kv.second.IsMap())
           P.fail_at(kv.second, "layouts." + lname, "expected {CONST: value, ...}");
+        P.unique_keys(kv.second, "layouts." + lname);
         for (const auto& c : kv.second)
           consts[c.first.Scalar()] =
               P.integer(c.second, "layouts." + lname + "." + c.first.Scalar());
@@ -591,18 +644,45 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   if (!m.arch_suffix.empty() && m.arch_suffix != "a")
     P.fail_at(root["arch_suffix"], "arch_suffix", "expected \"\" or \"a\"");
   m.nvrtc_options = P.strings(root["nvrtc_options"], "nvrtc_options");
+  // Include paths would let NVRTC read headers the template's hash does not cover (registry.cc).
+  for (size_t i = 0; i < m.nvrtc_options.size(); ++i)
+    for (const char* o : {"-I", "--include-path", "-include", "--pre-include"})
+      if (m.nvrtc_options[i].starts_with(o))
+        P.fail_at(root["nvrtc_options"][i], "nvrtc_options[" + std::to_string(i) + "]",
+                  "'" + m.nvrtc_options[i] +
+                      "': no include paths or forced includes; list headers under headers");
   parse_params(P, root["params"], m);
 
   // Symbols: params, dims, dtype sizes, layout constants, device limits, then derived in order.
+  // Each name means one thing: SymbolTable::add returns the slot a name already has, so a dim
+  // named like a device limit would silently read the limit.
   for (const auto& p : m.params) m.symbols.add(p.name);
-  for (const auto& d : m.dims) {
-    if (m.symbols.find(d) >= 0) P.fail_at(root["dims"], "dims", "'" + d + "' is also a param");
+  for (size_t i = 0; i < m.dims.size(); ++i) {
+    const std::string& d = m.dims[i];
+    const std::string where = "dims[" + std::to_string(i) + "]";
+    if (is_builtin_name(d))
+      P.fail_at(root["dims"][i], where, "'" + d + "' is a built-in name (docs/templates.md)");
+    if (m.param(d)) P.fail_at(root["dims"][i], where, "'" + d + "' is also a param");
+    if (m.symbols.find(d) >= 0) P.fail_at(root["dims"][i], where, "'" + d + "' given twice");
     m.symbols.add(d);
   }
   m.symbols.add("in_bytes");
   m.symbols.add("out_bytes");
-  for (const auto& [_, consts] : m.layouts)
-    for (const auto& [c, __] : consts) m.symbols.add(c);
+  const int first_layout_slot = int(m.symbols.size());
+  for (const auto& kv : root["layouts"]) {  // none when the manifest has no layouts
+    if (kv.second.IsNull()) continue;
+    const std::string lname = kv.first.IsNull() ? "" : kv.first.Scalar();
+    for (const auto& c : kv.second) {
+      const std::string name = c.first.Scalar();
+      const std::string where = "layouts." + lname + "." + name;
+      const int slot = m.symbols.find(name);
+      if (is_builtin_name(name))
+        P.fail_at(c.first, where, "'" + name + "' is a built-in name (docs/templates.md)");
+      if (slot >= 0 && slot < first_layout_slot)  // the same constant in another layout is fine
+        P.fail_at(c.first, where, "'" + name + "' is also a " + (m.param(name) ? "param" : "dim"));
+      m.symbols.add(name);
+    }
+  }
   // Parsed before the device limits and derived values exist, so naming one is an unknown
   // symbol; params come first in the table and are refused by slot.
   if (root["heuristic_rank"].IsDefined()) {
@@ -619,9 +699,11 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
   if (root["derived"].IsDefined()) {
     const YAML::Node dn = root["derived"];
     if (!dn.IsMap()) P.fail_at(dn, "derived", "expected a mapping of name: expression");
+    P.unique_keys(dn, "derived");
     for (const auto& kv : dn) {
       const std::string name = kv.first.Scalar();
-      if (m.symbols.find(name) >= 0) P.fail_at(kv.first, "derived." + name, "name already in use");
+      if (m.symbols.find(name) >= 0 || is_builtin_name(name))
+        P.fail_at(kv.first, "derived." + name, "name already in use");
       NamedExpr d{name, P.expr(kv.second, "derived." + name, m.symbols), P.line(kv.first)};
       m.symbols.add(name);  // later derived values and everything below may use it
       m.derived.push_back(std::move(d));
@@ -701,6 +783,7 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
 
   const YAML::Node tn = root["tolerance"];
   if (!tn.IsMap()) P.fail_at(tn, "tolerance", "expected {dtype: max relative error, ...}");
+  P.unique_keys(tn, "tolerance");
   for (const auto& kv : tn) {
     const std::string d = kv.first.Scalar();
     if (!is_known_dtype(d)) P.fail_at(kv.first, "tolerance." + d, "unknown dtype");
@@ -712,6 +795,7 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
     if (!m.tolerance.count(d)) P.fail_at(tn, "tolerance", "no tolerance for output dtype " + d);
 
   const YAML::Node mn = root["metric"];
+  if (mn.IsMap()) P.unique_keys(mn, "metric");
   if (!mn.IsMap() || mn.size() != 1)
     P.fail_at(mn, "metric", "expected {flops: expr} or {bytes: expr}");
   if (mn["flops"].IsDefined()) {
@@ -730,9 +814,23 @@ Manifest parse(const YAML::Node& root, const std::string& path) {
     P.only_keys(hn[i], where, {"when", "params"});
     HeuristicRule r;
     r.line = P.line(hn[i]);
-    if (hn[i]["when"].IsDefined()) r.when = P.expr(hn[i]["when"], where + ".when", m.symbols);
+    if (hn[i]["when"].IsDefined()) {
+      r.when = P.expr(hn[i]["when"], where + ".when", m.symbols);
+      // A rule's `when` picks the rule before its params are bound (space.cc, fitting_rule): a
+      // param or a derived value there would read whatever an earlier rule left.
+      for (int slot : r.when.used_slots)
+        if (m.param(m.symbols.name(slot)) ||
+            std::any_of(m.derived.begin(), m.derived.end(),
+                        [&](const NamedExpr& d) { return d.name == m.symbols.name(slot); }))
+          P.fail_at(hn[i]["when"], where + ".when",
+                    "may name the problem's dims, in_bytes, out_bytes, layout constants and "
+                    "device limits, not params or derived values ('" +
+                        m.symbols.name(slot) +
+                        "'): it is tested before the rule's params are bound");
+    }
     const YAML::Node pn = hn[i]["params"];
     if (!pn.IsMap()) P.fail_at(hn[i], where + ".params", "expected {PARAM: value, ...}");
+    P.unique_keys(pn, where + ".params");
     for (const auto& kv : pn) {
       const std::string name = kv.first.Scalar();
       const ParamDomain* d = m.param(name);
@@ -902,13 +1000,18 @@ std::string cpp_type(std::string_view dtype) {
 }
 
 Result<Manifest> parse_manifest(const std::string& yaml, const std::string& path) {
+  Parser P(path);
   try {
-    return parse(YAML::Load(yaml), path);
+    return parse(YAML::Load(yaml), path, P);
   } catch (const ManifestError& e) {
     return fail(ErrorCode::invalid_argument, e.what());
   } catch (const YAML::Exception& e) {
     return fail(ErrorCode::invalid_argument,
                 path + ":" + std::to_string(e.mark.line + 1) + ": YAML: " + e.msg);
+  } catch (const std::exception& e) {
+    // A defect of the loader, not of the manifest; still an error, never a dead daemon.
+    return fail(ErrorCode::invalid_argument,
+                P.last_place() + ": cannot load the manifest: " + e.what());
   }
 }
 

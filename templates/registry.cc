@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -24,6 +25,56 @@ Result<std::string> read_text(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The quoted name of an `#include "name"` line, "" for `#include <name>` (NVRTC's own headers:
+// no -I reaches anything else, see manifest.cc), nullopt for a line that is no #include. A
+// computed include (`#include MACRO`) gives "#" (it cannot be checked).
+std::optional<std::string> quoted_include(std::string_view line) {
+  auto skip_space = [&] {
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+  };
+  skip_space();
+  if (!line.starts_with('#')) return std::nullopt;
+  line.remove_prefix(1);
+  skip_space();
+  if (!line.starts_with("include")) return std::nullopt;
+  line.remove_prefix(7);
+  if (line.starts_with("_next")) return "#";
+  if (!line.empty() && line.front() != ' ' && line.front() != '\t' && line.front() != '"' &&
+      line.front() != '<')
+    return std::nullopt;  // #includeX: another directive
+  skip_space();
+  if (line.starts_with('<')) return "";
+  if (!line.starts_with('"')) return "#";
+  const auto end = line.find('"', 1);
+  return end == std::string_view::npos ? "#" : std::string(line.substr(1, end - 1));
+}
+
+// NVRTC is given the manifest's headers by file name, and resolves any other quoted include from
+// the daemon's working directory: text outside the template's hash, so editing it would change
+// no cubin key and no stored winner. Every quoted #include must so name a listed header.
+Result<void> check_includes(const std::string& file, std::string_view text,
+                            const std::set<std::string>& listed, const std::string& manifest) {
+  int line_no = 0;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    const auto name = quoted_include(line);
+    if (!name || name->empty() || listed.count(*name)) continue;
+    const std::string where = file + ":" + std::to_string(line_no) + ": ";
+    if (*name == "#")
+      return fail(ErrorCode::invalid_argument,
+                  where +
+                      "only #include \"header\" (a header the manifest lists) or #include "
+                      "<header> (NVRTC's own) can be checked");
+    return fail(ErrorCode::invalid_argument,
+                where + "#include \"" + *name + "\" is not one of the headers " + manifest +
+                    " lists (NVRTC would read it from outside the template, unhashed)");
+  }
+  return {};
 }
 
 }  // namespace
@@ -54,14 +105,24 @@ Result<std::unique_ptr<KernelTemplate>> TemplateRegistry::load_template(const st
   };
   add(t->manifest_text);
   add(t->source);
+  std::set<std::string> listed;  // the names NVRTC gets the headers by
   for (const auto& h : t->manifest.headers) {
     auto htext = read_text(h);
     if (!htext) return std::unexpected(htext.error());
     const std::string include_name = fs::path(h).filename().string();
+    if (!listed.insert(include_name).second)
+      return fail(ErrorCode::invalid_argument, path + ": headers: two headers named " +
+                                                   include_name +
+                                                   " (NVRTC is given them by file name)");
     add(include_name);
     add(*htext);
     t->headers.emplace_back(include_name, std::move(*htext));
   }
+  if (auto ok = check_includes(t->manifest.source, t->source, listed, path); !ok)
+    return std::unexpected(ok.error());
+  for (size_t i = 0; i < t->headers.size(); ++i)
+    if (auto ok = check_includes(t->manifest.headers[i], t->headers[i].second, listed, path); !ok)
+      return std::unexpected(ok.error());
   t->hash = xxh3_hex(material);
   return t;
 }

@@ -41,6 +41,27 @@ TEST_F(ExpressionTest, Arithmetic) {
   EXPECT_EQ(eval("log2(A)", 1024, 0), 10);
 }
 
+// `%` and is_pow2 on operands that do not truncate to a 64-bit integer: NaN, not undefined
+// behaviour (NaN % -1 was LLONG_MIN % -1: SIGFPE).
+TEST_F(ExpressionTest, RemainderAndIsPow2OutsideTheIntegers) {
+  EXPECT_TRUE(std::isnan(eval("(A / 0) % -1", 64, 0)));
+  EXPECT_TRUE(std::isnan(eval("(0 / 0) % -1", 0, 0)));
+  EXPECT_TRUE(std::isnan(eval("A % (1 / 0)", 7, 0)));
+  EXPECT_TRUE(std::isnan(eval("A % B", 1e19, 3)));
+  EXPECT_TRUE(std::isnan(eval("A % B", -1e19, 3)));
+  EXPECT_TRUE(std::isnan(eval("A % B", 7, 1e19)));
+  EXPECT_EQ(eval("A % B", -9223372036854775808.0, -1), 0);
+  EXPECT_EQ(eval("A % -1", 7, 0), 0);
+  EXPECT_EQ(eval("A % B", -9223372036854775808.0, 3), -2);
+  EXPECT_TRUE(std::isnan(eval("is_pow2(A / B)", 1, 0)));
+  EXPECT_TRUE(std::isnan(eval("is_pow2(A / B)", 0, 0)));
+  EXPECT_EQ(eval("is_pow2(2 ^ 70)", 0, 0), 1);
+  EXPECT_EQ(eval("is_pow2(A)", 1e20, 0), 0);
+  EXPECT_EQ(eval("is_pow2(A)", -9223372036854775808.0, 0), 0);
+  EXPECT_EQ(eval("is_pow2(A) + is_pow2(B)", 0.5, 1), 1);
+  EXPECT_EQ(eval("is_pow2(A) + is_pow2(B)", 6, 3.5), 0);
+}
+
 TEST_F(ExpressionTest, UnknownVariableIsNamed) {
   auto e = compile_expression("A * BLOK_M", m_symbols);
   ASSERT_FALSE(e);
@@ -91,6 +112,31 @@ TEST_F(ExpressionTest, DeepNestingIsRejectedNotOverflowed) {
   auto e = compile_expression(deep, m_symbols);
   ASSERT_FALSE(e);
   EXPECT_NE(e.error().message.find("needs more than 64 operands"), std::string::npos);
+}
+
+// Every path the parser recurses on is bounded (a 300,000-deep `?:` chain overflowed the stack),
+// and the first error ends the parse (a long `^` chain went on recursing past its error).
+TEST_F(ExpressionTest, DeepChainsAreRejectedNotOverflowed) {
+  auto chain = [](const std::string& link, int n, const std::string& last) {
+    std::string text;
+    for (int i = 0; i < n; ++i) text += link;
+    return text + last;
+  };
+  EXPECT_EQ(eval(chain("A == 1 ? 10 : ", 200, "B"), 2, 7), 7);
+  for (const std::string& text :
+       {chain("A ? 1 : ", 300000, "1"), chain("A ? ", 300000, "1") + chain(" : 1", 300000, ""),
+        chain("-(", 300000, "A") + std::string(300000, ')'), chain("!(", 300, "A") + ")"}) {
+    auto e = compile_expression(text, m_symbols);
+    ASSERT_FALSE(e);
+    EXPECT_NE(e.error().message.find("nested too deeply"), std::string::npos)
+        << e.error().message.substr(e.error().message.size() - 60);
+  }
+  for (const std::string& text : {chain("A ^ ", 300000, "A"), chain("-A ^ ", 300000, "A")}) {
+    auto e = compile_expression(text, m_symbols);
+    ASSERT_FALSE(e);
+    EXPECT_NE(e.error().message.find("needs more than 64 operands"), std::string::npos)
+        << e.error().message.substr(e.error().message.size() - 60);
+  }
 }
 
 TEST_F(ExpressionTest, TernaryOnlyEvaluatesItsBranchAndNests) {

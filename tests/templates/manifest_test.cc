@@ -23,12 +23,16 @@ std::string scale_text() {
   return ss.str();
 }
 
+// `text` with `from` replaced by `to` (once).
+std::string edited(std::string text, const std::string& from, const std::string& to) {
+  const auto pos = text.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  return text.replace(pos, from.size(), to);
+}
+
 // The scale manifest with `from` replaced by `to` (once).
 std::string edited(const std::string& from, const std::string& to) {
-  std::string t = scale_text();
-  const auto pos = t.find(from);
-  EXPECT_NE(pos, std::string::npos) << from;
-  return t.replace(pos, from.size(), to);
+  return edited(scale_text(), from, to);
 }
 
 int line_of(const std::string& text, const std::string& needle) {
@@ -110,6 +114,185 @@ TEST(ManifestTest, StructuralErrors) {
     EXPECT_NE(m.error().message.find(c.expect), std::string::npos) << m.error().message;
     EXPECT_TRUE(m.error().message.starts_with("scale.yaml:")) << m.error().message;
   }
+}
+
+// Ranges at the ends of int64 load without overflowing (which looped until memory ran out).
+TEST(ManifestTest, RangeAtTheEndsOfInt64) {
+  // WAVES's domain replaced by `range`, and the heuristic's WAVES by its first value.
+  auto with_waves = [](const std::string& range, const std::string& first) {
+    std::string t = edited("WAVES: {range: [1, 4]}", "WAVES: " + range);
+    t = edited(t, "WAVES: 1}", "WAVES: " + first + "}");
+    return edited(t, "WAVES: 2}", "WAVES: " + first + "}");
+  };
+  auto m = parse_manifest(
+      with_waves("{range: [9223372036854775800, 9223372036854775807]}", "9223372036854775807"),
+      "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  ASSERT_EQ(m->params[2].values.size(), 8u);
+  EXPECT_EQ(m->params[2].values.front(), 9223372036854775800);
+  EXPECT_EQ(m->params[2].values.back(), 9223372036854775807);
+  m = parse_manifest(with_waves("{range: [9223372036854775000, 9223372036854775807], step: 400}",
+                                "9223372036854775400"),
+                     "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(
+      m->params[2].values,
+      (std::vector<std::int64_t>{9223372036854775000, 9223372036854775400, 9223372036854775800}));
+  const std::string text = with_waves("{range: [-9223372036854775808, 9223372036854775807]}", "0");
+  m = parse_manifest(text, "scale.yaml");
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().message, "scale.yaml:" + std::to_string(line_of(text, "WAVES")) +
+                                   ": params.WAVES.range: expected lo <= hi, step >= 1, at most "
+                                   "4096 values");
+}
+
+// A range gives at most 4096 values (it accepted 4097).
+TEST(ManifestTest, RangeGivesAtMost4096Values) {
+  auto with_waves = [](const std::string& range) {
+    return edited(edited("WAVES: {range: [1, 4]}", "WAVES: " + range), "WAVES: 2}", "WAVES: 1}");
+  };
+  auto m = parse_manifest(with_waves("{range: [1, 4096]}"), "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->params[2].values.size(), 4096u);
+  m = parse_manifest(with_waves("{range: [1, 8191], step: 2}"), "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->params[2].values.size(), 4096u);
+  for (const std::string range : {"{range: [0, 4096]}", "{range: [1, 8193], step: 2}"}) {
+    m = parse_manifest(with_waves(range), "scale.yaml");
+    ASSERT_FALSE(m) << range;
+    EXPECT_NE(m.error().message.find("params.WAVES.range: expected lo <= hi, step >= 1, at most "
+                                     "4096 values"),
+              std::string::npos)
+        << m.error().message;
+  }
+}
+
+// Folding the heuristic rules' plans evaluates `(THREADS / 0) % -1` at load: NaN (the
+// constraint fails), not a SIGFPE that killed the daemon on reload.
+TEST(ManifestTest, RemainderOfInfinityLoads) {
+  auto m = parse_manifest(edited("  - expr: n % VEC == 0", "  - expr: (THREADS / 0) % -1 == 0"),
+                          "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  for (const auto& plan : m->slots.rules) EXPECT_FALSE(plan.fixed_constraints_hold);
+}
+
+// A key given twice in any mapping is an error at the second (YAML keeps both, and the loader
+// read only the first: a second `constraints:` block was silently ignored).
+TEST(ManifestTest, RepeatedKeysAreRejected) {
+  struct Case {
+    std::string from, to, second, expect;
+  };
+  const std::vector<Case> cases = {
+      {"template_args: [T_IN, T_OUT, THREADS, VEC]",
+       "template_args: [T_IN, T_OUT, THREADS, VEC]\nconstraints:\n  - n > 1000000000",
+       "constraints:\n  - n > 1", "constraints: repeated key (first at line 17)"},
+      {"op: scale", "op: scale\nop: other", "op: other", "op: repeated key (first at line 2)"},
+      {"WAVES: {range: [1, 4]}", "WAVES: {range: [1, 4], range: [1, 8]}", "WAVES: {range",
+       "params.WAVES.range: repeated key"},
+      {"  VEC: [1, 2, 4, 8]", "  VEC: [1, 2, 4, 8]\n  VEC: [1, 2]", "VEC: [1, 2]\n",
+       "params.VEC: repeated key"},
+      {"  elems_per_block: THREADS * VEC", "  elems_per_block: THREADS * VEC\n  elems_per_block: 1",
+       "elems_per_block: 1", "derived.elems_per_block: repeated key"},
+      {"block: [THREADS, 1, 1]", "block: [THREADS, 1, 1]\n  block: [64, 1, 1]", "block: [64",
+       "launch.block: repeated key"},
+      {"count: n, init", "count: n, count: 1, init", "{name: x", "args[0].count: repeated key"},
+      {"{name: n, scalar: i32, value: n}", "{name: n, scalar: i32, value: n, value: 1}",
+       "{name: n, scalar", "args[2].value: repeated key"},
+      {"tolerance: {fp32: 1e-6, bf16: 1e-2}", "tolerance: {fp32: 1e-6, bf16: 1e-2, fp32: 1}",
+       "tolerance:", "tolerance.fp32: repeated key"},
+      {"metric: {bytes: n * (in_bytes + out_bytes)}", "metric: {bytes: n, bytes: 2 * n}",
+       "metric:", "metric.bytes: repeated key"},
+      {"params: {THREADS: 128, VEC: 1, WAVES: 1}",
+       "params: {THREADS: 128, VEC: 1, WAVES: 1, VEC: 2}", "params: {THREADS: 128",
+       "heuristic[0].params.VEC: repeated key"},
+      {"  - when: n < 4096\n", "  - when: n < 4096\n    when: n < 8\n", "when: n < 8",
+       "heuristic[0].when: repeated key"},
+      {"  - expr: n % VEC == 0\n", "  - expr: n % VEC == 0\n    expr: n > 1\n", "expr: n > 1",
+       "constraints[1].expr: repeated key"},
+      {"  entry: ktune_scale_ref", "  entry: ktune_scale_ref\n  entry: other", "entry: other",
+       "reference.entry: repeated key"},
+      {"min_cc: 80", "min_cc: 80\nlayouts: {a: {X: 1, X: 2}}",
+       "layouts:", "layouts.a.X: repeated key"},
+      {"min_cc: 80", "min_cc: 80\nlayouts: {a: {X: 1}, a: {X: 2}}",
+       "layouts:", "layouts.a: repeated key"},
+  };
+  for (const auto& c : cases) {
+    const std::string text = edited(c.from, c.to);
+    auto m = parse_manifest(text, "scale.yaml");
+    ASSERT_FALSE(m) << c.to;
+    EXPECT_EQ(
+        m.error().message.find("scale.yaml:" + std::to_string(line_of(text, c.second)) + ": "), 0u)
+        << m.error().message;
+    EXPECT_NE(m.error().message.find(c.expect), std::string::npos) << m.error().message;
+  }
+}
+
+// Every name means one thing: a dim, param, layout constant or derived value may not take another's
+// name or a built-in one (`dims: [n, cc]` silently read the device's cc as the dim).
+TEST(ManifestTest, NamesAreDefinedOnce) {
+  struct Case {
+    std::string from, to, second, expect;
+  };
+  const std::string layouts = "min_cc: 80\nlayouts: ";
+  const std::vector<Case> cases = {
+      {"dims: [n]", "dims: [n, cc]", "dims:", "dims[1]: 'cc' is a built-in name"},
+      {"dims: [n]", "dims: [n, sm_count]", "dims:", "dims[1]: 'sm_count' is a built-in name"},
+      {"dims: [n]", "dims: [in_bytes]", "dims:", "dims[0]: 'in_bytes' is a built-in name"},
+      {"dims: [n]", "dims: [n, max_active_clusters]",
+       "dims:", "dims[1]: 'max_active_clusters' is a built-in name"},
+      {"dims: [n]", "dims: [n, n]", "dims:", "dims[1]: 'n' given twice"},
+      {"dims: [n]", "dims: [n, VEC]", "dims:", "dims[1]: 'VEC' is also a param"},
+      {"  VEC: [1, 2, 4, 8]", "  VEC: [1, 2, 4, 8]\n  max_threads_per_block: [1]",
+       "max_threads_per_block: [1]",
+       "params.max_threads_per_block: 'max_threads_per_block' is a "
+       "built-in name"},
+      {"  VEC: [1, 2, 4, 8]", "  VEC: [1, 2, 4, 8]\n  T_IN: [1]", "T_IN: [1]",
+       "params.T_IN: 'T_IN' is a built-in name"},
+      {"min_cc: 80", layouts + "{a: {n: 1}}", "layouts:", "layouts.a.n: 'n' is also a dim"},
+      {"min_cc: 80", layouts + "{a: {X: 1}, b: {THREADS: 1}}",
+       "layouts:", "layouts.b.THREADS: 'THREADS' is also a param"},
+      {"min_cc: 80", layouts + "{a: {l2_bytes: 1}}",
+       "layouts:", "layouts.a.l2_bytes: 'l2_bytes' is a built-in name"},
+      {"min_cc: 80", layouts + "{a: {out_bytes: 1}}",
+       "layouts:", "layouts.a.out_bytes: 'out_bytes' is a built-in name"},
+      {"  elems_per_block: THREADS * VEC", "  elems_per_block: THREADS * VEC\n  T_OUT: 1",
+       "T_OUT: 1", "derived.T_OUT: name already in use"},
+      {"  elems_per_block: THREADS * VEC", "  elems_per_block: THREADS * VEC\n  cc: 1", "cc: 1",
+       "derived.cc: name already in use"},
+  };
+  for (const auto& c : cases) {
+    const std::string text = edited(c.from, c.to);
+    auto m = parse_manifest(text, "scale.yaml");
+    ASSERT_FALSE(m) << c.to;
+    EXPECT_EQ(
+        m.error().message.find("scale.yaml:" + std::to_string(line_of(text, c.second)) + ": "), 0u)
+        << m.error().message;
+    EXPECT_NE(m.error().message.find(c.expect), std::string::npos) << m.error().message;
+  }
+  // One constant in several layouts is one name, a value per layout.
+  auto m =
+      parse_manifest(edited("min_cc: 80", layouts + "{a: {X: 1, Y: 0}, b: {X: 0}}"), "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->slots.layouts.at("a")[0].first, m->slots.layouts.at("b")[0].first);
+}
+
+// A heuristic rule's `when` is tested before its params are bound, so it may not read them (it
+// read 0 for the first rule, the previous rule's values after): THREADS * VEC <= n held for
+// n = 100 and served THREADS 256.
+TEST(ManifestTest, HeuristicWhenMayNotReadParamsOrDerivedValues) {
+  for (const std::string when :
+       {"THREADS * VEC <= n", "elems_per_block <= n", "n < 4096 && VEC > 0"}) {
+    const std::string text = edited("  - when: n < 4096\n", "  - when: " + when + "\n");
+    auto m = parse_manifest(text, "scale.yaml");
+    ASSERT_FALSE(m) << when;
+    EXPECT_EQ(m.error().message.find("scale.yaml:" + std::to_string(line_of(text, when)) +
+                                     ": heuristic[0].when: may name the problem's dims"),
+              0u)
+        << m.error().message;
+  }
+  auto m = parse_manifest(edited("  - when: n < 4096\n", "  - when: n < sm_count * in_bytes\n"),
+                          "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
 }
 
 // A workspace says whether it needs zeroing (`zero: kept`, the default: zeroed once, left zeroed by
@@ -246,6 +429,102 @@ TEST(SpaceTest, InstantiateNamesTheLaunchOrArgumentOutOfRange) {
   inst = instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096), DeviceLimits{}, p);
   ASSERT_FALSE(inst);
   EXPECT_EQ(inst.error().message, "args.y.count < 1");
+}
+
+// A copy of the scale template in a directory of its own, with extra files beside it.
+class ScaleCopy {
+ public:
+  ScaleCopy()
+      : m_dir(std::filesystem::temp_directory_path() /
+              ("ktune-includes-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(m_dir / "scale");
+  }
+  ~ScaleCopy() { std::filesystem::remove_all(m_dir); }
+
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(m_dir / "scale" / name) << text;
+  }
+  // Writes the manifest (`headers` in place of the scale's, source scale.cuh) and the source
+  // (`source_head`, then the scale's source) and loads the template.
+  Result<std::unique_ptr<KernelTemplate>> load(const std::string& headers,
+                                               const std::string& source_head) const {
+    write("scale.yaml", edited("headers: [../../../../templates/common/ktune_common.cuh]",
+                               "headers: [" + headers + "]"));
+    std::ifstream in(k_scale_dir + "/scale/scale.cuh");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    write("scale.cuh", source_head + ss.str());
+    return TemplateRegistry::load_template(path());
+  }
+  std::string path() const { return (m_dir / "scale/scale.yaml").string(); }
+  std::string common() const {
+    return std::string(KTUNE_SOURCE_DIR) + "/templates/common/ktune_common.cuh";
+  }
+
+ private:
+  std::filesystem::path m_dir;
+};
+
+// A quoted #include must name a header the manifest lists: NVRTC would read any other from the
+// daemon's working directory (or an -I path), outside the template's hash, so editing it changed
+// no cubin key and no stored winner.
+TEST(RegistryTest, QuotedIncludesMustBeListedHeaders) {
+  const ScaleCopy copy;
+  copy.write("extra.cuh", "#define KTUNE_EXTRA 1\n");
+  auto t = copy.load(copy.common(), "// extra\n #  include \"extra.cuh\"  // unlisted\n");
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().message, copy.path().substr(0, copy.path().size() - 4) + "cuh:2: #include " +
+                                   "\"extra.cuh\" is not one of the headers " + copy.path() +
+                                   " lists (NVRTC would read it from outside the template, "
+                                   "unhashed)");
+  // Listed, it is hashed: editing it changes the template's hash.
+  t = copy.load(copy.common() + ", extra.cuh", "#include \"extra.cuh\"\n");
+  ASSERT_TRUE(t) << t.error().message;
+  const std::string hash = (*t)->hash;
+  copy.write("extra.cuh", "#define KTUNE_EXTRA 2\n");
+  t = TemplateRegistry::load_template(copy.path());
+  ASSERT_TRUE(t) << t.error().message;
+  EXPECT_NE((*t)->hash, hash);
+  // A listed header's own includes are checked too.
+  copy.write("extra.cuh", "#pragma once\n#include \"more.cuh\"\n");
+  copy.write("more.cuh", "\n");
+  t = TemplateRegistry::load_template(copy.path());
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.error().message.find("extra.cuh:2: #include \"more.cuh\" is not one of the headers"),
+            std::string::npos)
+      << t.error().message;
+  // NVRTC's own headers and commented-out lines are fine; a computed include is not.
+  EXPECT_TRUE(copy.load(copy.common(), "#include <cuda_fp16.h>\n// #include \"extra.cuh\"\n"));
+  t = copy.load(copy.common(), "#define H \"extra.cuh\"\n#include H\n");
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.error().message.find("scale.cuh:2: only #include \"header\""), std::string::npos)
+      << t.error().message;
+  // Two listed headers of one file name: NVRTC gets headers by file name.
+  copy.write("ktune_common.cuh", "\n");
+  t = copy.load(copy.common() + ", ktune_common.cuh", "");
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.error().message.find("headers: two headers named ktune_common.cuh"),
+            std::string::npos)
+      << t.error().message;
+}
+
+// Include paths and forced includes in nvrtc_options would reach unhashed headers too.
+TEST(ManifestTest, NvrtcOptionsMayNotAddIncludePaths) {
+  for (const std::string option :
+       {"-I/tmp", "-I", "--include-path=/tmp", "-include", "--pre-include=x.h"}) {
+    const std::string text =
+        edited("min_cc: 80", "min_cc: 80\nnvrtc_options: [-lineinfo, \"" + option + "\"]");
+    auto m = parse_manifest(text, "scale.yaml");
+    ASSERT_FALSE(m) << option;
+    EXPECT_EQ(
+        m.error().message.find("scale.yaml:" + std::to_string(line_of(text, "nvrtc_options")) +
+                               ": nvrtc_options[1]: '" + option + "': no include paths"),
+        0u)
+        << m.error().message;
+  }
+  EXPECT_TRUE(parse_manifest(
+      edited("min_cc: 80", "min_cc: 80\nnvrtc_options: [-lineinfo, --use_fast_math]"),
+      "scale.yaml"));
 }
 
 TEST(RegistryTest, LoadsDirectoriesAndReportsBadOnes) {

@@ -197,6 +197,44 @@ TEST(TensorMapSpaceTest, LoaderConstraintsPruneWhatTheDriverWouldRefuse) {
   std::filesystem::remove_all(dir);
 }
 
+// The loader's rules count an i32 buffer's elements as 4 bytes (they counted 0, so every rule
+// held): a 2-element inner box is 8 bytes, not a multiple of 16.
+TEST(TensorMapSpaceTest, LoaderConstraintsCountI32ElementsAsFourBytes) {
+  const std::string y = "  - {name: y, buffer: out, dtype: out, count: rows * cols}\n";
+  auto with_box = [&](int inner) {
+    return edited(y, y +
+                         "  - {name: idx, buffer: in, dtype: i32, count: rows * cols}\n"
+                         "  - {name: tmi, tensor_map: idx, dims: [cols, rows], strides: [\"cols * "
+                         "4\"], box: [" +
+                         std::to_string(inner) + ", BOX_R]}\n");
+  };
+  auto m = parse_manifest(with_box(2), "tma_copy.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  KernelTemplate t;
+  t.manifest = std::move(*m);
+  auto space = SearchSpace::build(t, copy_problem(1024, 1024), DeviceLimits{});
+  ASSERT_FALSE(space);
+  EXPECT_NE(space.error().message.find(
+                "tmi: tensor map inner box (2 elements) must be a multiple of 16 bytes"),
+            std::string::npos)
+      << space.error().message;
+  m = parse_manifest(with_box(4), "tma_copy.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  t.manifest = std::move(*m);
+  space = SearchSpace::build(t, copy_problem(1024, 1024), DeviceLimits{});
+  ASSERT_TRUE(space) << space.error().message;
+  // cols i32 elements span cols * 4 bytes: a 1024-byte stride over 1024 elements is too short.
+  m = parse_manifest(replaced(with_box(4), "strides: [\"cols * 4\"]", "strides: [\"cols\"]"),
+                     "tma_copy.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  t.manifest = std::move(*m);
+  space = SearchSpace::build(t, copy_problem(1024, 1024), DeviceLimits{});
+  ASSERT_FALSE(space);
+  EXPECT_NE(space.error().message.find("tmi: tensor map strides[0] (cols) must span dims[0]"),
+            std::string::npos)
+      << space.error().message;
+}
+
 TEST(TensorMapSpaceTest, GridMustBeWholeClusters) {
   auto m = parse_manifest(edited("* CLUSTER\", 1, 1]", "* CLUSTER + 1\", 1, 1]"), "tma_copy.yaml");
   ASSERT_TRUE(m) << m.error().message;
