@@ -18,6 +18,15 @@ std::string seconds_text(double s) {
   std::snprintf(buf, sizeof buf, "%.6f", s);
   return buf;
 }
+// A count of nanoseconds as seconds, every digit kept (a double streamed with 6 digits stepped
+// by 10 s past a million seconds, and rate(sum)/rate(count) became noise).
+std::string nanos_as_seconds(std::uint64_t nanos) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%llu.%09llu",
+                static_cast<unsigned long long>(nanos / 1'000'000'000),
+                static_cast<unsigned long long>(nanos % 1'000'000'000));
+  return buf;
+}
 std::string_view op_label(size_t i) {
   return i < std::size(protocol::k_ops) ? protocol::k_ops[i].name : "other";
 }
@@ -95,7 +104,7 @@ std::string Metrics::prometheus(const std::string& extra) const {
       os << "+Inf";
     os << "\"} " << cumulative << "\n";
   }
-  os << "ktune_lookup_seconds_sum " << double(m_lookup_nanos.load()) / 1e9 << "\n"
+  os << "ktune_lookup_seconds_sum " << nanos_as_seconds(m_lookup_nanos.load()) << "\n"
      << "ktune_lookup_seconds_count " << cumulative << "\n";
   os << "# HELP ktune_connections_open Open client connections.\n"
         "# TYPE ktune_connections_open gauge\n"
@@ -109,6 +118,9 @@ std::string Metrics::prometheus(const std::string& extra) const {
   os << "# HELP ktune_http_refused_total Connections closed for sending HTTP to the protocol "
         "port.\n# TYPE ktune_http_refused_total counter\n"
      << "ktune_http_refused_total " << m_http_refused.load() << "\n";
+  os << "# HELP ktune_metrics_port_refused_total Connections to the metrics/health port closed "
+        "unanswered at its cap.\n# TYPE ktune_metrics_port_refused_total counter\n"
+     << "ktune_metrics_port_refused_total " << m_metrics_port_refused.load() << "\n";
   os << "# HELP ktune_slow_readers_dropped_total Connections closed because the client read no "
         "reply for server.write_stall_timeout_ms.\n"
         "# TYPE ktune_slow_readers_dropped_total counter\n"

@@ -39,6 +39,8 @@ class Metrics {
   void connection_refused() { m_connections_refused.fetch_add(1); }
   // A connection closed because it sent HTTP to the protocol port (a browser page, curl).
   void http_refused() { m_http_refused.fetch_add(1, std::memory_order_relaxed); }
+  // A connection to the metrics/health port closed unanswered: that port's connection cap.
+  void metrics_port_refused() { m_metrics_port_refused.fetch_add(1, std::memory_order_relaxed); }
   // A connection closed because its client took no reply byte for server.write_stall_timeout_ms.
   void slow_reader_dropped() { m_slow_readers_dropped.fetch_add(1, std::memory_order_relaxed); }
   // A SIGHUP reload finished. failed: a template directory or a seed table did not load (what
@@ -73,6 +75,7 @@ class Metrics {
   std::atomic<std::uint64_t> m_connections_total{0};
   std::atomic<std::uint64_t> m_connections_refused{0};
   std::atomic<std::uint64_t> m_http_refused{0};
+  std::atomic<std::uint64_t> m_metrics_port_refused{0};
   std::atomic<std::uint64_t> m_slow_readers_dropped{0};
   std::array<std::atomic<std::uint64_t>, 2> m_reloads{};  // by Reload
   std::atomic<std::uint64_t> m_session_yields{0};

@@ -279,25 +279,28 @@ asio::awaitable<void> Server::accept_metrics() {
       co_await accept_failed(ec);
       continue;
     }
-    // Probes and scrapes are few and short: past the cap a connection is closed unanswered, so
-    // idle ones cannot take the descriptors the JSON clients need.
+    // Probes and scrapes are few and short: past the cap a connection is closed unanswered (and
+    // counted), so idle ones cannot take the descriptors the JSON clients need; each has 1 s to
+    // send its request (serve_http), so idle ones cannot keep the probes out for long either.
     if (m_http_open >= k_max_http_connections) {
+      m_metrics.metrics_port_refused();
       socket.close(ec);
       continue;
     }
+    ++m_http_open;  // here, not when serve_http starts: the next accept must see it
     asio::co_spawn(m_strand, serve_http(std::move(socket)), asio::detached);
   }
 }
 
 asio::awaitable<void> Server::serve_http(tcp::socket socket) {
-  // One small request per connection, bounded in size and time: read it, answer, close.
-  ++m_http_open;  // on the strand, as accept_metrics reads it
-  struct Closed {
+  // One small request per connection, bounded in size and time: read it (within 1 s: a probe
+  // or a scrape sends it at once), answer (within 5 s), close.
+  struct Closed {  // accept_metrics counted it open; on the strand, as it reads the count
     int& open;
     ~Closed() { --open; }
   } closed{m_http_open};
   beast::tcp_stream stream(std::move(socket));
-  stream.expires_after(std::chrono::seconds(5));
+  stream.expires_after(std::chrono::seconds(1));
   beast::flat_buffer buffer(8192);
   http::request_parser<http::string_body> parser;
   parser.header_limit(8192);
@@ -344,6 +347,7 @@ asio::awaitable<void> Server::serve_http(tcp::socket socket) {
   // After a request read only in part, closing with its rest unread would reset the connection
   // and could cut the response off (daemon/tcp_close.h).
   const bool unread = bool(ec);
+  stream.expires_after(std::chrono::seconds(5));  // from now: a report may have taken a while
   co_await http::async_write(stream, response, asio::redirect_error(asio::use_awaitable, ec));
   stream.socket().shutdown(tcp::socket::shutdown_send, ec);
   if (unread && !ec)

@@ -543,6 +543,17 @@ TEST_F(DispatcherTest, EveryOpHasOneHandlerAndAMetric) {
         << op.name;
 }
 
+// The lookup time's sum keeps every digit past a million seconds (streamed with 6 digits it
+// stepped by 10 s, and rate(sum)/rate(count) became noise).
+TEST(MetricsTest, TheLookupTimeSumKeepsItsDigits) {
+  Metrics metrics;
+  metrics.count_lookup("exact", 1'234'567.5);
+  metrics.count_lookup("exact", 0.000001);
+  const std::string text = metrics.prometheus();
+  EXPECT_NE(text.find("ktune_lookup_seconds_sum 1234567.500001000\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("ktune_lookup_seconds_count 2\n"), std::string::npos) << text;
+}
+
 // docs/protocol.md documents every op of the table (a section titled with the op's name).
 TEST(ProtocolDocTest, EveryOpIsDocumented) {
   std::ifstream in(std::string(KTUNE_SOURCE_DIR) + "/docs/protocol.md");

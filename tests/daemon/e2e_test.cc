@@ -2,6 +2,7 @@
 // C++ client, the ktune CLI and raw sockets. Label "e2e".
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -357,6 +358,53 @@ TEST_F(EndToEndTest, MetricsAndHealthOverHttp) {
   const std::string refused = http_get(std::stoi(port), "/report");
   EXPECT_NE(refused.find("403 Forbidden"), std::string::npos) << refused;
   EXPECT_NE(refused.find("server.report: false"), std::string::npos) << refused;
+}
+
+// Idle connections fill the metrics port's 64 slots: one past them is closed unanswered and
+// counted, and each idle one is closed after 1 s, so /livez answers again (64 idle connections
+// renewed every 5 s kept the probes out for good).
+TEST_F(EndToEndTest, IdleConnectionsCannotKeepTheProbesOut) {
+  DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
+  ASSERT_TRUE(daemon.start());
+  std::string text;
+  ASSERT_TRUE(testing::eventually([&] {
+    std::ifstream log(daemon.log_path());
+    text.assign(std::istreambuf_iterator<char>(log), {});
+    return text.find("metrics=127.0.0.1:") != std::string::npos;
+  })) << text;
+  const auto pos = text.find("metrics=127.0.0.1:");
+  const int port = std::stoi(text.substr(pos + 18, text.find(' ', pos) - pos - 18));
+  auto connect_idle = [port] {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(std::uint16_t(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    return fd;
+  };
+  // Closed by the daemon within `ms`: a read sees the end of the stream, nothing before it.
+  auto closed_within = [](int fd, int ms) {
+    pollfd p{fd, POLLIN, 0};
+    char c;
+    return ::poll(&p, 1, ms) == 1 && ::recv(fd, &c, 1, 0) == 0;
+  };
+  std::vector<int> idle;
+  for (int i = 0; i < 64; ++i) idle.push_back(connect_idle());
+  const int extra = connect_idle();
+  EXPECT_TRUE(closed_within(extra, 500)) << "the 65th is closed at once, unanswered";
+  ::close(extra);
+  const auto start = std::chrono::steady_clock::now();
+  for (int fd : idle) {
+    EXPECT_TRUE(closed_within(fd, 10'000)) << "an idle connection was never closed";
+    ::close(fd);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4))
+      << "idle connections are closed after 1 s (it was 5 s)";
+  EXPECT_NE(http_get(port, "/livez").find("\r\n\r\nok"), std::string::npos);
+  EXPECT_EQ(
+      testing::prometheus_counter(http_get(port, "/metrics"), "ktune_metrics_port_refused_total"),
+      1);
 }
 
 // Turned on, /report is drawn on the executor and served as HTML.
