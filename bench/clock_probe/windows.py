@@ -21,7 +21,9 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gemm_peers"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "gemm_peers"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))  # ktune.kernel's libcuda
 from peers import ClockProbe  # noqa: E402  (needs the path above)
 
 WINDOWS = (100_000, 1_000_000, 10_000_000)
