@@ -39,7 +39,7 @@ class GraphCaptureTest(unittest.TestCase):
     def setUp(self):
         import ktune.torch as kt
         self.kt = kt
-        kt.configure(client=ktune.Client(socket_path=DAEMON["socket"], cache_ttl=0))
+        kt.configure(client=DAEMON["client"])  # one client for all tests: configure forgets state
         torch.manual_seed(0)
 
     def served(self, op: str) -> int:
@@ -115,8 +115,8 @@ def main() -> int:
                                    os.path.join(d, "data"), "--set", "tuning.gpu_policy=never",
                                    "--set", "tuning.on_miss=false"],
                                   stdout=log, stderr=subprocess.STDOUT)
+        client = ktune.Client(socket_path=DAEMON["socket"], cache_ttl=0)
         try:
-            client = ktune.Client(socket_path=DAEMON["socket"], cache_ttl=0)
             deadline = time.monotonic() + 30
             while True:  # ready when it answers (not a sleep: each try is a real request)
                 try:
@@ -127,9 +127,11 @@ def main() -> int:
                         print(open(log.name).read())
                         return 1
                     time.sleep(0.05)
+            DAEMON["client"] = client
             result = unittest.main(module=__name__, argv=[sys.argv[0], "-v"], exit=False).result
             return 0 if result.wasSuccessful() else 1
         finally:
+            client.close()
             daemon.terminate()
             daemon.wait(timeout=30)
 
