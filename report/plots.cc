@@ -56,8 +56,11 @@ std::vector<double> log_ticks(double lo, double hi) {
 // The roofline's points, each labelled: the labels stand in a column right of the plot at
 // `label_x`, in the points' vertical order (never above their point), each joined to its point
 // by a leader, so a dense cluster stays readable.
+// The points, and their labels in a column at label_x from `top` down; *bottom: the last label's
+// baseline (labels sit at or below their point, so a column can run past the plot).
 std::string labelled_points(const std::vector<RooflinePoint>& points, const LogAxis& x,
-                            const LogAxis& y, const Ceilings& c, int label_x, int top) {
+                            const LogAxis& y, const Ceilings& c, int label_x, int top,
+                            double* bottom) {
   std::string s;
   std::vector<size_t> order(points.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -83,6 +86,7 @@ std::string labelled_points(const std::vector<RooflinePoint>& points, const LogA
     s += strf("<text class=\"plabel\" x=\"%d\" y=\"%.1f\" fill=\"%s\">", label_x, ly,
               colour.c_str()) +
          escape_html(text) + "</text>";
+    *bottom = ly;
   }
   return s;
 }
@@ -219,7 +223,6 @@ std::string roofline_svg(const std::vector<RooflinePoint>& all, const Ceilings& 
   // The plot is 420 px high; the svg grows when the labels column is longer.
   const int plot_w = 520, label_w = 480, h = 420, left = 60, top = 14, bottom = 44;
   const int w = left + plot_w + label_w;
-  const int svg_h = std::max(h, top + 13 * int(points.size()) + 24);
   double x_lo = 0.1, x_hi = 10000, y_lo = 0.1, y_hi = 2000;
   for (const auto& p : points) {
     x_lo = std::min(x_lo, p.intensity / 2);
@@ -228,10 +231,7 @@ std::string roofline_svg(const std::vector<RooflinePoint>& all, const Ceilings& 
   }
   const LogAxis x{x_lo, x_hi, double(left), double(left + plot_w)};
   const LogAxis y{y_lo, y_hi, double(h - bottom), double(top)};
-  std::string s = strf(
-      "<svg class=\"roofline\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-      "role=\"img\">",
-      w, svg_h, w, svg_h);
+  std::string s;  // the drawing; the svg element, sized to it, goes in front at the end
   for (double v : log_ticks(x_lo, x_hi))
     s += strf(
         "<line class=\"grid\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\"/>"
@@ -276,9 +276,14 @@ std::string roofline_svg(const std::vector<RooflinePoint>& all, const Ceilings& 
         x(r2), x(x_hi), y(c.mma_sync_tflops), y(c.mma_sync_tflops), x(x_hi) - 4,
         y(c.mma_sync_tflops) + 12, num(c.mma_sync_tflops).c_str());
   }
-  s += labelled_points(points, x, y, c, left + plot_w + 36, top);
-  s += "</svg>";
-  return s;
+  double last_label = 0;
+  s += labelled_points(points, x, y, c, left + plot_w + 36, top, &last_label);
+  const int svg_h = std::max(h, int(std::ceil(last_label)) + 8);
+  return strf(
+             "<svg class=\"roofline\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+             "role=\"img\">",
+             w, svg_h, w, svg_h) +
+         s + "</svg>";
 }
 
 std::string bandwidth_svg(const std::vector<RooflinePoint>& all, const Ceilings& c) {

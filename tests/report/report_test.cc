@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -129,6 +130,32 @@ TEST(ReportParse, GroupsStoreRecordsByProblemInTimeOrder) {
   EXPECT_EQ(sa.trials[1].sm_clock_counted_mhz, 1701);
   EXPECT_DOUBLE_EQ(sa.trials[1].power_w, 612.5);
   EXPECT_EQ(sa.source, "store");
+}
+
+// Labels sit at or below their point: 30 memory-bound points low on the plot ran their labels
+// past the svg's bottom (15 of 30 were invisible). The svg grows to hold the last one.
+TEST(ReportRender, RooflineLabelsLowOnThePlotStayInsideTheSvg) {
+  std::vector<RooflinePoint> points;
+  for (int i = 0; i < 30; ++i)
+    points.push_back({.label = "rmsnorm rows=" + std::to_string(64 << (i % 8)),
+                      .op = "rmsnorm",
+                      .intensity = 0.3 + 0.01 * i,
+                      .tflops = 0.5 + 0.01 * i,
+                      .gbps = 1500,
+                      .where = "test"});
+  const std::string svg = roofline_svg(points, h200_ceilings());
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(svg, m, std::regex("height=\"(\\d+)\"")));
+  const double height = std::stod(m[1]);
+  double lowest = 0;
+  int labels = 0;
+  const std::regex label("<text class=\"plabel\" x=\"\\d+\" y=\"([0-9.]+)\"");
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), label); it != std::sregex_iterator();
+       ++it, ++labels)
+    lowest = std::max(lowest, std::stod((*it)[1]));
+  EXPECT_EQ(labels, 30);
+  EXPECT_GT(lowest, 420) << "the case this test is about: labels below the plot";
+  EXPECT_LE(lowest + 4, height);
 }
 
 // Times that reach the plots unchecked (a trial set built by hand, a file's zero) draw without
