@@ -12,6 +12,10 @@ namespace ktune {
 namespace {
 
 constexpr double k_max_valid_configs = 2'000'000;
+// Partial configs an enumeration may visit (a few seconds of constraint checks): a space pruned
+// only at its last param (4 params of 100 values x 9, one constraint over all) otherwise walked
+// for minutes on a lookup thread, with nothing valid to show for it.
+constexpr std::uint64_t k_max_visits = 20'000'000;
 
 // Sets dims, dtype sizes, layout constants and device limits in an evaluator.
 // REQUIRES: check_supported() passed (the problem's dims are the manifest's, in order).
@@ -351,8 +355,17 @@ Result<SearchSpace> SearchSpace::build(const KernelTemplate& tmpl, const Problem
   std::vector<std::int64_t> current(size_t(n), 0);
   std::optional<Error> error;
 
+  std::uint64_t visits = 0;
   // Evaluates what becomes known at `level` (0 = before any param); false if pruned.
   auto settle = [&](int level) -> bool {
+    if (++visits > k_max_visits) {
+      error = Error{ErrorCode::invalid_argument,
+                    "enumerating the space took more than 20M steps (" +
+                        std::to_string(std::llround(std::min(suffix[0], 1e18))) +
+                        " configs before pruning); add constraints on fewer params, so they "
+                        "prune earlier"};
+      return false;
+    }
     for (size_t di : derived_at[size_t(level)]) {
       auto v = ev.eval(m.derived[di].expr);
       if (!v) {

@@ -56,6 +56,28 @@ TEST(ManifestTest, LoadsTheTestTemplate) {
   EXPECT_FALSE(m->supports(scale_problem(100, "fp16"), 90));
 }
 
+// A space pruned only at its last param is not walked for minutes: the enumeration stops after
+// 20M steps with an error that says what to do (4 params of 100 values walked on a lookup thread
+// with nothing valid to show for it).
+TEST(ManifestTest, AnEnumerationThatPrunesOnlyAtTheEndIsStoppedWithAReason) {
+  std::string text = edited("  WAVES: {range: [1, 4]}\n",
+                            "  WAVES: {range: [1, 4]}\n  P1: {range: [1, 100]}\n"
+                            "  P2: {range: [1, 100]}\n  P3: {range: [1, 100]}\n");
+  text =
+      edited(text, "    why: vector width must divide n\n",
+             "    why: vector width must divide n\n  - expr: P1 + P2 + P3 < 0\n    why: never\n");
+  for (const char* rule : {"{THREADS: 128, VEC: 1, WAVES: 1", "{THREADS: 256, VEC: 4, WAVES: 2"})
+    text = edited(text, rule, std::string(rule) + ", P1: 1, P2: 1, P3: 1");
+  auto m = parse_manifest(text, "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  auto space =
+      SearchSpace::build(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096), DeviceLimits{});
+  ASSERT_FALSE(space);
+  EXPECT_NE(space.error().message.find("more than 20M steps (96000000 configs before pruning)"),
+            std::string::npos)
+      << space.error().message;
+}
+
 TEST(ManifestTest, YamlSyntaxErrorNamesFileAndLine) {
   const std::string text = edited("  VEC: [1, 2, 4, 8]", "  VEC: [1, 2, 4, 8");
   auto m = parse_manifest(text, "scale.yaml");
