@@ -362,6 +362,7 @@ class _Driver:
         self.cuCtxGetDevice = fn("cuCtxGetDevice", ctypes.POINTER(i32))
         self.cuDeviceGetAttribute = fn("cuDeviceGetAttribute", ctypes.POINTER(i32), i32, i32)
         self.cuModuleLoadData = fn("cuModuleLoadData", ctypes.POINTER(vp), ctypes.c_char_p)
+        self.cuModuleUnload = fn("cuModuleUnload", vp)
         self.cuModuleGetFunction = fn("cuModuleGetFunction", ctypes.POINTER(vp), vp, ctypes.c_char_p)
         self.cuFuncSetAttribute = fn("cuFuncSetAttribute", vp, i32, i32)
         self.cuMemAlloc = fn("cuMemAlloc_v2", ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
@@ -550,12 +551,16 @@ class Kernel:
                                             "device's class)")
         module, function = ctypes.c_void_p(), ctypes.c_void_p()
         drv.check(drv.cuModuleLoadData(ctypes.byref(module), self.cubin), "cuModuleLoadData")
-        drv.check(drv.cuModuleGetFunction(ctypes.byref(function), module,
-                                          self.lowered_name.encode()), "cuModuleGetFunction")
-        smem = self.description["smem"]
-        if smem > 0:
-            drv.check(drv.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SMEM, smem),
-                      f"raising the dynamic shared memory limit to {smem} bytes")
+        try:
+            drv.check(drv.cuModuleGetFunction(ctypes.byref(function), module,
+                                              self.lowered_name.encode()), "cuModuleGetFunction")
+            smem = self.description["smem"]
+            if smem > 0:
+                drv.check(drv.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SMEM, smem),
+                          f"raising the dynamic shared memory limit to {smem} bytes")
+        except KtuneError:
+            drv.cuModuleUnload(module)  # or each retried launch leaks a module
+            raise
         self._loaded[ctx] = function.value
         return function.value
 

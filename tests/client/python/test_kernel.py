@@ -318,7 +318,8 @@ class FakeDriver:
         self.capturing = 0  # cuStreamIsCapturing's answer: 0 none, 1 active, 2 invalidated
         self.mode = 0       # this thread's capture mode: 0 global (the default), 2 relaxed
         self.loads, self.launches, self.allocs, self.memsets, self.encodes = [], [], [], [], []
-        self.frees, self.streams = [], []  # streams: (event, handle)
+        self.frees, self.streams, self.unloads = [], [], []  # streams: (event, handle)
+        self.fail_smem = 0  # cuFuncSetAttribute's answer
 
     def forbidden(self):
         """What a capture in global mode answers an allocation or a module load: refused (and the
@@ -365,12 +366,16 @@ class FakeDriver:
         out._obj.value = 0x1000 + len(self.loads)
         return 0
 
+    def cuModuleUnload(self, module):
+        self.unloads.append(getattr(module, "value", module))
+        return 0
+
     def cuModuleGetFunction(self, out, module, name):
         out._obj.value = getattr(module, "value", module) + 0x100
         return 0
 
     def cuFuncSetAttribute(self, function, attr, value):
-        return 0
+        return self.fail_smem
 
     def cuMemAlloc(self, out, size):
         if self.forbidden():
@@ -468,6 +473,25 @@ class LaunchPathTest(unittest.TestCase):
         with self.assertRaises(ktune.KtuneError) as e:
             kernel.launch_addresses((0xA000, 0xB000), 0)
         self.assertIn("no CUDA context", e.exception.message)
+
+    def test_a_module_whose_setup_failed_is_unloaded(self):
+        # A shared-memory limit the device refuses: the launch fails, the module is unloaded (each
+        # retry leaked one), and a later launch loads it again.
+        image = self.client.kernel("gemm", dtype="bf16", layout="rc", device=H200, M=256, N=256,
+                                   K=256)
+        kernel = ktune.Kernel(image)
+        self.assertGreater(kernel.description["smem"], 0)
+        drv = self.fake(kernel)
+        drv.fail_smem = 1
+        for _ in range(2):
+            with self.assertRaises(ktune.KtuneError) as e:
+                kernel.launch_addresses((0xA000, 0xB000, 0xC000), 7)
+            self.assertIn("dynamic shared memory", e.exception.message)
+        self.assertEqual(len(drv.unloads), 2)
+        self.assertEqual(drv.unloads, [0x1001, 0x1002])
+        drv.fail_smem = 0
+        kernel.launch_addresses((0xA000, 0xB000, 0xC000), 7)
+        self.assertEqual(len(drv.launches), 1)
 
     def test_a_malformed_image_is_a_ktune_error(self):
         # ktune.torch falls back on a KtuneError; anything else reached the user's model.
