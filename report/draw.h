@@ -52,6 +52,7 @@ struct RooflinePoint {
   double tflops = 0;     // achieved
   double gbps = 0;       // achieved, memory-bound ops
   std::string where;     // provenance for the tooltip
+  std::string device;    // the device class id it was measured on
 };
 std::string roofline_svg(const std::vector<RooflinePoint>& points, const Ceilings& ceilings);
 std::string bandwidth_svg(const std::vector<RooflinePoint>& points, const Ceilings& ceilings);

@@ -18,7 +18,8 @@ Ceilings h200_ceilings() {
           "measured on the lent NVIDIA H200, 2026-11-29 (docs: GPU.md): device-to-device "
           "copy 4.22-4.25 TB/s (read + write bytes); cuBLAS bf16 GEMM 8192^3 690-800 "
           "TFLOP/s (the best run is the tensor roof); mma.sync m16n8k16 bf16 instruction "
-          "ceiling 645 TFLOP/s"};
+          "ceiling 645 TFLOP/s",
+      .device = "nvidia-h200"};
 }
 
 namespace {

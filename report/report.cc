@@ -203,6 +203,7 @@ std::vector<RooflinePoint> roofline_points(const std::map<ProblemKey, ProblemVie
   std::vector<RooflinePoint> points;
   for (const auto& [key, v] : views) {
     RooflinePoint p;
+    p.device = key.device;
     p.op = v.problem.op;
     p.label = v.problem.op + " " + dims_text(v.problem);
     double us = 0;
@@ -242,9 +243,25 @@ std::vector<RooflinePoint> roofline_points(const std::map<ProblemKey, ProblemVie
   return points;
 }
 
-std::string roofline_section(const std::vector<RooflinePoint>& points, const Ceilings& c) {
+std::string roofline_section(const std::vector<RooflinePoint>& all, const Ceilings& c) {
+  // Only the device classes the ceilings were measured on are drawn against them (an H100's
+  // winners against the H200's roofs read as a wrong "% of roof").
+  std::vector<RooflinePoint> points, others;
+  for (const auto& p : all)
+    (p.device.find(c.device) != std::string::npos ? points : others).push_back(p);
   std::string s = "<section id=\"roofline\"><h2>Roofline of the winners</h2>";
   s += roofline_svg(points, c);
+  if (!others.empty()) {
+    s += "<h3>Winners of GPUs without measured ceilings</h3><p class=\"note\">Not drawn against "
+         "the roofs above, which hold for " +
+         escape_html(c.device) +
+         " only.</p><table class=\"others\"><tr><th>device class</th>"
+         "<th>problem</th><th>TFLOP/s</th><th>GB/s</th><th>what</th></tr>";
+    for (const auto& p : others)
+      s += "<tr>" + td(p.device) + td(p.label) + tdn(p.tflops > 0 ? num(p.tflops) : "") +
+           tdn(p.gbps > 0 ? num(p.gbps) : "") + td(p.where) + "</tr>";
+    s += "</table>";
+  }
   s += "<p class=\"note\">Ceilings: " + escape_html(c.source) +
        ". GEMM work is 2&#183;M&#183;N&#183;K FLOPs over the bytes of A, B and C read or "
        "written once; the memory-bound ops are placed by their measured GB/s and a nominal "

@@ -69,6 +69,9 @@ struct Ceilings {
   double tensor_tflops = 0;    // best measured tensor-core throughput (cuBLAS bf16 GEMM), TFLOP/s
   double mma_sync_tflops = 0;  // mma.sync instruction ceiling (0: not drawn)
   std::string source;          // where the figures were measured, for the reader
+  // The device classes they hold for: a substring of the class id ("nvidia-h200"); winners of
+  // other classes are listed beside the roofline, not drawn against these roofs.
+  std::string device;
 };
 // The H200 figures of docs/GPU.md (measured 2026-11-29 on the lent H200).
 Ceilings h200_ceilings();

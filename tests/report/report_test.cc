@@ -142,7 +142,8 @@ TEST(ReportRender, RooflineLabelsLowOnThePlotStayInsideTheSvg) {
                       .intensity = 0.3 + 0.01 * i,
                       .tflops = 0.5 + 0.01 * i,
                       .gbps = 1500,
-                      .where = "test"});
+                      .where = "test",
+                      .device = "nvidia-h200"});
   const std::string svg = roofline_svg(points, h200_ceilings());
   std::smatch m;
   ASSERT_TRUE(std::regex_search(svg, m, std::regex("height=\"(\\d+)\"")));
@@ -156,6 +157,23 @@ TEST(ReportRender, RooflineLabelsLowOnThePlotStayInsideTheSvg) {
   EXPECT_EQ(labels, 30);
   EXPECT_GT(lowest, 420) << "the case this test is about: labels below the plot";
   EXPECT_LE(lowest + 4, height);
+}
+
+// A winner of a GPU the ceilings were not measured on is listed beside the roofline, not drawn
+// against the H200's roofs (its "% of roof" was wrong).
+TEST(ReportRender, WinnersOfOtherGpusAreNotDrawnAgainstTheH200Roofs) {
+  ReportInput in;
+  in.generated_at = "";
+  in.winners.push_back(testing::winner(testing::gemm_problem(8192, 8192, 8192), 1500));
+  WinnerRecord h100 = testing::winner(testing::gemm_problem(4096, 4096, 4096), 200);
+  h100.device = DeviceClass{"NVIDIA H100 80GB HBM3", 90, 132, 80};
+  in.winners.push_back(h100);
+  const std::string page = render_report(in);
+  EXPECT_EQ(count(page, "<circle class=\"point\""), 1u);
+  EXPECT_EQ(count(page, "<table class=\"others\">"), 1u);
+  EXPECT_NE(page.find("<td>nvidia-h100-80gb-hbm3.sm90.132sm.80gib</td><td>gemm M=4096 N=4096 "
+                      "K=4096</td>"),
+            std::string::npos);
 }
 
 // Times that reach the plots unchecked (a trial set built by hand, a file's zero) draw without
