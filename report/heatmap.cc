@@ -174,7 +174,7 @@ std::string legend_svg() {
   s += "<text class=\"tick\" x=\"4\" y=\"27\">best</text>"
        "<text class=\"tick\" x=\"84\" y=\"27\" text-anchor=\"middle\">2x</text>"
        "<text class=\"tick\" x=\"172\" y=\"27\" text-anchor=\"end\">&#8805;4x</text>"
-       "<text class=\"tick\" x=\"186\" y=\"12\">failures: C compile, R resources,</text>"
+       "<text class=\"tick\" x=\"186\" y=\"12\">failures: I invalid, C compile, R resources,</text>"
        "<text class=\"tick\" x=\"186\" y=\"27\">W wrong result, X crash, T timeout</text></svg>";
   return s;
 }
