@@ -1,0 +1,165 @@
+"""ktune.torch inside CUDA graphs against eager calls, and against torch's own linear, on decode
+shapes where a kernel runs for microseconds and the host's launch cost decides the speed.
+
+For each shape: 16 linears with distinct weights (together past the L2, so every call reads its
+weight from memory), once through ktune.torch and once through torch.nn.functional.linear, each
+run eagerly and captured into a CUDA graph (warm-up on a side stream, capture on the graph's
+stream, as PyTorch documents). Every output is checked against torch's. Timed in one process,
+interleaved: CUDA events around each eager sequence and each replay, 30 rounds, median per call.
+Which config ktune serves is the daemon's answer on this GPU (the table shipped is the H200's: on
+another GPU class the answers are heuristic). Writes one JSON document.
+
+    python3 bench/launch/graph_torch.py --ktuned .gpu/ktuned --out graph-torch.json
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "client", "python"))
+import ktune  # noqa: E402
+import ktune.torch as kt  # noqa: E402
+
+SHAPES = ((1, 4096, 4096), (16, 4096, 4096), (16, 14336, 4096), (16, 4096, 14336),
+          (64, 14336, 4096), (128, 4096, 4096), (1024, 4096, 4096))
+CALLS = 16
+ROUNDS = 30
+
+
+def rel_l2(got: torch.Tensor, ref: torch.Tensor) -> float:
+    g, r = got.double(), ref.double()
+    return float(torch.linalg.vector_norm(g - r) / torch.linalg.vector_norm(r))
+
+
+def smi(fields: str) -> list:
+    out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    return [f.strip() for f in out.splitlines()[0].split(",")]
+
+
+def events_us(fn) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3
+
+
+def capture(fn) -> torch.cuda.CUDAGraph:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return graph
+
+
+def shape_run(m: int, n: int, k: int) -> dict:
+    x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+    ws = [torch.randn(n, k, dtype=torch.bfloat16, device="cuda") * 0.02 for _ in range(CALLS)]
+    outs = {"ktune": [None] * CALLS, "torch": [None] * CALLS}
+
+    def seq(impl: str):
+        f = kt.linear if impl == "ktune" else F.linear
+        def run():
+            for i, w in enumerate(ws):
+                outs[impl][i] = f(x, w)
+        return run
+
+    served_before = kt.stats()["ktune"].get("linear", 0)
+    fallbacks_before = kt.stats()["fallback"]
+    with torch.no_grad():
+        seq("ktune")()  # the lookup, the kernel op and the module load: not timed
+        graphs = {impl: capture(seq(impl)) for impl in ("ktune", "torch")}
+        # The graphs' own outputs (captured tensors), after one replay each, against fp64-free
+        # torch: the same inputs give the same products to bf16 rounding.
+        for g in graphs.values():
+            g.replay()
+        torch.cuda.synchronize()
+        worst = max(rel_l2(a, b) for a, b in zip(outs["ktune"], outs["torch"]))
+        times = {f"{impl}_{mode}": [] for impl in ("ktune", "torch") for mode in ("eager", "graph")}
+        for _ in range(ROUNDS):
+            for impl in ("ktune", "torch"):
+                times[f"{impl}_eager"].append(events_us(seq(impl)) / CALLS)
+                times[f"{impl}_graph"].append(events_us(graphs[impl].replay) / CALLS)
+    med = {key: statistics.median(v) for key, v in times.items()}
+    served = kt.stats()["ktune"].get("linear", 0) - served_before
+    return {"shape": [m, n, k], "calls": CALLS, "rounds": ROUNDS,
+            "us_per_call": med,
+            "graph_speedup_ktune": med["ktune_eager"] / med["ktune_graph"],
+            "graph_speedup_torch": med["torch_eager"] / med["torch_graph"],
+            "torch_over_ktune_graph": med["torch_graph"] / med["ktune_graph"],
+            "torch_over_ktune_eager": med["torch_eager"] / med["ktune_eager"],
+            "worst_rel_l2_vs_torch": worst,
+            "ktune_calls_served": served, "fallbacks": kt.stats()["fallback"] - fallbacks_before,
+            "explain": kt.explain()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ktuned", required=True, help="the ktuned to start (it serves, never tunes)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    name, driver, sm, max_sm, power, limit = smi(
+        "name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit")
+    with tempfile.TemporaryDirectory(prefix="ktune-graph-bench-") as d:
+        sock = os.path.join(d, "ktuned.sock")
+        log = open(os.path.join(d, "ktuned.log"), "w")
+        daemon = subprocess.Popen([args.ktuned, "--socket", sock, "--data-dir",
+                                   os.path.join(d, "data"), "--set", "tuning.gpu_policy=never",
+                                   "--set", "tuning.on_miss=false"],
+                                  stdout=log, stderr=subprocess.STDOUT)
+        client = ktune.Client(socket_path=sock, cache_ttl=0)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    status = client.status()
+                    break
+                except ktune.KtuneError:
+                    if daemon.poll() is not None or time.monotonic() > deadline:
+                        sys.exit(open(log.name).read())
+                    time.sleep(0.05)
+            kt.configure(client=client)
+            rows = []
+            for m, n, k in SHAPES:
+                rows.append(shape_run(m, n, k))
+                r = rows[-1]
+                print(f"{m}x{n}x{k}: us/call ktune eager {r['us_per_call']['ktune_eager']:.2f} "
+                      f"graph {r['us_per_call']['ktune_graph']:.2f} | torch eager "
+                      f"{r['us_per_call']['torch_eager']:.2f} graph "
+                      f"{r['us_per_call']['torch_graph']:.2f} | torch/ktune graph "
+                      f"{r['torch_over_ktune_graph']:.3f} rel_l2 {r['worst_rel_l2_vs_torch']:.1e} "
+                      f"served {r['ktune_calls_served']} fallbacks {r['fallbacks']}", flush=True)
+        finally:
+            client.close()
+            daemon.terminate()
+            daemon.wait(timeout=30)
+    doc = {"benchmark": "graph_torch", "date": datetime.datetime.utcnow().isoformat() + "Z",
+           "gpu": name, "driver": driver, "sm_clock_mhz_at_start": float(sm),
+           "max_sm_clock_mhz": float(max_sm), "power_w_at_start": float(power),
+           "power_limit_w": float(limit), "torch": torch.__version__,
+           "ktuned": {k: status.get(k) for k in ("version", "protocol", "winners", "device_classes")},
+           "shapes": rows}
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
