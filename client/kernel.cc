@@ -38,16 +38,18 @@ std::uint64_t scalar_bits(std::string_view dtype, double value) {
 // of cuThreadExchangeStreamCaptureMode advises. Harmless when nothing is being captured.
 class RelaxedCaptureMode {
  public:
-  explicit RelaxedCaptureMode(const cuda::CudaApi& api) : m_api(api) {
-    m_api.cuThreadExchangeStreamCaptureMode(&m_mode);
+  explicit RelaxedCaptureMode(const cuda::CudaApi& api)
+      : m_api(api), m_set(api.cuThreadExchangeStreamCaptureMode(&m_mode) == CUDA_SUCCESS) {}
+  ~RelaxedCaptureMode() {  // the mode it had, where it was changed
+    if (m_set) m_api.cuThreadExchangeStreamCaptureMode(&m_mode);
   }
-  ~RelaxedCaptureMode() { m_api.cuThreadExchangeStreamCaptureMode(&m_mode); }  // the mode it had
   RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
   RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
 
  private:
   const cuda::CudaApi& m_api;
   CUstreamCaptureMode m_mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+  bool m_set;
 };
 
 }  // namespace
@@ -146,11 +148,7 @@ protocol::Expected<Kernel::Loaded*> Kernel::current() {
   auto l = std::make_unique<Loaded>();
   l->context = ctx;
   l->lent.resize(m_workspace_args.size());
-  if (auto ok = load_into(*l); !ok) {
-    // A module whose entry or shared-memory limit failed: unloaded, or each retry leaks one.
-    if (l->module) (*api)->cuModuleUnload(static_cast<CUmodule>(l->module));
-    return std::unexpected(ok.error());
-  }
+  if (auto ok = load_into(*l); !ok) return std::unexpected(ok.error());
   m_loaded.push_back(std::move(l));
   return m_loaded.back().get();
 }
@@ -174,18 +172,24 @@ protocol::Expected<void> Kernel::load_into(Loaded& l) {
   RelaxedCaptureMode relaxed(api);  // a first launch may be inside a graph capture
   if (CUresult r = api.cuModuleLoadData(&module, m_image.cubin.data()); r != CUDA_SUCCESS)
     return std::unexpected(api.error(r, "cuModuleLoadData"));
-  l.module = module;
+  // A module whose entry or shared-memory limit failed is unloaded here, in relaxed mode: each
+  // retried launch leaked one.
+  auto unloaded = [&](protocol::Error e) {
+    api.cuModuleUnload(module);
+    return std::unexpected(std::move(e));
+  };
   CUfunction fn = nullptr;
   if (CUresult r = api.cuModuleGetFunction(&fn, module, m_image.lowered_name.c_str());
       r != CUDA_SUCCESS)
-    return std::unexpected(api.error(r, "cuModuleGetFunction(" + m_image.lowered_name + ")"));
-  l.function = fn;
+    return unloaded(api.error(r, "cuModuleGetFunction(" + m_image.lowered_name + ")"));
   if (d.smem > 0)
     if (CUresult r = api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                             int(d.smem));
         r != CUDA_SUCCESS)
-      return std::unexpected(api.error(
+      return unloaded(api.error(
           r, "raising the dynamic shared memory limit to " + std::to_string(d.smem) + " bytes"));
+  l.module = module;
+  l.function = fn;
   return {};
 }
 

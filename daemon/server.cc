@@ -394,12 +394,19 @@ asio::awaitable<std::pair<int, std::string>> Server::serve_report() {
           [executor, &ctx](auto handler) {
             auto h = std::make_shared<decltype(handler)>(std::move(handler));
             executor->post([h, &ctx] {
-              std::string drawn = render_report_page(ctx);
+              std::string drawn;  // "" for a failure: an executor thread has no catch above it
+              try {
+                drawn = render_report_page(ctx);
+              } catch (const std::exception& e) {
+                log(LogLevel::error, "report_failed", {{"what", e.what()}});
+              }
               auto ex = asio::get_associated_executor(*h);
               asio::post(ex, [h, drawn = std::move(drawn)]() mutable { (*h)(std::move(drawn)); });
             });
           },
           asio::use_awaitable);
+  if (page.empty())
+    co_return std::pair{500, std::string("the report could not be drawn; see the daemon's log\n")};
   co_return std::pair{200, std::move(page)};
 }
 

@@ -226,6 +226,7 @@ class JobRun {
     std::vector<Observation> told;
     for (const TrialRecord& r : *records) {
       if (r.outcome == Outcome::in_flight) continue;  // it died mid-trial: measured again
+      if (!r.plausible()) continue;  // an ok with no believable time: measured again
       // A time taken another way (tuning.timing_l2 changed, or a record from before trials
       // said) does not rank against this job's: measured again. Failures stand either way.
       if (r.outcome == Outcome::ok && r.timing_l2 != m_req.timing.l2) continue;

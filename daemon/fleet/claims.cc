@@ -363,7 +363,7 @@ void FleetClaims::share_trials(State& s) {
   std::vector<std::string> cmd = {"HSET", m_deps.layout.trials(s.key)};
   std::vector<std::string> fields;
   for (const auto& t : *trials) {
-    if (t.outcome == Outcome::in_flight) continue;
+    if (t.outcome == Outcome::in_flight || !t.plausible()) continue;
     std::string field = t.key().substr(s.key.size() + 1);
     if (s.shared.count(field)) continue;
     cmd.push_back(field);
