@@ -38,6 +38,9 @@ ClientOptions Common::client_options() const {
   o.tcp_address = tcp;
   o.token = token;
   o.timeout = std::chrono::milliseconds(timeout_ms);
+  // --timeout-ms is every request's deadline, a kernel request's (which may wait for a compile
+  // queued behind tuning) included; without it a kernel request keeps the Client's longer one.
+  if (timeout_given) o.kernel_timeout = o.timeout;
   o.cache_capacity = 0;
   // No --socket: the Client picks $KTUNE_SOCKET, the per-user default, then the node-wide socket.
   return o;

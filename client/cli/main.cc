@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
   app.add_option("--tcp", common.tcp, "connect over TCP to host:port instead")->check(k_host_port);
   app.add_option("--token", common.token, "token for TCP requests");
   auto* timeout = app.add_option("--timeout-ms", common.timeout_ms,
-                                 "per-request deadline (default 5000; export and import: none; "
-                                 "0: none)")
+                                 "per-request deadline (default 5000; kernel: 60000; export and "
+                                 "import: none; 0: none)")
                       ->check(CLI::Range(0, INT_MAX));
   app.add_flag("--json", common.json, "machine-readable output (with schema_version)");
 

@@ -253,6 +253,22 @@ TEST_F(CliTest, PinsFreezeWhatLookupAnswers) {
   EXPECT_EQ(run("pin create 'bad name'"), 1);
 }
 
+// --timeout-ms is a kernel request's deadline too (it kept the Client's 60 s, so a compile queued
+// behind tuning failed even with 0, "none"): a deadline shorter than the compile the request
+// waits for is a timeout (exit 3); 0 waits for it.
+TEST_F(CliTest, TimeoutMsIsTheKernelRequestsDeadlineToo) {
+  const std::string cubin = m_dir / "softmax.cubin";
+  const std::string kernel =
+      "kernel softmax --shape rows=64,cols=4096 --device h200 --template softmax --config "
+      "THREADS=256,ROWS_PER_BLOCK=2,VEC=8,MODE=0,UNROLL=1 -o " +
+      cubin;
+  EXPECT_EQ(run(kernel + " --timeout-ms 1 --json"), 3) << m_out;  // an NVRTC compile takes longer
+  EXPECT_EQ(out_json()["error"]["code"], "timeout") << m_out;
+  EXPECT_FALSE(std::filesystem::exists(cubin));
+  ASSERT_EQ(run(kernel + " --timeout-ms 0"), 0) << m_err;
+  EXPECT_TRUE(std::filesystem::exists(cubin));
+}
+
 // A table exported as JSON, YAML or CSV imports into another daemon as the same winners; export
 // names devices as lookup does, and one that names no class is an error.
 TEST_F(CliTest, EveryExportFormatImportsBackToTheSameWinners) {
