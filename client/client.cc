@@ -86,6 +86,29 @@ int connect_unix(const std::string& path, int& fd, Clock::time_point deadline) {
   return err;
 }
 
+// connect(2) over TCP to one resolved address by the deadline; 0 and the descriptor in `fd`, or
+// the errno (ETIMEDOUT when the deadline passed).
+int connect_tcp(const addrinfo& ai, int& fd, Clock::time_point deadline) {
+  fd = ::socket(ai.ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return errno;
+  int err = 0;
+  if (::connect(fd, ai.ai_addr, ai.ai_addrlen) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      socklen_t len = sizeof err;
+      if (!wait_for(fd, POLLOUT, deadline))
+        err = ETIMEDOUT;
+      else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
+    }
+  }
+  if (err != 0) {
+    ::close(fd);
+    fd = -1;
+  }
+  return err;
+}
+
 // The group that may open `path`: the socket's own, or, when its directory cannot even be
 // entered, the nearest directory's above it (/run/ktune is the ktune group's, mode 0750).
 std::string socket_group(const std::string& path) {
@@ -181,33 +204,31 @@ protocol::Expected<void> Client::connect_locked(Clock::time_point deadline) {
   if (m_fd >= 0) return {};
   if (m_options.tcp_address.empty()) return connect_unix_locked(deadline);
   const std::string where = m_options.tcp_address;
-  int fd = -1;
   const auto colon = where.rfind(':');
   if (colon == std::string::npos)
     return protocol::error(ErrorKind::connection_failed, "expected host:port, got " + where);
+  // "[::1]:7781": the brackets only keep an IPv6 address's colons apart from the port's.
+  std::string host = where.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  if (::getaddrinfo(where.substr(0, colon).c_str(), where.substr(colon + 1).c_str(), &hints,
-                    &res) != 0 ||
-      !res)
-    return protocol::error(ErrorKind::connection_failed, "cannot resolve " + where);
-  fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
+  if (const int rc = ::getaddrinfo(host.c_str(), where.substr(colon + 1).c_str(), &hints, &res);
+      rc != 0 || !res)
+    return protocol::error(
+        ErrorKind::connection_failed,
+        "cannot resolve " + where + ": " + (rc ? ::gai_strerror(rc) : "no address"));
+  // Every address in turn: "localhost" may give ::1 and 127.0.0.1, and ktuned listens on one.
+  int fd = -1, err = 0;
+  for (const addrinfo* ai = res; ai; ai = ai->ai_next) {
+    err = connect_tcp(*ai, fd, deadline);
+    if (err == 0 || err == ETIMEDOUT) break;
+  }
   ::freeaddrinfo(res);
-  if (rc != 0 && errno == EINPROGRESS && wait_for(fd, POLLOUT, deadline)) {
-    int err = 0;
-    socklen_t len = sizeof err;
-    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    rc = err == 0 ? 0 : -1;
-    errno = err;
-  }
-  if (rc != 0) {
-    const std::string reason = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
+  if (err != 0)
     return protocol::error(ErrorKind::connection_failed,
-                           "cannot connect to ktuned at " + where + ": " + reason);
-  }
+                           "cannot connect to ktuned at " + where + ": " + std::strerror(err));
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   m_fd = fd;

@@ -4,8 +4,10 @@
 // format. Label "e2e".
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -298,6 +300,38 @@ TEST_F(CliTest, EveryExportFormatImportsBackToTheSameWinners) {
   EXPECT_NE(m_err.find("device class 'a100' is unknown"), std::string::npos) << m_err;
   EXPECT_FALSE(std::filesystem::exists(m_dir / "none.json"));
   EXPECT_EQ(run("lookup gemm --shape M=8,N=8,K=8 --device a100"), 5) << "consistent with lookup";
+}
+
+// A free TCP port on the IPv6 loopback, or 0 where this machine has no ::1.
+int free_ipv6_loopback_port() {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin6_port);
+  ::close(fd);
+  return port;
+}
+
+// --tcp '[::1]:PORT', the form the validator takes and `ktune status` prints, reaches a ktuned
+// listening there (the brackets went to getaddrinfo, which could not resolve them).
+TEST(CliTcpTest, ConnectsToABracketedIpv6Address) {
+  const int port = free_ipv6_loopback_port();
+  if (port == 0) GTEST_SKIP() << "no IPv6 loopback on this machine";
+  TempDir dir;
+  const std::string address = "[::1]:" + std::to_string(port);
+  DaemonProcess daemon(dir / "ktuned.sock", dir / "data",
+                       {"--set", "server.tcp=" + address, "--set", "server.tcp_token=t0ken"});
+  ASSERT_TRUE(daemon.start()) << "ktuned did not start; log: " << slurp(daemon.log_path());
+  auto [rc, out] = testing::run_command(testing::ktune_cli_path() + " status --json --tcp '" +
+                                        address + "' --token t0ken 2>&1");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(Json::parse(out)["pid"], daemon.pid()) << out;
 }
 
 // `ktune compile` (NVRTC here, no daemon, no GPU) honours a template's arch suffix as lookups do:
