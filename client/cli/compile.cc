@@ -185,13 +185,12 @@ std::expected<CompilePlan, int> plan_compile(const Common& c, const CompileArgs&
   }
   const KernelTemplate& t = *plan.tmpl;
   const Manifest& m = t.manifest;
-  const std::string base_arch =
-      a.arch.ends_with("a") ? a.arch.substr(0, a.arch.size() - 1) : a.arch;
-  auto limits = DeviceLimits::for_arch(base_arch);
+  // Only the listed arches: sm_80a or sm_90aa would pass here and fail in NVRTC for every config.
+  auto limits = DeviceLimits::for_arch(a.arch);
   if (!limits) return std::unexpected(usage(c.json, "--arch: " + limits.error().message));
   // The template's arch suffix applies as in lookups: --arch sm_90 compiles gemm_sm90 (wgmma,
-  // arch_suffix: a) for sm_90a, the only target its instructions exist on.
-  plan.arch = a.arch.ends_with("a") ? a.arch : target_arch(m, limits->cc);
+  // arch_suffix: a) for sm_90a, the only target its instructions exist on. sm_90a is as given.
+  plan.arch = a.arch == "sm_90a" ? a.arch : target_arch(m, limits->cc);
   // No --layout: the op's default (what lookups assume) when this template implements it.
   std::string layout = a.layout.empty() ? reg.default_layout(m.op) : a.layout;
   if (a.layout.empty() && !m.layouts.count(layout)) layout = m.default_layout;

@@ -411,6 +411,26 @@ TEST(CliUsageTest, MisspeltCommandsBadNumbersAndMissingFiles) {
   EXPECT_EQ(Json::parse(out)["error"]["message"], "/nonexistent/t.json: no such file");
 }
 
+// --arch takes the listed arches and sm_90a only: sm_80a, sm_86a or sm_90aa (a trailing 'a' was
+// stripped before the check) are usage errors, not a run in which NVRTC refuses every config.
+TEST(CliCompileTest, ArchIsOneOfTheListed) {
+  for (const std::string arch : {"sm_80a", "sm_86a", "sm_90aa"}) {
+    auto [rc, out] = testing::run_command(testing::ktune_cli_path() + " compile softmax --arch " +
+                                          arch + " --sample 1 --json 2>/dev/null");
+    EXPECT_EQ(rc, 2) << arch << ": " << out;
+    const Json doc = Json::parse(out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(doc.is_object() && doc.contains("error")) << arch << ": " << out;
+    EXPECT_EQ(doc["error"]["code"], "usage") << out;
+    EXPECT_NE(doc["error"]["message"].dump().find("expected sm_80, sm_86, sm_89, sm_90 or sm_90a"),
+              std::string::npos)
+        << out;
+  }
+  auto [rc, out] = testing::run_command(testing::ktune_cli_path() +
+                                        " compile softmax --arch sm_90a --sample 1 --json");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(Json::parse(out)["arch"], "sm_90a");
+}
+
 // A --cubin-dir that cannot be one is refused before anything compiles: one JSON document (the
 // error), not the results followed by an error.
 TEST(CliCompileTest, AnUnwritableCubinDirIsRefusedBeforeCompiling) {
