@@ -456,7 +456,11 @@ protocol::Expected<Json> Client::import_table(const std::string& table, const st
 
 protocol::Expected<Json> Client::import_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return protocol::error(ErrorKind::not_found, path + ": cannot open");
+  // Only a missing file is not_found; one that cannot be read (permissions, a directory) is not
+  // a name the caller got wrong.
+  if (!in)
+    return protocol::error(errno == ENOENT ? ErrorKind::not_found : ErrorKind::bad_request,
+                           path + ": cannot open: " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   return import_table(text.str(), path);

@@ -73,7 +73,8 @@ class Client {
   // ("origin:line:column"); default "request".
   protocol::Expected<protocol::Json> import_table(const std::string& table,
                                                   const std::string& origin = "");
-  // Reads a table file here and imports its content; errors name the file as given.
+  // Reads a table file here and imports its content; errors name the file as given (not_found
+  // only for a file that does not exist; bad_request for one that cannot be read).
   protocol::Expected<protocol::Json> import_file(const std::string& path);
 
   // Background tuning (docs/protocol.md: tune, plan, jobs, job, cancel, watch, misses).

@@ -228,6 +228,10 @@ std::expected<CompilePlan, int> plan_compile(const Common& c, const CompileArgs&
   }
   for (const auto& params : plan.configs) {
     auto inst = instantiate(t, p, *limits, params);
+    // A --config that is not a whole config in the template's domains is the command line's
+    // fault (docs/cli.md: usage); a sampled one that fails is a bug in the space, a failure.
+    if (!inst && !a.config.empty())
+      return std::unexpected(usage(c.json, "--config: " + inst.error().message));
     if (!inst) return std::unexpected(failed(c.json, inst.error().message));
     plan.requests.push_back({&t, inst->name_expression, plan.arch});
   }

@@ -190,7 +190,9 @@ int main(int argc, char** argv) {
   tu->add_flag("--no-wait", tune.no_wait, "queue the job, print its id and return");
   tu->add_flag("--standalone", tune.standalone,
                "tune here with a worker of our own instead of through the daemon");
-  tu->add_option("--gpu", tune.gpu, "standalone: GPU ordinal")->capture_default_str();
+  tu->add_option("--gpu", tune.gpu, "standalone: GPU ordinal")
+      ->capture_default_str()
+      ->check(CLI::Range(0, INT_MAX));
   tu->add_option("--data-dir", tune.data_dir,
                  "standalone: store (default: <state dir>/ktune/standalone)");
   tu->add_option("--templates", tune.template_dirs,

@@ -161,8 +161,8 @@ TEST_F(CliTest, ErrorsSayWhatIsValidWithTheDocumentedExitCode) {
   EXPECT_EQ(run("tune gemm --layout xx" + shape + " --no-wait"), 4);
   EXPECT_NE(m_err.find("has no layout 'xx'"), std::string::npos) << m_err;
   // ... and so are the templates and seeds it names (a typo shows on a node without a GPU too).
-  EXPECT_EQ(run("tune gemm" + shape + " --template nosuch --no-wait"), 1) << m_err;
-  EXPECT_NE(m_err.find("unknown template 'nosuch'"), std::string::npos) << m_err;
+  EXPECT_EQ(run("tune gemm" + shape + " --template nosuch --no-wait"), 5) << m_err;
+  EXPECT_NE(m_err.find("unknown template 'nosuch' (installed: "), std::string::npos) << m_err;
   EXPECT_EQ(run("tune gemm" + shape + " --template softmax --no-wait"), 1) << m_err;
   EXPECT_NE(m_err.find("template softmax implements softmax, not gemm"), std::string::npos)
       << m_err;
@@ -188,6 +188,59 @@ TEST_F(CliTest, ErrorsSayWhatIsValidWithTheDocumentedExitCode) {
   EXPECT_NE(m_err.find("--device"), std::string::npos) << m_err;
   EXPECT_EQ(m_err.find("\"device\""), std::string::npos) << m_err;
   EXPECT_NE(m_err.find("known: " + k_h200), std::string::npos) << m_err;
+}
+
+// A file on which open(2) fails although it exists, or "" where none can be made (root reads
+// any file it owns; a write-only proc file it cannot).
+std::string unreadable_file(const TempDir& dir) {
+  const std::string mine = dir / "unreadable.json";
+  std::ofstream(mine) << "{}";
+  std::filesystem::permissions(mine, std::filesystem::perms::none);
+  for (const std::string& path : {mine, std::string("/proc/sys/vm/compact_memory")}) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::close(fd);
+      continue;
+    }
+    if (errno != ENOENT && std::filesystem::is_regular_file(path)) return path;
+  }
+  return "";
+}
+
+// The exit codes docs/cli.md gives, where commands disagreed with it or with each other: an
+// unreadable file is 1 (was 5, not_found), an unknown template 5 for tune as for kernel (was 1),
+// a malformed or missing --config and a bad standalone flag are usage, 2 (were 1, the latter
+// after looking for a GPU).
+TEST_F(CliTest, ExitCodesAreTheDocumentedOnes) {
+  if (const std::string file = unreadable_file(m_dir); !file.empty()) {
+    EXPECT_EQ(run("import " + file + " --json"), 1) << m_out;
+    EXPECT_EQ(out_json()["error"]["code"], "failed") << m_out;
+    EXPECT_NE(out_json()["error"]["message"].dump().find(file + ": cannot read: "),
+              std::string::npos)
+        << m_out;
+  }
+  const std::string shape = " --shape rows=64,cols=4096 --device h200";
+  EXPECT_EQ(
+      run("kernel softmax" + shape + " --template nosuch --config X=1 -o " + (m_dir / "k.cubin")),
+      5)
+      << m_err;
+  EXPECT_EQ(run("tune softmax" + shape + " --template nosuch --no-wait --json"), 5) << m_out;
+  EXPECT_EQ(out_json()["error"]["code"], "not_found") << m_out;
+  EXPECT_EQ(run("tune softmax" + shape + " --template nosuch --standalone --no-import"), 5)
+      << m_err;
+  EXPECT_NE(m_err.find("unknown template 'nosuch' (installed: "), std::string::npos) << m_err;
+
+  EXPECT_EQ(run("kernel softmax" + shape + " --template softmax -o " + (m_dir / "k.cubin")), 2)
+      << m_err;
+  EXPECT_NE(m_err.find("--template softmax needs --config"), std::string::npos) << m_err;
+  EXPECT_EQ(run("compile softmax --config MODE=1 --json"), 2) << m_out;
+  EXPECT_EQ(out_json()["error"]["code"], "usage") << m_out;
+  EXPECT_NE(out_json()["error"]["message"].dump().find("--config: "), std::string::npos) << m_out;
+
+  EXPECT_EQ(run("tune softmax" + shape + " --standalone --seed garbage"), 2) << m_err;
+  EXPECT_NE(m_err.find("--seed garbage: "), std::string::npos) << m_err;
+  EXPECT_EQ(run("tune softmax" + shape + " --standalone --gpu -3"), 2) << m_err;
+  EXPECT_NE(m_err.find("--gpu"), std::string::npos) << m_err;
 }
 
 // --device takes any unique part of a class id, as the daemon resolves it for every op.
