@@ -499,6 +499,30 @@ TEST(CliCompileTest, AnUnwritableCubinDirIsRefusedBeforeCompiling) {
   EXPECT_FALSE(doc.contains("results")) << out;
 }
 
+// A cubin that cannot be written (its name is taken by a directory) fails the run with one
+// --json document: the results and the error together (the report was printed before the cubins
+// were written, and the error as a second document after it).
+TEST(CliCompileTest, ACubinWriteFailureIsPartOfTheOneReport) {
+  TempDir dir;
+  const std::string cubin_dir = dir / "cubins";
+  std::filesystem::create_directories(
+      std::filesystem::path(cubin_dir) /
+      "softmax-MODE-0_ROWS_PER_BLOCK-2_THREADS-256_UNROLL-1_VEC-8.cubin");
+  auto [rc, out] = testing::run_command(
+      testing::ktune_cli_path() +
+      " --json compile softmax --config THREADS=256,ROWS_PER_BLOCK=2,VEC=8,MODE=0,UNROLL=1 "
+      "--cubin-dir " +
+      cubin_dir + " 2>/dev/null");
+  EXPECT_EQ(rc, 1) << out;
+  const Json doc = Json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(doc.is_object()) << "not one JSON document:\n" << out;
+  ASSERT_EQ(doc["results"].size(), 1u) << out;
+  EXPECT_EQ(doc["results"][0]["status"], "ok") << out;
+  EXPECT_EQ(doc["error"]["code"], "failed") << out;
+  EXPECT_EQ(doc["error"]["exit_code"], 1) << out;
+  EXPECT_NE(doc["error"]["message"].dump().find("softmax-MODE-0_"), std::string::npos) << out;
+}
+
 // `ktune completion bash`, sourced in bash, completes as a user's <TAB> would: the test sets
 // COMP_WORDS/COMP_CWORD and calls _ktune as bash-completion does, then reads COMPREPLY.
 class CliCompletionTest : public ::testing::Test {
