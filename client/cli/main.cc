@@ -49,6 +49,13 @@ const CLI::Validator k_path(
     },
     "PATH", "PATH");
 
+// --config "" is a slip too (an unset variable), not "no --config": compile would sample configs.
+const CLI::Validator k_config(
+    [](std::string& s) -> std::string {
+      return s.empty() ? "must name a config, NAME=V,... (e.g. BLOCK_M=128,BLOCK_N=128,...)" : "";
+    },
+    "NAME=V,...", "CONFIG");
+
 // "unknown command 'lokup' (commands: status, ...)" when the first word that is neither a global
 // flag nor its value names no command; "" otherwise.
 std::string unknown_command(const CLI::App& app, int argc, char** argv) {
@@ -124,7 +131,9 @@ int main(int argc, char** argv) {
   ke->add_option("--device", kernel.problem.device, "device class (default: the daemon's GPU)");
   auto* kt =
       ke->add_option("--template", kernel.template_name, "this template instead of the best");
-  ke->add_option("--config", kernel.config, "its params, e.g. BLOCK_M=128,...")->needs(kt);
+  ke->add_option("--config", kernel.config, "its params, e.g. BLOCK_M=128,...")
+      ->needs(kt)
+      ->check(k_config);
   ke->add_option("-o,--output", kernel.output, "cubin file to write")->required()->check(k_path);
 
   std::string format = "json", output, device;
@@ -155,7 +164,8 @@ int main(int argc, char** argv) {
   co->add_option("--shape", compile.shape,
                  "problem dims used to prune the space (default: 4096 each)");
   auto* cfg =
-      co->add_option("--config", compile.config, "one config, e.g. BLOCK_M=128,BLOCK_N=128,...");
+      co->add_option("--config", compile.config, "one config, e.g. BLOCK_M=128,BLOCK_N=128,...")
+          ->check(k_config);
   auto* smp = co->add_option("--sample", compile.sample,
                              "compile N configs spread over the pruned space (default 8)")
                   ->check(k_positive);

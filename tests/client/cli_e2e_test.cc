@@ -484,6 +484,19 @@ TEST(CliCompileTest, ArchIsOneOfTheListed) {
   EXPECT_EQ(Json::parse(out)["arch"], "sm_90a");
 }
 
+// --config "" (an unset shell variable) is refused like -o "", not taken for no --config (compile
+// sampled 8 configs instead of the one meant).
+TEST(CliUsageTest, AnEmptyConfigIsRefused) {
+  for (const std::string command :
+       {"compile softmax --config ''",
+        "kernel softmax --shape rows=8,cols=8 --template softmax --config '' -o k.cubin"}) {
+    auto [rc, out] = testing::run_command(testing::ktune_cli_path() +
+                                          " --socket /nonexistent/k.sock " + command + " 2>&1");
+    EXPECT_EQ(rc, 2) << command << ": " << out;
+    EXPECT_NE(out.find("--config: must name a config"), std::string::npos) << out;
+  }
+}
+
 // A --cubin-dir that cannot be one is refused before anything compiles: one JSON document (the
 // error), not the results followed by an error.
 TEST(CliCompileTest, AnUnwritableCubinDirIsRefusedBeforeCompiling) {
