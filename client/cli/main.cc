@@ -1,6 +1,7 @@
 // ktune: the command-line client of ktuned. Thin: CLI11 parsing over client/cli/commands.h.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -57,8 +58,12 @@ const CLI::Validator k_config(
     "NAME=V,...", "CONFIG");
 
 // "unknown command 'lokup' (commands: status, ...)" when the first word that is neither a global
-// flag nor its value names no command; "" otherwise.
+// flag nor its value names no command, or "unknown command 'pin crate' (pin commands: create,
+// ...)" when the word after a command that has commands of its own names none of them; ""
+// otherwise (CLI11 calls either a missing command: "A subcommand is required").
 std::string unknown_command(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* current = &app;
+  std::string path;  // the commands named so far: "", "pin", "plan", ...
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
     if (word == "--socket" || word == "--tcp" || word == "--token" || word == "--timeout-ms") {
@@ -66,11 +71,18 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
       continue;
     }
     if (word.starts_with("-")) continue;
-    const auto subs = app.get_subcommands({});
-    for (const CLI::App* sub : subs)
-      if (sub->get_name() == word) return "";
-    return "unknown command '" + word +
-           "' (commands: " + ktune::joined(subs, [](const CLI::App* s) { return s->get_name(); }) +
+    const auto subs = current->get_subcommands({});
+    if (subs.empty()) return "";  // an argument of a command, not a command
+    const auto it = std::find_if(subs.begin(), subs.end(),
+                                 [&](const CLI::App* s) { return s->get_name() == word; });
+    if (it != subs.end()) {
+      current = *it;
+      path += (path.empty() ? "" : " ") + word;
+      continue;
+    }
+    return "unknown command '" + (path.empty() ? "" : path + " ") + word + "' (" +
+           (path.empty() ? "" : path + " ") +
+           "commands: " + ktune::joined(subs, [](const CLI::App* s) { return s->get_name(); }) +
            ")";
   }
   return "";

@@ -497,6 +497,27 @@ TEST(CliUsageTest, AnEmptyConfigIsRefused) {
   }
 }
 
+// A misspelt command under a command with commands of its own is named, with the valid ones (it
+// read "A subcommand is required"), as a misspelt top-level command is.
+TEST(CliUsageTest, AMisspeltNestedCommandIsNamed) {
+  const std::string cli = testing::ktune_cli_path() + " --socket /nonexistent/k.sock ";
+  auto [rc, out] = testing::run_command(cli + "pin crate x 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("unknown command 'pin crate' (pin commands: create, list, show, delete)"),
+            std::string::npos)
+      << out;
+  std::tie(rc, out) = testing::run_command(cli + "--json plan aply plan.yaml");
+  EXPECT_EQ(rc, 2) << out;
+  const Json doc = Json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(doc.is_object()) << out;
+  EXPECT_EQ(doc["error"]["message"], "unknown command 'plan aply' (plan commands: apply)") << out;
+  // A command's own arguments are not commands: a missing required one is CLI11's error.
+  std::tie(rc, out) = testing::run_command(cli + "lookup gemm 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_EQ(out.find("unknown command"), std::string::npos) << out;
+  EXPECT_NE(out.find("--shape is required"), std::string::npos) << out;
+}
+
 // A --cubin-dir that cannot be one is refused before anything compiles: one JSON document (the
 // error), not the results followed by an error.
 TEST(CliCompileTest, AnUnwritableCubinDirIsRefusedBeforeCompiling) {
