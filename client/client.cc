@@ -142,6 +142,21 @@ std::string connect_failure(const std::string& path, int err, const std::string&
   return message;
 }
 
+// The daemon's notice that it closed an idle connection (a timeout with id null), written before
+// a request sent on that connection arrived: over TCP the send still succeeds and the notice is
+// what comes back. (Other errors without an id, e.g. frame_too_large, are the request's.)
+bool is_idle_close_notice(const protocol::Reply& reply) {
+  return reply.id.is_null() && !reply.ok && reply.error.kind == ErrorKind::timeout;
+}
+
+// Whether the daemon closes the connection after this error reply.
+bool closes_connection(const protocol::Reply& reply) {
+  const ErrorKind k = reply.error.kind;
+  return k == ErrorKind::frame_too_large || k == ErrorKind::timeout ||
+         k == ErrorKind::too_many_connections ||
+         (k == ErrorKind::unavailable && reply.id.is_null());  // stopping
+}
+
 }  // namespace
 
 std::string Client::default_socket_path() {
@@ -347,12 +362,8 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
       disconnect_locked();
       return std::unexpected(reply.error());
     }
-    // The daemon's notice that it closed an idle connection (a timeout with id null), written
-    // before this request arrived: over TCP the send still succeeds and the notice is what comes
-    // back. Reconnect and send again. (Other errors without an id, e.g. frame_too_large, are
-    // this request's.)
-    if (reply->id.is_null() && !reply->ok && reply->error.kind == ErrorKind::timeout &&
-        attempt == 0) {
+    // The connection was closed while idle, before this request arrived: reconnect, send again.
+    if (is_idle_close_notice(*reply) && attempt == 0) {
       disconnect_locked();
       continue;
     }
@@ -362,12 +373,7 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
                              "ktuned answered another request (id " + reply->id.dump() + ")");
     }
     if (!reply->ok) {
-      // Errors after which the daemon closes the connection.
-      if (reply->error.kind == ErrorKind::frame_too_large ||
-          reply->error.kind == ErrorKind::timeout ||
-          reply->error.kind == ErrorKind::too_many_connections ||
-          (reply->error.kind == ErrorKind::unavailable && reply->id.is_null()))  // stopping
-        disconnect_locked();
+      if (closes_connection(*reply)) disconnect_locked();
       return std::unexpected(reply->error);
     }
     return std::move(reply->result);
@@ -505,37 +511,64 @@ protocol::Expected<Json> Client::watch(const std::string& id,
                                        const std::function<void(const Json&)>& on_event,
                                        std::chrono::milliseconds quiet_timeout) {
   std::lock_guard lock(m_mutex);
-  if (auto ok = connect_locked(deadline_after(m_options.timeout)); !ok)
-    return std::unexpected(ok.error());
-  auto line = request_line_locked("watch", {{"job", id}}, m_next_id++);
+  const std::uint64_t request_id = m_next_id++;
+  auto line = request_line_locked("watch", {{"job", id}}, request_id);
   if (!line) return std::unexpected(line.error());
-  if (auto ok = send_locked(*line, deadline_after(m_options.timeout)); !ok) {
-    disconnect_locked();
-    return std::unexpected(ok.error());
-  }
-  while (true) {
-    auto text = read_line_locked(deadline_after(quiet_timeout), quiet_timeout);
-    if (!text) {
-      disconnect_locked();  // the rest of the stream would confuse the next call
-      return std::unexpected(text.error());
-    }
-    Json j;
-    try {
-      j = Json::parse(*text);
-    } catch (const Json::exception& e) {  // syntax, invalid UTF-8, a number out of range
+  // As call_with_timeout: one retry on a connection that went away (the daemon restarted) or that
+  // the daemon closed while it was idle (its notice is then what comes back first). Only before
+  // the first event, so that the caller never gets an event twice.
+  bool streaming = false;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const bool may_retry = attempt == 0;
+    if (auto ok = connect_locked(deadline_after(m_options.timeout)); !ok)
+      return std::unexpected(ok.error());
+    if (auto ok = send_locked(*line, deadline_after(m_options.timeout)); !ok) {
       disconnect_locked();
-      return protocol::error(ErrorKind::parse_error,
-                             std::string("daemon reply is not JSON: ") + e.what());
+      if (ok.error().kind == ErrorKind::connection_failed && may_retry) continue;
+      return std::unexpected(ok.error());
     }
-    if (j.contains("event")) {
-      if (on_event) on_event(j["event"]);
-      continue;
+    while (true) {
+      auto text = read_line_locked(deadline_after(quiet_timeout), quiet_timeout);
+      if (!text) {
+        disconnect_locked();  // the rest of the stream would confuse the next call
+        if (text.error().kind == ErrorKind::connection_failed && may_retry && !streaming) break;
+        return std::unexpected(text.error());
+      }
+      Json j;
+      try {
+        j = Json::parse(*text);
+      } catch (const Json::exception& e) {  // syntax, invalid UTF-8, a number out of range
+        disconnect_locked();
+        return protocol::error(ErrorKind::parse_error,
+                               std::string("daemon reply is not JSON: ") + e.what());
+      }
+      if (j.contains("event")) {
+        streaming = true;
+        if (on_event) on_event(j["event"]);
+        continue;
+      }
+      auto reply = protocol::parse_reply(*text);
+      if (!reply) {
+        disconnect_locked();
+        return std::unexpected(reply.error());
+      }
+      if (is_idle_close_notice(*reply) && may_retry && !streaming) {
+        disconnect_locked();
+        break;
+      }
+      if (!reply->id.is_null() && reply->id != Json(request_id)) {
+        disconnect_locked();
+        return protocol::error(ErrorKind::connection_failed,
+                               "ktuned answered another request (id " + reply->id.dump() + ")");
+      }
+      if (!reply->ok) {
+        if (closes_connection(*reply)) disconnect_locked();
+        return std::unexpected(reply->error);
+      }
+      return std::move(reply->result);
     }
-    auto reply = protocol::parse_reply(*text);
-    if (!reply) return std::unexpected(reply.error());
-    if (!reply->ok) return std::unexpected(reply->error);
-    return std::move(reply->result);
   }
+  return protocol::error(ErrorKind::connection_failed, "unreachable");
 }
 
 }  // namespace ktune

@@ -98,7 +98,9 @@ class Client {
   protocol::Expected<protocol::Json> cancel(const std::string& id);
   protocol::Expected<protocol::Json> misses(int limit = 20);
   // Streams a job's progress: `on_event` gets the job after each change; returns the job as it
-  // ended. Fails with timeout when nothing arrives for `quiet_timeout`.
+  // ended. Fails with timeout when nothing arrives for `quiet_timeout`. Like every call, it
+  // reconnects once when the connection went away or the daemon closed it while idle (before the
+  // first event only, so no event comes twice).
   protocol::Expected<protocol::Json> watch(
       const std::string& id, const std::function<void(const protocol::Json&)>& on_event,
       std::chrono::milliseconds quiet_timeout = std::chrono::minutes(30));
