@@ -86,6 +86,29 @@ int connect_unix(const std::string& path, int& fd, Clock::time_point deadline) {
   return err;
 }
 
+// connect(2) over TCP to one resolved address by the deadline; 0 and the descriptor in `fd`, or
+// the errno (ETIMEDOUT when the deadline passed).
+int connect_tcp(const addrinfo& ai, int& fd, Clock::time_point deadline) {
+  fd = ::socket(ai.ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return errno;
+  int err = 0;
+  if (::connect(fd, ai.ai_addr, ai.ai_addrlen) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      socklen_t len = sizeof err;
+      if (!wait_for(fd, POLLOUT, deadline))
+        err = ETIMEDOUT;
+      else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        err = errno;
+    }
+  }
+  if (err != 0) {
+    ::close(fd);
+    fd = -1;
+  }
+  return err;
+}
+
 // The group that may open `path`: the socket's own, or, when its directory cannot even be
 // entered, the nearest directory's above it (/run/ktune is the ktune group's, mode 0750).
 std::string socket_group(const std::string& path) {
@@ -117,6 +140,21 @@ std::string connect_failure(const std::string& path, int err, const std::string&
     message += " (is ktuned running? start it with `ktuned`, or set KTUNE_SOCKET to its socket)";
   }
   return message;
+}
+
+// The daemon's notice that it closed an idle connection (a timeout with id null), written before
+// a request sent on that connection arrived: over TCP the send still succeeds and the notice is
+// what comes back. (Other errors without an id, e.g. frame_too_large, are the request's.)
+bool is_idle_close_notice(const protocol::Reply& reply) {
+  return reply.id.is_null() && !reply.ok && reply.error.kind == ErrorKind::timeout;
+}
+
+// Whether the daemon closes the connection after this error reply.
+bool closes_connection(const protocol::Reply& reply) {
+  const ErrorKind k = reply.error.kind;
+  return k == ErrorKind::frame_too_large || k == ErrorKind::timeout ||
+         k == ErrorKind::too_many_connections ||
+         (k == ErrorKind::unavailable && reply.id.is_null());  // stopping
 }
 
 }  // namespace
@@ -181,33 +219,31 @@ protocol::Expected<void> Client::connect_locked(Clock::time_point deadline) {
   if (m_fd >= 0) return {};
   if (m_options.tcp_address.empty()) return connect_unix_locked(deadline);
   const std::string where = m_options.tcp_address;
-  int fd = -1;
   const auto colon = where.rfind(':');
   if (colon == std::string::npos)
     return protocol::error(ErrorKind::connection_failed, "expected host:port, got " + where);
+  // "[::1]:7781": the brackets only keep an IPv6 address's colons apart from the port's.
+  std::string host = where.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  if (::getaddrinfo(where.substr(0, colon).c_str(), where.substr(colon + 1).c_str(), &hints,
-                    &res) != 0 ||
-      !res)
-    return protocol::error(ErrorKind::connection_failed, "cannot resolve " + where);
-  fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  int rc = fd < 0 ? -1 : ::connect(fd, res->ai_addr, res->ai_addrlen);
+  if (const int rc = ::getaddrinfo(host.c_str(), where.substr(colon + 1).c_str(), &hints, &res);
+      rc != 0 || !res)
+    return protocol::error(
+        ErrorKind::connection_failed,
+        "cannot resolve " + where + ": " + (rc ? ::gai_strerror(rc) : "no address"));
+  // Every address in turn: "localhost" may give ::1 and 127.0.0.1, and ktuned listens on one.
+  int fd = -1, err = 0;
+  for (const addrinfo* ai = res; ai; ai = ai->ai_next) {
+    err = connect_tcp(*ai, fd, deadline);
+    if (err == 0 || err == ETIMEDOUT) break;
+  }
   ::freeaddrinfo(res);
-  if (rc != 0 && errno == EINPROGRESS && wait_for(fd, POLLOUT, deadline)) {
-    int err = 0;
-    socklen_t len = sizeof err;
-    ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-    rc = err == 0 ? 0 : -1;
-    errno = err;
-  }
-  if (rc != 0) {
-    const std::string reason = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
+  if (err != 0)
     return protocol::error(ErrorKind::connection_failed,
-                           "cannot connect to ktuned at " + where + ": " + reason);
-  }
+                           "cannot connect to ktuned at " + where + ": " + std::strerror(err));
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   m_fd = fd;
@@ -326,12 +362,8 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
       disconnect_locked();
       return std::unexpected(reply.error());
     }
-    // The daemon's notice that it closed an idle connection (a timeout with id null), written
-    // before this request arrived: over TCP the send still succeeds and the notice is what comes
-    // back. Reconnect and send again. (Other errors without an id, e.g. frame_too_large, are
-    // this request's.)
-    if (reply->id.is_null() && !reply->ok && reply->error.kind == ErrorKind::timeout &&
-        attempt == 0) {
+    // The connection was closed while idle, before this request arrived: reconnect, send again.
+    if (is_idle_close_notice(*reply) && attempt == 0) {
       disconnect_locked();
       continue;
     }
@@ -341,12 +373,7 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
                              "ktuned answered another request (id " + reply->id.dump() + ")");
     }
     if (!reply->ok) {
-      // Errors after which the daemon closes the connection.
-      if (reply->error.kind == ErrorKind::frame_too_large ||
-          reply->error.kind == ErrorKind::timeout ||
-          reply->error.kind == ErrorKind::too_many_connections ||
-          (reply->error.kind == ErrorKind::unavailable && reply->id.is_null()))  // stopping
-        disconnect_locked();
+      if (closes_connection(*reply)) disconnect_locked();
       return std::unexpected(reply->error);
     }
     return std::move(reply->result);
@@ -435,7 +462,11 @@ protocol::Expected<Json> Client::import_table(const std::string& table, const st
 
 protocol::Expected<Json> Client::import_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return protocol::error(ErrorKind::not_found, path + ": cannot open");
+  // Only a missing file is not_found; one that cannot be read (permissions, a directory) is not
+  // a name the caller got wrong.
+  if (!in)
+    return protocol::error(errno == ENOENT ? ErrorKind::not_found : ErrorKind::bad_request,
+                           path + ": cannot open: " + std::strerror(errno));
   std::ostringstream text;
   text << in.rdbuf();
   return import_table(text.str(), path);
@@ -480,37 +511,64 @@ protocol::Expected<Json> Client::watch(const std::string& id,
                                        const std::function<void(const Json&)>& on_event,
                                        std::chrono::milliseconds quiet_timeout) {
   std::lock_guard lock(m_mutex);
-  if (auto ok = connect_locked(deadline_after(m_options.timeout)); !ok)
-    return std::unexpected(ok.error());
-  auto line = request_line_locked("watch", {{"job", id}}, m_next_id++);
+  const std::uint64_t request_id = m_next_id++;
+  auto line = request_line_locked("watch", {{"job", id}}, request_id);
   if (!line) return std::unexpected(line.error());
-  if (auto ok = send_locked(*line, deadline_after(m_options.timeout)); !ok) {
-    disconnect_locked();
-    return std::unexpected(ok.error());
-  }
-  while (true) {
-    auto text = read_line_locked(deadline_after(quiet_timeout), quiet_timeout);
-    if (!text) {
-      disconnect_locked();  // the rest of the stream would confuse the next call
-      return std::unexpected(text.error());
-    }
-    Json j;
-    try {
-      j = Json::parse(*text);
-    } catch (const Json::exception& e) {  // syntax, invalid UTF-8, a number out of range
+  // As call_with_timeout: one retry on a connection that went away (the daemon restarted) or that
+  // the daemon closed while it was idle (its notice is then what comes back first). Only before
+  // the first event, so that the caller never gets an event twice.
+  bool streaming = false;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const bool may_retry = attempt == 0;
+    if (auto ok = connect_locked(deadline_after(m_options.timeout)); !ok)
+      return std::unexpected(ok.error());
+    if (auto ok = send_locked(*line, deadline_after(m_options.timeout)); !ok) {
       disconnect_locked();
-      return protocol::error(ErrorKind::parse_error,
-                             std::string("daemon reply is not JSON: ") + e.what());
+      if (ok.error().kind == ErrorKind::connection_failed && may_retry) continue;
+      return std::unexpected(ok.error());
     }
-    if (j.contains("event")) {
-      if (on_event) on_event(j["event"]);
-      continue;
+    while (true) {
+      auto text = read_line_locked(deadline_after(quiet_timeout), quiet_timeout);
+      if (!text) {
+        disconnect_locked();  // the rest of the stream would confuse the next call
+        if (text.error().kind == ErrorKind::connection_failed && may_retry && !streaming) break;
+        return std::unexpected(text.error());
+      }
+      Json j;
+      try {
+        j = Json::parse(*text);
+      } catch (const Json::exception& e) {  // syntax, invalid UTF-8, a number out of range
+        disconnect_locked();
+        return protocol::error(ErrorKind::parse_error,
+                               std::string("daemon reply is not JSON: ") + e.what());
+      }
+      if (j.contains("event")) {
+        streaming = true;
+        if (on_event) on_event(j["event"]);
+        continue;
+      }
+      auto reply = protocol::parse_reply(*text);
+      if (!reply) {
+        disconnect_locked();
+        return std::unexpected(reply.error());
+      }
+      if (is_idle_close_notice(*reply) && may_retry && !streaming) {
+        disconnect_locked();
+        break;
+      }
+      if (!reply->id.is_null() && reply->id != Json(request_id)) {
+        disconnect_locked();
+        return protocol::error(ErrorKind::connection_failed,
+                               "ktuned answered another request (id " + reply->id.dump() + ")");
+      }
+      if (!reply->ok) {
+        if (closes_connection(*reply)) disconnect_locked();
+        return std::unexpected(reply->error);
+      }
+      return std::move(reply->result);
     }
-    auto reply = protocol::parse_reply(*text);
-    if (!reply) return std::unexpected(reply.error());
-    if (!reply->ok) return std::unexpected(reply->error);
-    return std::move(reply->result);
   }
+  return protocol::error(ErrorKind::connection_failed, "unreachable");
 }
 
 }  // namespace ktune

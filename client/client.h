@@ -73,7 +73,8 @@ class Client {
   // ("origin:line:column"); default "request".
   protocol::Expected<protocol::Json> import_table(const std::string& table,
                                                   const std::string& origin = "");
-  // Reads a table file here and imports its content; errors name the file as given.
+  // Reads a table file here and imports its content; errors name the file as given (not_found
+  // only for a file that does not exist; bad_request for one that cannot be read).
   protocol::Expected<protocol::Json> import_file(const std::string& path);
 
   // Background tuning (docs/protocol.md: tune, plan, jobs, job, cancel, watch, misses).
@@ -97,7 +98,9 @@ class Client {
   protocol::Expected<protocol::Json> cancel(const std::string& id);
   protocol::Expected<protocol::Json> misses(int limit = 20);
   // Streams a job's progress: `on_event` gets the job after each change; returns the job as it
-  // ended. Fails with timeout when nothing arrives for `quiet_timeout`.
+  // ended. Fails with timeout when nothing arrives for `quiet_timeout`. Like every call, it
+  // reconnects once when the connection went away or the daemon closed it while idle (before the
+  // first event only, so no event comes twice).
   protocol::Expected<protocol::Json> watch(
       const std::string& id, const std::function<void(const protocol::Json&)>& on_event,
       std::chrono::milliseconds quiet_timeout = std::chrono::minutes(30));

@@ -3,14 +3,18 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "client/cli/output.h"
 #include "client/cli/table.h"
 #include "config/config.h"
+#include "config/text.h"
 #include "store/table_io.h"
 #include "templates/registry.h"
 #include "templates/space.h"
@@ -38,6 +42,9 @@ ClientOptions Common::client_options() const {
   o.tcp_address = tcp;
   o.token = token;
   o.timeout = std::chrono::milliseconds(timeout_ms);
+  // --timeout-ms is every request's deadline, a kernel request's (which may wait for a compile
+  // queued behind tuning) included; without it a kernel request keeps the Client's longer one.
+  if (timeout_given) o.kernel_timeout = o.timeout;
   o.cache_capacity = 0;
   // No --socket: the Client picks $KTUNE_SOCKET, the per-user default, then the node-wide socket.
   return o;
@@ -205,8 +212,14 @@ int cmd_import(const Common& c, const std::string& file) {
   // A file that cannot be read is exit 1, as for every command (docs/cli.md).
   if (!std::filesystem::exists(abs, ec)) return failed(c.json, file + ": no such file");
   if (!std::filesystem::is_regular_file(abs, ec)) return failed(c.json, file + ": not a file");
+  // Read here (a relative path is fine), so that a file that cannot be read is this command's
+  // failure (exit 1), whatever the Client would call it.
+  std::ifstream in(abs, std::ios::binary);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  if (!in) return failed(c.json, file + ": cannot read: " + std::strerror(errno));
   Client client(c.long_op_options());
-  auto r = client.import_file(file);  // read here, so a relative path is fine; errors name it
+  auto r = client.import_table(text.str(), file);  // errors name the file as given
   if (!r) return report_error(c.json, r.error());
   if (c.json) return print_json(*r), 0;
   std::printf("imported %s: %zu records, %zu added, %zu replaced, %zu kept\n", file.c_str(),
@@ -232,14 +245,12 @@ int cmd_tune_standalone(const Common& c, const TuneArgs& a) {
     return report_failure(c.json, Exit::invalid, "invalid_problem", ok.error().message);
   if (auto why = reg.why_unsupported(req.problem, -1); !why.empty())
     return report_failure(c.json, Exit::invalid, "invalid_problem", why);
-  LocalTunerOptions o;
-  o.template_dirs = a.template_dirs;
-  o.device = a.gpu;
-  o.data_dir = a.data_dir;
-  if (o.data_dir.empty()) o.data_dir = default_config().data_dir + "/standalone";
-  auto tuner = LocalTuner::open(o);
-  if (!tuner) return failed(c.json, tuner.error().message);
-  LocalTuner& t = **tuner;
+  for (const auto& name : a.only_templates)
+    if (!reg.find(name))
+      return report_failure(c.json, Exit::not_found, "not_found",
+                            "unknown template '" + name + "' (installed: " +
+                                joined(reg.all(), [](const auto& x) { return x->name(); }) + ")");
+  // Every flag is checked before the GPU is opened: a typo is the user's to fix on any machine.
   req.strategy = a.strategy;
   req.budget = Budget{a.budget, a.seconds, 0};
   req.templates = a.only_templates;
@@ -248,6 +259,14 @@ int cmd_tune_standalone(const Common& c, const TuneArgs& a) {
     if (!seed) return usage(c.json, "--seed " + text + ": " + seed.error().message);
     req.seeds.push_back(std::move(*seed));
   }
+  LocalTunerOptions o;
+  o.template_dirs = a.template_dirs;
+  o.device = a.gpu;
+  o.data_dir = a.data_dir;
+  if (o.data_dir.empty()) o.data_dir = default_config().data_dir + "/standalone";
+  auto tuner = LocalTuner::open(o);
+  if (!tuner) return failed(c.json, tuner.error().message);
+  LocalTuner& t = **tuner;
   const bool tty = ::isatty(STDERR_FILENO) && !c.json;
   if (!c.json)
     std::fprintf(stderr, "tuning %s on %s (%s, budget %d trials / %.0f s)\n",

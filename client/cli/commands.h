@@ -15,7 +15,8 @@ struct Common {
   std::string tcp;
   std::string token;
   int timeout_ms = 5000;
-  bool timeout_given = false;  // --timeout-ms on the command line (else export/import wait)
+  // --timeout-ms on the command line; without it kernel requests wait 60 s, export/import none.
+  bool timeout_given = false;
   bool json = false;
 
   ClientOptions client_options() const;

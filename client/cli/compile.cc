@@ -185,13 +185,12 @@ std::expected<CompilePlan, int> plan_compile(const Common& c, const CompileArgs&
   }
   const KernelTemplate& t = *plan.tmpl;
   const Manifest& m = t.manifest;
-  const std::string base_arch =
-      a.arch.ends_with("a") ? a.arch.substr(0, a.arch.size() - 1) : a.arch;
-  auto limits = DeviceLimits::for_arch(base_arch);
+  // Only the listed arches: sm_80a or sm_90aa would pass here and fail in NVRTC for every config.
+  auto limits = DeviceLimits::for_arch(a.arch);
   if (!limits) return std::unexpected(usage(c.json, "--arch: " + limits.error().message));
   // The template's arch suffix applies as in lookups: --arch sm_90 compiles gemm_sm90 (wgmma,
-  // arch_suffix: a) for sm_90a, the only target its instructions exist on.
-  plan.arch = a.arch.ends_with("a") ? a.arch : target_arch(m, limits->cc);
+  // arch_suffix: a) for sm_90a, the only target its instructions exist on. sm_90a is as given.
+  plan.arch = a.arch == "sm_90a" ? a.arch : target_arch(m, limits->cc);
   // No --layout: the op's default (what lookups assume) when this template implements it.
   std::string layout = a.layout.empty() ? reg.default_layout(m.op) : a.layout;
   if (a.layout.empty() && !m.layouts.count(layout)) layout = m.default_layout;
@@ -229,6 +228,10 @@ std::expected<CompilePlan, int> plan_compile(const Common& c, const CompileArgs&
   }
   for (const auto& params : plan.configs) {
     auto inst = instantiate(t, p, *limits, params);
+    // A --config that is not a whole config in the template's domains is the command line's
+    // fault (docs/cli.md: usage); a sampled one that fails is a bug in the space, a failure.
+    if (!inst && !a.config.empty())
+      return std::unexpected(usage(c.json, "--config: " + inst.error().message));
     if (!inst) return std::unexpected(failed(c.json, inst.error().message));
     plan.requests.push_back({&t, inst->name_expression, plan.arch});
   }
@@ -292,9 +295,11 @@ const char* signal_name(int signo) {
   return signo == SIGINT ? "SIGINT" : signo == SIGTERM ? "SIGTERM" : "a signal";
 }
 
-// The report: every compiled config in request order, failures' logs, and a summary.
+// The report: every compiled config in request order, failures' logs, and a summary. `error`,
+// when not empty, is a failure after the compiles (writing the cubins): in the one --json
+// document as "error" (with `exit_code`), else after the report on stderr.
 void report_compile(const Common& c, const CompilePlan& plan, const CompileRun& run,
-                    unsigned threads) {
+                    unsigned threads, const std::string& error, int exit_code) {
   const size_t total = plan.requests.size();
   Json rows = Json::array();
   TextTable table({"CONFIG", "STATUS", "TIME_S", "REGS", "SPILLS", "SMEM", "CUBIN_KB"});
@@ -317,7 +322,7 @@ void report_compile(const Common& c, const CompilePlan& plan, const CompileRun& 
                fixed(double(r.kernel.cubin.size()) / 1024, 1)});
   }
   if (c.json) {
-    print_json({{"template", plan.tmpl->manifest.name},
+    Json doc = {{"template", plan.tmpl->manifest.name},
                 {"arch", plan.arch},
                 {"problem", plan.problem.key()},
                 {"threads", threads},
@@ -327,7 +332,10 @@ void report_compile(const Common& c, const CompilePlan& plan, const CompileRun& 
                 {"total", total},
                 {"completed", run.done},
                 {"interrupted", run.signal ? Json(signal_name(run.signal)) : Json(nullptr)},
-                {"results", rows}});
+                {"results", rows}};
+    if (!error.empty())
+      doc["error"] = {{"code", "failed"}, {"message", error}, {"exit_code", exit_code}};
+    print_json(std::move(doc));
     return;
   }
   std::fputs(table.render().c_str(), stdout);
@@ -344,6 +352,10 @@ void report_compile(const Common& c, const CompilePlan& plan, const CompileRun& 
   else
     std::printf("%zu compiled, %zu failed, %.2f s wall on %u threads (%.1f kernels/s)\n",
                 run.done - run.failed, run.failed, run.wall_s, threads, rate);
+  if (!error.empty()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "ktune: failed: %s\n", error.c_str());
+  }
 }
 
 // Makes --cubin-dir (with its parents) or says why it cannot be written into.
@@ -396,21 +408,29 @@ int cmd_compile(const Common& c, const CompileArgs& a) {
                                      : "");
   Compiler compiler({.threads = a.threads});
   const CompileRun run = run_compile(compiler, *plan);
-  report_compile(c, *plan, run, compiler.threads());
+  // The cubins are written before the report, so that a failure to write one is part of it: one
+  // --json document, every result still printed, and an interrupted run still exits 128 + the
+  // signal.
+  std::string write_error;
   if (!a.cubin_dir.empty()) {
-    auto written = write_cubins(a.cubin_dir, *plan, run);
-    if (!written) return failed(c.json, written.error().message);
-    std::fprintf(stderr, "wrote %zu cubin%s to %s\n", *written, *written == 1 ? "" : "s",
-                 a.cubin_dir.c_str());
+    if (auto written = write_cubins(a.cubin_dir, *plan, run); written)
+      std::fprintf(stderr, "wrote %zu cubin%s to %s\n", *written, *written == 1 ? "" : "s",
+                   a.cubin_dir.c_str());
+    else
+      write_error = written.error().message;
   }
+  const int exit_code = run.signal                           ? 128 + run.signal
+                        : run.failed || !write_error.empty() ? int(Exit::failed)
+                                                             : int(Exit::ok);
+  report_compile(c, *plan, run, compiler.threads(), write_error, exit_code);
   if (run.signal) {
     // The compiles still in flight are abandoned: exit without joining the pool (the Compiler's
     // destructor would wait for them).
     std::fflush(stdout);
     std::fflush(stderr);
-    std::_Exit(128 + run.signal);
+    std::_Exit(exit_code);
   }
-  return run.failed ? int(Exit::failed) : int(Exit::ok);
+  return exit_code;
 }
 
 }  // namespace ktune::cli

@@ -2,6 +2,7 @@
 // job, cancel, misses, plan apply.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "client/cli/output.h"
 #include "client/cli/table.h"
 #include "config/problem.h"
+#include "config/text.h"
 
 namespace ktune::cli {
 
@@ -52,6 +54,20 @@ std::string read_file(const std::string& path, std::string& error) {
   return text.str();
 }
 
+// "unknown template 'x' (installed: ...)" for the first of `names` the daemon does not serve; ""
+// when it serves them all or cannot say. The tune op calls an unknown template a bad_request
+// (docs/protocol.md); the CLI reports it as not_found (exit 5), as `kernel --template` does.
+std::string unknown_template(Client& client, const std::vector<std::string>& names) {
+  auto installed = client.templates();
+  if (!installed) return "";
+  std::vector<std::string> have;
+  for (const auto& t : (*installed)["templates"]) have.push_back(t["name"].get<std::string>());
+  for (const auto& name : names)
+    if (std::find(have.begin(), have.end(), name) == have.end())
+      return "unknown template '" + name + "' (installed: " + joined(have) + ")";
+  return "";
+}
+
 }  // namespace
 
 int cmd_tune(const Common& c, const TuneArgs& a) {
@@ -68,6 +84,9 @@ int cmd_tune(const Common& c, const TuneArgs& a) {
   }
   Client client(c.client_options());
   auto r = client.tune(spec, options);
+  if (!r && r.error().kind == protocol::ErrorKind::bad_request && !a.only_templates.empty())
+    if (auto unknown = unknown_template(client, a.only_templates); !unknown.empty())
+      return report_failure(c.json, Exit::not_found, "not_found", unknown);
   if (!r) return report_device_error(c.json, r.error(), a.device);
   const Json job = (*r)["job"];
   const std::string id = job["id"].get<std::string>();

@@ -44,6 +44,9 @@ int cmd_kernel(const Common& c, const KernelArgs& a) {
     if (!r) return report_device_error(c.json, r.error(), a.problem.device);
     request = std::move(*r);
   } else {
+    if (a.config.empty())
+      return usage(c.json, "--template " + a.template_name +
+                               " needs --config, the config's params (e.g. BLOCK_M=128,...)");
     auto params = parse_params(a.config);
     if (!params) return usage(c.json, "--config: " + params.error().message);
     request = {problem, a.problem.device, a.template_name, {params->begin(), params->end()}, "",

@@ -1,6 +1,7 @@
 // ktune: the command-line client of ktuned. Thin: CLI11 parsing over client/cli/commands.h.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -49,9 +50,20 @@ const CLI::Validator k_path(
     },
     "PATH", "PATH");
 
+// --config "" is a slip too (an unset variable), not "no --config": compile would sample configs.
+const CLI::Validator k_config(
+    [](std::string& s) -> std::string {
+      return s.empty() ? "must name a config, NAME=V,... (e.g. BLOCK_M=128,BLOCK_N=128,...)" : "";
+    },
+    "NAME=V,...", "CONFIG");
+
 // "unknown command 'lokup' (commands: status, ...)" when the first word that is neither a global
-// flag nor its value names no command; "" otherwise.
+// flag nor its value names no command, or "unknown command 'pin crate' (pin commands: create,
+// ...)" when the word after a command that has commands of its own names none of them; ""
+// otherwise (CLI11 calls either a missing command: "A subcommand is required").
 std::string unknown_command(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* current = &app;
+  std::string path;  // the commands named so far: "", "pin", "plan", ...
   for (int i = 1; i < argc; ++i) {
     const std::string word = argv[i];
     if (word == "--socket" || word == "--tcp" || word == "--token" || word == "--timeout-ms") {
@@ -59,11 +71,18 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
       continue;
     }
     if (word.starts_with("-")) continue;
-    const auto subs = app.get_subcommands({});
-    for (const CLI::App* sub : subs)
-      if (sub->get_name() == word) return "";
-    return "unknown command '" + word +
-           "' (commands: " + ktune::joined(subs, [](const CLI::App* s) { return s->get_name(); }) +
+    const auto subs = current->get_subcommands({});
+    if (subs.empty()) return "";  // an argument of a command, not a command
+    const auto it = std::find_if(subs.begin(), subs.end(),
+                                 [&](const CLI::App* s) { return s->get_name() == word; });
+    if (it != subs.end()) {
+      current = *it;
+      path += (path.empty() ? "" : " ") + word;
+      continue;
+    }
+    return "unknown command '" + (path.empty() ? "" : path + " ") + word + "' (" +
+           (path.empty() ? "" : path + " ") +
+           "commands: " + ktune::joined(subs, [](const CLI::App* s) { return s->get_name(); }) +
            ")";
   }
   return "";
@@ -89,8 +108,8 @@ int main(int argc, char** argv) {
   app.add_option("--tcp", common.tcp, "connect over TCP to host:port instead")->check(k_host_port);
   app.add_option("--token", common.token, "token for TCP requests");
   auto* timeout = app.add_option("--timeout-ms", common.timeout_ms,
-                                 "per-request deadline (default 5000; export and import: none; "
-                                 "0: none)")
+                                 "per-request deadline (default 5000; kernel: 60000; export and "
+                                 "import: none; 0: none)")
                       ->check(CLI::Range(0, INT_MAX));
   app.add_flag("--json", common.json, "machine-readable output (with schema_version)");
 
@@ -124,7 +143,9 @@ int main(int argc, char** argv) {
   ke->add_option("--device", kernel.problem.device, "device class (default: the daemon's GPU)");
   auto* kt =
       ke->add_option("--template", kernel.template_name, "this template instead of the best");
-  ke->add_option("--config", kernel.config, "its params, e.g. BLOCK_M=128,...")->needs(kt);
+  ke->add_option("--config", kernel.config, "its params, e.g. BLOCK_M=128,...")
+      ->needs(kt)
+      ->check(k_config);
   ke->add_option("-o,--output", kernel.output, "cubin file to write")->required()->check(k_path);
 
   std::string format = "json", output, device;
@@ -155,7 +176,8 @@ int main(int argc, char** argv) {
   co->add_option("--shape", compile.shape,
                  "problem dims used to prune the space (default: 4096 each)");
   auto* cfg =
-      co->add_option("--config", compile.config, "one config, e.g. BLOCK_M=128,BLOCK_N=128,...");
+      co->add_option("--config", compile.config, "one config, e.g. BLOCK_M=128,BLOCK_N=128,...")
+          ->check(k_config);
   auto* smp = co->add_option("--sample", compile.sample,
                              "compile N configs spread over the pruned space (default 8)")
                   ->check(k_positive);
@@ -190,7 +212,9 @@ int main(int argc, char** argv) {
   tu->add_flag("--no-wait", tune.no_wait, "queue the job, print its id and return");
   tu->add_flag("--standalone", tune.standalone,
                "tune here with a worker of our own instead of through the daemon");
-  tu->add_option("--gpu", tune.gpu, "standalone: GPU ordinal")->capture_default_str();
+  tu->add_option("--gpu", tune.gpu, "standalone: GPU ordinal")
+      ->capture_default_str()
+      ->check(CLI::Range(0, INT_MAX));
   tu->add_option("--data-dir", tune.data_dir,
                  "standalone: store (default: <state dir>/ktune/standalone)");
   tu->add_option("--templates", tune.template_dirs,

@@ -4,8 +4,10 @@
 // format. Label "e2e".
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,8 +161,8 @@ TEST_F(CliTest, ErrorsSayWhatIsValidWithTheDocumentedExitCode) {
   EXPECT_EQ(run("tune gemm --layout xx" + shape + " --no-wait"), 4);
   EXPECT_NE(m_err.find("has no layout 'xx'"), std::string::npos) << m_err;
   // ... and so are the templates and seeds it names (a typo shows on a node without a GPU too).
-  EXPECT_EQ(run("tune gemm" + shape + " --template nosuch --no-wait"), 1) << m_err;
-  EXPECT_NE(m_err.find("unknown template 'nosuch'"), std::string::npos) << m_err;
+  EXPECT_EQ(run("tune gemm" + shape + " --template nosuch --no-wait"), 5) << m_err;
+  EXPECT_NE(m_err.find("unknown template 'nosuch' (installed: "), std::string::npos) << m_err;
   EXPECT_EQ(run("tune gemm" + shape + " --template softmax --no-wait"), 1) << m_err;
   EXPECT_NE(m_err.find("template softmax implements softmax, not gemm"), std::string::npos)
       << m_err;
@@ -186,6 +188,59 @@ TEST_F(CliTest, ErrorsSayWhatIsValidWithTheDocumentedExitCode) {
   EXPECT_NE(m_err.find("--device"), std::string::npos) << m_err;
   EXPECT_EQ(m_err.find("\"device\""), std::string::npos) << m_err;
   EXPECT_NE(m_err.find("known: " + k_h200), std::string::npos) << m_err;
+}
+
+// A file on which open(2) fails although it exists, or "" where none can be made (root reads
+// any file it owns; a write-only proc file it cannot).
+std::string unreadable_file(const TempDir& dir) {
+  const std::string mine = dir / "unreadable.json";
+  std::ofstream(mine) << "{}";
+  std::filesystem::permissions(mine, std::filesystem::perms::none);
+  for (const std::string& path : {mine, std::string("/proc/sys/vm/compact_memory")}) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::close(fd);
+      continue;
+    }
+    if (errno != ENOENT && std::filesystem::is_regular_file(path)) return path;
+  }
+  return "";
+}
+
+// The exit codes docs/cli.md gives, where commands disagreed with it or with each other: an
+// unreadable file is 1 (was 5, not_found), an unknown template 5 for tune as for kernel (was 1),
+// a malformed or missing --config and a bad standalone flag are usage, 2 (were 1, the latter
+// after looking for a GPU).
+TEST_F(CliTest, ExitCodesAreTheDocumentedOnes) {
+  if (const std::string file = unreadable_file(m_dir); !file.empty()) {
+    EXPECT_EQ(run("import " + file + " --json"), 1) << m_out;
+    EXPECT_EQ(out_json()["error"]["code"], "failed") << m_out;
+    EXPECT_NE(out_json()["error"]["message"].dump().find(file + ": cannot read: "),
+              std::string::npos)
+        << m_out;
+  }
+  const std::string shape = " --shape rows=64,cols=4096 --device h200";
+  EXPECT_EQ(
+      run("kernel softmax" + shape + " --template nosuch --config X=1 -o " + (m_dir / "k.cubin")),
+      5)
+      << m_err;
+  EXPECT_EQ(run("tune softmax" + shape + " --template nosuch --no-wait --json"), 5) << m_out;
+  EXPECT_EQ(out_json()["error"]["code"], "not_found") << m_out;
+  EXPECT_EQ(run("tune softmax" + shape + " --template nosuch --standalone --no-import"), 5)
+      << m_err;
+  EXPECT_NE(m_err.find("unknown template 'nosuch' (installed: "), std::string::npos) << m_err;
+
+  EXPECT_EQ(run("kernel softmax" + shape + " --template softmax -o " + (m_dir / "k.cubin")), 2)
+      << m_err;
+  EXPECT_NE(m_err.find("--template softmax needs --config"), std::string::npos) << m_err;
+  EXPECT_EQ(run("compile softmax --config MODE=1 --json"), 2) << m_out;
+  EXPECT_EQ(out_json()["error"]["code"], "usage") << m_out;
+  EXPECT_NE(out_json()["error"]["message"].dump().find("--config: "), std::string::npos) << m_out;
+
+  EXPECT_EQ(run("tune softmax" + shape + " --standalone --seed garbage"), 2) << m_err;
+  EXPECT_NE(m_err.find("--seed garbage: "), std::string::npos) << m_err;
+  EXPECT_EQ(run("tune softmax" + shape + " --standalone --gpu -3"), 2) << m_err;
+  EXPECT_NE(m_err.find("--gpu"), std::string::npos) << m_err;
 }
 
 // --device takes any unique part of a class id, as the daemon resolves it for every op.
@@ -253,6 +308,22 @@ TEST_F(CliTest, PinsFreezeWhatLookupAnswers) {
   EXPECT_EQ(run("pin create 'bad name'"), 1);
 }
 
+// --timeout-ms is a kernel request's deadline too (it kept the Client's 60 s, so a compile queued
+// behind tuning failed even with 0, "none"): a deadline shorter than the compile the request
+// waits for is a timeout (exit 3); 0 waits for it.
+TEST_F(CliTest, TimeoutMsIsTheKernelRequestsDeadlineToo) {
+  const std::string cubin = m_dir / "softmax.cubin";
+  const std::string kernel =
+      "kernel softmax --shape rows=64,cols=4096 --device h200 --template softmax --config "
+      "THREADS=256,ROWS_PER_BLOCK=2,VEC=8,MODE=0,UNROLL=1 -o " +
+      cubin;
+  EXPECT_EQ(run(kernel + " --timeout-ms 1 --json"), 3) << m_out;  // an NVRTC compile takes longer
+  EXPECT_EQ(out_json()["error"]["code"], "timeout") << m_out;
+  EXPECT_FALSE(std::filesystem::exists(cubin));
+  ASSERT_EQ(run(kernel + " --timeout-ms 0"), 0) << m_err;
+  EXPECT_TRUE(std::filesystem::exists(cubin));
+}
+
 // A table exported as JSON, YAML or CSV imports into another daemon as the same winners; export
 // names devices as lookup does, and one that names no class is an error.
 TEST_F(CliTest, EveryExportFormatImportsBackToTheSameWinners) {
@@ -282,6 +353,38 @@ TEST_F(CliTest, EveryExportFormatImportsBackToTheSameWinners) {
   EXPECT_NE(m_err.find("device class 'a100' is unknown"), std::string::npos) << m_err;
   EXPECT_FALSE(std::filesystem::exists(m_dir / "none.json"));
   EXPECT_EQ(run("lookup gemm --shape M=8,N=8,K=8 --device a100"), 5) << "consistent with lookup";
+}
+
+// A free TCP port on the IPv6 loopback, or 0 where this machine has no ::1.
+int free_ipv6_loopback_port() {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin6_port);
+  ::close(fd);
+  return port;
+}
+
+// --tcp '[::1]:PORT', the form the validator takes and `ktune status` prints, reaches a ktuned
+// listening there (the brackets went to getaddrinfo, which could not resolve them).
+TEST(CliTcpTest, ConnectsToABracketedIpv6Address) {
+  const int port = free_ipv6_loopback_port();
+  if (port == 0) GTEST_SKIP() << "no IPv6 loopback on this machine";
+  TempDir dir;
+  const std::string address = "[::1]:" + std::to_string(port);
+  DaemonProcess daemon(dir / "ktuned.sock", dir / "data",
+                       {"--set", "server.tcp=" + address, "--set", "server.tcp_token=t0ken"});
+  ASSERT_TRUE(daemon.start()) << "ktuned did not start; log: " << slurp(daemon.log_path());
+  auto [rc, out] = testing::run_command(testing::ktune_cli_path() + " status --json --tcp '" +
+                                        address + "' --token t0ken 2>&1");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(Json::parse(out)["pid"], daemon.pid()) << out;
 }
 
 // `ktune compile` (NVRTC here, no daemon, no GPU) honours a template's arch suffix as lookups do:
@@ -361,6 +464,60 @@ TEST(CliUsageTest, MisspeltCommandsBadNumbersAndMissingFiles) {
   EXPECT_EQ(Json::parse(out)["error"]["message"], "/nonexistent/t.json: no such file");
 }
 
+// --arch takes the listed arches and sm_90a only: sm_80a, sm_86a or sm_90aa (a trailing 'a' was
+// stripped before the check) are usage errors, not a run in which NVRTC refuses every config.
+TEST(CliCompileTest, ArchIsOneOfTheListed) {
+  for (const std::string arch : {"sm_80a", "sm_86a", "sm_90aa"}) {
+    auto [rc, out] = testing::run_command(testing::ktune_cli_path() + " compile softmax --arch " +
+                                          arch + " --sample 1 --json 2>/dev/null");
+    EXPECT_EQ(rc, 2) << arch << ": " << out;
+    const Json doc = Json::parse(out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(doc.is_object() && doc.contains("error")) << arch << ": " << out;
+    EXPECT_EQ(doc["error"]["code"], "usage") << out;
+    EXPECT_NE(doc["error"]["message"].dump().find("expected sm_80, sm_86, sm_89, sm_90 or sm_90a"),
+              std::string::npos)
+        << out;
+  }
+  auto [rc, out] = testing::run_command(testing::ktune_cli_path() +
+                                        " compile softmax --arch sm_90a --sample 1 --json");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(Json::parse(out)["arch"], "sm_90a");
+}
+
+// --config "" (an unset shell variable) is refused like -o "", not taken for no --config (compile
+// sampled 8 configs instead of the one meant).
+TEST(CliUsageTest, AnEmptyConfigIsRefused) {
+  for (const std::string command :
+       {"compile softmax --config ''",
+        "kernel softmax --shape rows=8,cols=8 --template softmax --config '' -o k.cubin"}) {
+    auto [rc, out] = testing::run_command(testing::ktune_cli_path() +
+                                          " --socket /nonexistent/k.sock " + command + " 2>&1");
+    EXPECT_EQ(rc, 2) << command << ": " << out;
+    EXPECT_NE(out.find("--config: must name a config"), std::string::npos) << out;
+  }
+}
+
+// A misspelt command under a command with commands of its own is named, with the valid ones (it
+// read "A subcommand is required"), as a misspelt top-level command is.
+TEST(CliUsageTest, AMisspeltNestedCommandIsNamed) {
+  const std::string cli = testing::ktune_cli_path() + " --socket /nonexistent/k.sock ";
+  auto [rc, out] = testing::run_command(cli + "pin crate x 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("unknown command 'pin crate' (pin commands: create, list, show, delete)"),
+            std::string::npos)
+      << out;
+  std::tie(rc, out) = testing::run_command(cli + "--json plan aply plan.yaml");
+  EXPECT_EQ(rc, 2) << out;
+  const Json doc = Json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(doc.is_object()) << out;
+  EXPECT_EQ(doc["error"]["message"], "unknown command 'plan aply' (plan commands: apply)") << out;
+  // A command's own arguments are not commands: a missing required one is CLI11's error.
+  std::tie(rc, out) = testing::run_command(cli + "lookup gemm 2>&1");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_EQ(out.find("unknown command"), std::string::npos) << out;
+  EXPECT_NE(out.find("--shape is required"), std::string::npos) << out;
+}
+
 // A --cubin-dir that cannot be one is refused before anything compiles: one JSON document (the
 // error), not the results followed by an error.
 TEST(CliCompileTest, AnUnwritableCubinDirIsRefusedBeforeCompiling) {
@@ -374,6 +531,30 @@ TEST(CliCompileTest, AnUnwritableCubinDirIsRefusedBeforeCompiling) {
   ASSERT_FALSE(doc.is_discarded()) << "not one JSON document:\n" << out;
   EXPECT_EQ(doc["error"]["code"], "failed") << out;
   EXPECT_FALSE(doc.contains("results")) << out;
+}
+
+// A cubin that cannot be written (its name is taken by a directory) fails the run with one
+// --json document: the results and the error together (the report was printed before the cubins
+// were written, and the error as a second document after it).
+TEST(CliCompileTest, ACubinWriteFailureIsPartOfTheOneReport) {
+  TempDir dir;
+  const std::string cubin_dir = dir / "cubins";
+  std::filesystem::create_directories(
+      std::filesystem::path(cubin_dir) /
+      "softmax-MODE-0_ROWS_PER_BLOCK-2_THREADS-256_UNROLL-1_VEC-8.cubin");
+  auto [rc, out] = testing::run_command(
+      testing::ktune_cli_path() +
+      " --json compile softmax --config THREADS=256,ROWS_PER_BLOCK=2,VEC=8,MODE=0,UNROLL=1 "
+      "--cubin-dir " +
+      cubin_dir + " 2>/dev/null");
+  EXPECT_EQ(rc, 1) << out;
+  const Json doc = Json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(doc.is_object()) << "not one JSON document:\n" << out;
+  ASSERT_EQ(doc["results"].size(), 1u) << out;
+  EXPECT_EQ(doc["results"][0]["status"], "ok") << out;
+  EXPECT_EQ(doc["error"]["code"], "failed") << out;
+  EXPECT_EQ(doc["error"]["exit_code"], 1) << out;
+  EXPECT_NE(doc["error"]["message"].dump().find("softmax-MODE-0_"), std::string::npos) << out;
 }
 
 // `ktune completion bash`, sourced in bash, completes as a user's <TAB> would: the test sets

@@ -1,8 +1,16 @@
 // The launch path end to end against a real ktuned, without a GPU: the Launcher looks a shape up
 // (v2), fetches its cubin with the kernel op, checks it and keeps it; `ktune kernel` writes a
-// cubin to a file. Only the launch itself needs a driver (see kernel_gpu_test.cc). Label "e2e".
+// cubin to a file. Only the launch itself needs a driver (see kernel_gpu_test.cc). And the
+// Client's own connection against the real daemon's idle close. Label "e2e".
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -18,6 +26,7 @@ namespace {
 using testing::DaemonProcess;
 using testing::run_command;
 using testing::TempDir;
+using Clock = std::chrono::steady_clock;
 
 const std::string k_h200 = "nvidia-h200.sm90.132sm.140gib";
 
@@ -101,6 +110,88 @@ TEST_F(LauncherTest, CliWritesTheCubinOfTheBestEntry) {
                   " --template gemm --config BLOCK_M=48 -o " + (m_dir / "x.cubin") + " 2>&1");
   EXPECT_EQ(rc, 1) << text;
   EXPECT_NE(text.find("BLOCK_M = 48 is outside"), std::string::npos) << text;
+}
+
+// A free TCP port on 127.0.0.1.
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+// Opens a connection to the Unix socket `path`, sends nothing and returns what the daemon writes
+// before it closes it (its idle-close notice), or "" when it has not closed it by `deadline`.
+std::string idle_close_notice(const std::string& path, Clock::time_point deadline) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  std::string text;
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+    char buf[4096];
+    for (auto left = deadline - Clock::now(); left > Clock::duration::zero();
+         left = deadline - Clock::now()) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, int(std::chrono::ceil<std::chrono::milliseconds>(left).count())) <= 0)
+        continue;
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n == 0) break;  // closed: the notice is in `text`
+      if (n < 0) {
+        text.clear();
+        break;
+      }
+      text.append(buf, size_t(n));
+    }
+    if (Clock::now() >= deadline) text.clear();
+  }
+  if (fd >= 0) ::close(fd);
+  return text;
+}
+
+// A watch on a connection the daemon closed while it sat idle (longer than
+// server.read_timeout_ms) reconnects and is answered, as every other call is; it failed at once,
+// with the daemon's idle-close notice (TCP: the send succeeds, the notice is what comes back) or
+// a broken pipe (Unix socket). The job is unknown: the daemon's own answer, not_found, shows the
+// watch reached it.
+TEST(ClientE2eTest, AWatchAfterTheDaemonClosedTheIdleConnectionReconnects) {
+  TempDir dir;
+  const int port = free_loopback_port();
+  ASSERT_GT(port, 0);
+  const std::string tcp = "127.0.0.1:" + std::to_string(port);
+  // One I/O thread: the sessions' read deadlines are acted on in the order they fall.
+  DaemonProcess daemon(dir / "ktuned.sock", dir / "data",
+                       {"--set", "server.read_timeout_ms=300", "--set", "server.io_threads=1",
+                        "--set", "server.tcp=" + tcp, "--set", "server.tcp_token=t0ken"});
+  ASSERT_TRUE(daemon.start()) << "ktuned did not start";
+  for (const bool over_tcp : {false, true}) {
+    SCOPED_TRACE(over_tcp ? "tcp" : "unix socket");
+    ClientOptions o;
+    o.socket_path = daemon.socket();
+    if (over_tcp) {
+      o.tcp_address = tcp;
+      o.token = "t0ken";
+    }
+    Client c(o);
+    ASSERT_TRUE(c.status()) << "the connection is open";
+    // A connection opened after c's last reply, once the daemon closed it as idle: c's, idle
+    // since before it, has been closed too.
+    const std::string notice =
+        idle_close_notice(daemon.socket(), Clock::now() + std::chrono::seconds(10));
+    ASSERT_NE(notice.find("\"timeout\""), std::string::npos)
+        << "the daemon did not close an idle connection: " << notice;
+    auto r = c.watch("nosuch", nullptr, std::chrono::seconds(5));
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().kind, protocol::ErrorKind::not_found) << r.error().message;
+    EXPECT_NE(r.error().message.find("no job nosuch"), std::string::npos) << r.error().message;
+  }
 }
 
 }  // namespace
