@@ -24,6 +24,7 @@ lock.
 
 import base64
 import ctypes
+import math
 import struct
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -37,6 +38,7 @@ _ARG_KINDS = ("in", "out", "inout", "workspace", "scalar", "tensor_map")
 _CC_MAJOR, _CC_MINOR = 75, 76                # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
 _FUNC_MAX_DYNAMIC_SMEM = 8                   # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4      # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+_F32_MAX = 3.4028234663852886e38              # FLT_MAX
 _CAPTURE_ACTIVE, _CAPTURE_INVALIDATED = 1, 2  # CU_STREAM_CAPTURE_STATUS_*
 _CAPTURE_MODE_RELAXED = 2                     # CU_STREAM_CAPTURE_MODE_RELAXED
 _STREAM_NON_BLOCKING = 1                      # CU_STREAM_NON_BLOCKING
@@ -310,6 +312,9 @@ class ArgPlan:
                     raise KtuneError("bad_request", f"scalar '{name}' is a dimension the kernel "
                                                     f"was served for ({name}={default}); ask for "
                                                     "the kernel of the other shape")
+                if math.isfinite(value) and abs(value) > _F32_MAX:  # ctypes would store inf
+                    raise KtuneError("bad_request", f"scalar '{name}' = {value} does not fit the "
+                                                    "kernel's f32")
                 slots[i].value = value
                 self._overridden.append(name)
 
@@ -497,6 +502,9 @@ class Kernel:
         when the driver returns an error (bench/NOTES.md § Launching served kernels).
         """
         drv = _Driver._instance or _Driver.get()
+        if not all(addresses):  # a null pointer faults and ends the context (as in launch())
+            raise KtuneError("bad_request", f"buffer '{self.plan.buffers[list(addresses).index(0)]['name']}'"
+                                            ": its address is 0 (a null pointer)")
         with self._lock:
             rc = drv.cuCtxGetCurrent(self._ctx_out)
             if rc:

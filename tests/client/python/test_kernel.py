@@ -128,6 +128,9 @@ class PackingTest(unittest.TestCase):
         with self.assertRaises(ktune.KtuneError) as e:
             plan.pack([1, 2, 3], [4, 5], {"gamma": 1.0})
         self.assertIn("no scalar 'gamma'", e.exception.message)
+        with self.assertRaises(ktune.KtuneError) as e:  # ctypes stored inf; C++ refused it
+            plan.pack([1, 2, 3], [4, 5], {"alpha": 1e39})
+        self.assertIn("does not fit the kernel's f32", e.exception.message)
 
     def test_wrong_buffer_count_and_unknown_kinds_are_refused(self):
         plan = ArgPlan(GEMM_LAUNCH)
@@ -520,6 +523,10 @@ class LaunchPathTest(unittest.TestCase):
             kernel.launch(0, 0x9000000)
         self.assertIn(f"buffer '{x}': its address is 0", e.exception.message)
         kernel.launch(FakeArray(0x8000, (64, 1024), "<f4"), 0x9000000)
+        self.assertEqual(len(drv.launches), 1)
+        with self.assertRaises(ktune.KtuneError) as e:  # the path ktune.torch takes, too
+            kernel.launch_addresses((0x8000, 0), 7)
+        self.assertIn(f"buffer '{y}': its address is 0", e.exception.message)
         self.assertEqual(len(drv.launches), 1)
 
     def test_workspaces_are_allocated_zeroed_once_per_context_and_stream_and_passed(self):
