@@ -31,7 +31,8 @@ import ktune  # noqa: E402
 import ktune.torch as kt  # noqa: E402
 
 SHAPES = ((1, 4096, 4096), (16, 4096, 4096), (16, 14336, 4096), (16, 4096, 14336),
-          (64, 14336, 4096), (128, 4096, 4096), (1024, 4096, 4096))
+          (64, 14336, 4096), (128, 4096, 4096), (128, 14336, 4096), (128, 4096, 14336),
+          (1024, 4096, 4096))
 CALLS = 16
 ROUNDS = 30
 
@@ -151,7 +152,7 @@ def main() -> None:
             client.close()
             daemon.terminate()
             daemon.wait(timeout=30)
-    doc = {"benchmark": "graph_torch", "date": datetime.datetime.utcnow().isoformat() + "Z",
+    doc = {"benchmark": "graph_torch", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
            "gpu": name, "driver": driver, "sm_clock_mhz_at_start": float(sm),
            "max_sm_clock_mhz": float(max_sm), "power_w_at_start": float(power),
            "power_limit_w": float(limit), "torch": torch.__version__,
