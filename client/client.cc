@@ -357,28 +357,35 @@ protocol::Expected<Json> Client::call_with_timeout(const std::string& op, Json b
       if (reply_line.error().kind == ErrorKind::connection_failed && attempt == 0) continue;
       return std::unexpected(reply_line.error());
     }
-    auto reply = protocol::parse_reply(*reply_line);
-    if (!reply) {
-      disconnect_locked();
-      return std::unexpected(reply.error());
-    }
-    // The connection was closed while idle, before this request arrived: reconnect, send again.
-    if (is_idle_close_notice(*reply) && attempt == 0) {
-      disconnect_locked();
-      continue;
-    }
-    if (!reply->id.is_null() && reply->id != Json(id)) {
-      disconnect_locked();
-      return protocol::error(ErrorKind::connection_failed,
-                             "ktuned answered another request (id " + reply->id.dump() + ")");
-    }
-    if (!reply->ok) {
-      if (closes_connection(*reply)) disconnect_locked();
-      return std::unexpected(reply->error);
-    }
-    return std::move(reply->result);
+    auto result = take_reply_locked(*reply_line, id, attempt == 0);
+    if (!result) continue;  // closed while idle, before this request arrived: send again
+    return std::move(*result);
   }
   return protocol::error(ErrorKind::connection_failed, "unreachable");
+}
+
+std::optional<protocol::Expected<Json>> Client::take_reply_locked(const std::string& line,
+                                                                  std::uint64_t id,
+                                                                  bool may_retry) {
+  auto reply = protocol::parse_reply(line);
+  if (!reply) {
+    disconnect_locked();
+    return std::unexpected(reply.error());
+  }
+  if (is_idle_close_notice(*reply) && may_retry) {
+    disconnect_locked();
+    return std::nullopt;
+  }
+  if (!reply->id.is_null() && reply->id != Json(id)) {
+    disconnect_locked();
+    return protocol::error(ErrorKind::connection_failed,
+                           "ktuned answered another request (id " + reply->id.dump() + ")");
+  }
+  if (!reply->ok) {
+    if (closes_connection(*reply)) disconnect_locked();
+    return std::unexpected(reply->error);
+  }
+  return std::move(reply->result);
 }
 
 protocol::Expected<protocol::LookupReply> Client::lookup(const protocol::LookupRequest& request) {
@@ -547,25 +554,9 @@ protocol::Expected<Json> Client::watch(const std::string& id,
         if (on_event) on_event(j["event"]);
         continue;
       }
-      auto reply = protocol::parse_reply(*text);
-      if (!reply) {
-        disconnect_locked();
-        return std::unexpected(reply.error());
-      }
-      if (is_idle_close_notice(*reply) && may_retry && !streaming) {
-        disconnect_locked();
-        break;
-      }
-      if (!reply->id.is_null() && reply->id != Json(request_id)) {
-        disconnect_locked();
-        return protocol::error(ErrorKind::connection_failed,
-                               "ktuned answered another request (id " + reply->id.dump() + ")");
-      }
-      if (!reply->ok) {
-        if (closes_connection(*reply)) disconnect_locked();
-        return std::unexpected(reply->error);
-      }
-      return std::move(reply->result);
+      auto result = take_reply_locked(*text, request_id, may_retry && !streaming);
+      if (!result) break;  // the daemon's idle-close notice: connect and send again
+      return std::move(*result);
     }
   }
   return protocol::error(ErrorKind::connection_failed, "unreachable");

@@ -18,6 +18,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -139,6 +140,12 @@ class Client {
                                                        const std::string& attachment,
                                                        std::chrono::milliseconds timeout);
   void disconnect_locked();
+  // A reply line to request `id`: its result or error (the connection dropped where the reply
+  // leaves it unusable), or nullopt for the daemon's idle-close notice when `may_retry` (the
+  // caller connects and sends again).
+  std::optional<protocol::Expected<protocol::Json>> take_reply_locked(const std::string& line,
+                                                                      std::uint64_t id,
+                                                                      bool may_retry);
 
   // Connects to the Unix socket (or its fallback); sets m_fd.
   protocol::Expected<void> connect_unix_locked(std::chrono::steady_clock::time_point deadline);

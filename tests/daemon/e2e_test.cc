@@ -75,6 +75,20 @@ std::string http_send(int port, const std::string& request) {
   return out;
 }
 
+// The metrics port the daemon's ready log line names (it may follow the first status reply);
+// 0 if no such line came.
+int metrics_port(const DaemonProcess& daemon) {
+  std::string text;
+  if (!testing::eventually([&] {
+        std::ifstream log(daemon.log_path());
+        text.assign(std::istreambuf_iterator<char>(log), {});
+        return text.find("metrics=127.0.0.1:") != std::string::npos;
+      }))
+    return 0;
+  const auto pos = text.find("metrics=127.0.0.1:");
+  return std::stoi(text.substr(pos + 18, text.find(' ', pos) - pos - 18));
+}
+
 // A minimal HTTP/1.0 GET against 127.0.0.1:port; returns the whole response.
 std::string http_get(int port, const std::string& path) {
   return http_send(port, "GET " + path + " HTTP/1.0\r\n\r\n");
@@ -325,15 +339,9 @@ TEST_F(EndToEndTest, BadImportFileIsRejectedWholeThroughTheCli) {
 TEST_F(EndToEndTest, MetricsAndHealthOverHttp) {
   DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
   ASSERT_TRUE(daemon.start());
-  // The log's ready line names the metrics port (it may follow the first status reply).
-  std::string text;
-  ASSERT_TRUE(testing::eventually([&] {
-    std::ifstream log(daemon.log_path());
-    text.assign(std::istreambuf_iterator<char>(log), {});
-    return text.find("metrics=127.0.0.1:") != std::string::npos;
-  })) << text;
-  const auto pos = text.find("metrics=127.0.0.1:");
-  const std::string port = text.substr(pos + 18, text.find(' ', pos) - pos - 18);
+  const int metrics = metrics_port(daemon);
+  ASSERT_GT(metrics, 0);
+  const std::string port = std::to_string(metrics);
   const std::string body = http_get(std::stoi(port), "/metrics");
   EXPECT_NE(body.find("200 OK"), std::string::npos) << body;
   EXPECT_NE(body.find("ktune_requests_total{op=\"lookup\"}"), std::string::npos) << body;
@@ -366,14 +374,8 @@ TEST_F(EndToEndTest, MetricsAndHealthOverHttp) {
 TEST_F(EndToEndTest, IdleConnectionsCannotKeepTheProbesOut) {
   DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data");
   ASSERT_TRUE(daemon.start());
-  std::string text;
-  ASSERT_TRUE(testing::eventually([&] {
-    std::ifstream log(daemon.log_path());
-    text.assign(std::istreambuf_iterator<char>(log), {});
-    return text.find("metrics=127.0.0.1:") != std::string::npos;
-  })) << text;
-  const auto pos = text.find("metrics=127.0.0.1:");
-  const int port = std::stoi(text.substr(pos + 18, text.find(' ', pos) - pos - 18));
+  const int port = metrics_port(daemon);
+  ASSERT_GT(port, 0);
   auto connect_idle = [port] {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
@@ -412,14 +414,8 @@ TEST_F(EndToEndTest, TheReportPageIsServedWhenTurnedOn) {
   DaemonProcess daemon(m_dir / "ktuned.sock", m_dir / "data",
                        std::vector<std::string>{"--set", "server.report=true"});
   ASSERT_TRUE(daemon.start());
-  std::string text;
-  ASSERT_TRUE(testing::eventually([&] {
-    std::ifstream log(daemon.log_path());
-    text.assign(std::istreambuf_iterator<char>(log), {});
-    return text.find("metrics=127.0.0.1:") != std::string::npos;
-  })) << text;
-  const auto pos = text.find("metrics=127.0.0.1:");
-  const int port = std::stoi(text.substr(pos + 18, text.find(' ', pos) - pos - 18));
+  const int port = metrics_port(daemon);
+  ASSERT_GT(port, 0);
   const std::string page = http_get(port, "/report");
   EXPECT_NE(page.find("200 OK"), std::string::npos) << page.substr(0, 400);
   EXPECT_NE(page.find("Content-Type: text/html"), std::string::npos) << page.substr(0, 400);
