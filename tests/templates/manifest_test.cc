@@ -40,6 +40,15 @@ int line_of(const std::string& text, const std::string& needle) {
   return int(std::count(text.begin(), text.begin() + long(pos), '\n')) + 1;
 }
 
+// The manifest `text` is refused at the line holding `at`, with a message holding `expect`.
+void expect_refused_at(const std::string& text, const std::string& at, const std::string& expect) {
+  auto m = parse_manifest(text, "scale.yaml");
+  ASSERT_FALSE(m) << text;
+  EXPECT_EQ(m.error().message.find("scale.yaml:" + std::to_string(line_of(text, at)) + ": "), 0u)
+      << m.error().message;
+  EXPECT_NE(m.error().message.find(expect), std::string::npos) << m.error().message;
+}
+
 Problem scale_problem(std::int64_t n, const std::string& dtype = "fp32") {
   return Problem{"scale", dtype, dtype, "", {{"n", n}}};
 }
@@ -238,15 +247,7 @@ TEST(ManifestTest, RepeatedKeysAreRejected) {
       {"min_cc: 80", "min_cc: 80\nlayouts: {a: {X: 1}, a: {X: 2}}",
        "layouts:", "layouts.a: repeated key"},
   };
-  for (const auto& c : cases) {
-    const std::string text = edited(c.from, c.to);
-    auto m = parse_manifest(text, "scale.yaml");
-    ASSERT_FALSE(m) << c.to;
-    EXPECT_EQ(
-        m.error().message.find("scale.yaml:" + std::to_string(line_of(text, c.second)) + ": "), 0u)
-        << m.error().message;
-    EXPECT_NE(m.error().message.find(c.expect), std::string::npos) << m.error().message;
-  }
+  for (const auto& c : cases) expect_refused_at(edited(c.from, c.to), c.second, c.expect);
 }
 
 // Every name means one thing: a dim, param, layout constant or derived value may not take another's
@@ -282,15 +283,7 @@ TEST(ManifestTest, NamesAreDefinedOnce) {
       {"  elems_per_block: THREADS * VEC", "  elems_per_block: THREADS * VEC\n  cc: 1", "cc: 1",
        "derived.cc: name already in use"},
   };
-  for (const auto& c : cases) {
-    const std::string text = edited(c.from, c.to);
-    auto m = parse_manifest(text, "scale.yaml");
-    ASSERT_FALSE(m) << c.to;
-    EXPECT_EQ(
-        m.error().message.find("scale.yaml:" + std::to_string(line_of(text, c.second)) + ": "), 0u)
-        << m.error().message;
-    EXPECT_NE(m.error().message.find(c.expect), std::string::npos) << m.error().message;
-  }
+  for (const auto& c : cases) expect_refused_at(edited(c.from, c.to), c.second, c.expect);
   // One constant in several layouts is one name, a value per layout.
   auto m =
       parse_manifest(edited("min_cc: 80", layouts + "{a: {X: 1, Y: 0}, b: {X: 0}}"), "scale.yaml");
