@@ -44,20 +44,6 @@ bool truthy(const Result<double>& v) {
   return v && !std::isnan(*v) && *v != 0;
 }
 
-Result<void> check_supported(const KernelTemplate& t, const Problem& p, const DeviceLimits& l) {
-  const Manifest& m = t.manifest;
-  if (!m.supports(p, l.cc)) {
-    std::string dims;
-    for (const auto& d : m.dims) dims += (dims.empty() ? "" : ",") + d;
-    return fail(ErrorCode::invalid_argument,
-                "template " + m.name + " does not implement " + p.describe() + " on sm_" +
-                    std::to_string(l.cc) + " (op " + m.op + ", dims " + dims + ", cc " +
-                    std::to_string(m.min_cc) + (m.max_cc ? ".." + std::to_string(m.max_cc) : "+") +
-                    ")");
-  }
-  return {};
-}
-
 // The evaluators below name what failed with a `where` callable (returning a std::string): its
 // text is built only on failure, so an instance that evaluates cleanly allocates no error text.
 template <typename Where>
@@ -307,6 +293,20 @@ Result<void> check_config(Evaluator& ev, const Manifest& m, const Params& params
 }
 
 }  // namespace
+
+Result<void> check_supported(const KernelTemplate& t, const Problem& p, const DeviceLimits& l) {
+  const Manifest& m = t.manifest;
+  if (!m.supports(p, l.cc)) {
+    std::string dims;
+    for (const auto& d : m.dims) dims += (dims.empty() ? "" : ",") + d;
+    return fail(ErrorCode::invalid_argument,
+                "template " + m.name + " does not implement " + p.describe() + " on sm_" +
+                    std::to_string(l.cc) + " (op " + m.op + ", dims " + dims + ", cc " +
+                    std::to_string(m.min_cc) + (m.max_cc ? ".." + std::to_string(m.max_cc) : "+") +
+                    ")");
+  }
+  return {};
+}
 
 std::string target_arch(const Manifest& manifest, int cc) {
   return "sm_" + std::to_string(cc) + manifest.arch_suffix;

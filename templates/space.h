@@ -121,6 +121,10 @@ class SearchSpace {
 // with them kept (a v1 lookup entry carries only the name and the launch geometry).
 enum class ArgValues { kept, checked };
 
+// Whether the template implements the problem (op, dtype, layout, dims) on the device's compute
+// capability; the error names what it implements.
+Result<void> check_supported(const KernelTemplate& t, const Problem& p, const DeviceLimits& l);
+
 // Checks `params` against the declared domains and every constraint and makes the Instance.
 // Fails naming the first constraint it breaks, a value outside its domain, or an unknown/missing
 // param. `max_active_clusters`: what the worker measured for this config's compiled kernel

@@ -213,6 +213,10 @@ std::expected<CompilePlan, int> plan_compile(const Common& c, const CompileArgs&
     return std::unexpected(report_failure(
         c.json, Exit::usage, "usage",
         "--dtype: template " + m.name + " takes " + joined(m.dtypes) + ", not '" + p.dtype + "'"));
+  // Whether the template implements the problem at all: the same failure (1) with or without
+  // --config, which is a usage error only for what it says itself.
+  if (auto ok = check_supported(t, p, *limits); !ok)
+    return std::unexpected(failed(c.json, ok.error().message));
   if (!a.config.empty()) {
     auto params = parse_params(a.config);
     if (!params) return std::unexpected(usage(c.json, "--config: " + params.error().message));

@@ -17,7 +17,7 @@ const std::map<std::string, std::string>& value_hints() {
       {"dtype", "words bf16 fp16 fp32"},
       {"out-dtype", "words bf16 fp16 fp32"},
       {"layout", "words rc rr cr cc"},
-      {"arch", "words sm_80 sm_90 sm_90a"},
+      {"arch", "words sm_80 sm_86 sm_89 sm_90 sm_90a"},
       {"output", "file"},
       {"file", "file"},
       {"table", "file"},

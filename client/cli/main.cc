@@ -165,9 +165,10 @@ int main(int argc, char** argv) {
   auto* co =
       app.add_subcommand("compile", "compile template configs locally with NVRTC (no GPU needed)");
   co->add_option("template", compile.template_name, "template name, e.g. gemm")->required();
-  co->add_option("--arch", compile.arch,
-                 "sm_80 | sm_90 | sm_90a (a template with arch_suffix a gets it, as lookups "
-                 "answer: sm_90 compiles gemm_sm90 for sm_90a)")
+  co->add_option(
+        "--arch", compile.arch,
+        "sm_80 | sm_86 | sm_89 | sm_90 | sm_90a (a template with arch_suffix a gets it, as lookups "
+        "answer: sm_90 compiles gemm_sm90 for sm_90a)")
       ->capture_default_str();
   co->add_option("--dtype", compile.dtype, "input dtype (default: the template's first)");
   co->add_option("--out-dtype", compile.out_dtype, "output dtype");

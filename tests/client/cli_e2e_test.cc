@@ -236,6 +236,11 @@ TEST_F(CliTest, ExitCodesAreTheDocumentedOnes) {
   EXPECT_EQ(run("compile softmax --config MODE=1 --json"), 2) << m_out;
   EXPECT_EQ(out_json()["error"]["code"], "usage") << m_out;
   EXPECT_NE(out_json()["error"]["message"].dump().find("--config: "), std::string::npos) << m_out;
+  // A problem the template does not implement is a failure (1) with or without --config: only
+  // what --config itself says can be a usage error.
+  EXPECT_EQ(run("compile gemm_sm90 --arch sm_80 --sample 1"), 1) << m_err;
+  EXPECT_EQ(run("compile gemm_sm90 --arch sm_80 --config BLOCK_M=64"), 1) << m_err;
+  EXPECT_NE(m_err.find("does not implement"), std::string::npos) << m_err;
 
   EXPECT_EQ(run("tune softmax" + shape + " --standalone --seed garbage"), 2) << m_err;
   EXPECT_NE(m_err.find("--seed garbage: "), std::string::npos) << m_err;

@@ -489,6 +489,8 @@ class Client:
         try:
             if self.tcp:
                 host, _, port = self.tcp.rpartition(":")
+                if host.startswith("[") and host.endswith("]"):  # [::1]:7781, as ktune prints it
+                    host = host[1:-1]
                 sock = socket.create_connection((host, int(port)), timeout=self.timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             else:

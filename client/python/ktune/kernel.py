@@ -503,8 +503,9 @@ class Kernel:
         """
         drv = _Driver._instance or _Driver.get()
         if not all(addresses):  # a null pointer faults and ends the context (as in launch())
-            raise KtuneError("bad_request", f"buffer '{self.plan.buffers[list(addresses).index(0)]['name']}'"
-                                            ": its address is 0 (a null pointer)")
+            i = next(i for i, a in enumerate(addresses) if not a)
+            name = self.plan.buffers[i]["name"] if i < len(self.plan.buffers) else f"#{i}"
+            raise KtuneError("bad_request", f"buffer '{name}': its address is 0 (a null pointer)")
         with self._lock:
             rc = drv.cuCtxGetCurrent(self._ctx_out)
             if rc:

@@ -219,6 +219,23 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             ktune.Client(socket_path=self.sock, timeout=0)
 
+    def test_an_ipv6_address_in_brackets_connects_without_them(self):
+        # "[::1]:7781", as ktune status prints it, was handed to getaddrinfo with its brackets.
+        import socket
+        seen = []
+
+        def create_connection(address, timeout=None):
+            seen.append(address)
+            raise ConnectionRefusedError("refused")
+        real, socket.create_connection = socket.create_connection, create_connection
+        try:
+            with self.assertRaises(ktune.KtuneError) as e:
+                ktune.Client(tcp="[::1]:17781").status()
+        finally:
+            socket.create_connection = real
+        self.assertEqual(seen[0], ("::1", 17781))
+        self.assertEqual(e.exception.code, "connection_failed")
+
     def test_a_table_whose_json_escapes_outgrow_a_line_is_attached(self):
         path = self.write_table()
         self.client.import_table(open(path).read())
