@@ -281,17 +281,21 @@ protocol::Expected<std::vector<std::uint64_t>> Kernel::allocate_workspaces(const
 }
 
 protocol::Expected<void> Kernel::check_scalar(const ScalarArg& o) const {
-  const Slot* slot = nullptr;
-  std::string names;
-  for (const Slot& s : m_slots)
-    if (s.from == Slot::From::scalar) {
-      if (s.name == o.name) slot = &s;
-      names += (names.empty() ? "" : ", ") + std::string(s.name);
-    }
+  // Every launch of ktune::gemm passes alpha and beta: nothing is built unless one is refused.
+  const auto slot = std::find_if(m_slots.begin(), m_slots.end(), [&](const Slot& s) {
+    return s.from == Slot::From::scalar && s.name == o.name;
+  });
+  const bool fits_f32 =
+      !std::isfinite(o.value) || std::fabs(o.value) <= std::numeric_limits<float>::max();
+  if (slot != m_slots.end() && slot->dtype == "f32" && fits_f32) return {};
   const std::string name(o.name);
-  if (!slot)
+  if (slot == m_slots.end()) {
+    std::string names;
+    for (const Slot& s : m_slots)
+      if (s.from == Slot::From::scalar) names += (names.empty() ? "" : ", ") + std::string(s.name);
     return protocol::error(ErrorKind::bad_request,
                            "the kernel has no scalar '" + name + "' (its scalars: " + names + ")");
+  }
   if (slot->dtype != "f32") {  // i32/i64: a dimension; the grid and workspaces were sized for it
     std::int64_t served = 0;
     if (slot->dtype == "i32") {
@@ -306,11 +310,9 @@ protocol::Expected<void> Kernel::check_scalar(const ScalarArg& o) const {
                                name + "=" + std::to_string(served) +
                                "); ask for the kernel of the other shape");
   }
-  if (std::isfinite(o.value) && std::fabs(o.value) > std::numeric_limits<float>::max())
-    return protocol::error(
-        ErrorKind::bad_request,
-        "scalar '" + name + "' = " + std::to_string(o.value) + " does not fit the kernel's f32");
-  return {};
+  return protocol::error(
+      ErrorKind::bad_request,
+      "scalar '" + name + "' = " + std::to_string(o.value) + " does not fit the kernel's f32");
 }
 
 protocol::Expected<void> Kernel::launch(std::span<const std::uint64_t> buffers, void* stream,

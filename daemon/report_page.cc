@@ -26,7 +26,7 @@ std::string render_report_page(OpContext& ctx) {
   in.generated_by = "ktuned /report";
   in.generated_at = report::utc_now();
   // Undecodable records are left out and said, not allowed to empty the page.
-  auto read = [&in](const char* what, auto result, const Skipped& skipped) {
+  auto note = [&in](const char* what, const auto& result, const Skipped& skipped) {
     if (!result)
       in.notes.push_back(std::string("the store's ") + what +
                          " could not be read: " + result.error().message);
@@ -34,14 +34,14 @@ std::string render_report_page(OpContext& ctx) {
       in.notes.push_back(
           std::to_string(skipped.count) + " " + what +
           " record(s) could not be decoded and are left out; the first: " + skipped.first);
-    return result;
   };
   Skipped bad_winners, bad_trials;
   auto winners = scan_winners(ctx.store, "", &bad_winners);
-  if (auto w = read("winners", std::move(winners), bad_winners)) in.winners = std::move(*w);
+  note("winners", winners, bad_winners);
+  if (winners) in.winners = std::move(*winners);
   auto trials = scan_trials(ctx.store, "", &bad_trials);
-  if (auto t = read("trials", std::move(trials), bad_trials))
-    in.trial_sets = report::trial_sets_from_records(std::move(*t));
+  note("trials", trials, bad_trials);
+  if (trials) in.trial_sets = report::trial_sets_from_records(std::move(*trials));
   in.status = op_result(op_status, ctx, protocol::Json::object());
   in.misses = op_result(op_misses, ctx, protocol::Json{{"limit", 50}});
   in.jobs = op_result(op_jobs, ctx, protocol::Json{{"limit", 200}});

@@ -54,10 +54,9 @@ std::vector<double> log_ticks(double lo, double hi) {
 }
 
 // The roofline's points, each labelled: the labels stand in a column right of the plot at
-// `label_x`, in the points' vertical order (never above their point), each joined to its point
-// by a leader, so a dense cluster stays readable.
-// The points, and their labels in a column at label_x from `top` down; *bottom: the last label's
-// baseline (labels sit at or below their point, so a column can run past the plot).
+// `label_x`, from `top` down in the points' vertical order (never above their point), each joined
+// to its point by a leader, so a dense cluster stays readable. *bottom: the last label's baseline
+// (the column can run past the plot).
 std::string labelled_points(const std::vector<RooflinePoint>& points, const LogAxis& x,
                             const LogAxis& y, const Ceilings& c, int label_x, int top,
                             double* bottom) {
