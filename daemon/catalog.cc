@@ -98,7 +98,7 @@ Result<void> Catalog::check_record(const WinnerRecord& r, const TemplateRegistry
     if (t->manifest.op != p.op)
       return bad(at + ".template: " + c.template_name + " implements " + t->manifest.op + ", not " +
                  p.op);
-    if (t->hash != c.template_hash) continue;  // another version: served as stale at most
+    if (!t->same_kernel(c.template_hash)) continue;  // another version: served as stale at most
     if (auto inst = instantiate(*t, p, limits, c.params); !inst)
       return bad(at + ".params: " + inst.error().message);
   }
@@ -153,7 +153,7 @@ std::string Catalog::staleness(const WinnerRecord& r, bool own_device,
                                const TemplateRegistry& templates) const {
   for (const auto& c : r.ranked) {
     const KernelTemplate* t = templates.find(c.template_name);
-    if (t && t->hash != c.template_hash)
+    if (t && !t->same_kernel(c.template_hash))
       return "template " + c.template_name + " changed since it was measured";
   }
   if (!m_node.nvrtc.empty() && r.validators.nvrtc != m_node.nvrtc)

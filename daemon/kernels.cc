@@ -73,7 +73,7 @@ protocol::Expected<KernelService::Validated> KernelService::validate(
                                joined(templates->all(), [](const auto& x) { return x->name(); }) +
                                ")");
   }
-  if (!r.template_hash.empty() && r.template_hash != t->hash)
+  if (!r.template_hash.empty() && !t->same_kernel(r.template_hash))
     return protocol::error(ErrorKind::not_found,
                            "stale entry: template " + t->name() + " here has hash " + t->hash +
                                ", the entry names " + r.template_hash +

@@ -1,6 +1,7 @@
 #include "templates/registry.h"
 
 #include <xxhash.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -77,6 +78,48 @@ Result<void> check_includes(const std::string& file, std::string_view text,
   return {};
 }
 
+// Appends `part` so that no two splits of the same bytes read alike: its length, ':', the bytes.
+void add_part(std::string& out, std::string_view part) {
+  out += std::to_string(part.size());
+  out += ':';
+  out += part;
+}
+
+// The manifest keys that only choose or describe a config: outside the kernel hash.
+bool outside_kernel_hash(const std::string& key) {
+  return key == "heuristic" || key == "heuristic_rank" || key == "description";
+}
+
+// A YAML node's content in one form whatever its layout or comments: maps in document order,
+// every scalar with its tag (a quoted "1" is not a plain 1), length-prefixed.
+void add_canonical(std::string& out, const YAML::Node& n, bool top = false) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map:
+      out += '{';
+      for (const auto& kv : n) {
+        if (top && kv.first.IsScalar() && outside_kernel_hash(kv.first.Scalar())) continue;
+        add_canonical(out, kv.first);
+        add_canonical(out, kv.second);
+      }
+      out += '}';
+      return;
+    case YAML::NodeType::Sequence:
+      out += '[';
+      for (const auto& item : n) add_canonical(out, item);
+      out += ']';
+      return;
+    case YAML::NodeType::Scalar:
+      out += '=';
+      add_part(out, n.Tag());
+      add_part(out, n.Scalar());
+      return;
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      out += '~';
+      return;
+  }
+}
+
 }  // namespace
 
 std::string xxh3_hex(std::string_view bytes) {
@@ -97,13 +140,19 @@ Result<std::unique_ptr<KernelTemplate>> TemplateRegistry::load_template(const st
   auto source = read_text(t->manifest.source);
   if (!source) return std::unexpected(source.error());
   t->source = std::move(*source);
-  // Hash manifest, source and headers with length prefixes so no two splits collide.
-  std::string material;
+  // Two hashes (registry.h): `content` of every byte, `kernel` of the manifest's content less
+  // what only chooses or describes a config. Source and headers go into both.
+  std::string content, kernel;
+  add_part(content, t->manifest_text);
+  try {
+    add_canonical(kernel, YAML::Load(t->manifest_text), true);
+  } catch (const YAML::Exception& e) {  // parsed once already by load_manifest
+    return fail(ErrorCode::invalid_argument, path + ": " + e.what());
+  }
   auto add = [&](std::string_view part) {
-    material += std::to_string(part.size()) + ":";
-    material += part;
+    add_part(content, part);
+    add_part(kernel, part);
   };
-  add(t->manifest_text);
   add(t->source);
   std::set<std::string> listed;  // the names NVRTC gets the headers by
   for (const auto& h : t->manifest.headers) {
@@ -123,7 +172,8 @@ Result<std::unique_ptr<KernelTemplate>> TemplateRegistry::load_template(const st
   for (size_t i = 0; i < t->headers.size(); ++i)
     if (auto ok = check_includes(t->manifest.headers[i], t->headers[i].second, listed, path); !ok)
       return std::unexpected(ok.error());
-  t->hash = xxh3_hex(material);
+  t->hash = xxh3_hex(kernel);
+  t->content_hash = xxh3_hex(content);
   return t;
 }
 
@@ -167,7 +217,7 @@ TemplateChanges compare_templates(const TemplateRegistry& from, const TemplateRe
     const KernelTemplate* old = from.find(t->name());
     if (!old)
       changes.added.push_back(t->name());
-    else if (old->hash != t->hash)
+    else if (old->content_hash != t->content_hash)
       changes.changed.push_back(t->name());
   }
   for (const auto& t : from.all())

@@ -1,9 +1,15 @@
 // TemplateRegistry: the kernel templates this node knows, loaded from the configured directories.
 //
-// Each <dir>/<name>/<name>.yaml is loaded with its source and headers and hashed (XXH3-64 of the
-// manifest, source and headers; the hash goes into every cubin key and winner record, so editing
-// a template retires what was measured with the old one). A bad manifest is reported and skipped;
-// the others still load. Immutable after load: share it freely between threads.
+// Each <dir>/<name>/<name>.yaml is loaded with its source and headers and hashed twice (XXH3-64):
+//  - `hash`, the kernel's: source, headers and the manifest's content less what only chooses or
+//    describes a config (`heuristic`, `heuristic_rank`, `description`, comments, layout). It goes
+//    into every cubin key and winner record, so editing what a config compiles to or may be
+//    retires what was measured with the old one, and refreshing the heuristics does not.
+//  - `content_hash`, of every byte (the manifest as written, source, headers): what a reload
+//    compares, and the hash records were written with before 2026-12-06 (kernel hash v1), which
+//    still names the same kernel while the manifest is unchanged (same_kernel()).
+// A bad manifest is reported and skipped; the others still load. Immutable after load: share it
+// freely between threads.
 //
 // TemplateSet: the registry a daemon serves, replaced whole when it reloads (SIGHUP). Readers take
 // a snapshot at the start of a request, a compile or a tuning job and keep it to the end, so a
@@ -25,9 +31,15 @@ struct KernelTemplate {
   std::string manifest_text;
   std::string source;                                        // the .cuh text
   std::vector<std::pair<std::string, std::string>> headers;  // (include name, text)
-  std::string hash;                                          // 16 hex digits
+  std::string hash;                                          // kernel hash, 16 hex digits
+  std::string content_hash;                                  // every byte, 16 hex digits
 
   const std::string& name() const { return manifest.name; }
+  // Whether a record's template hash names this kernel: the kernel hash, or the hash of every
+  // byte (how records were hashed before 2026-12-06) while no byte has changed since.
+  bool same_kernel(std::string_view recorded_hash) const {
+    return recorded_hash == hash || recorded_hash == content_hash;
+  }
 };
 
 // XXH3-64 of the bytes, as 16 lowercase hex digits.
@@ -67,7 +79,8 @@ class TemplateRegistry {
 };
 
 // What differs between two registries, by template name, each list sorted: a changed template
-// has another hash (its manifest, source or a header was edited).
+// has another content hash (any byte of its manifest, source or a header was edited; a heuristic
+// edit too, which keeps its kernel hash and its winners).
 struct TemplateChanges {
   std::vector<std::string> added, changed, removed;
 

@@ -183,12 +183,14 @@ class JobRun {
       }
       m_stats.space_total += space->report().total;
       const std::string arch = target_arch(t->manifest, limits.cc);
+      // A crash recorded under either hash of this kernel (registry.h) keeps the config out.
+      auto blocked = [&](const std::string& hash, const Params& p) {
+        auto b =
+            is_blocked(*m_store, BlockEntry{hash, arch, m_ctx.driver, p, Outcome::crash, "", 0});
+        return b && *b;
+      };
       for (const auto& p : space->configs()) {
-        if (m_store) {
-          auto blocked = is_blocked(
-              *m_store, BlockEntry{t->hash, arch, m_ctx.driver, p, Outcome::crash, "", 0});
-          if (blocked && *blocked) continue;
-        }
+        if (m_store && (blocked(t->hash, p) || blocked(t->content_hash, p))) continue;
         m_candidates.add(t, t->name(), p, t->manifest.params);
       }
       if (auto h = heuristic_config(*t, problem, limits))
@@ -231,7 +233,7 @@ class JobRun {
       // said) does not rank against this job's: measured again. Failures stand either way.
       if (r.outcome == Outcome::ok && r.timing_l2 != m_req.timing.l2) continue;
       const size_t i = m_candidates.find(r.template_name, r.params);
-      if (i == CandidateSet::npos || m_candidates[i].tmpl->hash != r.template_hash) continue;
+      if (i == CandidateSet::npos || !m_candidates[i].tmpl->same_kernel(r.template_hash)) continue;
       Observation o{i, std::numeric_limits<double>::infinity()};
       if (r.outcome == Outcome::ok) {
         TrialResult ok;

@@ -97,6 +97,7 @@ OpReply op_templates(OpContext& ctx, const protocol::Request&) {
                     {"version", m.version},
                     {"description", m.description},
                     {"hash", t->hash},
+                    {"content_hash", t->content_hash},
                     {"dims", m.dims},
                     {"dtypes", m.dtypes},
                     {"out_dtypes", m.out_dtypes.empty() ? m.dtypes : m.out_dtypes},

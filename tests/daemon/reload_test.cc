@@ -222,6 +222,66 @@ TEST_F(ReloadTest, ASeedTableDeployedWithANewTemplateMergesInTheSameReload) {
   EXPECT_EQ(ok(R"({"v":1,"id":4,"op":"status"})")["reloads"]["ok"], 1);
 }
 
+// Replaces the first `from` in the file with `to`; the test fails if there is none.
+void edit(const std::string& path, const std::string& from, const std::string& to) {
+  std::string text = testing::read_file(path);
+  const size_t at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << path << " has no " << from;
+  text.replace(at, from.size(), to);
+  std::ofstream(path, std::ios::trunc) << text;
+}
+
+TEST_F(ReloadTest, AHeuristicEditIsServedAndKeepsTheWinnersMeasuredBeforeIt) {
+  const KernelTemplate* before = m_templates.find("softmax");
+  ASSERT_EQ(ok(k_lookup)["entries"][0]["provenance"], "exact");
+  // The rule a 4096-column bf16 row gets, its description and a comment: none is the kernel.
+  const std::string rule = "{THREADS: 256, ROWS_PER_BLOCK: 2, VEC: 8, MODE: 0, UNROLL: 1}";
+  const std::string edited = "{THREADS: 128, ROWS_PER_BLOCK: 4, VEC: 8, MODE: 0, UNROLL: 1}";
+  edit(dir("softmax/softmax.yaml"), rule, edited);
+  edit(dir("softmax/softmax.yaml"), "description: >-",
+       "# refreshed from a tuning run\ndescription: >-\n  Edited.");
+  reload();
+
+  const KernelTemplate* after = m_parts->catalog.templates()->find("softmax");
+  EXPECT_EQ(after->hash, before->hash);
+  EXPECT_NE(after->content_hash, before->content_hash);
+  EXPECT_EQ(ok(R"({"v":1,"id":4,"op":"status"})")["reloads"]["ok"], 1) << "a changed template";
+  // The winner measured before the edit is served as it was.
+  Json exact = ok(k_lookup);
+  EXPECT_EQ(exact["entries"][0]["provenance"], "exact") << exact.dump();
+  EXPECT_EQ(exact["entries"][0]["template_hash"], before->hash);
+  // A shape nobody measured gets the new rule (the cached answers were dropped).
+  Json fresh = ok(
+      R"({"v":1,"id":5,"op":"lookup","device":"nvidia-h200","problem":{"op":"softmax","dtype":"bf16","dims":{"rows":1024,"cols":4096}}})");
+  bool served = false;
+  for (const auto& e : fresh["entries"])
+    if (e["template"] == "softmax" && e["provenance"] == "heuristic") {
+      served = true;
+      EXPECT_EQ(e["params"]["THREADS"], 128) << e.dump();
+      EXPECT_EQ(e["params"]["ROWS_PER_BLOCK"], 4) << e.dump();
+    }
+  EXPECT_TRUE(served) << fresh.dump();
+}
+
+TEST_F(ReloadTest, ARecordHashedTheOldWayIsExactUntilItsManifestChanges) {
+  // Before 2026-12-06 a record carried the hash of every byte (content_hash now).
+  const KernelTemplate* t = m_templates.find("softmax");
+  ASSERT_NE(t->content_hash, t->hash);
+  auto stored = get_winner(m_parts->store, testing::h200(), k_softmax);
+  ASSERT_TRUE(stored && *stored);
+  WinnerRecord w = **stored;
+  w.ranked[0].template_hash = t->content_hash;
+  ASSERT_TRUE(put_winner(m_parts->store, w));
+  ASSERT_TRUE(m_parts->catalog.load());
+  Json j = ok(k_lookup);
+  EXPECT_EQ(j["entries"][0]["provenance"], "exact") << j.dump();
+  // Any byte of the manifest changed: that hash names no kernel here any more.
+  std::ofstream(dir("softmax/softmax.yaml"), std::ios::app) << "\n# edited\n";
+  reload();
+  j = ok(k_lookup);
+  EXPECT_EQ(j["entries"][0]["provenance"], "stale") << j.dump();
+}
+
 TEST_F(ReloadTest, AnUnchangedDirectoryKeepsTheRegistryAndTheCachedAnswers) {
   ok(k_lookup);
   const auto generation = m_parts->index.generation();

@@ -16,11 +16,15 @@ namespace {
 const std::string k_scale_dir = std::string(KTUNE_SOURCE_DIR) + "/tests/data/templates";
 const std::string k_scale = k_scale_dir + "/scale/scale.yaml";
 
-std::string scale_text() {
-  std::ifstream in(k_scale);
+std::string read_all(const std::string& path) {
+  std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string scale_text() {
+  return read_all(k_scale);
 }
 
 // `text` with `from` replaced by `to` (once).
@@ -79,8 +83,8 @@ TEST(ManifestTest, AnEnumerationThatPrunesOnlyAtTheEndIsStoppedWithAReason) {
     text = edited(text, rule, std::string(rule) + ", P1: 1, P2: 1, P3: 1");
   auto m = parse_manifest(text, "scale.yaml");
   ASSERT_TRUE(m) << m.error().message;
-  auto space =
-      SearchSpace::build(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096), DeviceLimits{});
+  auto space = SearchSpace::build(KernelTemplate{*m, "", "", {}, "h", "h"}, scale_problem(4096),
+                                  DeviceLimits{});
   ASSERT_FALSE(space);
   EXPECT_NE(space.error().message.find("more than 20M steps (96000000 configs before pruning)"),
             std::string::npos)
@@ -324,7 +328,7 @@ TEST(ManifestTest, WorkspaceZeroing) {
   ASSERT_TRUE(m) << m.error().message;
   EXPECT_EQ(m->args[2].zero, WorkspaceZero::none);
   auto inst =
-      instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096),
+      instantiate(KernelTemplate{*m, "", "", {}, "h", "h"}, scale_problem(4096),
                   *DeviceLimits::for_arch("sm_90"), {{"THREADS", 128}, {"VEC", 1}, {"WAVES", 1}});
   ASSERT_TRUE(inst) << inst.error().message;
   EXPECT_EQ(inst->args[2].zero, WorkspaceZero::none);
@@ -429,19 +433,21 @@ TEST(SpaceTest, InstantiateNamesTheLaunchOrArgumentOutOfRange) {
       parse_manifest(edited("block: [THREADS, 1, 1]", "block: [THREADS * 8, 1, 1]"), "scale.yaml");
   ASSERT_TRUE(m) << m.error().message;
   auto inst =
-      instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096), DeviceLimits{}, p);
+      instantiate(KernelTemplate{*m, "", "", {}, "h", "h"}, scale_problem(4096), DeviceLimits{}, p);
   ASSERT_FALSE(inst);
   EXPECT_EQ(inst.error().message, "scale.yaml: launch.block[0]: 2048 is out of range 1..1024");
   m = parse_manifest(edited("grid: [min(", "grid: [0.5 + min("), "scale.yaml");
   ASSERT_TRUE(m) << m.error().message;
-  inst = instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096), DeviceLimits{}, p);
+  inst =
+      instantiate(KernelTemplate{*m, "", "", {}, "h", "h"}, scale_problem(4096), DeviceLimits{}, p);
   ASSERT_FALSE(inst);
   EXPECT_EQ(inst.error().message, "scale.yaml: launch.grid[0]: expected an integer, got 4.500000");
   m = parse_manifest(edited("{name: y, buffer: out, dtype: out, count: n}",
                             "{name: y, buffer: out, dtype: out, count: n - 5000}"),
                      "scale.yaml");
   ASSERT_TRUE(m) << m.error().message;
-  inst = instantiate(KernelTemplate{*m, "", "", {}, "h"}, scale_problem(4096), DeviceLimits{}, p);
+  inst =
+      instantiate(KernelTemplate{*m, "", "", {}, "h", "h"}, scale_problem(4096), DeviceLimits{}, p);
   ASSERT_FALSE(inst);
   EXPECT_EQ(inst.error().message, "args.y.count < 1");
 }
@@ -521,6 +527,56 @@ TEST(RegistryTest, QuotedIncludesMustBeListedHeaders) {
   EXPECT_NE(t.error().message.find("headers: two headers named ktune_common.cuh"),
             std::string::npos)
       << t.error().message;
+}
+
+// The kernel hash covers what a config compiles to and which configs are valid, not the rules
+// that choose one or the words that describe it; the content hash covers every byte, the way the
+// one hash did before 2026-12-06 (records written then name it).
+TEST(RegistryTest, TheKernelHashLeavesOutHeuristicsDescriptionAndLayout) {
+  const ScaleCopy copy;
+  auto load = [&](const std::string& manifest) {
+    copy.write("scale.yaml", manifest);
+    auto t = TemplateRegistry::load_template(copy.path());
+    EXPECT_TRUE(t) << t.error().message;
+    return t ? std::pair{(*t)->hash, (*t)->content_hash} : std::pair<std::string, std::string>{};
+  };
+  const std::string base = edited("headers: [../../../../templates/common/ktune_common.cuh]",
+                                  "headers: [" + copy.common() + "]");
+  copy.write("scale.cuh", read_all(k_scale_dir + "/scale/scale.cuh"));
+  const auto [kernel, content] = load(base);
+  // The content hash is the hash records carried before: every part with its length.
+  auto part = [](const std::string& s) { return std::to_string(s.size()) + ":" + s; };
+  EXPECT_EQ(content, xxh3_hex(part(base) + part(read_all(k_scale_dir + "/scale/scale.cuh")) +
+                              part("ktune_common.cuh") + part(read_all(copy.common()))));
+  EXPECT_NE(kernel, content);
+  for (const auto& [what, manifest] : std::vector<std::pair<std::string, std::string>>{
+           {"a heuristic rule",
+            edited(base, "{THREADS: 128, VEC: 1, WAVES: 1}", "{THREADS: 64, VEC: 2, WAVES: 1}")},
+           {"the heuristic's order",
+            edited(base, "min_cc: 80", "min_cc: 80\nheuristic_rank: n >= 4096")},
+           {"the description", edited(base, "(test template)", "(edited)")},
+           {"a comment and the layout",
+            edited(base, "dims: [n]", "# the one dim\ndims:\n  - n   # elements")}}) {
+    const auto [k, c] = load(manifest);
+    EXPECT_EQ(k, kernel) << what;
+    EXPECT_NE(c, content) << what;
+  }
+  for (const auto& [what, manifest] : std::vector<std::pair<std::string, std::string>>{
+           {"a param's values", edited(base, "VEC: [1, 2, 4, 8]", "VEC: [1, 2, 4]")},
+           {"a constraint", edited(base, "n % VEC == 0", "n % (2 * VEC) == 0")},
+           {"the launch", edited(base, "smem: 0\nargs", "smem: 16\nargs")},
+           {"an argument's value", edited(base, "value: 1.5", "value: 2.5")},
+           {"a quoted scalar for a plain one", edited(base, "version: 1", "version: \"1\"")},
+           {"the version", edited(base, "version: 1", "version: 2")}}) {
+    const auto [k, c] = load(manifest);
+    EXPECT_NE(k, kernel) << what;
+    EXPECT_NE(c, content) << what;
+  }
+  // The source is in both.
+  copy.write("scale.cuh", read_all(k_scale_dir + "/scale/scale.cuh") + "\n// edited\n");
+  const auto [k, c] = load(base);
+  EXPECT_NE(k, kernel);
+  EXPECT_NE(c, content);
 }
 
 // Include paths and forced includes in nvrtc_options would reach unhashed headers too.
