@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <map>
 
 #include "config/config.h"
 #include "templates/registry.h"
@@ -64,6 +65,41 @@ TEST(BuiltinTemplatesTest, HeuristicRankOrdersTheTemplatesOfAProblem) {
   ASSERT_FALSE(rr90.empty());
   EXPECT_EQ(rr90.front(), "gemm");
   EXPECT_EQ(std::count(rr90.begin(), rr90.end(), "gemm_tma"), 0);
+}
+
+// One row of 128-row tiles (M = 128: a decode batch) fell through every gemm_tma rule to the
+// safe chain's 2-stage, 1-consumer config (0.305x cuBLAS at 128x4096x4096 on an H100). It gets
+// the rules tuned there: split-K 4 summed in bands while 4 slices of every tile fit a wave, then
+// split 2, then whole tiles with 5 stages.
+TEST(BuiltinTemplatesTest, GemmTmaHasRulesForOneRowOfTiles) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* tma = reg.find("gemm_tma");
+  ASSERT_NE(tma, nullptr);
+  const auto limits = *DeviceLimits::for_arch("sm_90");
+  ASSERT_EQ(limits.sm_count, 132);
+  auto rule = [&](int64_t m, int64_t n, int64_t k) {
+    const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", n}, {"K", k}}};
+    auto h = heuristic_config(*tma, p, limits);
+    EXPECT_TRUE(h) << p.describe();
+    std::map<std::string, int64_t> got;
+    if (h)
+      for (const auto& name : {"SPLITS", "REDUCE", "STAGES", "CONSUMERS", "PERSISTENT"})
+        got[name] = h->at(name);
+    return got;
+  };
+  using P = std::map<std::string, int64_t>;
+  EXPECT_EQ(rule(128, 4096, 4096),
+            (P{{"SPLITS", 4}, {"REDUCE", 2}, {"STAGES", 4}, {"CONSUMERS", 2}, {"PERSISTENT", 1}}));
+  EXPECT_EQ(rule(128, 8192, 4096),
+            (P{{"SPLITS", 2}, {"REDUCE", 0}, {"STAGES", 6}, {"CONSUMERS", 2}, {"PERSISTENT", 0}}));
+  EXPECT_EQ(rule(128, 14336, 4096),
+            (P{{"SPLITS", 1}, {"REDUCE", 0}, {"STAGES", 5}, {"CONSUMERS", 1}, {"PERSISTENT", 0}}));
+  // Short K: no split.
+  EXPECT_EQ(rule(128, 4096, 512),
+            (P{{"SPLITS", 1}, {"REDUCE", 0}, {"STAGES", 5}, {"CONSUMERS", 1}, {"PERSISTENT", 0}}));
+  // Two rows of tiles keep the rules they had.
+  EXPECT_EQ(rule(256, 4096, 4096)["SPLITS"], 1);
+  EXPECT_EQ(rule(256, 4096, 4096)["STAGES"], 4);
 }
 
 TEST(BuiltinTemplatesTest, EverySpaceEnumeratesPrunesAndHasAValidHeuristic) {
