@@ -70,7 +70,32 @@ def capture(fn) -> torch.cuda.CUDAGraph:
     return graph
 
 
-def shape_run(m: int, n: int, k: int) -> dict:
+def kernel_trace(graph: torch.cuda.CUDAGraph, replays: int = 3) -> dict:
+    """Replays the graph under the profiler (CUPTI) and says what its kernels did: how long each
+    ran, and the gap from one kernel's end to the next one's start (negative: they overlapped,
+    as a kernel launched with programmatic dependent launch may)."""
+    from torch.profiler import ProfilerActivity, profile
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        trace = json.load(open(f.name))
+    ks = sorted((e["ts"], e["dur"], e["name"]) for e in trace.get("traceEvents", [])
+                if e.get("cat") == "kernel")
+    gaps = [b[0] - (a[0] + a[1]) for a, b in zip(ks, ks[1:])]
+    names = sorted({name[:120] for _, _, name in ks})
+    return {"kernels": len(ks), "replays": replays, "names": names,
+            "median_kernel_us": statistics.median(d for _, d, _ in ks) if ks else None,
+            "median_gap_us": statistics.median(gaps) if gaps else None,
+            "overlapping": sum(g < 0 for g in gaps),
+            "span_us_per_call": (ks[-1][0] + ks[-1][1] - ks[0][0]) / len(ks) if ks else None}
+
+
+def shape_run(m: int, n: int, k: int, trace: bool = False) -> dict:
     x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     ws = [torch.randn(n, k, dtype=torch.bfloat16, device="cuda") * 0.02 for _ in range(CALLS)]
     outs = {"ktune": [None] * CALLS, "torch": [None] * CALLS}
@@ -98,6 +123,7 @@ def shape_run(m: int, n: int, k: int) -> dict:
             for impl in ("ktune", "torch"):
                 times[f"{impl}_eager"].append(events_us(seq(impl)) / CALLS)
                 times[f"{impl}_graph"].append(events_us(graphs[impl].replay) / CALLS)
+        traced = {impl: kernel_trace(g) for impl, g in graphs.items()} if trace else None
     med = {key: statistics.median(v) for key, v in times.items()}
     served = kt.stats()["ktune"].get("linear", 0) - served_before
     return {"shape": [m, n, k], "calls": CALLS, "rounds": ROUNDS,
@@ -108,6 +134,7 @@ def shape_run(m: int, n: int, k: int) -> dict:
             "torch_over_ktune_eager": med["torch_eager"] / med["ktune_eager"],
             "worst_rel_l2_vs_torch": worst,
             "ktune_calls_served": served, "fallbacks": kt.stats()["fallback"] - fallbacks_before,
+            **({"kernel_trace": traced} if traced else {}),
             "explain": kt.explain()}
 
 
@@ -115,6 +142,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ktuned", required=True, help="the ktuned to start (it serves, never tunes)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--trace", default="",
+                    help="MxNxK,... : also replay these shapes' graphs under the profiler")
     args = ap.parse_args()
     torch.manual_seed(0)
     name, driver, sm, max_sm, power, limit = smi(
@@ -139,8 +168,9 @@ def main() -> None:
                     time.sleep(0.05)
             kt.configure(client=client)
             rows = []
+            traced = {tuple(int(d) for d in s.split("x")) for s in args.trace.split(",") if s}
             for m, n, k in SHAPES:
-                rows.append(shape_run(m, n, k))
+                rows.append(shape_run(m, n, k, (m, n, k) in traced))
                 r = rows[-1]
                 print(f"{m}x{n}x{k}: us/call ktune eager {r['us_per_call']['ktune_eager']:.2f} "
                       f"graph {r['us_per_call']['ktune_graph']:.2f} | torch eager "
@@ -148,6 +178,10 @@ def main() -> None:
                       f"{r['us_per_call']['torch_graph']:.2f} | torch/ktune graph "
                       f"{r['torch_over_ktune_graph']:.3f} rel_l2 {r['worst_rel_l2_vs_torch']:.1e} "
                       f"served {r['ktune_calls_served']} fallbacks {r['fallbacks']}", flush=True)
+                for impl, t in r.get("kernel_trace", {}).items():
+                    print(f"  {impl}: {t['kernels']} kernels, median {t['median_kernel_us']} us, "
+                          f"gap {t['median_gap_us']} us, {t['overlapping']} overlapping, "
+                          f"{t['names']}", flush=True)
         finally:
             client.close()
             daemon.terminate()
