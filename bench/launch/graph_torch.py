@@ -10,6 +10,10 @@ Which config ktune serves is the daemon's answer on this GPU (the table shipped 
 another GPU class the answers are heuristic). Writes one JSON document.
 
     python3 bench/launch/graph_torch.py --ktuned .gpu/ktuned --out graph-torch.json
+
+--shapes MxNxK,... times other shapes; --borrow TABLE imports another GPU's table as this GPU's
+own first (its configs served as exact), to ask whether that GPU's winners beat this one's
+heuristics; --trace MxNxK,... adds each kernel's duration and the gaps between kernels (CUPTI).
 """
 
 import argparse
@@ -95,6 +99,19 @@ def kernel_trace(graph: torch.cuda.CUDAGraph, replays: int = 3) -> dict:
             "span_us_per_call": (ks[-1][0] + ks[-1][1] - ks[0][0]) / len(ks) if ks else None}
 
 
+def borrow(client: "ktune.Client", path: str) -> dict:
+    """Imports the table at `path` as this GPU's own: every winner's device becomes this node's
+    class, so its lookups serve the other GPU's tuned configs as exact."""
+    gpu = client.status()["gpus"][0]
+    _, cc, sms, gib = gpu["device_class"].rsplit(".", 3)
+    device = {"name": gpu["name"], "cc": int(cc[2:]), "sm_count": int(sms[:-2]),
+              "memory_gib": int(gib[:-3])}
+    table = json.load(open(path))
+    for w in table["winners"]:
+        w["device"] = device
+    return client.import_table(table)
+
+
 def shape_run(m: int, n: int, k: int, trace: bool = False) -> dict:
     x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     ws = [torch.randn(n, k, dtype=torch.bfloat16, device="cuda") * 0.02 for _ in range(CALLS)]
@@ -142,6 +159,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ktuned", required=True, help="the ktuned to start (it serves, never tunes)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", default="", help="MxNxK,... : these shapes instead of the built-in list")
+    ap.add_argument("--borrow", default="",
+                    help="a table (JSON export) imported as this GPU's own before timing")
     ap.add_argument("--trace", default="",
                     help="MxNxK,... : also replay these shapes' graphs under the profiler")
     args = ap.parse_args()
@@ -166,10 +186,15 @@ def main() -> None:
                     if daemon.poll() is not None or time.monotonic() > deadline:
                         sys.exit(open(log.name).read())
                     time.sleep(0.05)
+            borrowed = borrow(client, args.borrow) if args.borrow else None
+            if borrowed:
+                print(f"borrowed {args.borrow}: {borrowed}", flush=True)
             kt.configure(client=client)
             rows = []
             traced = {tuple(int(d) for d in s.split("x")) for s in args.trace.split(",") if s}
-            for m, n, k in SHAPES:
+            shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
+                      if args.shapes else SHAPES)
+            for m, n, k in shapes:
                 rows.append(shape_run(m, n, k, (m, n, k) in traced))
                 r = rows[-1]
                 print(f"{m}x{n}x{k}: us/call ktune eager {r['us_per_call']['ktune_eager']:.2f} "
@@ -191,6 +216,7 @@ def main() -> None:
            "max_sm_clock_mhz": float(max_sm), "power_w_at_start": float(power),
            "power_limit_w": float(limit), "torch": torch.__version__,
            "ktuned": {k: status.get(k) for k in ("version", "protocol", "winners", "device_classes")},
+           "borrowed": {"table": args.borrow, "import": borrowed} if args.borrow else None,
            "shapes": rows}
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
