@@ -279,12 +279,17 @@ class Client:
 
     def import_table(self, table: Any) -> Dict[str, Any]:
         """Merges a tuning table (JSON, YAML or CSV, as export writes them) given as text or UTF-8
-        bytes (the daemon never opens a client's path). This client's cached lookups are dropped.
+        bytes, or a JSON table already parsed (a dict, as json.load gives it). The daemon never
+        opens a client's path. This client's cached lookups are dropped.
 
         Tables larger than a request line travel as the request's attachment.
         """
+        if isinstance(table, dict):
+            table = json.dumps(table)
+        elif not isinstance(table, (str, bytes, bytearray)):
+            raise TypeError(f"import_table takes text, bytes or a dict, not {type(table).__name__}")
         try:
-            text = table.decode() if isinstance(table, (bytes, bytearray)) else str(table)
+            text = table.decode() if isinstance(table, (bytes, bytearray)) else table
             data = text.encode()
         except UnicodeError as e:
             raise KtuneError("bad_request", f"the table is not valid UTF-8 text: {e}") from None

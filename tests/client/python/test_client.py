@@ -246,6 +246,14 @@ class ClientTest(unittest.TestCase):
         result = self.client.import_table(comment + "\n" + yaml_table)
         self.assertEqual(result["kept"], 2)
 
+    def test_a_parsed_table_is_imported_as_json_and_other_objects_are_refused(self):
+        # str() of a dict is Python's repr, which the daemon refused as a damaged table.
+        with open(self.write_table()) as f:
+            table = json.load(f)
+        self.assertEqual(self.client.import_table(table)["added"], 2)
+        with self.assertRaises(TypeError):
+            self.client.import_table(table["winners"])
+
     def test_export_formats(self):
         self.client.import_file(self.write_table())
         doc = json.loads(self.client.export_table("json"))
