@@ -45,7 +45,7 @@ Result<TimingL2> parse_timing_l2(std::string_view text);  // "flushed" or "rotat
 // One tuned config of a winner record, with what it measured.
 struct RankedConfig {
   std::string template_name;
-  std::string template_hash;  // XXH3-64 of source + manifest, 16 hex digits
+  std::string template_hash;  // the template's kernel hash (templates/registry.h), 16 hex digits
   Params params;
   double median_us = 0;   // median kernel time
   double spread_pct = 0;  // (p90 - p10) / median * 100 over the timed runs

@@ -583,12 +583,20 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   m.path = path;
   m.dir = fs::path(path).parent_path().string();
   if (!root.IsMap()) P.fail_at(root, "manifest", "expected a mapping");
-  P.only_keys(root, "", {"name",    "op",        "version",     "description",   "source",
-                         "headers", "entry",     "dims",        "dtypes",        "out_dtypes",
-                         "layouts", "min_cc",    "max_cc",      "arch_suffix",   "nvrtc_options",
-                         "params",  "derived",   "constraints", "template_args", "launch",
-                         "args",    "reference", "tolerance",   "metric",        "heuristic",
-                         "heuristic_rank"});
+  P.only_keys(root, "", {"name",           "op",
+                         "version",        "description",
+                         "source",         "headers",
+                         "entry",          "dims",
+                         "dtypes",         "out_dtypes",
+                         "layouts",        "min_cc",
+                         "max_cc",         "arch_suffix",
+                         "nvrtc_options",  "params",
+                         "derived",        "constraints",
+                         "template_args",  "launch",
+                         "args",           "reference",
+                         "tolerance",      "metric",
+                         "heuristic",      "heuristic_rank",
+                         "previous_hashes"});
 
   m.name = P.scalar(root["name"], "name");
   const std::string stem = fs::path(path).stem().string();
@@ -643,6 +651,12 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
       root["arch_suffix"].IsDefined() ? P.scalar(root["arch_suffix"], "arch_suffix") : "";
   if (!m.arch_suffix.empty() && m.arch_suffix != "a")
     P.fail_at(root["arch_suffix"], "arch_suffix", "expected \"\" or \"a\"");
+  m.previous_hashes = P.strings(root["previous_hashes"], "previous_hashes");
+  for (size_t i = 0; i < m.previous_hashes.size(); ++i)
+    if (const std::string& h = m.previous_hashes[i];
+        h.size() != 16 || h.find_first_not_of("0123456789abcdef") != std::string::npos)
+      P.fail_at(root["previous_hashes"][i], "previous_hashes[" + std::to_string(i) + "]",
+                "'" + h + "': expected 16 lowercase hex digits (a template hash)");
   m.nvrtc_options = P.strings(root["nvrtc_options"], "nvrtc_options");
   // Include paths would let NVRTC read headers the template's hash does not cover (registry.cc).
   for (size_t i = 0; i < m.nvrtc_options.size(); ++i)
@@ -1020,7 +1034,11 @@ Result<Manifest> load_manifest(const std::string& path) {
   if (!in) return fail(ErrorCode::io_error, path + ": cannot open manifest");
   std::stringstream ss;
   ss << in.rdbuf();
-  auto m = parse_manifest(ss.str(), path);
+  return load_manifest(path, ss.str());
+}
+
+Result<Manifest> load_manifest(const std::string& path, const std::string& text) {
+  auto m = parse_manifest(text, path);
   if (!m) return m;
   std::error_code ec;
   if (!fs::is_regular_file(m->source, ec))

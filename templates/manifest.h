@@ -188,6 +188,11 @@ struct Manifest {
   // (dims, in_bytes, out_bytes, layout constants), so a template can rank first only for the
   // shapes its heuristic is good at; empty text: 0. Evaluate with heuristic_rank() (space.h).
   Expression heuristic_rank;
+  // Template hashes of earlier versions whose kernel is this one (16 hex digits each): records
+  // written under them are served as measured with this kernel (KernelTemplate::same_kernel).
+  // For the hashes records carried before 2026-12-06 (kernel hash v1, of every byte), so that
+  // no later heuristic edit retires them; outside the kernel hash (docs/templates.md).
+  std::vector<std::string> previous_hashes;
   std::vector<std::string> nvrtc_options;
 
   std::vector<ParamDomain> params;
@@ -231,6 +236,8 @@ inline constexpr const char* k_device_symbols[] = {"cc",
 inline constexpr const char* k_max_active_clusters = "max_active_clusters";
 
 Result<Manifest> load_manifest(const std::string& path);
+// The manifest `path` from its text, already read (the registry hashes the same bytes it parses).
+Result<Manifest> load_manifest(const std::string& path, const std::string& text);
 // For tests: parse manifest text as if it were the file `path` (source and headers are not read).
 Result<Manifest> parse_manifest(const std::string& yaml, const std::string& path);
 

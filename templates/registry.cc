@@ -87,11 +87,13 @@ void add_part(std::string& out, std::string_view part) {
 
 // The manifest keys that only choose or describe a config: outside the kernel hash.
 bool outside_kernel_hash(const std::string& key) {
-  return key == "heuristic" || key == "heuristic_rank" || key == "description";
+  return key == "heuristic" || key == "heuristic_rank" || key == "description" ||
+         key == "previous_hashes";
 }
 
 // A YAML node's content in one form whatever its layout or comments: maps in document order,
-// every scalar with its tag (a quoted "1" is not a plain 1), length-prefixed.
+// every scalar with its kind (a quoted "1" is not a plain 1; yaml-cpp's own tag text only for an
+// explicit tag, which no manifest needs), length-prefixed.
 void add_canonical(std::string& out, const YAML::Node& n, bool top = false) {
   switch (n.Type()) {
     case YAML::NodeType::Map:
@@ -109,8 +111,12 @@ void add_canonical(std::string& out, const YAML::Node& n, bool top = false) {
       out += ']';
       return;
     case YAML::NodeType::Scalar:
-      out += '=';
-      add_part(out, n.Tag());
+      if (n.Tag() == "?")
+        out += 'p';  // plain
+      else if (n.Tag() == "!")
+        out += 'q';  // quoted
+      else
+        add_part(out, n.Tag());
       add_part(out, n.Scalar());
       return;
     case YAML::NodeType::Null:
@@ -130,12 +136,13 @@ std::string xxh3_hex(std::string_view bytes) {
 }
 
 Result<std::unique_ptr<KernelTemplate>> TemplateRegistry::load_template(const std::string& path) {
-  auto manifest = load_manifest(path);
+  // Read once: what is parsed is what is hashed, even if the file is saved meanwhile.
+  auto text = read_text(path);
+  if (!text) return std::unexpected(text.error());
+  auto manifest = load_manifest(path, *text);
   if (!manifest) return std::unexpected(manifest.error());
   auto t = std::make_unique<KernelTemplate>();
   t->manifest = std::move(*manifest);
-  auto text = read_text(path);
-  if (!text) return std::unexpected(text.error());
   t->manifest_text = std::move(*text);
   auto source = read_text(t->manifest.source);
   if (!source) return std::unexpected(source.error());
@@ -146,7 +153,7 @@ Result<std::unique_ptr<KernelTemplate>> TemplateRegistry::load_template(const st
   add_part(content, t->manifest_text);
   try {
     add_canonical(kernel, YAML::Load(t->manifest_text), true);
-  } catch (const YAML::Exception& e) {  // parsed once already by load_manifest
+  } catch (const YAML::Exception& e) {  // load_manifest parsed these bytes already
     return fail(ErrorCode::invalid_argument, path + ": " + e.what());
   }
   auto add = [&](std::string_view part) {

@@ -17,6 +17,7 @@
 // is gone. Thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -35,10 +36,19 @@ struct KernelTemplate {
   std::string content_hash;                                  // every byte, 16 hex digits
 
   const std::string& name() const { return manifest.name; }
-  // Whether a record's template hash names this kernel: the kernel hash, or the hash of every
-  // byte (how records were hashed before 2026-12-06) while no byte has changed since.
+  // Whether a record's template hash names this kernel: the kernel hash; the hash of every byte
+  // (how records were hashed before 2026-12-06) while no byte has changed since; or a hash the
+  // manifest lists under previous_hashes.
   bool same_kernel(std::string_view recorded_hash) const {
-    return recorded_hash == hash || recorded_hash == content_hash;
+    return recorded_hash == hash || recorded_hash == content_hash ||
+           std::ranges::find(manifest.previous_hashes, recorded_hash) !=
+               manifest.previous_hashes.end();
+  }
+  // Every hash same_kernel accepts.
+  std::vector<std::string> known_hashes() const {
+    std::vector<std::string> all{hash, content_hash};
+    all.insert(all.end(), manifest.previous_hashes.begin(), manifest.previous_hashes.end());
+    return all;
   }
 };
 

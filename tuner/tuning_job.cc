@@ -183,14 +183,17 @@ class JobRun {
       }
       m_stats.space_total += space->report().total;
       const std::string arch = target_arch(t->manifest, limits.cc);
-      // A crash recorded under either hash of this kernel (registry.h) keeps the config out.
-      auto blocked = [&](const std::string& hash, const Params& p) {
-        auto b =
-            is_blocked(*m_store, BlockEntry{hash, arch, m_ctx.driver, p, Outcome::crash, "", 0});
-        return b && *b;
+      // A crash recorded under any hash of this kernel (registry.h) keeps the config out.
+      const std::vector<std::string> hashes = t->known_hashes();
+      auto blocked = [&](const Params& p) {
+        return std::ranges::any_of(hashes, [&](const std::string& hash) {
+          auto b =
+              is_blocked(*m_store, BlockEntry{hash, arch, m_ctx.driver, p, Outcome::crash, "", 0});
+          return b && *b;
+        });
       };
       for (const auto& p : space->configs()) {
-        if (m_store && (blocked(t->hash, p) || blocked(t->content_hash, p))) continue;
+        if (m_store && blocked(p)) continue;
         m_candidates.add(t, t->name(), p, t->manifest.params);
       }
       if (auto h = heuristic_config(*t, problem, limits))

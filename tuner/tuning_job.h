@@ -64,8 +64,8 @@ struct TuneRequest {
   std::string job_id;  // recorded with each trial
   TuneControl control;
   // Continue from the trials already recorded in the store for this device class and problem:
-  // each final record of a current candidate (same template hash; an ok one also timed with the
-  // same timing.l2) counts as measured (it is not measured again, counts toward the trial
+  // each final record of a current candidate (a hash naming the same kernel; an ok one also timed
+  // with the same timing.l2) counts as measured (it is not measured again, counts toward the trial
   // budget, and an ok one can be a finalist). Records still in flight (the process died
   // mid-trial) are measured again. Needs a store.
   bool resume = false;

@@ -351,6 +351,39 @@ TEST_F(KernelOpTest, ALookupEntryIsAcceptedAsTheRequest) {
   EXPECT_EQ(replies[0]["result"]["params"], entry["params"]);
 }
 
+// An entry from before 2026-12-06 names its template by the hash of every byte, or by a hash the
+// manifest lists as the same kernel's: the kernel is served all the same.
+TEST_F(KernelOpTest, AnEntryNamingAnEarlierHashOfTheKernelIsServed) {
+  GatedCompiler gate;
+  serve(gate.fn());
+  const Json looked = call(R"({"v":2,"id":1,"op":"lookup","device":")" + k_h200 +
+                           R"(","problem":)" + k_softmax.dump() + "}");
+  ASSERT_TRUE(looked["ok"].get<bool>()) << looked.dump();
+  const KernelTemplate* t =
+      m_templates.find(looked["result"]["entries"][0]["template"].get<std::string>());
+  ASSERT_NE(t, nullptr);
+  ASSERT_FALSE(t->manifest.previous_hashes.empty()) << "every built-in lists its v1 hash";
+  std::vector<Json> replies;
+  for (const std::string& hash : {t->content_hash, t->manifest.previous_hashes.front()}) {
+    Json entry = looked["result"]["entries"][0];
+    entry["template_hash"] = hash;
+    m_parts->dispatcher.handle(R"({"v":1,"id":2,"op":"kernel","device":")" + k_h200 +
+                                   R"(","problem":)" + k_softmax.dump() + R"(,"entry":)" +
+                                   entry.dump() + "}",
+                               "", Peer{}, [&](std::string l, bool) {
+                                 replies.push_back(Json::parse(l));
+                                 return true;
+                               });
+    for (auto& p : gate.pending) p.done(m_compiler->compile(p.request));
+    gate.pending.clear();
+  }
+  ASSERT_EQ(replies.size(), 2u);
+  for (const Json& r : replies) {
+    EXPECT_TRUE(r["ok"].get<bool>()) << r.dump().substr(0, 300);
+    EXPECT_EQ(r["result"]["template_hash"], t->hash) << "the reply names the kernel hash";
+  }
+}
+
 // A compile failure answers every waiter with internal and NVRTC's log.
 TEST_F(KernelOpTest, CompileErrorIsAnsweredWithTheLog) {
   GatedCompiler gate;

@@ -275,11 +275,17 @@ TEST_F(ReloadTest, ARecordHashedTheOldWayIsExactUntilItsManifestChanges) {
   ASSERT_TRUE(m_parts->catalog.load());
   Json j = ok(k_lookup);
   EXPECT_EQ(j["entries"][0]["provenance"], "exact") << j.dump();
-  // Any byte of the manifest changed: that hash names no kernel here any more.
+  // Any byte of the manifest changed: that hash names no kernel here any more...
   std::ofstream(dir("softmax/softmax.yaml"), std::ios::app) << "\n# edited\n";
   reload();
   j = ok(k_lookup);
   EXPECT_EQ(j["entries"][0]["provenance"], "stale") << j.dump();
+  // ... unless the manifest lists it among the kernel's previous hashes.
+  edit(dir("softmax/softmax.yaml"), "previous_hashes: [",
+       "previous_hashes: [" + t->content_hash + ", ");
+  reload();
+  j = ok(k_lookup);
+  EXPECT_EQ(j["entries"][0]["provenance"], "exact") << j.dump();
 }
 
 TEST_F(ReloadTest, AnUnchangedDirectoryKeepsTheRegistryAndTheCachedAnswers) {

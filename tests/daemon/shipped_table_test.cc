@@ -1,7 +1,8 @@
 // The shipped table (tables/h200.json, what a fresh node serves before it tunes anything) names
-// every template by the hash the shipped template has. Editing a template — its kernel, or only
-// its manifest's heuristic rules — changes that hash and turns the table's winners of it stale,
-// so such an edit must come with the table regenerated on an H200 (bench/gemm_peers).
+// every template by the kernel hash the shipped template has. Editing a template's kernel (its
+// source, a header, or its manifest beyond the heuristic rules, their rank and the description)
+// changes that hash and turns the table's winners of it stale, so such an edit must come with the
+// table regenerated on an H200 (bench/gemm_peers). A heuristic edit keeps the hash.
 #include <gtest/gtest.h>
 
 #include <fstream>

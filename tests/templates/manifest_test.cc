@@ -572,6 +572,25 @@ TEST(RegistryTest, TheKernelHashLeavesOutHeuristicsDescriptionAndLayout) {
     EXPECT_NE(k, kernel) << what;
     EXPECT_NE(c, content) << what;
   }
+  // Hashes of earlier versions of the kernel: outside the kernel hash, and names of this kernel.
+  {
+    const auto [k, c] =
+        load(edited(base, "min_cc: 80", "min_cc: 80\nprevious_hashes: [" + content + "]"));
+    EXPECT_EQ(k, kernel);
+    auto t = TemplateRegistry::load_template(copy.path());
+    ASSERT_TRUE(t);
+    EXPECT_TRUE((*t)->same_kernel(content)) << "the listed hash";
+    EXPECT_TRUE((*t)->same_kernel(kernel));
+    EXPECT_TRUE((*t)->same_kernel(c));
+    EXPECT_FALSE((*t)->same_kernel("0123456789abcdef"));
+    EXPECT_EQ((*t)->known_hashes(), (std::vector<std::string>{kernel, c, content}));
+    copy.write("scale.yaml", edited(base, "min_cc: 80", "min_cc: 80\nprevious_hashes: [ABC]"));
+    t = TemplateRegistry::load_template(copy.path());
+    ASSERT_FALSE(t);
+    EXPECT_NE(t.error().message.find("previous_hashes[0]: 'ABC': expected 16 lowercase hex digits"),
+              std::string::npos)
+        << t.error().message;
+  }
   // The source is in both.
   copy.write("scale.cuh", read_all(k_scale_dir + "/scale/scale.cuh") + "\n// edited\n");
   const auto [k, c] = load(base);

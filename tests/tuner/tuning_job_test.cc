@@ -146,6 +146,31 @@ TEST_F(TuningJobTest, BlocklistedConfigsAreNotTriedAgain) {
   EXPECT_EQ(r->stats.cache_hits, 4) << "the second compile of each config is a cubin cache hit";
 }
 
+// A crash recorded before 2026-12-06 carries the template's hash of every byte (content_hash):
+// the config is as blocked as under the kernel hash.
+TEST_F(TuningJobTest, ConfigsBlocklistedUnderTheOldHashAreNotTriedAgain) {
+  {
+    TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);
+    ASSERT_TRUE(job.run(request()));
+  }
+  auto blocked = scan_blocklist(m_store);
+  ASSERT_TRUE(blocked);
+  ASSERT_EQ(blocked->size(), 6u);
+  MemStore old;
+  ASSERT_TRUE(check_store_format(old, false));
+  const KernelTemplate* fault = m_templates.find("fault");
+  ASSERT_NE(fault->content_hash, fault->hash);
+  for (BlockEntry b : *blocked) {
+    b.template_hash = fault->content_hash;
+    ASSERT_TRUE(put_block(old, b));
+  }
+  TuningJob again(m_templates, m_compiler, &old, *m_runner, m_context);
+  auto r = again.run(request("random"));
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stats.candidates, 4u);
+  EXPECT_EQ(r->stats.crashes + r->stats.timeouts, 0);
+}
+
 TEST_F(TuningJobTest, BudgetStopsEveryStrategy) {
   for (const std::string& s : strategy_names()) {
     MemStore store;
@@ -231,7 +256,8 @@ TEST_F(TuningJobTest, ResumeMeasuresInFlightAndStaleRecordsAgain) {
     ASSERT_TRUE(m_store.put(Table::trials, t.key(), encode(t), Durability::buffered));
   };
   record(256, 0, Outcome::ok, fault->hash);
-  record(256, 3, Outcome::resource_error, fault->hash);
+  // Written before 2026-12-06, under the hash of every byte: the same kernel, reused too.
+  record(256, 3, Outcome::resource_error, fault->content_hash);
   record(128, 0, Outcome::in_flight, fault->hash);
   record(128, 1, Outcome::ok, "0000000000000000");
 
