@@ -112,7 +112,26 @@ def borrow(client: "ktune.Client", path: str) -> dict:
     return client.import_table(table)
 
 
-def shape_run(m: int, n: int, k: int, trace: bool = False) -> dict:
+def host_profile(call, calls: int = 400, top: int = 12) -> dict:
+    """cProfile over `calls` eager calls: where the host's time per call goes (us per call, by
+    function, own time), the GPU left to queue behind."""
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        call()
+    prof.disable()
+    torch.cuda.synchronize()
+    stats = pstats.Stats(prof).stats
+    rows = sorted(((tt, nc, f"{os.path.basename(fn)}:{line}:{name}")
+                   for (fn, line, name), (_, nc, tt, _, _) in stats.items()), reverse=True)
+    return {"calls": calls, "us_per_call_total": sum(r[0] for r in rows) / calls * 1e6,
+            "top": [{"where": w, "us_per_call": tt / calls * 1e6, "calls_per_call": nc / calls}
+                    for tt, nc, w in rows[:top]]}
+
+
+def shape_run(m: int, n: int, k: int, trace: bool = False, profile: bool = False) -> dict:
     x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
     ws = [torch.randn(n, k, dtype=torch.bfloat16, device="cuda") * 0.02 for _ in range(CALLS)]
     outs = {"ktune": [None] * CALLS, "torch": [None] * CALLS}
@@ -141,6 +160,9 @@ def shape_run(m: int, n: int, k: int, trace: bool = False) -> dict:
                 times[f"{impl}_eager"].append(events_us(seq(impl)) / CALLS)
                 times[f"{impl}_graph"].append(events_us(graphs[impl].replay) / CALLS)
         traced = {impl: kernel_trace(g) for impl, g in graphs.items()} if trace else None
+        profiled = ({impl: host_profile(lambda impl=impl: (kt.linear if impl == "ktune" else
+                                                            F.linear)(x, ws[0]))
+                     for impl in ("ktune", "torch")} if profile else None)
     med = {key: statistics.median(v) for key, v in times.items()}
     served = kt.stats()["ktune"].get("linear", 0) - served_before
     return {"shape": [m, n, k], "calls": CALLS, "rounds": ROUNDS,
@@ -152,6 +174,7 @@ def shape_run(m: int, n: int, k: int, trace: bool = False) -> dict:
             "worst_rel_l2_vs_torch": worst,
             "ktune_calls_served": served, "fallbacks": kt.stats()["fallback"] - fallbacks_before,
             **({"kernel_trace": traced} if traced else {}),
+            **({"host_profile": profiled} if profiled else {}),
             "explain": kt.explain()}
 
 
@@ -162,6 +185,8 @@ def main() -> None:
     ap.add_argument("--shapes", default="", help="MxNxK,... : these shapes instead of the built-in list")
     ap.add_argument("--borrow", default="",
                     help="a table (JSON export) imported as this GPU's own before timing")
+    ap.add_argument("--profile", default="",
+                    help="MxNxK,... : also profile these shapes' eager calls on the host (cProfile)")
     ap.add_argument("--trace", default="",
                     help="MxNxK,... : also replay these shapes' graphs under the profiler")
     args = ap.parse_args()
@@ -194,8 +219,9 @@ def main() -> None:
             traced = {tuple(int(d) for d in s.split("x")) for s in args.trace.split(",") if s}
             shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
                       if args.shapes else SHAPES)
+            profiled = {tuple(int(d) for d in s.split("x")) for s in args.profile.split(",") if s}
             for m, n, k in shapes:
-                rows.append(shape_run(m, n, k, (m, n, k) in traced))
+                rows.append(shape_run(m, n, k, (m, n, k) in traced, (m, n, k) in profiled))
                 r = rows[-1]
                 print(f"{m}x{n}x{k}: us/call ktune eager {r['us_per_call']['ktune_eager']:.2f} "
                       f"graph {r['us_per_call']['ktune_graph']:.2f} | torch eager "
@@ -203,6 +229,10 @@ def main() -> None:
                       f"{r['us_per_call']['torch_graph']:.2f} | torch/ktune graph "
                       f"{r['torch_over_ktune_graph']:.3f} rel_l2 {r['worst_rel_l2_vs_torch']:.1e} "
                       f"served {r['ktune_calls_served']} fallbacks {r['fallbacks']}", flush=True)
+                for impl, hp in r.get("host_profile", {}).items():
+                    print(f"  {impl} host: {hp['us_per_call_total']:.1f} us/call profiled; " +
+                          "; ".join(f"{t['where']} {t['us_per_call']:.2f}" for t in hp["top"][:8]),
+                          flush=True)
                 for impl, t in r.get("kernel_trace", {}).items():
                     print(f"  {impl}: {t['kernels']} kernels, median {t['median_kernel_us']} us, "
                           f"gap {t['median_gap_us']} us, {t['overlapping']} overlapping, "

@@ -624,7 +624,7 @@ class LaunchPathTest(unittest.TestCase):
             kernel.launch_addresses((0xA000, 0xB000, 0xC000), 9)
         self.assertEqual(drv.streams, [])
 
-    def test_tensor_maps_are_encoded_from_their_buffers_on_every_launch(self):
+    def test_tensor_maps_are_encoded_from_their_buffers_when_they_move(self):
         # The served softmax cubin (sm_90) under gemm_tma's description: Kernel checks the cubin's
         # arch and entry, the arguments only against the description.
         image = self.client.kernel("softmax", dtype="fp32", device=H200, rows=64, cols=4096)
@@ -633,7 +633,7 @@ class LaunchPathTest(unittest.TestCase):
         drv = self.fake(kernel)
         kernel.launch_addresses((0xA000, 0xB000, 0xC000), 7)
         kernel.launch_addresses((0xA100, 0xB100, 0xC100), 7, {"alpha": 2.0})
-        self.assertEqual(len(drv.encodes), 4, "both maps, every launch")
+        self.assertEqual(len(drv.encodes), 4, "both maps, both buffers moved")
         a, b = drv.encodes[0], drv.encodes[1]
         for e, base, rows in ((a, 0xA000, 200), (b, 0xB000, 300)):
             self.assertEqual(e["base"], base)
@@ -655,12 +655,22 @@ class LaunchPathTest(unittest.TestCase):
         self.assertEqual(second[:3], [struct.pack("<Q", 0xA100) * 16, struct.pack("<Q", 0xB100) * 16, 0xC100])
         self.assertEqual(second[-2:], [2.0, 0.0])
         self.assertEqual(kernel.plan.params[0], drv.encodes[0]["address"])
+        # Only a map whose buffer moved is encoded again; the other keeps its bytes.
+        kernel.launch_addresses((0xA100, 0xB200, 0xC200), 7)
+        self.assertEqual([e["base"] for e in drv.encodes[4:]], [0xB200])
+        self.assertEqual(drv.launches[2]["values"][:3],
+                         [struct.pack("<Q", 0xA100) * 16, struct.pack("<Q", 0xB200) * 16, 0xC200])
         drv.fail_encode = 1
         with self.assertRaises(ktune.KtuneError) as e:
-            kernel.launch_addresses((0xA000, 0xB000, 0xC000), 7)
+            kernel.launch_addresses((0xA000, 0xB200, 0xC000), 7)
         self.assertIn("encoding tensor_map 'tmA' over buffer 'A'", e.exception.message)
         self.assertIn("CUDA_ERROR_INVALID_VALUE", e.exception.message)
-        self.assertEqual(len(drv.launches), 2, "no launch with a map that did not encode")
+        self.assertEqual(len(drv.launches), 3, "no launch with a map that did not encode")
+        # A map whose encoding failed is encoded again, even over the address it had.
+        drv.fail_encode = 0
+        kernel.launch_addresses((0xA100, 0xB200, 0xC000), 7)
+        self.assertEqual(drv.encodes[-1]["base"], 0xA100)
+        self.assertEqual(drv.launches[3]["values"][0], struct.pack("<Q", 0xA100) * 16)
 
 
 if __name__ == "__main__":
