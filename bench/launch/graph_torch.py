@@ -17,6 +17,7 @@ heuristics; --trace MxNxK,... adds each kernel's duration and the gaps between k
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -178,6 +179,35 @@ def shape_run(m: int, n: int, k: int, trace: bool = False, profile: bool = False
             "explain": kt.explain()}
 
 
+@contextlib.contextmanager
+def serving(ktuned: str):
+    """A ktuned started in a temporary directory that serves and never tunes, and a client of it;
+    both gone on exit. Exits with the daemon's log if it does not answer within 30 s."""
+    with tempfile.TemporaryDirectory(prefix="ktune-graph-bench-") as d:
+        sock = os.path.join(d, "ktuned.sock")
+        log = open(os.path.join(d, "ktuned.log"), "w")
+        daemon = subprocess.Popen([ktuned, "--socket", sock, "--data-dir", os.path.join(d, "data"),
+                                   "--set", "tuning.gpu_policy=never", "--set",
+                                   "tuning.on_miss=false"], stdout=log, stderr=subprocess.STDOUT)
+        client = ktune.Client(socket_path=sock, cache_ttl=0)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    client.status()
+                    break
+                except ktune.KtuneError:
+                    if daemon.poll() is not None or time.monotonic() > deadline:
+                        sys.exit(open(log.name).read())
+                    time.sleep(0.05)
+            yield client
+        finally:
+            client.close()
+            daemon.terminate()
+            daemon.wait(timeout=30)
+            log.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ktuned", required=True, help="the ktuned to start (it serves, never tunes)")
@@ -193,54 +223,34 @@ def main() -> None:
     torch.manual_seed(0)
     name, driver, sm, max_sm, power, limit = smi(
         "name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit")
-    with tempfile.TemporaryDirectory(prefix="ktune-graph-bench-") as d:
-        sock = os.path.join(d, "ktuned.sock")
-        log = open(os.path.join(d, "ktuned.log"), "w")
-        daemon = subprocess.Popen([args.ktuned, "--socket", sock, "--data-dir",
-                                   os.path.join(d, "data"), "--set", "tuning.gpu_policy=never",
-                                   "--set", "tuning.on_miss=false"],
-                                  stdout=log, stderr=subprocess.STDOUT)
-        client = ktune.Client(socket_path=sock, cache_ttl=0)
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    status = client.status()
-                    break
-                except ktune.KtuneError:
-                    if daemon.poll() is not None or time.monotonic() > deadline:
-                        sys.exit(open(log.name).read())
-                    time.sleep(0.05)
-            borrowed = borrow(client, args.borrow) if args.borrow else None
-            if borrowed:
-                print(f"borrowed {args.borrow}: {borrowed}", flush=True)
-            kt.configure(client=client)
-            rows = []
-            traced = {tuple(int(d) for d in s.split("x")) for s in args.trace.split(",") if s}
-            shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
-                      if args.shapes else SHAPES)
-            profiled = {tuple(int(d) for d in s.split("x")) for s in args.profile.split(",") if s}
-            for m, n, k in shapes:
-                rows.append(shape_run(m, n, k, (m, n, k) in traced, (m, n, k) in profiled))
-                r = rows[-1]
-                print(f"{m}x{n}x{k}: us/call ktune eager {r['us_per_call']['ktune_eager']:.2f} "
-                      f"graph {r['us_per_call']['ktune_graph']:.2f} | torch eager "
-                      f"{r['us_per_call']['torch_eager']:.2f} graph "
-                      f"{r['us_per_call']['torch_graph']:.2f} | torch/ktune graph "
-                      f"{r['torch_over_ktune_graph']:.3f} rel_l2 {r['worst_rel_l2_vs_torch']:.1e} "
-                      f"served {r['ktune_calls_served']} fallbacks {r['fallbacks']}", flush=True)
-                for impl, hp in r.get("host_profile", {}).items():
-                    print(f"  {impl} host: {hp['us_per_call_total']:.1f} us/call profiled; " +
-                          "; ".join(f"{t['where']} {t['us_per_call']:.2f}" for t in hp["top"][:8]),
-                          flush=True)
-                for impl, t in r.get("kernel_trace", {}).items():
-                    print(f"  {impl}: {t['kernels']} kernels, median {t['median_kernel_us']} us, "
-                          f"gap {t['median_gap_us']} us, {t['overlapping']} overlapping, "
-                          f"{t['names']}", flush=True)
-        finally:
-            client.close()
-            daemon.terminate()
-            daemon.wait(timeout=30)
+    with serving(args.ktuned) as client:
+        status = client.status()
+        borrowed = borrow(client, args.borrow) if args.borrow else None
+        if borrowed:
+            print(f"borrowed {args.borrow}: {borrowed}", flush=True)
+        kt.configure(client=client)
+        rows = []
+        traced = {tuple(int(d) for d in s.split("x")) for s in args.trace.split(",") if s}
+        shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
+                  if args.shapes else SHAPES)
+        profiled = {tuple(int(d) for d in s.split("x")) for s in args.profile.split(",") if s}
+        for m, n, k in shapes:
+            rows.append(shape_run(m, n, k, (m, n, k) in traced, (m, n, k) in profiled))
+            r = rows[-1]
+            print(f"{m}x{n}x{k}: us/call ktune eager {r['us_per_call']['ktune_eager']:.2f} "
+                  f"graph {r['us_per_call']['ktune_graph']:.2f} | torch eager "
+                  f"{r['us_per_call']['torch_eager']:.2f} graph "
+                  f"{r['us_per_call']['torch_graph']:.2f} | torch/ktune graph "
+                  f"{r['torch_over_ktune_graph']:.3f} rel_l2 {r['worst_rel_l2_vs_torch']:.1e} "
+                  f"served {r['ktune_calls_served']} fallbacks {r['fallbacks']}", flush=True)
+            for impl, hp in r.get("host_profile", {}).items():
+                print(f"  {impl} host: {hp['us_per_call_total']:.1f} us/call profiled; " +
+                      "; ".join(f"{t['where']} {t['us_per_call']:.2f}" for t in hp["top"][:8]),
+                      flush=True)
+            for impl, t in r.get("kernel_trace", {}).items():
+                print(f"  {impl}: {t['kernels']} kernels, median {t['median_kernel_us']} us, "
+                      f"gap {t['median_gap_us']} us, {t['overlapping']} overlapping, "
+                      f"{t['names']}", flush=True)
     doc = {"benchmark": "graph_torch", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
            "gpu": name, "driver": driver, "sm_clock_mhz_at_start": float(sm),
            "max_sm_clock_mhz": float(max_sm), "power_w_at_start": float(power),
