@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <map>
+#include <tuple>
 
 #include "config/config.h"
 #include "templates/registry.h"
@@ -77,8 +78,23 @@ TEST(BuiltinTemplatesTest, HeuristicRankOrdersTheTemplatesOfAProblem) {
                             {"SPECIALIZED", 0},
                             {"GROUP_M", 1}}));
   for (const Problem& p : {gemm(1024, 2048, 1024), gemm(1024, 1024, 65536), gemm(2048, 2048, 2048),
-                           gemm(128, 4096, 1024)})
+                           gemm(128, 4096, 1024), gemm(512, 512, 2048)})
     EXPECT_EQ(names(p, 90).front(), "gemm_tma") << p.describe();
+  // Among those, the few-tile ones have rules of their own (tuned on the H100, 2026-12-06):
+  // 16 tiles with long K split K in 4 summed in the cluster; one wave with short K, whole tiles.
+  auto tma_rule = [&](const Problem& p) {
+    auto h = heuristic_config(*tma, p, *DeviceLimits::for_arch("sm_90"));
+    EXPECT_TRUE(h) << p.describe();
+    return h ? std::tuple{h->at("SPLITS"), h->at("REDUCE"), h->at("PERSISTENT"), h->at("STAGES")}
+             : std::tuple<int64_t, int64_t, int64_t, int64_t>{};
+  };
+  EXPECT_EQ(tma_rule(gemm(512, 512, 2048)),
+            (std::tuple<int64_t, int64_t, int64_t, int64_t>{4, 1, 0, 5}));
+  EXPECT_EQ(tma_rule(gemm(1024, 2048, 1024)),
+            (std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 0, 0, 5}));
+  EXPECT_EQ(tma_rule(gemm(2048, 1024, 1024)),
+            (std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 0, 0, 5}));
+  EXPECT_EQ(std::get<2>(tma_rule(gemm(8192, 8192, 512))), 1) << "more than a wave: persistent";
   Problem rr = rc;
   rr.layout = "rr";
   const auto rr90 = names(rr, 90);
