@@ -91,6 +91,9 @@ struct GatedCompiler {
   }
 };
 
+const Json k_softmax = {
+    {"op", "softmax"}, {"dtype", "bf16"}, {"dims", {{"rows", 64}, {"cols", 4096}}}};
+
 class KernelOpTest : public ::testing::Test {
  protected:
   KernelOpTest() : m_templates(TemplateRegistry::load({builtin_template_dir()})) {
@@ -136,6 +139,23 @@ class KernelOpTest : public ::testing::Test {
            "}";
   }
   Json call(const std::string& l) { return Json::parse(m_parts->dispatcher.handle(l).line); }
+  // The first entry of a v2 lookup of k_softmax on the H200.
+  Json softmax_entry() {
+    const Json looked = call(R"({"v":2,"id":1,"op":"lookup","device":")" + k_h200 +
+                             R"(","problem":)" + k_softmax.dump() + "}");
+    EXPECT_TRUE(looked["ok"].get<bool>()) << looked.dump();
+    return looked["result"]["entries"][0];
+  }
+  // Op kernel for k_softmax with `entry` sent back as is; each reply line is added to `replies`.
+  void kernel_for(const Json& entry, std::vector<Json>& replies) {
+    m_parts->dispatcher.handle(R"({"v":1,"id":2,"op":"kernel","device":")" + k_h200 +
+                                   R"(","problem":)" + k_softmax.dump() + R"(,"entry":)" +
+                                   entry.dump() + "}",
+                               "", Peer{}, [&](std::string l, bool) {
+                                 replies.push_back(Json::parse(l));
+                                 return true;
+                               });
+  }
 
   const TemplateRegistry m_templates;
   std::unique_ptr<testing::DaemonParts> m_parts;
@@ -149,8 +169,6 @@ const Json k_gemm_512 = {{"op", "gemm"},
                          {"dims", {{"M", 512}, {"N", 512}, {"K", 512}}}};
 const Problem k_gemm_512_problem{
     "gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 512}, {"K", 512}}};
-const Json k_softmax = {
-    {"op", "softmax"}, {"dtype", "bf16"}, {"dims", {{"rows", 64}, {"cols", 4096}}}};
 const Problem k_softmax_problem{"softmax", "bf16", "bf16", "", {{"rows", 64}, {"cols", 4096}}};
 
 // ---- the kernel op -------------------------------------------------------------------------
@@ -330,18 +348,9 @@ TEST_F(KernelOpTest, BadRequestsAreClearErrors) {
 TEST_F(KernelOpTest, ALookupEntryIsAcceptedAsTheRequest) {
   GatedCompiler gate;
   serve(gate.fn());
-  const Json looked = call(R"({"v":2,"id":1,"op":"lookup","device":")" + k_h200 +
-                           R"(","problem":)" + k_softmax.dump() + "}");
-  ASSERT_TRUE(looked["ok"].get<bool>()) << looked.dump();
-  const Json entry = looked["result"]["entries"][0];
+  const Json entry = softmax_entry();
   std::vector<Json> replies;
-  m_parts->dispatcher.handle(R"({"v":1,"id":2,"op":"kernel","device":")" + k_h200 +
-                                 R"(","problem":)" + k_softmax.dump() + R"(,"entry":)" +
-                                 entry.dump() + "}",
-                             "", Peer{}, [&](std::string l, bool) {
-                               replies.push_back(Json::parse(l));
-                               return true;
-                             });
+  kernel_for(entry, replies);
   ASSERT_EQ(gate.size(), 1u);
   EXPECT_EQ(Compiler::cubin_id(gate.pending[0].request), entry["launch"]["cubin_id"]);
   gate.pending[0].done(m_compiler->compile(gate.pending[0].request));
@@ -356,24 +365,15 @@ TEST_F(KernelOpTest, ALookupEntryIsAcceptedAsTheRequest) {
 TEST_F(KernelOpTest, AnEntryNamingAnEarlierHashOfTheKernelIsServed) {
   GatedCompiler gate;
   serve(gate.fn());
-  const Json looked = call(R"({"v":2,"id":1,"op":"lookup","device":")" + k_h200 +
-                           R"(","problem":)" + k_softmax.dump() + "}");
-  ASSERT_TRUE(looked["ok"].get<bool>()) << looked.dump();
-  const KernelTemplate* t =
-      m_templates.find(looked["result"]["entries"][0]["template"].get<std::string>());
+  const Json looked = softmax_entry();
+  const KernelTemplate* t = m_templates.find(looked["template"].get<std::string>());
   ASSERT_NE(t, nullptr);
   ASSERT_FALSE(t->manifest.previous_hashes.empty()) << "every built-in lists its v1 hash";
   std::vector<Json> replies;
   for (const std::string& hash : {t->content_hash, t->manifest.previous_hashes.front()}) {
-    Json entry = looked["result"]["entries"][0];
+    Json entry = looked;
     entry["template_hash"] = hash;
-    m_parts->dispatcher.handle(R"({"v":1,"id":2,"op":"kernel","device":")" + k_h200 +
-                                   R"(","problem":)" + k_softmax.dump() + R"(,"entry":)" +
-                                   entry.dump() + "}",
-                               "", Peer{}, [&](std::string l, bool) {
-                                 replies.push_back(Json::parse(l));
-                                 return true;
-                               });
+    kernel_for(entry, replies);
     for (auto& p : gate.pending) p.done(m_compiler->compile(p.request));
     gate.pending.clear();
   }
