@@ -1,9 +1,10 @@
 """A/B in one process: the Python Kernel's launch with its tensor maps kept (since 2026-12-06)
 against the same launch encoding every map again (as before), on one served gemm_tma kernel.
 
-Times launch_addresses alone (same buffers every call, torch's current stream), 2000 calls a
-round, the two ways interleaved over 7 rounds; the GPU queue is drained between rounds. Needs a
-GPU, torch and a ktuned (started here, serving heuristics):
+Times launch_addresses alone (torch's current stream), 2000 calls a round, the two ways
+interleaved over 7 rounds; the GPU queue is drained between rounds. --weights N cycles the calls
+over N weights of the shape (a model's layers sharing one Kernel), so the weight's map changes
+every call. Needs a GPU, torch and a ktuned (started here, serving heuristics):
 
     python3 bench/launch/encode_ab.py --ktuned .gpu/ktuned --out encode-ab.json
 """
@@ -27,27 +28,29 @@ def main() -> None:
     ap.add_argument("--ktuned", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--shape", default="1024x2048x1024")
+    ap.add_argument("--weights", type=int, default=1)
     args = ap.parse_args()
     m, n, k = (int(d) for d in args.shape.split("x"))
     with gt.serving(args.ktuned) as client:
         kt.configure(client=client)
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
-        w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda")
-        y = kt.linear(x, w)
+        ws = [torch.randn(n, k, dtype=torch.bfloat16, device="cuda") for _ in range(args.weights)]
+        y = kt.linear(x, ws[0])
         kernel = next(v for v in kt._kernels.values() if not isinstance(v, str))
         maps = kernel.plan.maps
-        addresses = (x.data_ptr(), w.data_ptr(), y.data_ptr())
+        cycle = [(x.data_ptr(), w.data_ptr(), y.data_ptr()) for w in ws]
         stream = torch.cuda.current_stream().cuda_stream
         calls = 2000
 
         def round_us(reencode: bool) -> float:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            for _ in range(calls):
+            for i in range(calls):
                 if reencode:
                     for mp in maps:
                         mp.base = None
-                kernel.launch_addresses(addresses, stream)
+                        mp.encoded.clear()
+                kernel.launch_addresses(cycle[i % len(cycle)], stream)
             t1 = time.perf_counter()
             torch.cuda.synchronize()
             return (t1 - t0) / calls * 1e6
@@ -59,6 +62,7 @@ def main() -> None:
     med = {key: statistics.median(v) for key, v in times.items()}
     name, driver = gt.smi("name,driver_version")
     doc = {"benchmark": "encode_ab", "gpu": name, "driver": driver, "shape": [m, n, k],
+           "weights": args.weights,
            "template": kernel.image.get("template"), "maps": len(maps), "calls_per_round": calls,
            "us_per_launch": times, "median_us": med,
            "saved_us": med["encoded_every_launch"] - med["kept"]}

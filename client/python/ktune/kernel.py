@@ -27,6 +27,7 @@ import ctypes
 import math
 import struct
 import threading
+from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .client import KtuneError
@@ -220,14 +221,25 @@ class _TensorMap:
         self.storage = (ctypes.c_ubyte * _TENSOR_MAP_BYTES).from_buffer(raw, offset)  # keeps raw
         self.address = ctypes.addressof(self.storage)
         self.base: Optional[int] = None                # the address the storage holds a map of
+        self.encoded: "OrderedDict[int, bytes]" = OrderedDict()  # base -> map, latest last
+
+    # Maps kept per argument: a model's layers of one shape share a Kernel, and each layer's
+    # weight is a base of its own (128 bytes each).
+    KEPT = 256
 
     def encode(self, drv: Any, base: int) -> None:
-        """Encodes the map over `base` into the storage, unless it holds that map already: every
-        other input is fixed, and a launch copies the parameters (a captured graph too), so only
-        a buffer that moved is encoded again (~3 us a map through ctypes)."""
+        """Puts the map over `base` into the storage. Every other input is fixed for a Kernel and
+        a launch copies its parameters (a captured graph too), so a map is encoded once per base
+        (~3 us through ctypes) and copied back after that (a few hundred ns)."""
         if base == self.base:
             return
         self.base = None
+        kept = self.encoded.get(base)
+        if kept is not None:
+            ctypes.memmove(self.address, kept, _TENSOR_MAP_BYTES)
+            self.encoded.move_to_end(base)
+            self.base = base
+            return
         rc = drv.cuTensorMapEncodeTiled(self.address, self.data_type, self.rank, base, self.dims,
                                         self.strides, self.box, self.element_strides,
                                         self.interleave, self.swizzle, self.l2_promotion,
@@ -235,6 +247,9 @@ class _TensorMap:
         if rc:
             drv.check(rc, f"encoding tensor_map '{self.name}' over buffer '{self.buffer_name}' "
                           "(cuTensorMapEncodeTiled)")
+        self.encoded[base] = bytes(self.storage)
+        if len(self.encoded) > self.KEPT:
+            self.encoded.popitem(last=False)
         self.base = base
 
 

@@ -662,15 +662,31 @@ class LaunchPathTest(unittest.TestCase):
                          [struct.pack("<Q", 0xA100) * 16, struct.pack("<Q", 0xB200) * 16, 0xC200])
         drv.fail_encode = 1
         with self.assertRaises(ktune.KtuneError) as e:
-            kernel.launch_addresses((0xA000, 0xB200, 0xC000), 7)
+            kernel.launch_addresses((0xA300, 0xB200, 0xC000), 7)
         self.assertIn("encoding tensor_map 'tmA' over buffer 'A'", e.exception.message)
         self.assertIn("CUDA_ERROR_INVALID_VALUE", e.exception.message)
         self.assertEqual(len(drv.launches), 3, "no launch with a map that did not encode")
-        # A map whose encoding failed is encoded again, even over the address it had.
+        # A map whose encoding failed is neither kept nor taken for its storage's: it is encoded
+        # again (the fake wrote A300's bytes before failing), and the storage holds A100's again.
         drv.fail_encode = 0
+        kernel.launch_addresses((0xA300, 0xB200, 0xC000), 7)
+        self.assertEqual(drv.encodes[-1]["base"], 0xA300)
         kernel.launch_addresses((0xA100, 0xB200, 0xC000), 7)
-        self.assertEqual(drv.encodes[-1]["base"], 0xA100)
-        self.assertEqual(drv.launches[3]["values"][0], struct.pack("<Q", 0xA100) * 16)
+        self.assertEqual(drv.launches[4]["values"][0], struct.pack("<Q", 0xA100) * 16)
+        # A base encoded before (a layer's weight, back again) is copied, not encoded again.
+        encodes = len(drv.encodes)
+        kernel.launch_addresses((0xA000, 0xB000, 0xC000), 7)
+        self.assertEqual(len(drv.encodes), encodes, "A000 and B000 were encoded at the start")
+        self.assertEqual(drv.launches[5]["values"][:3],
+                         [struct.pack("<Q", 0xA000) * 16, struct.pack("<Q", 0xB000) * 16, 0xC000])
+        # At most KEPT maps are kept per argument: the oldest is encoded again.
+        tm_b = kernel.plan.maps[1]
+        for i in range(tm_b.KEPT):
+            kernel.launch_addresses((0xA000, 0x100000 + 0x100 * i, 0xC000), 7)
+        self.assertEqual(len(tm_b.encoded), tm_b.KEPT)
+        encodes = len(drv.encodes)
+        kernel.launch_addresses((0xA000, 0xB000, 0xC000), 7)
+        self.assertEqual([e["base"] for e in drv.encodes[encodes:]], [0xB000])
 
 
 if __name__ == "__main__":
