@@ -36,8 +36,13 @@ def main() -> None:
         x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
         ws = [torch.randn(n, k, dtype=torch.bfloat16, device="cuda") for _ in range(args.weights)]
         y = kt.linear(x, ws[0])
-        kernel = next(v for v in kt._kernels.values() if not isinstance(v, str))
+        kernel = next((v for v in kt._kernels.values() if not isinstance(v, str)), None)
+        if kernel is None:
+            sys.exit(f"ktune did not serve {args.shape}: {kt.explain()}")
         maps = kernel.plan.maps
+        if not maps:
+            sys.exit(f"{args.shape} is served by {kernel.image.get('template')}, which has no "
+                     "tensor maps: pick a shape gemm_tma serves (1024x2048x1024)")
         cycle = [(x.data_ptr(), w.data_ptr(), y.data_ptr()) for w in ws]
         stream = torch.cuda.current_stream().cuda_stream
         calls = 2000

@@ -88,7 +88,8 @@ def kernel_trace(graph: torch.cuda.CUDAGraph, replays: int = 3) -> dict:
         torch.cuda.synchronize()
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         prof.export_chrome_trace(f.name)
-        trace = json.load(open(f.name))
+        with open(f.name) as t:
+            trace = json.load(t)
     ks = sorted((e["ts"], e["dur"], e["name"]) for e in trace.get("traceEvents", [])
                 if e.get("cat") == "kernel")
     gaps = [b[0] - (a[0] + a[1]) for a, b in zip(ks, ks[1:])]
@@ -97,7 +98,7 @@ def kernel_trace(graph: torch.cuda.CUDAGraph, replays: int = 3) -> dict:
             "median_kernel_us": statistics.median(d for _, d, _ in ks) if ks else None,
             "median_gap_us": statistics.median(gaps) if gaps else None,
             "overlapping": sum(g < 0 for g in gaps),
-            "span_us_per_call": (ks[-1][0] + ks[-1][1] - ks[0][0]) / len(ks) if ks else None}
+            "span_us_per_call": (ks[-1][0] + ks[-1][1] - ks[0][0]) / (replays * CALLS) if ks else None}
 
 
 def borrow(client: "ktune.Client", path: str) -> dict:
@@ -107,7 +108,8 @@ def borrow(client: "ktune.Client", path: str) -> dict:
     _, cc, sms, gib = gpu["device_class"].rsplit(".", 3)
     device = {"name": gpu["name"], "cc": int(cc[2:]), "sm_count": int(sms[:-2]),
               "memory_gib": int(gib[:-3])}
-    table = json.load(open(path))
+    with open(path) as f:
+        table = json.load(f)
     for w in table["winners"]:
         w["device"] = device
     return client.import_table(table)
@@ -160,12 +162,14 @@ def shape_run(m: int, n: int, k: int, trace: bool = False, profile: bool = False
             for impl in ("ktune", "torch"):
                 times[f"{impl}_eager"].append(events_us(seq(impl)) / CALLS)
                 times[f"{impl}_graph"].append(events_us(graphs[impl].replay) / CALLS)
+        # Counted before the profile's own eager calls.
+        served = kt.stats()["ktune"].get("linear", 0) - served_before
+        fallbacks = kt.stats()["fallback"] - fallbacks_before
         traced = {impl: kernel_trace(g) for impl, g in graphs.items()} if trace else None
         profiled = ({impl: host_profile(lambda impl=impl: (kt.linear if impl == "ktune" else
                                                             F.linear)(x, ws[0]))
                      for impl in ("ktune", "torch")} if profile else None)
     med = {key: statistics.median(v) for key, v in times.items()}
-    served = kt.stats()["ktune"].get("linear", 0) - served_before
     return {"shape": [m, n, k], "calls": CALLS, "rounds": ROUNDS,
             "us_per_call": med,
             "graph_speedup_ktune": med["ktune_eager"] / med["ktune_graph"],
@@ -173,7 +177,7 @@ def shape_run(m: int, n: int, k: int, trace: bool = False, profile: bool = False
             "torch_over_ktune_graph": med["torch_graph"] / med["ktune_graph"],
             "torch_over_ktune_eager": med["torch_eager"] / med["ktune_eager"],
             "worst_rel_l2_vs_torch": worst,
-            "ktune_calls_served": served, "fallbacks": kt.stats()["fallback"] - fallbacks_before,
+            "ktune_calls_served": served, "fallbacks": fallbacks,
             **({"kernel_trace": traced} if traced else {}),
             **({"host_profile": profiled} if profiled else {}),
             "explain": kt.explain()}
@@ -204,7 +208,11 @@ def serving(ktuned: str):
         finally:
             client.close()
             daemon.terminate()
-            daemon.wait(timeout=30)
+            try:
+                daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
             log.close()
 
 
@@ -224,8 +232,8 @@ def main() -> None:
     name, driver, sm, max_sm, power, limit = smi(
         "name,driver_version,clocks.sm,clocks.max.sm,power.draw,power.limit")
     with serving(args.ktuned) as client:
-        status = client.status()
         borrowed = borrow(client, args.borrow) if args.borrow else None
+        status = client.status()
         if borrowed:
             print(f"borrowed {args.borrow}: {borrowed}", flush=True)
         kt.configure(client=client)
@@ -234,6 +242,9 @@ def main() -> None:
         shapes = ([tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")]
                   if args.shapes else SHAPES)
         profiled = {tuple(int(d) for d in s.split("x")) for s in args.profile.split(",") if s}
+        if not (traced | profiled) <= set(shapes):
+            sys.exit(f"--trace/--profile name shapes that are not timed: "
+                     f"{sorted((traced | profiled) - set(shapes))}")
         for m, n, k in shapes:
             rows.append(shape_run(m, n, k, (m, n, k) in traced, (m, n, k) in profiled))
             r = rows[-1]

@@ -77,8 +77,22 @@ TEST(BuiltinTemplatesTest, HeuristicRankOrdersTheTemplatesOfAProblem) {
                             {"CONSUMERS", 1},
                             {"SPECIALIZED", 0},
                             {"GROUP_M", 1}}));
+  // Wherever gemm_sm90 ranks first, its small-problem rule passes (a rule that cannot would fall
+  // through silently to another config).
+  const auto sm90 = *DeviceLimits::for_arch("sm_90");
+  int covered = 0;
+  for (int64_t m : {512, 640, 768, 1024, 2048})
+    for (int64_t n : {512, 1000, 1024, 2048, 4096})
+      for (int64_t k : {64, 256, 320, 384, 512, 1000, 1024, 2048, 4096}) {
+        const Problem p = gemm(m, n, k);
+        if (names(p, 90).front() != "gemm_sm90") continue;
+        ++covered;
+        const auto h = heuristic_config(*reg.find("gemm_sm90"), p, sm90);
+        EXPECT_TRUE(h && *h == *small) << p.describe();
+      }
+  EXPECT_GT(covered, 20);
   for (const Problem& p : {gemm(1024, 2048, 1024), gemm(1024, 1024, 65536), gemm(2048, 2048, 2048),
-                           gemm(128, 4096, 1024), gemm(512, 512, 2048)})
+                           gemm(128, 4096, 1024), gemm(512, 512, 2048), gemm(1024, 1024, 256)})
     EXPECT_EQ(names(p, 90).front(), "gemm_tma") << p.describe();
   // Among those, the few-tile ones have rules of their own (tuned on the H100, 2026-12-06):
   // 16 tiles with long K split K in 4 summed in the cluster; one wave with short K, whole tiles.

@@ -259,7 +259,7 @@ class ArgPlan:
     Buffers (in/out/inout) come from launch()'s arguments in order — every one, passed or only
     reached through a tensor map (``"pass": false``; gemm_tma's A and B) — workspaces from the
     Kernel, scalars from the description unless a launch names them, tensor maps (128-byte
-    CUtensorMaps passed by value) encoded from their buffer's address (again only when it moved). Built once per
+    CUtensorMaps passed by value) encoded from their buffer's address, once per address (_TensorMap). Built once per
     Kernel; pack() only writes the slots that change. Not thread-safe by itself (Kernel holds a
     lock around it).
     """
