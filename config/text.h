@@ -1,5 +1,5 @@
 // Text for messages: the lists of names that errors and logs give ("unknown strategy 'x'
-// (exhaustive, random, anneal, model)"). Header-only, no state.
+// (exhaustive, random, anneal, model)"), and the form of a template hash. Header-only, no state.
 #pragma once
 
 #include <functional>
@@ -21,6 +21,11 @@ std::string joined(Range&& items, Text text = {}, std::string_view sep = ", ") {
     out += std::invoke(text, item);
   }
   return out;
+}
+
+// A template hash as records and manifests write it: 16 lowercase hex digits (XXH3-64).
+inline bool is_template_hash(std::string_view s) {
+  return s.size() == 16 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
 }  // namespace ktune

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "config/text.h"
 #include "store/record_json.h"
 
 namespace ktune {
@@ -462,8 +463,7 @@ Result<void> validate_winner(const WinnerRecord& r) {
     const auto& c = r.ranked[i];
     const std::string at = "ranked[" + std::to_string(i) + "]";
     if (c.template_name.empty()) return fail(ErrorCode::invalid_argument, at + ".template: empty");
-    if (c.template_hash.size() != 16 ||
-        c.template_hash.find_first_not_of("0123456789abcdef") != std::string::npos)
+    if (!is_template_hash(c.template_hash))
       return fail(ErrorCode::invalid_argument, at + ".template_hash: expected 16 hex digits");
     if (!(c.median_us > 0) || !std::isfinite(c.median_us))
       return fail(ErrorCode::invalid_argument, at + ".median_us: must be > 0");

@@ -653,10 +653,10 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
     P.fail_at(root["arch_suffix"], "arch_suffix", "expected \"\" or \"a\"");
   m.previous_hashes = P.strings(root["previous_hashes"], "previous_hashes");
   for (size_t i = 0; i < m.previous_hashes.size(); ++i)
-    if (const std::string& h = m.previous_hashes[i];
-        h.size() != 16 || h.find_first_not_of("0123456789abcdef") != std::string::npos)
-      P.fail_at(root["previous_hashes"][i], "previous_hashes[" + std::to_string(i) + "]",
-                "'" + h + "': expected 16 lowercase hex digits (a template hash)");
+    if (!is_template_hash(m.previous_hashes[i]))
+      P.fail_at(
+          root["previous_hashes"][i], "previous_hashes[" + std::to_string(i) + "]",
+          "'" + m.previous_hashes[i] + "': expected 16 lowercase hex digits (a template hash)");
   m.nvrtc_options = P.strings(root["nvrtc_options"], "nvrtc_options");
   // Include paths would let NVRTC read headers the template's hash does not cover (registry.cc).
   for (size_t i = 0; i < m.nvrtc_options.size(); ++i)
