@@ -9,21 +9,31 @@ creating a Kernel) works on a machine without a GPU driver. Example::
     kernel.launch(x, y, stream=0)      # device buffers in argument order: ints, objects with
                                        # __cuda_array_interface__, or with data_ptr() (torch)
 
-The module is loaded once per CUDA context (the one current on the launching thread) after
-checking the device's compute capability against the cubin's arch; the dynamic shared-memory
-limit is raised as the launch description asks; workspaces are allocated and zeroed (on that
-stream) at the first launch per context and stream, and owned by the Kernel: launches on two
-streams may run at once, and a split-K kernel's partials and tile tickets must not be shared by two
-launches in flight (graphs captured on one stream share its workspaces: replay them one at a
-time). CUDA graphs: a first launch on a stream that is being captured (any capture mode) loads
-the module and allocates the workspaces with this thread's capture mode relaxed for those calls,
-and zeroes them on a private stream, so the graph holds only the kernel and replays correctly.
+Kernels of one cubin share what they load: a config serves every shape from one cubin (the launch
+description's ``cubin_id``), so a model whose shapes vary (a batch of any size) holds one module
+and one set of workspaces per config, not per shape, and ``Kernel.for_launch`` makes the Kernel of
+a new shape from a lookup entry alone, without the ``kernel`` op, once its config was served.
+
+- Each cubin is loaded once per CUDA context (the one current on the launching thread), after
+  checking the device's compute capability against the cubin's arch, and never unloaded; the
+  dynamic shared-memory limit is raised to what the largest launch so far asked.
+- Workspaces are allocated and zeroed (on that stream) at a config's first launch per context and
+  stream, and kept for the process: launches on two streams may run at once, and a split-K
+  kernel's partials and tile tickets must not be shared by two launches in flight. Every shape of
+  the config takes the same ones on that stream; a shape that needs more gets a new set of twice
+  the size (the old stays allocated: a CUDA graph may hold it). Graphs captured on one stream share
+  its workspaces: replay them one at a time.
+- CUDA graphs: a first launch on a stream that is being captured (any capture mode) loads the
+  module and allocates the workspaces with this thread's capture mode relaxed for those calls,
+  and zeroes them on a private stream, so the graph holds only the kernel and replays correctly.
+
 Launches run in the context current on the calling thread; their enqueueing is serialized on a
 lock.
 """
 
 import base64
 import ctypes
+import hashlib
 import math
 import struct
 import threading
@@ -447,44 +457,132 @@ class _LaunchAttribute(ctypes.Structure):
     _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
 
 
+# ---- what the Kernels of a process share --------------------------------------------------------
+
+# Cubins by key (the launch description's cubin_id; a digest of the bytes from a daemon that sends
+# none): the bytes, the entry's lowered name, the arch and the first image's other fields (the
+# config: template, params, ...), for Kernel.for_launch.
+_cubins_lock = threading.Lock()
+_cubins: Dict[str, Tuple[bytes, str, str, Dict[str, Any]]] = {}
+
+
+class _Loaded:
+    """What one driver's contexts hold for every Kernel of the process (one per driver: the
+    process's libcuda, or a test's fake): each cubin's function per context, and each config's
+    workspaces per context and stream. Nothing here is ever freed: a CUDA graph may launch it."""
+
+    _create_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.functions: Dict[Tuple[int, str], List[int]] = {}  # (ctx, cubin key) -> [fn, smem set]
+        # (ctx, stream, cubin key, workspace index) -> (address, bytes)
+        self.workspaces: Dict[Tuple[int, int, str, int], Tuple[int, int]] = {}
+
+    @classmethod
+    def of(cls, drv: Any) -> "_Loaded":
+        loaded = getattr(drv, "_ktune_loaded", None)
+        if loaded is None:
+            with cls._create_lock:
+                loaded = getattr(drv, "_ktune_loaded", None)
+                if loaded is None:
+                    loaded = drv._ktune_loaded = _Loaded()
+        return loaded
+
+
+def _digest(cubin: bytes) -> str:
+    return "sha256:" + hashlib.sha256(cubin).hexdigest()
+
+
+def _shared_workspace(w: Dict[str, Any]) -> bool:
+    """Whether launches of a config at other shapes may share this workspace on one stream: it
+    reads zero after every launch (tile tickets) or needs no zeroing at all (partials). One that
+    must read zero but is left dirty (no template declares that) gets a set per Kernel."""
+    zero_first, left_zeroed = w.get("zero_before_first_use"), w.get("left_zeroed")
+    return (zero_first is True and left_zeroed is True) or zero_first is False
+
+
 # ---- Kernel ------------------------------------------------------------------------------------
 
 class Kernel:
     """A served kernel: the kernel op's result (``Client.kernel(...)``), ready to launch."""
 
     def __init__(self, image: Dict[str, Any]):
+        """``image``: the kernel op's reply (``Client.kernel(...)``). ``self.image`` keeps it less
+        its base64 text; the bytes are ``self.cubin``."""
         try:
             self._read(image)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:  # binascii too
             raise KtuneError("bad_request", f"kernel reply: malformed image "
                                             f"({type(e).__name__}: {e})") from None
 
+    @classmethod
+    def for_launch(cls, launch: Dict[str, Any]) -> Optional["Kernel"]:
+        """The Kernel of a lookup entry's launch description (``entry.launch``) when this process
+        already holds its cubin (a Kernel of the same ``cubin_id``, the same config at any shape,
+        was made before): no ``kernel`` op, no module load. None when it does not. Its ``image``
+        is the first Kernel's of the config (template, params, ...) with this ``launch`` and no
+        ``problem_key``."""
+        key = launch.get("cubin_id") if isinstance(launch, dict) else None
+        if not key:
+            return None
+        with _cubins_lock:
+            known = _cubins.get(key)
+        if known is None or known[2] != launch.get("arch"):
+            return None
+        kernel = cls.__new__(cls)
+        try:
+            kernel._setup(dict(known[3], launch=launch), known[0], key)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as e:
+            raise KtuneError("bad_request", f"launch description: malformed "
+                                            f"({type(e).__name__}: {e})") from None
+        return kernel
+
     def _read(self, image: Dict[str, Any]) -> None:
+        description, lowered_name = image["launch"], image["lowered_name"]
+        if image.get("encoding") != "base64":
+            raise KtuneError("bad_request", "kernel reply: unknown cubin encoding")
+        cubin = base64.b64decode(image["cubin"], validate=True)
+        if len(cubin) != image["cubin_bytes"]:
+            raise KtuneError("bad_request", "kernel reply: the cubin is not the size it says")
+        try:
+            sm, symbols = cubin_info(cubin)
+        except ValueError as e:
+            raise KtuneError("bad_request", f"not a CUDA cubin: {e}") from None
+        arch = description["arch"]
+        if sm != arch_sm(arch):
+            raise KtuneError("bad_request", f"the cubin is compiled for sm_{sm} but its description "
+                                            f"says {arch}; refusing to load it")
+        if lowered_name not in symbols:
+            raise KtuneError("bad_request", f"the cubin has no entry '{lowered_name}'")
+        # One cubin per id in the process: the id covers all that makes the kernel (template,
+        # config, arch, NVRTC and its options), and the first bytes served under it are kept (two
+        # compiles of one config differ in bytes that do not matter). A daemon that sends no id:
+        # the bytes' digest; an id whose entry or arch differs from the one held: kept apart.
+        key = description.get("cubin_id") or _digest(cubin)
+        fields = {k: v for k, v in image.items() if k not in ("cubin", "launch", "problem_key")}
+        with _cubins_lock:
+            known = _cubins.setdefault(key, (cubin, lowered_name, arch, fields))
+            if known[1] != lowered_name or known[2] != arch:
+                key = _digest(cubin)
+                known = _cubins.setdefault(key, (cubin, lowered_name, arch, fields))
+        self._setup({k: v for k, v in image.items() if k != "cubin"}, known[0], key)
+
+    def _setup(self, image: Dict[str, Any], cubin: bytes, key: str) -> None:
         self.image = image
         self.description: Dict[str, Any] = image["launch"]
         self.lowered_name: str = image["lowered_name"]
         self.arch: str = self.description["arch"]
-        if image.get("encoding") != "base64":
-            raise KtuneError("bad_request", "kernel reply: unknown cubin encoding")
-        self.cubin = base64.b64decode(image["cubin"], validate=True)
-        if len(self.cubin) != image["cubin_bytes"]:
-            raise KtuneError("bad_request", "kernel reply: the cubin is not the size it says")
-        try:
-            sm, symbols = cubin_info(self.cubin)
-        except ValueError as e:
-            raise KtuneError("bad_request", f"not a CUDA cubin: {e}") from None
-        if sm != arch_sm(self.arch):
-            raise KtuneError("bad_request", f"the cubin is compiled for sm_{sm} but its description "
-                                            f"says {self.arch}; refusing to load it")
-        if self.lowered_name not in symbols:
-            raise KtuneError("bad_request", f"the cubin has no entry '{self.lowered_name}'")
+        self.cubin = cubin
+        self._key = key  # the cubin's key in _cubins and in the driver's _Loaded
         self.plan = ArgPlan(self.description)
         d = self.description
         self._geometry = (*d["grid"], *d["block"], d["smem"])
         self._cluster = d.get("cluster")
-        self._loaded: Dict[int, int] = {}  # context -> function
+        self._loaded: Dict[int, int] = {}  # context -> function (the driver's _Loaded holds it)
         # (context, stream) -> workspaces: launches on two streams may run at once, and a split-K
         # kernel's partials and tile tickets must not be shared by two of its launches in flight.
+        # Those of a shared kind come from the driver's _Loaded; this Kernel owns the others.
         self._workspaces: Dict[Tuple[int, int], List[int]] = {}
         self._lock = threading.Lock()
         self._ctx = ctypes.c_void_p()                  # cuCtxGetCurrent's output, under _lock
@@ -581,56 +679,85 @@ class Kernel:
                                             f"device {dev.value} is sm_{cc} (it was served for "
                                             f"{self.image.get('device', '?')}; ask ktune for this "
                                             "device's class)")
-        module, function = ctypes.c_void_p(), ctypes.c_void_p()
-        drv.check(drv.cuModuleLoadData(ctypes.byref(module), self.cubin), "cuModuleLoadData")
-        try:
-            drv.check(drv.cuModuleGetFunction(ctypes.byref(function), module,
-                                              self.lowered_name.encode()), "cuModuleGetFunction")
-            smem = self.description["smem"]
-            if smem > 0:
-                drv.check(drv.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SMEM, smem),
-                          f"raising the dynamic shared memory limit to {smem} bytes")
-        except KtuneError:
-            drv.cuModuleUnload(module)  # or each retried launch leaks a module
-            raise
-        self._loaded[ctx] = function.value
-        return function.value
+        loaded = _Loaded.of(drv)
+        smem = self.description["smem"]
+        with loaded.lock:
+            held = loaded.functions.get((ctx, self._key))
+            if held is None:
+                module, function = ctypes.c_void_p(), ctypes.c_void_p()
+                drv.check(drv.cuModuleLoadData(ctypes.byref(module), self.cubin), "cuModuleLoadData")
+                try:
+                    drv.check(drv.cuModuleGetFunction(ctypes.byref(function), module,
+                                                      self.lowered_name.encode()),
+                              "cuModuleGetFunction")
+                    self._raise_smem(drv, function.value, smem)
+                except KtuneError:
+                    drv.cuModuleUnload(module)  # or each retried launch leaks a module
+                    raise
+                held = loaded.functions[(ctx, self._key)] = [function.value, smem]
+            elif smem > held[1]:  # another shape of the config asked for less
+                self._raise_smem(drv, held[0], smem)
+                held[1] = smem
+        self._loaded[ctx] = held[0]
+        return held[0]
+
+    @staticmethod
+    def _raise_smem(drv: _Driver, function: int, smem: int) -> None:
+        if smem > 0:
+            drv.check(drv.cuFuncSetAttribute(function, _FUNC_MAX_DYNAMIC_SMEM, smem),
+                      f"raising the dynamic shared memory limit to {smem} bytes")
 
     def _allocate(self, drv: _Driver, ctx: int, stream: int) -> List[int]:
         """This kernel's workspaces for launches on `stream` in context `ctx`, zeroed before the
-        first launch there whatever other streams do. Outside capture they are zeroed on `stream`.
-        While `stream` is being captured into a CUDA graph they are allocated with this thread's
-        capture mode relaxed (as CUDA advises for calls a capture forbids) and zeroed on a private
-        stream, waited for, so the graph holds only the kernel."""
+        first launch there whatever other streams do. Those a config's launches at every shape
+        may share (_shared_workspace) come from the driver's _Loaded, grown to twice the size when
+        this shape needs more; the others are this Kernel's. Outside capture new ones are zeroed
+        on `stream`. While `stream` is being captured into a CUDA graph they are allocated with
+        this thread's capture mode relaxed (as CUDA advises for calls a capture forbids) and
+        zeroed on a private stream, waited for, so the graph holds only the kernel."""
         status = ctypes.c_int()
         drv.check(drv.cuStreamIsCapturing(stream, ctypes.byref(status)), "cuStreamIsCapturing")
         if status.value == _CAPTURE_INVALIDATED:
             raise KtuneError("unavailable", f"{self.lowered_name}: the CUDA graph capture on this "
                                             "stream has been invalidated (an earlier call broke it)")
         capturing = status.value == _CAPTURE_ACTIVE
+        loaded = _Loaded.of(drv)
         workspaces: List[int] = []
+        new: Dict[Tuple[int, int, str, int], Tuple[int, int]] = {}  # shared ones made here
+        fresh: List[int] = []                                     # every allocation made here
         zeroing = ctypes.c_void_p(None if capturing else stream)  # capturing: a private stream
-        with _RelaxedCapture(drv):
+        with _RelaxedCapture(drv), loaded.lock:
             try:
-                if capturing:
-                    drv.check(drv.cuStreamCreate(ctypes.byref(zeroing), _STREAM_NON_BLOCKING),
-                              "creating a stream to zero workspaces on")
-                for w in self.plan.workspaces:
+                for i, w in enumerate(self.plan.workspaces):
+                    key = (ctx, stream, self._key, i)
+                    shared = _shared_workspace(w)
+                    held = loaded.workspaces.get(key) if shared else None
+                    if held is not None and held[1] >= w["bytes"]:
+                        workspaces.append(held[0])
+                        continue
+                    size = max(w["bytes"], 2 * held[1]) if held is not None else w["bytes"]
+                    if capturing and not zeroing.value:
+                        drv.check(drv.cuStreamCreate(ctypes.byref(zeroing), _STREAM_NON_BLOCKING),
+                                  "creating a stream to zero workspaces on")
                     p = ctypes.c_uint64()
-                    drv.check(drv.cuMemAlloc(ctypes.byref(p), w["bytes"]),
+                    drv.check(drv.cuMemAlloc(ctypes.byref(p), size),
                               f"allocating workspace '{w['name']}'")
-                    workspaces.append(p.value)
-                    drv.check(drv.cuMemsetD8Async(p.value, 0, w["bytes"], zeroing.value or 0),
+                    fresh.append(p.value)
+                    drv.check(drv.cuMemsetD8Async(p.value, 0, size, zeroing.value or 0),
                               f"zeroing workspace '{w['name']}'")
-                if capturing:
+                    workspaces.append(p.value)
+                    if shared:
+                        new[key] = (p.value, size)
+                if capturing and zeroing.value:
                     drv.check(drv.cuStreamSynchronize(zeroing), "zeroing workspaces")
             except KtuneError:
-                for address in workspaces:
+                for address in fresh:
                     drv.cuMemFree(address)
                 raise
             finally:
                 if capturing and zeroing.value:
                     drv.cuStreamDestroy(zeroing)
+            loaded.workspaces.update(new)
         self._workspaces[(ctx, stream)] = workspaces
         return workspaces
 

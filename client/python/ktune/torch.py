@@ -8,7 +8,10 @@ Import it explicitly (``import ktune.torch as kt``); ``import ktune`` never impo
     print(kt.explain())                     # what fell back to torch, and why
 
 Each op looks its shape up once (protocol v2), fetches the best entry's cubin (the daemon compiles
-it on first request), and from then on launches it on torch's current stream. Whenever ktune
+it on first request; a config served before at another shape needs no fetch: its cubin, module
+and workspaces are shared, ktune.Kernel.for_launch), and from then on launches it on torch's
+current stream. A model whose shapes vary (a batch of any size) keeps the ``max_shapes`` most
+recently added shapes per cache; one dropped is looked up again when it returns. Whenever ktune
 cannot serve a call exactly as torch would — a dtype, layout, stride or alignment its templates do
 not take, a CPU tensor, autograd or torch.autocast, an argument it does not implement, no daemon
 answering — the call runs the torch op instead and the reason is recorded for :func:`explain`. A shape that cannot be served is
@@ -46,6 +49,7 @@ _launches: Dict[str, int] = {}                      # op -> calls served by ktun
 _plans: Dict[Tuple[Any, ...], Tuple[Kernel, Any]] = {}  # fast path: call shape -> (kernel, out)
 _down_until = 0.0                                   # no daemon: do not ask before this time
 retry_s = 30.0
+max_shapes = 4096  # shapes _kernels and _plans each keep; the oldest added go first
 # Answers that say nothing about the shape (no daemon, a reply late, a daemon stopping): the
 # shape is not remembered as unservable, and the daemon is asked again after retry_s.
 _TRANSIENT = ("connection_failed", "timeout", "unavailable")
@@ -93,6 +97,15 @@ def _get_client() -> Client:
         return _client
 
 
+def _remember(cache: Dict[Tuple[Any, ...], Any], key: Tuple[Any, ...], value: Any) -> None:
+    """cache[key] = value, then the oldest entries dropped past max_shapes. Dropping costs little:
+    a Kernel owns no module or workspace (ktune.Kernel shares them per config)."""
+    with _lock:
+        cache[key] = value
+        while len(cache) > max(1, max_shapes):
+            del cache[next(iter(cache))]
+
+
 def _kernel(key: Tuple[Any, ...], op: str, dtype: str, layout: Optional[str],
             dims: Dict[str, int]) -> Any:
     """The Kernel for a problem, or the reason there is none (a str). Cached either way, except
@@ -111,9 +124,11 @@ def _kernel(key: Tuple[Any, ...], op: str, dtype: str, layout: Optional[str],
             if not entry.launch:
                 continue
             try:
-                image = client.kernel(op, dtype=dtype, layout=layout, device=reply.device,
-                                      entry=entry, **dims)
-                result = Kernel(image)
+                kernel = Kernel.for_launch(entry.launch)  # a config this process holds already
+                if kernel is None:
+                    kernel = Kernel(client.kernel(op, dtype=dtype, layout=layout,
+                                                  device=reply.device, entry=entry, **dims))
+                result = kernel
                 break
             except KtuneError as e:
                 if e.code in _TRANSIENT:
@@ -124,7 +139,7 @@ def _kernel(key: Tuple[Any, ...], op: str, dtype: str, layout: Optional[str],
             _down_until = time.monotonic() + retry_s
             return f"ktuned could not serve it now ({e.code}: {e.message}); asked again later"
         result = f"{e.code}: {e.message}"
-    _kernels[key] = result
+    _remember(_kernels, key, result)
     return result
 
 
@@ -221,7 +236,8 @@ def _gemm_reason(a: torch.Tensor, b: torch.Tensor) -> Optional[str]:
 
 
 def _gemm(op: str, a: torch.Tensor, b: torch.Tensor, layout: str, m: int, n: int, k: int,
-          out_shape: Sequence[int]) -> Optional[torch.Tensor]:
+          out_shape: Sequence[int]) -> Optional[Tuple[torch.Tensor, Kernel]]:
+    """The product by ktune's kernel, and that kernel; None (after recording why) if it cannot."""
     dtype = _DTYPES[a.dtype]
     kernel = _kernel((op, a.dtype, layout, m, n, k, a.get_device()), "gemm", dtype, layout,
                      {"M": m, "N": n, "K": k})
@@ -231,7 +247,7 @@ def _gemm(op: str, a: torch.Tensor, b: torch.Tensor, layout: str, m: int, n: int
     out = a.new_empty(out_shape)
     if not _launch(op, kernel, (a.data_ptr(), b.data_ptr(), out.data_ptr()), a):
         return None
-    return out
+    return out, kernel
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -264,11 +280,11 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor])
         k = x.shape[-1]
         n = weight.shape[0]
         m = x.numel() // k
-        out = _gemm("linear", x, weight, "rc", m, n, k, (*x.shape[:-1], n))
-        if out is not None:
-            kernel = _kernels[("linear", x.dtype, "rc", m, n, k, x.get_device())]
-            _plans[("linear", x.shape, weight.shape, x.dtype, weight.dtype, x.get_device())] = (
-                kernel, out.shape)
+        served = _gemm("linear", x, weight, "rc", m, n, k, (*x.shape[:-1], n))
+        if served is not None:
+            out, kernel = served
+            _remember(_plans, ("linear", x.shape, weight.shape, x.dtype, weight.dtype,
+                               x.get_device()), (kernel, out.shape))
             return out.add_(bias) if bias is not None else out
     else:
         _fallback("linear", reason)
@@ -291,9 +307,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if reason is None:
         m, k = a.shape
         n = b.shape[1]
-        out = _gemm("matmul", a, b, layout, m, n, k, (m, n))
-        if out is not None:
-            return out
+        served = _gemm("matmul", a, b, layout, m, n, k, (m, n))
+        if served is not None:
+            return served[0]
     else:
         _fallback("matmul", reason)
     return torch.matmul(a, b)
@@ -328,7 +344,8 @@ def _rows_reason(x: torch.Tensor, *params: Optional[torch.Tensor]) -> Optional[s
 
 
 def _rows(op: str, template_op: str, x: torch.Tensor, params: Sequence[torch.Tensor],
-          scalars: Optional[Dict[str, float]]) -> Optional[torch.Tensor]:
+          scalars: Optional[Dict[str, float]]) -> Optional[Tuple[torch.Tensor, Kernel]]:
+    """The op by ktune's kernel, and that kernel; None (after recording why) if it cannot."""
     cols = x.shape[-1]
     rows = x.numel() // cols
     kernel = _kernel((op, x.dtype, rows, cols, x.get_device()), template_op, _DTYPES[x.dtype], None,
@@ -340,7 +357,7 @@ def _rows(op: str, template_op: str, x: torch.Tensor, params: Sequence[torch.Ten
     addresses = (x.data_ptr(), *[p.data_ptr() for p in params], out.data_ptr())
     if not _launch(op, kernel, addresses, x, scalars):
         return None
-    return out
+    return out, kernel
 
 
 def softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
@@ -358,11 +375,10 @@ def softmax(x: torch.Tensor, dim: int = -1, dtype: Optional[torch.dtype] = None)
     if reason is None and dim not in (-1, x.dim() - 1):
         reason = "softmax over a dimension other than the last"
     if reason is None:
-        out = _rows("softmax", "softmax", x, (), None)
-        if out is not None:
-            cols = x.shape[-1]
-            _plans[("softmax", x.shape, x.dtype, x.get_device())] = (
-                _kernels[("softmax", x.dtype, x.numel() // cols, cols, x.get_device())], out.shape)
+        served = _rows("softmax", "softmax", x, (), None)
+        if served is not None:
+            out, kernel = served
+            _remember(_plans, ("softmax", x.shape, x.dtype, x.get_device()), (kernel, out.shape))
             return out
     else:
         _fallback("softmax", reason)
@@ -384,9 +400,9 @@ def rms_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: Optional[
         reason = "weight=None (ktune's rmsnorm takes a weight)"
     if reason is None:
         e = torch.finfo(x.dtype).eps if eps is None else eps
-        out = _rows("rms_norm", "rmsnorm", x, (weight,), {"eps": e})
-        if out is not None:
-            return out
+        served = _rows("rms_norm", "rmsnorm", x, (weight,), {"eps": e})
+        if served is not None:
+            return served[0]
     else:
         _fallback("rms_norm", reason)
     return F.rms_norm(x, normalized_shape, weight, eps)
@@ -399,9 +415,9 @@ def layer_norm(x: torch.Tensor, normalized_shape: Sequence[int], weight: Optiona
     if reason is None and (weight is None or bias is None):
         reason = "weight or bias None (ktune's layernorm takes both)"
     if reason is None:
-        out = _rows("layer_norm", "layernorm", x, (weight, bias), {"eps": eps})
-        if out is not None:
-            return out
+        served = _rows("layer_norm", "layernorm", x, (weight, bias), {"eps": eps})
+        if served is not None:
+            return served[0]
     else:
         _fallback("layer_norm", reason)
     return F.layer_norm(x, normalized_shape, weight, bias, eps)

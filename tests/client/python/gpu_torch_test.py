@@ -98,6 +98,63 @@ class GraphCaptureTest(unittest.TestCase):
             self.assertLess(rel_l2(p, torch.softmax(x, dim=-1)), 1e-2)
 
 
+class DynamicShapesTest(unittest.TestCase):
+    """A model whose batch varies: every shape's call is ktune's kernel and right, the caches stay
+    within max_shapes, a config's cubin is fetched and loaded once for all its shapes, and a graph
+    captured before its shape left the caches still replays correctly."""
+
+    def setUp(self):
+        import ktune.torch as kt
+        self.kt = kt
+        kt.configure(client=DAEMON["client"])
+        self.addCleanup(setattr, kt, "max_shapes", kt.max_shapes)
+        kt.max_shapes = 6
+        self.fetched = []
+        kernel = DAEMON["client"].kernel
+
+        def counting(*args, **kwargs):
+            image = kernel(*args, **kwargs)
+            self.fetched.append(image["launch"]["cubin_id"])
+            return image
+        DAEMON["client"].kernel = counting
+        self.addCleanup(delattr, DAEMON["client"], "kernel")
+        torch.manual_seed(0)
+
+    def test_batch_sizes_share_their_configs_kernels(self):
+        from ktune.kernel import _Driver
+        n, k = 4096, 4096
+        w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") * 0.02
+        with torch.no_grad():
+            x16 = torch.randn(16, k, dtype=torch.bfloat16, device="cuda")
+            graph = torch.cuda.CUDAGraph()
+            self.kt.linear(x16, w)  # warm-up outside the capture: this shape's Kernel, made
+            with torch.cuda.graph(graph):
+                y16 = self.kt.linear(x16, w)
+            ids = set()
+            for m in list(range(1, 25)) + [40, 96, 100, 128, 200, 257, 1000, 16]:
+                x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+                y = self.kt.linear(x, w)
+                self.assertLess(rel_l2(y, F.linear(x, w)), 1e-2, f"M = {m}")
+                ids.add(self.kt._plans[("linear", x.shape, w.shape, x.dtype, w.dtype, 0)][0]
+                        .description["cubin_id"])
+                self.assertLessEqual(len(self.kt._kernels), 6)
+                self.assertLessEqual(len(self.kt._plans), 6)
+            self.assertEqual(self.kt.stats()["fallback"], 0, self.kt.explain())
+            self.assertEqual(sorted(self.fetched), sorted(set(self.fetched)),
+                             "each config's cubin fetched once")
+            self.assertTrue(ids <= set(self.fetched))
+            loaded = _Driver.get()._ktune_loaded
+            self.assertEqual(len([key for key in loaded.functions if key[1] in ids]), len(ids),
+                             "one module per config")
+            # M = 16 left the caches and came back as a new Kernel; the graph's kernel, module
+            # and workspaces are still there.
+            x16.copy_(torch.randn_like(x16))
+            graph.replay()
+            torch.cuda.synchronize()
+            self.assertLess(rel_l2(y16, F.linear(x16, w)), 1e-2)
+            print(f"{len(ids)} configs served 33 shapes; {len(self.fetched)} cubins fetched")
+
+
 def main() -> int:
     if torch is None:
         print("skipped: PyTorch is not installed")

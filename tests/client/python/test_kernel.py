@@ -323,6 +323,7 @@ class FakeDriver:
         self.loads, self.launches, self.allocs, self.memsets, self.encodes = [], [], [], [], []
         self.frees, self.streams, self.unloads = [], [], []  # streams: (event, handle)
         self.fail_smem = 0  # cuFuncSetAttribute's answer
+        self.smem_sets = []  # (function, bytes) of each limit raised
 
     def forbidden(self):
         """What a capture in global mode answers an allocation or a module load: refused (and the
@@ -378,6 +379,8 @@ class FakeDriver:
         return 0
 
     def cuFuncSetAttribute(self, function, attr, value):
+        if not self.fail_smem:
+            self.smem_sets.append((getattr(function, "value", function), value))
         return self.fail_smem
 
     def cuMemAlloc(self, out, size):
@@ -592,6 +595,134 @@ class LaunchPathTest(unittest.TestCase):
             kernel.launch_addresses(buffers, 10)
         self.assertIn("invalidated", e.exception.message)
         self.assertEqual(len(drv.allocs), 4 * len(spaces))
+
+    def split_k_config(self):
+        """gemm's (mma.sync) split-K heuristic at 16x4096x4096: its template and params."""
+        reply = self.client.lookup("gemm", dtype="bf16", layout="rc", device=H200, M=16, N=4096,
+                                   K=4096, limit=8)
+        best = next(e for e in reply.entries if e.template == "gemm")
+        self.assertGreater(best.params["SPLIT_K"], 1)
+        return best.template, best.params
+
+    def test_shapes_of_one_config_share_its_module_and_workspaces(self):
+        # A model whose batch varies asks for a kernel per shape. Each Kernel loaded a module of
+        # its own and allocated its own workspaces, so memory grew with every new batch size.
+        template, params = self.split_k_config()
+        kernels = [ktune.Kernel(self.client.kernel("gemm", layout="rc", device=H200, template=template,
+                                                   params=params, M=m, N=4096, K=4096))
+                   for m in (16, 8, 64)]
+        ids = {k.description["cubin_id"] for k in kernels}
+        self.assertEqual(len(ids), 1, "one config, one cubin at every shape")
+        self.assertIs(kernels[1].cubin, kernels[0].cubin, "one copy of the cubin's bytes")
+        self.assertNotIn("cubin", kernels[0].image, "the base64 text is not kept beside the bytes")
+        drv = self.fake(kernels[0])
+        sizes = [[w["bytes"] for w in k.plan.workspaces] for k in kernels]
+        self.assertTrue(all(len(s) >= 2 for s in sizes), "split-K: partials and tickets")
+        self.assertTrue(all(b <= a for a, b in zip(sizes[0], sizes[1])), "M = 8 needs no more")
+        self.assertTrue(any(c > a for a, c in zip(sizes[0], sizes[2])), "M = 64 needs more")
+        buffers = (0xA000, 0xB000, 0xC000)
+
+        def launch(kernel, stream):
+            kernel.launch_addresses(buffers, stream)
+            return [v for v in kernel.plan.values() if v not in buffers][:len(kernel.plan.workspaces)]
+
+        first = launch(kernels[0], 7)
+        self.assertEqual(drv.loads, [0xC0])
+        self.assertEqual(drv.allocs, sizes[0])
+        # The smaller shape takes the same module and workspaces on that stream.
+        self.assertEqual(launch(kernels[1], 7), first)
+        self.assertEqual(drv.loads, [0xC0])
+        self.assertEqual(drv.allocs, sizes[0])
+        self.assertEqual(drv.launches[1]["function"], drv.launches[0]["function"])
+        # The larger one gets, where it needs more, a new one of twice the size (zeroed on its
+        # stream); the first shape keeps what it had (a graph may hold it).
+        grown = launch(kernels[2], 7)
+        expect = [max(c, 2 * a) if c > a else a for a, c in zip(sizes[0], sizes[2])]
+        self.assertEqual(drv.allocs, sizes[0] + [e for e, a, c in zip(expect, sizes[0], sizes[2])
+                                                 if c > a])
+        for i, (a, c) in enumerate(zip(sizes[0], sizes[2])):
+            (self.assertNotEqual if c > a else self.assertEqual)(grown[i], first[i])
+        self.assertEqual(drv.memsets[-1][1:], (0, drv.allocs[-1], 7))
+        self.assertEqual(launch(kernels[0], 7), first)
+        self.assertEqual(len(drv.loads), 1)
+        self.assertEqual(drv.frees, [])
+        # Another stream: workspaces of its own for the config (launches there may overlap).
+        other = launch(kernels[1], 8)
+        self.assertFalse(set(other) & set(first + grown))
+        self.assertEqual(len(drv.loads), 1)
+        # A new Kernel of the config (the next batch size) allocates nothing it fits in.
+        allocs = len(drv.allocs)
+        again = ktune.Kernel(self.client.kernel("gemm", layout="rc", device=H200, template=template,
+                                                params=params, M=32, N=4096, K=4096))
+        self.assertEqual(launch(again, 7), grown)
+        self.assertEqual(len(drv.allocs), allocs)
+
+    def test_for_launch_makes_a_kernel_from_a_lookup_entry_of_a_config_held(self):
+        template, params = self.split_k_config()
+        reply = self.client.lookup("gemm", dtype="bf16", layout="rc", device=H200, M=16, N=4096,
+                                   K=4096, limit=8)
+        entry = next(e for e in reply.entries if e.template == template and e.params == params)
+        from ktune.kernel import _cubins
+        _cubins.pop(entry.launch["cubin_id"], None)  # another test of this process may hold it
+        self.assertIsNone(ktune.Kernel.for_launch(entry.launch), "no Kernel of the config yet")
+        held = ktune.Kernel(self.client.kernel("gemm", layout="rc", device=H200, template=template,
+                                               params=params, M=64, N=4096, K=4096))
+        kernel = ktune.Kernel.for_launch(entry.launch)
+        self.assertIsNotNone(kernel)
+        self.assertIs(kernel.cubin, held.cubin)
+        self.assertEqual(kernel.lowered_name, held.lowered_name)
+        self.assertEqual(kernel.description, entry.launch)
+        self.assertEqual((kernel.image["template"], kernel.image["params"]), (template, params))
+        self.assertNotIn("problem_key", kernel.image, "the held Kernel's shape is not this one")
+        drv = self.fake(kernel)
+        held.launch_addresses((0xA000, 0xB000, 0xC000), 7)
+        kernel.launch_addresses((0xA100, 0xB100, 0xC100), 7)
+        self.assertEqual(drv.loads, [0xC0], "the module held is used")
+        self.assertEqual(drv.launches[-1]["grid"], tuple(entry.launch["grid"]))
+        self.assertEqual(drv.launches[-1]["values"][:3], [0xA100, 0xB100, 0xC100])
+        # No cubin id (a daemon before 2026-12-01), another arch, an unknown id: not held.
+        for launch in ({k: v for k, v in entry.launch.items() if k != "cubin_id"},
+                       dict(entry.launch, arch="sm_80"), dict(entry.launch, cubin_id="0" * 16)):
+            self.assertIsNone(ktune.Kernel.for_launch(launch))
+        with self.assertRaises(ktune.KtuneError) as e:  # malformed: a ktune error, as Kernel()'s
+            ktune.Kernel.for_launch(dict(entry.launch, args=None))
+        self.assertEqual(e.exception.code, "bad_request")
+
+    def test_the_shared_module_takes_the_largest_shared_memory_asked(self):
+        image = self.client.kernel("gemm", dtype="bf16", layout="rc", device=H200, M=256, N=256,
+                                   K=256)
+        kernel = ktune.Kernel(image)
+        smem = kernel.description["smem"]
+        drv = self.fake(kernel)
+        kernel.launch_addresses((0xA000, 0xB000, 0xC000), 7)
+        function = kernel._loaded[0xC0]
+        self.assertEqual(drv.smem_sets, [(function, smem)])
+        for asked, sets in ((smem - 16, 1), (smem + 1024, 2), (smem, 2)):
+            ktune.Kernel.for_launch(dict(image["launch"], smem=asked)).launch_addresses(
+                (0xA000, 0xB000, 0xC000), 7)
+            self.assertEqual(len(drv.smem_sets), sets, (asked, smem, drv.smem_sets, drv.loads))
+        self.assertEqual(drv.smem_sets[-1], (function, smem + 1024))
+        self.assertEqual(drv.loads, [0xC0])
+
+    def test_a_workspace_left_dirty_is_not_shared(self):
+        # zero_before_first_use without left_zeroed (no template declares it): another shape's
+        # launch would read what this one left, so each Kernel keeps its own.
+        template, params = self.split_k_config()
+        image = self.client.kernel("gemm", layout="rc", device=H200, template=template,
+                                   params=params, M=16, N=4096, K=4096)
+        args = [dict(a, left_zeroed=False) if a["kind"] == "workspace" and a["zero_before_first_use"]
+                else a for a in image["launch"]["args"]]
+        dirty = [i for i, a in enumerate(a for a in args if a["kind"] == "workspace")
+                 if not a["left_zeroed"] and a["zero_before_first_use"]]
+        self.assertTrue(dirty, "the tickets")
+        kernels = [ktune.Kernel(dict(image, launch=dict(image["launch"], args=args))) for _ in range(2)]
+        drv = self.fake(kernels[0])
+        got = []
+        for k in kernels:
+            k.launch_addresses((0xA000, 0xB000, 0xC000), 7)
+            got.append(k._workspaces[(0xC0, 7)])
+        for i in range(len(got[0])):
+            (self.assertNotEqual if i in dirty else self.assertEqual)(got[0][i], got[1][i])
 
     def test_a_first_launch_inside_a_capture_loads_the_module_in_relaxed_mode(self):
         kernel = ktune.Kernel(self.client.kernel("gemm", dtype="bf16", layout="rc", device=H200,
