@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
 
 #include "client/cubin.h"
 #include "client/cuda_api.h"
@@ -52,9 +53,82 @@ class RelaxedCaptureMode {
   bool m_set;
 };
 
+// Whether launches of a config at other shapes may share this workspace on one stream: it reads
+// zero after every launch (tile tickets) or needs no zeroing (partials).
+bool shareable(const protocol::LaunchArg& a) {
+  return a.left_zeroed || !a.zero_before_first_use;
+}
+
 }  // namespace
 
-Kernel::Kernel(protocol::KernelImage image) : m_image(std::move(image)) {}
+struct Kernel::Shared {
+  // The config's function in one context, and the shared-memory limit raised for it.
+  struct Context {
+    CUcontext context = nullptr;
+    CUmodule module = nullptr;
+    CUfunction function = nullptr;
+    std::uint32_t smem = 0;
+  };
+  // A workspace of launches on one stream: argument `index`'s, `bytes` long.
+  struct Workspace {
+    CUcontext context = nullptr;
+    void* stream = nullptr;
+    size_t index = 0;
+    std::uint64_t address = 0;
+    std::uint64_t bytes = 0;
+  };
+
+  explicit Shared(std::string bytes) : cubin(std::move(bytes)) {}
+  ~Shared();
+  Shared(const Shared&) = delete;
+  Shared& operator=(const Shared&) = delete;
+
+  const std::string cubin;
+  std::mutex mutex;
+  std::vector<Context> contexts;      // few: one per context launched in
+  std::vector<Workspace> workspaces;  // the current one per (context, stream, index)
+  std::vector<Workspace> retired;     // replaced by larger ones; a graph may still launch them
+};
+
+Kernel::Shared::~Shared() {
+  auto api = cuda::CudaApi::get();
+  if (!api) return;
+  for (const Context& c : contexts) {
+    // Free in the context that owns the memory; a context already destroyed took it along.
+    if ((*api)->cuCtxPushCurrent(c.context) != CUDA_SUCCESS) continue;
+    for (const auto* list : {&workspaces, &retired})
+      for (const Workspace& w : *list)
+        if (w.context == c.context) (*api)->cuMemFree(CUdeviceptr(w.address));
+    if (c.module) (*api)->cuModuleUnload(c.module);
+    CUcontext popped = nullptr;
+    (*api)->cuCtxPopCurrent(&popped);
+  }
+}
+
+Kernel::Kernel(protocol::KernelImage image, std::shared_ptr<Shared> shared)
+    : m_image(std::move(image)), m_shared(std::move(shared)) {}
+
+const std::string& Kernel::cubin() const {
+  return m_shared->cubin;
+}
+
+protocol::Expected<std::shared_ptr<Kernel>> Kernel::create_like(const Kernel& config,
+                                                                protocol::LaunchDescription launch,
+                                                                std::string problem_key) {
+  const auto& d = config.m_image.launch;
+  if (launch.cubin_id.empty() || launch.cubin_id != d.cubin_id || launch.arch != d.arch ||
+      launch.name_expression != d.name_expression)
+    return protocol::error(ErrorKind::bad_request, "the launch description names cubin " +
+                                                       launch.cubin_id + " (" + launch.arch +
+                                                       "), not this kernel's " + d.cubin_id + " (" +
+                                                       d.arch + ")");
+  protocol::KernelImage image = config.m_image;  // less its cubin: config's image holds none
+  image.launch = std::move(launch);
+  image.problem_key = std::move(problem_key);
+  std::shared_ptr<Kernel> k(new Kernel(std::move(image), config.m_shared));
+  if (auto ok = k->plan_slots(); !ok) return std::unexpected(ok.error());
+  return k;
+}
 
 protocol::Expected<std::shared_ptr<Kernel>> Kernel::create(protocol::KernelImage image) {
   const auto& d = image.launch;
@@ -68,7 +142,9 @@ protocol::Expected<std::shared_ptr<Kernel>> Kernel::create(protocol::KernelImage
   if (image.lowered_name.empty() || !info->has_symbol(image.lowered_name))
     return protocol::error(ErrorKind::bad_request, "the cubin has no entry '" + image.lowered_name +
                                                        "' (" + d.name_expression + ")");
-  std::shared_ptr<Kernel> k(new Kernel(std::move(image)));
+  auto shared = std::make_shared<Shared>(std::move(image.cubin));
+  image.cubin.clear();
+  std::shared_ptr<Kernel> k(new Kernel(std::move(image), std::move(shared)));
   if (auto ok = k->plan_slots(); !ok) return std::unexpected(ok.error());
   return k;
 }
@@ -127,7 +203,6 @@ Kernel::~Kernel() {
     for (const auto& s : l->per_stream)
       for (std::uint64_t w : s.owned)
         if (w) (*api)->cuMemFree(CUdeviceptr(w));
-    if (l->module) (*api)->cuModuleUnload(static_cast<CUmodule>(l->module));
     CUcontext popped = nullptr;
     (*api)->cuCtxPopCurrent(&popped);
   }
@@ -168,9 +243,31 @@ protocol::Expected<void> Kernel::load_into(Loaded& l) {
                                std::to_string(dev) + " is sm_" +
                                std::to_string(major * 10 + minor) + " (it was served for " +
                                m_image.device + "; ask ktune for this device's class)");
+  const auto ctx = static_cast<CUcontext>(l.context);
+  std::lock_guard lock(m_shared->mutex);
+  auto& contexts = m_shared->contexts;
+  auto held = std::find_if(contexts.begin(), contexts.end(),
+                           [&](const Shared::Context& c) { return c.context == ctx; });
+  auto raise_smem = [&](CUfunction fn) -> protocol::Expected<void> {
+    if (d.smem == 0) return {};
+    if (CUresult r = api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                            int(d.smem));
+        r != CUDA_SUCCESS)
+      return std::unexpected(api.error(
+          r, "raising the dynamic shared memory limit to " + std::to_string(d.smem) + " bytes"));
+    return {};
+  };
+  if (held != contexts.end()) {  // another shape of the config loaded it
+    if (d.smem > held->smem) {
+      if (auto ok = raise_smem(held->function); !ok) return ok;
+      held->smem = d.smem;
+    }
+    l.function = held->function;
+    return {};
+  }
   CUmodule module = nullptr;
   RelaxedCaptureMode relaxed(api);  // a first launch may be inside a graph capture
-  if (CUresult r = api.cuModuleLoadData(&module, m_image.cubin.data()); r != CUDA_SUCCESS)
+  if (CUresult r = api.cuModuleLoadData(&module, m_shared->cubin.data()); r != CUDA_SUCCESS)
     return std::unexpected(api.error(r, "cuModuleLoadData"));
   // A module whose entry or shared-memory limit failed is unloaded here, in relaxed mode: each
   // retried launch leaked one.
@@ -182,13 +279,8 @@ protocol::Expected<void> Kernel::load_into(Loaded& l) {
   if (CUresult r = api.cuModuleGetFunction(&fn, module, m_image.lowered_name.c_str());
       r != CUDA_SUCCESS)
     return unloaded(api.error(r, "cuModuleGetFunction(" + m_image.lowered_name + ")"));
-  if (d.smem > 0)
-    if (CUresult r = api.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                            int(d.smem));
-        r != CUDA_SUCCESS)
-      return unloaded(api.error(
-          r, "raising the dynamic shared memory limit to " + std::to_string(d.smem) + " bytes"));
-  l.module = module;
+  if (auto ok = raise_smem(fn); !ok) return unloaded(ok.error());
+  contexts.push_back({ctx, module, fn, d.smem});
   l.function = fn;
   return {};
 }
@@ -224,16 +316,16 @@ protocol::Expected<void> Kernel::workspaces_for(Loaded& l, void* stream,
   if (it == l.per_stream.end()) {
     auto mine = allocate_workspaces(l, stream);
     if (!mine) return std::unexpected(mine.error());
-    l.per_stream.push_back({stream, std::move(*mine)});
+    l.per_stream.push_back(std::move(*mine));
     it = std::prev(l.per_stream.end());
   }
   for (size_t i = 0; i < l.lent.size(); ++i)
-    if (!out[i]) out[i] = it->owned[i];
+    if (!out[i]) out[i] = it->addresses[i];
   return {};
 }
 
-protocol::Expected<std::vector<std::uint64_t>> Kernel::allocate_workspaces(const Loaded& l,
-                                                                           void* stream_handle) {
+protocol::Expected<Kernel::StreamWorkspaces> Kernel::allocate_workspaces(const Loaded& l,
+                                                                         void* stream_handle) {
   const cuda::CudaApi& api = **cuda::CudaApi::get();
   const auto stream = static_cast<CUstream>(stream_handle);
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -244,40 +336,73 @@ protocol::Expected<std::vector<std::uint64_t>> Kernel::allocate_workspaces(const
                            m_image.lowered_name +
                                ": the CUDA graph capture on this stream has been invalidated (an "
                                "earlier call broke it)");
-  // Zeroed before the first launch on `stream` whatever other streams do, whatever the
-  // description says (harmless for scratch, required for the rest): on `stream` itself, or,
-  // while it is being captured, on a private stream waited for, so the graph holds only the
-  // kernel and no memset that would run at every replay.
+  // A new workspace is zeroed before the first launch on `stream` whatever other streams do,
+  // whatever the description says (harmless for scratch, required for the rest): on `stream`
+  // itself, or, while it is being captured, on a private stream waited for, so the graph holds
+  // only the kernel and no memset that would run at every replay.
   const bool capturing = capture == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  const auto ctx = static_cast<CUcontext>(l.context);
   RelaxedCaptureMode relaxed(api);
-  std::vector<std::uint64_t> owned(l.lent.size(), 0);
-  CUstream mine = nullptr;  // the private stream, created only while capturing
-  CUresult r = capturing ? api.cuStreamCreate(&mine, CU_STREAM_NON_BLOCKING) : CUDA_SUCCESS;
-  const CUstream zeroing = capturing ? mine : stream;
-  std::string what = "creating a stream to zero workspaces on";
+  std::lock_guard lock(m_shared->mutex);
+  auto& held = m_shared->workspaces;
+  StreamWorkspaces out{stream_handle, std::vector<std::uint64_t>(l.lent.size(), 0),
+                       std::vector<std::uint64_t>(l.lent.size(), 0)};
+  std::vector<Shared::Workspace> made;  // the config's new ones, registered once all succeeded
+  std::vector<std::uint64_t> fresh;     // every allocation made here, freed if one step fails
+  CUstream mine = nullptr;              // the private stream, created only while capturing
+  CUresult r = CUDA_SUCCESS;
+  std::string what;
   for (size_t i = 0; i < l.lent.size() && r == CUDA_SUCCESS; ++i) {
     if (l.lent[i]) continue;
     const protocol::LaunchArg& a = *m_workspace_args[i];
-    what =
-        "allocating and zeroing workspace '" + a.name + "' (" + std::to_string(a.bytes) + " bytes)";
-    CUdeviceptr p = 0;
-    r = api.cuMemAlloc(&p, size_t(a.bytes));
-    if (r == CUDA_SUCCESS) {
-      owned[i] = std::uint64_t(p);
-      r = api.cuMemsetD8Async(p, 0, size_t(a.bytes), zeroing);
+    const bool shared = shareable(a);
+    auto old = std::find_if(held.begin(), held.end(), [&](const Shared::Workspace& w) {
+      return shared && w.context == ctx && w.stream == stream_handle && w.index == i;
+    });
+    if (old != held.end() && old->bytes >= std::uint64_t(a.bytes)) {
+      out.addresses[i] = old->address;
+      continue;
     }
+    const std::uint64_t bytes = old != held.end() ? std::max(std::uint64_t(a.bytes), 2 * old->bytes)
+                                                  : std::uint64_t(a.bytes);
+    if (capturing && !mine) {
+      what = "creating a stream to zero workspaces on";
+      if ((r = api.cuStreamCreate(&mine, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS) break;
+    }
+    what =
+        "allocating and zeroing workspace '" + a.name + "' (" + std::to_string(bytes) + " bytes)";
+    CUdeviceptr p = 0;
+    r = api.cuMemAlloc(&p, size_t(bytes));
+    if (r != CUDA_SUCCESS) break;
+    fresh.push_back(std::uint64_t(p));
+    out.addresses[i] = std::uint64_t(p);
+    if (shared)
+      made.push_back({ctx, stream_handle, i, std::uint64_t(p), bytes});
+    else
+      out.owned[i] = std::uint64_t(p);
+    r = api.cuMemsetD8Async(p, 0, size_t(bytes), capturing ? mine : stream);
   }
-  if (capturing && r == CUDA_SUCCESS) {
+  if (capturing && mine && r == CUDA_SUCCESS) {
     what = "zeroing workspaces";
-    r = api.cuStreamSynchronize(zeroing);
+    r = api.cuStreamSynchronize(mine);
   }
   if (mine) api.cuStreamDestroy(mine);
   if (r != CUDA_SUCCESS) {
-    for (std::uint64_t w : owned)
-      if (w) api.cuMemFree(CUdeviceptr(w));
+    for (std::uint64_t w : fresh) api.cuMemFree(CUdeviceptr(w));
     return std::unexpected(api.error(r, what));
   }
-  return owned;
+  for (Shared::Workspace& w : made) {
+    auto old = std::find_if(held.begin(), held.end(), [&](const Shared::Workspace& h) {
+      return h.context == w.context && h.stream == w.stream && h.index == w.index;
+    });
+    if (old == held.end()) {
+      held.push_back(w);
+    } else {  // the smaller one stays allocated until the config goes: a graph may launch it
+      m_shared->retired.push_back(*old);
+      *old = w;
+    }
+  }
+  return out;
 }
 
 protocol::Expected<void> Kernel::check_scalar(const ScalarArg& o) const {

@@ -8,17 +8,30 @@
 //
 // The CUDA driver is dlopen'ed on the first launch (client/cuda_api.h): nothing here links
 // libcuda, so an application builds and starts without a driver and gets a clear error only when
-// it launches. The module is loaded once per CUDA context (the context current on the launching
-// thread), after checking that the cubin's arch is the current device's; the dynamic
-// shared-memory limit is raised as the description asks. Workspaces are allocated at the first
-// launch per context and stream, zeroed on that stream, and owned by the Kernel, unless the
-// application lends its own (borrow_workspace): launches on two streams may run at once, and a
-// split-K kernel's partials and tile tickets must not be shared by two launches in flight.
+// it launches.
+//
+// A config serves every shape from one cubin (the description's cubin_id), and the Kernels of one
+// config share what they load: create_like() makes the Kernel of another shape (a lookup entry's
+// launch description) from a Kernel of the config, with no kernel op, no copy of the cubin and no
+// module load. So a model whose shapes vary (a batch of any size) holds one module and one set of
+// workspaces per config, not per shape (ktune::Launcher does this for every problem it serves).
+// - The module is loaded once per CUDA context (the context current on the launching thread),
+//   after checking that the cubin's arch is the current device's; the dynamic shared-memory limit
+//   is raised to the largest a launch of the config asked so far.
+// - Workspaces are allocated at the config's first launch per context and stream and zeroed on
+//   that stream, unless the application lends its own (borrow_workspace): launches on two streams
+//   may run at once, and a split-K kernel's partials and tile tickets must not be shared by two
+//   launches in flight. Every shape of the config takes the same ones on a stream; a shape that
+//   needs more gets new ones of twice the size, and the old stay allocated (a graph may hold
+//   them). A workspace that must read zero but is left dirty (no template declares one) is the
+//   Kernel's own.
+// - The modules and workspaces go with the config's last Kernel.
 // CUDA graphs: a first launch on a stream being captured (any capture mode) loads the module and
 // allocates with this thread's capture mode relaxed for those calls, and zeroes the workspaces on
 // a private stream, waited for: the graph holds only the kernel, and replays reuse that stream's
-// workspaces (replay graphs captured on one stream one at a time). Thread-safe: launches from
-// several threads are fine.
+// workspaces (replay graphs captured on one stream one at a time). Keep a Kernel of the config
+// alive while a graph that launched it may replay. Thread-safe: launches from several threads are
+// fine.
 //
 // Tensor maps (sm_90 templates such as gemm_tma): a `tensor_map` argument is parsed at create()
 // (client/tensor_map.h) and encoded on every launch with cuTensorMapEncodeTiled from the address
@@ -56,7 +69,14 @@ class Kernel {
   // entry symbol; every argument kind is one this client can pass; every tensor_map's fields are
   // well-formed and name one of the buffers — and loads nothing yet.
   static protocol::Expected<std::shared_ptr<Kernel>> create(protocol::KernelImage image);
-  ~Kernel();  // unloads the modules and frees the owned workspaces
+  // The Kernel of another shape of `config`'s config: `launch` (a lookup entry's launch
+  // description, for `problem_key`) names config's cubin_id and arch. It shares config's cubin,
+  // modules and workspaces. Refused (bad_request) when the cubin differs or an argument is
+  // malformed.
+  static protocol::Expected<std::shared_ptr<Kernel>> create_like(const Kernel& config,
+                                                                 protocol::LaunchDescription launch,
+                                                                 std::string problem_key);
+  ~Kernel();  // frees the workspaces it owns alone; the config's last Kernel, the shared ones
   Kernel(const Kernel&) = delete;
   Kernel& operator=(const Kernel&) = delete;
 
@@ -79,7 +99,9 @@ class Kernel {
   protocol::Expected<void> borrow_workspace(std::string_view name, std::uint64_t address,
                                             std::uint64_t bytes);
 
+  // The kernel op's result less its cubin (image().cubin is empty: the bytes are cubin()).
   const protocol::KernelImage& image() const { return m_image; }
+  const std::string& cubin() const;
   const protocol::LaunchDescription& description() const { return m_image.launch; }
   // Names of the buffers launch() takes, in order.
   const std::vector<std::string>& buffer_names() const { return m_buffer_names; }
@@ -94,21 +116,25 @@ class Kernel {
     std::string_view dtype;  // scalar: i32 i64 f32
     std::string_view name;
   };
-  // The workspaces the Kernel owns for launches on one stream, per workspace argument.
+  // The workspaces of launches on one stream, per workspace argument: the config's (shared) or
+  // this Kernel's own.
   struct StreamWorkspaces {
     void* stream = nullptr;  // CUstream
-    std::vector<std::uint64_t> owned;
+    std::vector<std::uint64_t> addresses;
+    std::vector<std::uint64_t> owned;  // this Kernel's alone (freed with it), or 0
   };
-  // The module of one CUDA context.
+  // The config's function in one CUDA context.
   struct Loaded {
     void* context = nullptr;                   // CUcontext
-    void* module = nullptr;                    // CUmodule
-    void* function = nullptr;                  // CUfunction
+    void* function = nullptr;                  // CUfunction (the module is the config's)
     std::vector<std::uint64_t> lent;           // per workspace argument: lent address, or 0
     std::vector<StreamWorkspaces> per_stream;  // few: one per stream launched on
   };
+  // What the Kernels of one config share (kernel.cc): the cubin, the module per context and the
+  // workspaces per context and stream.
+  struct Shared;
 
-  explicit Kernel(protocol::KernelImage image);
+  Kernel(protocol::KernelImage image, std::shared_ptr<Shared> shared);
   protocol::Expected<void> plan_slots();
   // A launch's scalar override names an f32 coefficient of this kernel, with a value f32 holds;
   // the i32/i64 scalars are dimensions the kernel was served for.
@@ -120,11 +146,12 @@ class Kernel {
   // ones, and the Kernel's own for that stream, allocated and zeroed on it at its first launch
   // there. REQUIRES: m_mutex held; out holds a slot per workspace argument.
   protocol::Expected<void> workspaces_for(Loaded& l, void* stream, std::span<std::uint64_t> out);
-  // The owned workspaces for a first launch on `stream` (0 where lent), allocated and zeroed;
-  // inside a graph capture too (see the header comment).
-  protocol::Expected<std::vector<std::uint64_t>> allocate_workspaces(const Loaded& l, void* stream);
+  // The workspaces for a first launch on `stream` (0 where lent): the config's where they are big
+  // enough, else allocated and zeroed; inside a graph capture too (see the header comment).
+  protocol::Expected<StreamWorkspaces> allocate_workspaces(const Loaded& l, void* stream);
 
   protocol::KernelImage m_image;
+  std::shared_ptr<Shared> m_shared;
   std::vector<Slot> m_slots;
   std::vector<std::string> m_buffer_names;
   std::vector<const protocol::LaunchArg*> m_workspace_args;

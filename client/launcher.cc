@@ -1,5 +1,7 @@
 #include "client/launcher.h"
 
+#include <algorithm>
+
 namespace ktune {
 namespace {
 
@@ -24,6 +26,27 @@ size_t Launcher::size() const {
   return m_kernels.size();
 }
 
+size_t Launcher::configs() const {
+  std::lock_guard lock(m_mutex);
+  return m_configs.size();
+}
+
+size_t Launcher::max_kernels() const {
+  std::lock_guard lock(m_mutex);
+  return m_max_kernels;
+}
+
+void Launcher::set_max_kernels(size_t n) {
+  std::lock_guard lock(m_mutex);
+  m_max_kernels = std::max<size_t>(n, 1);
+}
+
+std::shared_ptr<Kernel> Launcher::config(const std::string& cubin_id) const {
+  std::lock_guard lock(m_mutex);
+  auto it = m_configs.find(cubin_id);
+  return it == m_configs.end() ? nullptr : it->second;
+}
+
 protocol::Expected<std::shared_ptr<Kernel>> Launcher::kernel(const protocol::ProblemSpec& problem) {
   const std::string key = problem_text(problem);
   {
@@ -33,7 +56,18 @@ protocol::Expected<std::shared_ptr<Kernel>> Launcher::kernel(const protocol::Pro
   auto k = fetch(problem);  // outside the lock: may wait for a compile
   if (!k) return k;
   std::lock_guard lock(m_mutex);
-  return m_kernels.try_emplace(key, std::move(*k)).first->second;
+  const std::string& id = (*k)->description().cubin_id;
+  if (!id.empty()) m_configs.try_emplace(id, *k);
+  auto [it, added] = m_kernels.try_emplace(key, std::move(*k));
+  std::shared_ptr<Kernel> kept = it->second;
+  if (added) {
+    m_order.push_back(key);
+    while (m_kernels.size() > m_max_kernels) {  // the oldest shapes go; their configs stay
+      m_kernels.erase(m_order.front());
+      m_order.pop_front();
+    }
+  }
+  return kept;
 }
 
 protocol::Expected<std::shared_ptr<Kernel>> Launcher::fetch(const protocol::ProblemSpec& problem) {
@@ -42,6 +76,13 @@ protocol::Expected<std::shared_ptr<Kernel>> Launcher::fetch(const protocol::Prob
   std::optional<protocol::Error> first_error;
   for (const auto& e : reply->entries) {
     if (e.launch.is_null()) continue;  // the daemon does not have this template installed
+    if (auto launch = protocol::launch_from_json(e.launch); launch && !launch->cubin_id.empty())
+      if (auto held = config(launch->cubin_id)) {  // another shape of a config fetched before
+        auto k = Kernel::create_like(*held, std::move(*launch), reply->problem_key);
+        if (k) return k;
+        if (!first_error) first_error = k.error();
+        continue;
+      }
     auto image = m_client.kernel(protocol::kernel_request_for(problem, reply->device, e));
     if (image) {
       auto k = Kernel::create(std::move(*image));

@@ -6,13 +6,18 @@
 //
 // The first call for a shape looks it up (protocol v2), fetches the best entry's cubin (the
 // daemon compiles it on first request) and loads it; later calls for the same shape find the
-// Kernel in a map and launch (a few microseconds of host time). An entry the daemon cannot serve
-// (a template not installed, a compile failure) falls through to the next. Errors are returned,
-// never thrown; the application decides its fallback (e.g. cuBLAS).
+// Kernel in a map and launch (a few microseconds of host time). A shape whose best entry is a
+// config already fetched for another shape (the same cubin_id) needs only the lookup: its Kernel
+// shares that config's cubin, module and workspaces (Kernel::create_like), so a model whose shapes
+// vary holds one module per config. The map keeps the max_kernels() shapes added last; one
+// dropped is looked up again when asked (the config's module stays). An entry the daemon cannot
+// serve (a template not installed, a compile failure) falls through to the next. Errors are
+// returned, never thrown; the application decides its fallback (e.g. cuBLAS).
 // Thread-safe. Buffers are device addresses (CUdeviceptr values); streams are CUstreams.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,17 +37,26 @@ class Launcher {
 
   // The kernel for `problem`, looked up and fetched on first use, then kept.
   protocol::Expected<std::shared_ptr<Kernel>> kernel(const protocol::ProblemSpec& problem);
-  // Kernels held (one per distinct problem asked).
+  // Kernels held (one per distinct problem asked, the max_kernels() added last).
   size_t size() const;
+  // Configs fetched (one Kernel of each kept, holding the config's module and workspaces).
+  size_t configs() const;
+  size_t max_kernels() const;
+  void set_max_kernels(size_t n);  // at least 1; default 4096
 
  private:
   protocol::Expected<std::shared_ptr<Kernel>> fetch(const protocol::ProblemSpec& problem);
+  // The Kernel of a config fetched before, by cubin id (nullptr if none).
+  std::shared_ptr<Kernel> config(const std::string& cubin_id) const;
 
   Client& m_client;
   std::string m_device;
   std::string m_pin;
   mutable std::mutex m_mutex;
   std::unordered_map<std::string, std::shared_ptr<Kernel>> m_kernels;  // by problem key text
+  std::deque<std::string> m_order;  // m_kernels' keys, oldest added first
+  size_t m_max_kernels = 4096;
+  std::unordered_map<std::string, std::shared_ptr<Kernel>> m_configs;  // by cubin id
 };
 
 // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C. Layout "rc" is nn.Linear's: A row-major,

@@ -163,7 +163,7 @@ struct RawLaunch {
   std::vector<void*> params;
   std::vector<std::unique_ptr<Buffer>> workspaces;
   RawLaunch(const ktune::Kernel& k, const std::vector<CUdeviceptr>& buffers, CUstream s) {
-    CHECK_CU(api->cuModuleLoadData(&module, k.image().cubin.data()));
+    CHECK_CU(api->cuModuleLoadData(&module, k.cubin().data()));
     CHECK_CU(api->cuModuleGetFunction(&fn, module, k.image().lowered_name.c_str()));
     const auto& d = k.description();
     CHECK_CU(

@@ -158,6 +158,23 @@ TEST_F(KernelGpuTest, SplitKGemmMatchesTheHostReference) {
   check_gemm(16, 4096, 4096);
 }
 
+// Batch sizes of one split-K config, one stream, in the order a server meets them: the second
+// shape shares the first's module and workspaces, the third needs more and gets larger ones, the
+// first again launches on what it had. Every result matches (shared tile tickets are left zeroed
+// by every shape; partials are written before they are read).
+TEST_F(KernelGpuTest, BatchSizesOfOneSplitKConfigShareItsModuleAndWorkspaces) {
+  std::vector<std::string> ids;
+  for (std::int64_t m : {8, 16, 64}) {
+    auto k = m_launcher->kernel({"gemm", "bf16", "", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}});
+    ASSERT_TRUE(k) << k.error().message;
+    ids.push_back((*k)->description().cubin_id);
+  }
+  const size_t configs = std::set<std::string>(ids.begin(), ids.end()).size();
+  EXPECT_EQ(m_launcher->configs(), configs);
+  for (std::int64_t m : {8, 16, 64, 8, 16}) check_gemm(m, 4096, 4096);
+  EXPECT_EQ(m_launcher->configs(), configs);
+}
+
 // Two non-blocking streams run one split-K shape at once, each on its own inputs, each stream's
 // first launch right after its workspaces were zeroed: both results match. (One Kernel kept one
 // set of workspaces per context, so the two streams' launches mixed each other's fp32 partials

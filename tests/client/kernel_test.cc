@@ -116,6 +116,35 @@ TEST(KernelTest, RefusesACubinThatIsNotWhatItsDescriptionSays) {
   EXPECT_FALSE(Kernel::create(garbage));
 }
 
+// create_like() takes another shape of the same cubin only: another cubin id, arch or entry is
+// refused (its cubin is not the one held), and the new Kernel shares the bytes.
+TEST(KernelTest, CreateLikeTakesOnlyADescriptionOfTheSameCubin) {
+  auto image = softmax_image("sm_80");
+  image.launch.cubin_id = "00000000000000aa";
+  auto k = Kernel::create(image);
+  ASSERT_TRUE(k) << k.error().message;
+  EXPECT_TRUE((*k)->image().cubin.empty());
+  EXPECT_EQ((*k)->cubin(), image.cubin);
+  auto launch = image.launch;
+  launch.grid[0] = 77;
+  auto like = Kernel::create_like(**k, launch, "softmax|other");
+  ASSERT_TRUE(like) << like.error().message;
+  EXPECT_EQ((*like)->cubin().data(), (*k)->cubin().data());
+  EXPECT_EQ((*like)->description().grid[0], 77u);
+  EXPECT_EQ((*like)->image().problem_key, "softmax|other");
+  EXPECT_EQ((*like)->buffer_names(), (*k)->buffer_names());
+  for (auto edit : {+[](protocol::LaunchDescription& d) { d.cubin_id = "00000000000000bb"; },
+                    +[](protocol::LaunchDescription& d) { d.cubin_id.clear(); },
+                    +[](protocol::LaunchDescription& d) { d.arch = "sm_90"; },
+                    +[](protocol::LaunchDescription& d) { d.name_expression += " "; }}) {
+    auto other = launch;
+    edit(other);
+    auto r = Kernel::create_like(**k, other, "x");
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().kind, protocol::ErrorKind::bad_request);
+  }
+}
+
 TEST(KernelTest, TakesItsBuffersInOrderAndCountsThem) {
   auto image = softmax_image("sm_80");
   image.launch.args.insert(image.launch.args.begin() + 2, arg("ws", ArgKind::workspace, "i32", 4));

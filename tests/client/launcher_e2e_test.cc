@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "client/cubin.h"
@@ -76,6 +77,44 @@ TEST_F(LauncherTest, FetchesChecksAndKeepsTheKernelOfAShape) {
   }
 }
 
+// A model whose batch varies: every shape whose best entry is a config fetched before takes that
+// Kernel's cubin (no kernel op: the same bytes, not a copy) and its module and workspaces; the
+// map keeps the newest max_kernels() shapes.
+TEST_F(LauncherTest, ShapesOfAConfigFetchedBeforeShareItsKernel) {
+  Client c = client();
+  Launcher launcher(c, k_h200);
+  launcher.set_max_kernels(2);
+  auto problem = [](std::int64_t m) {
+    return protocol::ProblemSpec{"gemm", "bf16", "", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}};
+  };
+  std::vector<std::shared_ptr<Kernel>> kernels;
+  for (std::int64_t m : {16, 8, 12}) {
+    auto looked = c.lookup({problem(m), k_h200, 1});
+    ASSERT_TRUE(looked);
+    auto k = launcher.kernel(problem(m));
+    ASSERT_TRUE(k) << k.error().message;
+    EXPECT_EQ((*k)->description().cubin_id, looked->entries[0].launch["cubin_id"]);
+    EXPECT_EQ((*k)->description().grid[0],
+              looked->entries[0].launch["grid"][0].get<std::uint32_t>())
+        << "the launch is this shape's";
+    EXPECT_EQ((*k)->image().problem_key, looked->problem_key);
+    kernels.push_back(std::move(*k));
+  }
+  ASSERT_EQ(kernels[0]->description().cubin_id, kernels[1]->description().cubin_id)
+      << "the heuristic serves M = 16 and M = 8 one split-K config";
+  EXPECT_EQ(kernels[1]->cubin().data(), kernels[0]->cubin().data()) << "shared, not fetched";
+  EXPECT_TRUE(kernels[0]->image().cubin.empty()) << "the bytes are not kept twice";
+  EXPECT_EQ(launcher.size(), 2u) << "the oldest shape went";
+  std::set<std::string> ids;
+  for (const auto& k : kernels) ids.insert(k->description().cubin_id);
+  EXPECT_EQ(launcher.configs(), ids.size());
+  auto again = launcher.kernel(problem(16));  // dropped: looked up again, its config held
+  ASSERT_TRUE(again);
+  EXPECT_NE(again->get(), kernels[0].get());
+  EXPECT_EQ((*again)->cubin().data(), kernels[0]->cubin().data());
+  EXPECT_EQ(launcher.size(), 2u);
+}
+
 TEST_F(LauncherTest, KernelErrorsComeBackTyped) {
   Client c = client();
   protocol::KernelRequest r{
@@ -104,7 +143,7 @@ TEST_F(LauncherTest, CliWritesTheCubinOfTheBestEntry) {
   Launcher launcher(c, k_h200);
   auto best = launcher.kernel({"softmax", "bf16", "", "", {{"rows", 64}, {"cols", 4096}}});
   ASSERT_TRUE(best) << best.error().message;
-  EXPECT_EQ(bytes.str(), (*best)->image().cubin);
+  EXPECT_EQ(bytes.str(), (*best)->cubin());
   std::tie(rc, text) =
       run_command(cli + " kernel gemm --shape M=64,N=64,K=64 --device " + k_h200 +
                   " --template gemm --config BLOCK_M=48 -o " + (m_dir / "x.cubin") + " 2>&1");
