@@ -119,9 +119,10 @@ protocol::Expected<std::shared_ptr<Kernel>> Kernel::create_like(const Kernel& co
   if (launch.cubin_id.empty() || launch.cubin_id != d.cubin_id || launch.arch != d.arch ||
       launch.name_expression != d.name_expression)
     return protocol::error(ErrorKind::bad_request, "the launch description names cubin " +
-                                                       launch.cubin_id + " (" + launch.arch +
+                                                       launch.cubin_id + " (" + launch.arch + ", " +
+                                                       launch.name_expression +
                                                        "), not this kernel's " + d.cubin_id + " (" +
-                                                       d.arch + ")");
+                                                       d.arch + ", " + d.name_expression + ")");
   protocol::KernelImage image = config.m_image;  // less its cubin: config's image holds none
   image.launch = std::move(launch);
   image.problem_key = std::move(problem_key);
@@ -244,6 +245,7 @@ protocol::Expected<void> Kernel::load_into(Loaded& l) {
                                std::to_string(major * 10 + minor) + " (it was served for " +
                                m_image.device + "; ask ktune for this device's class)");
   const auto ctx = static_cast<CUcontext>(l.context);
+  RelaxedCaptureMode relaxed(api);  // a first launch may be inside a graph capture
   std::lock_guard lock(m_shared->mutex);
   auto& contexts = m_shared->contexts;
   auto held = std::find_if(contexts.begin(), contexts.end(),
@@ -266,7 +268,6 @@ protocol::Expected<void> Kernel::load_into(Loaded& l) {
     return {};
   }
   CUmodule module = nullptr;
-  RelaxedCaptureMode relaxed(api);  // a first launch may be inside a graph capture
   if (CUresult r = api.cuModuleLoadData(&module, m_shared->cubin.data()); r != CUDA_SUCCESS)
     return std::unexpected(api.error(r, "cuModuleLoadData"));
   // A module whose entry or shared-memory limit failed is unloaded here, in relaxed mode: each

@@ -25,13 +25,14 @@
 //   needs more gets new ones of twice the size, and the old stay allocated (a graph may hold
 //   them). A workspace that must read zero but is left dirty (no template declares one) is the
 //   Kernel's own.
-// - The modules and workspaces go with the config's last Kernel.
+// - The modules and workspaces go with the config's last Kernel. They are keyed by the CUDA
+//   context's handle: do not destroy a context while Kernels that launched in it live.
 // CUDA graphs: a first launch on a stream being captured (any capture mode) loads the module and
 // allocates with this thread's capture mode relaxed for those calls, and zeroes the workspaces on
 // a private stream, waited for: the graph holds only the kernel, and replays reuse that stream's
-// workspaces (replay graphs captured on one stream one at a time). Keep a Kernel of the config
-// alive while a graph that launched it may replay. Thread-safe: launches from several threads are
-// fine.
+// workspaces, whatever the shape (replay graphs captured on one stream one at a time). Keep a
+// Kernel of the config alive while a graph that launched it may replay. Thread-safe: launches from
+// several threads are fine.
 //
 // Tensor maps (sm_90 templates such as gemm_tma): a `tensor_map` argument is parsed at create()
 // (client/tensor_map.h) and encoded on every launch with cuTensorMapEncodeTiled from the address

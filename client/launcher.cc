@@ -39,6 +39,14 @@ size_t Launcher::max_kernels() const {
 void Launcher::set_max_kernels(size_t n) {
   std::lock_guard lock(m_mutex);
   m_max_kernels = std::max<size_t>(n, 1);
+  trim();
+}
+
+void Launcher::trim() {
+  while (m_kernels.size() > m_max_kernels) {  // the oldest shapes go; their configs stay
+    m_kernels.erase(m_order.front());
+    m_order.pop_front();
+  }
 }
 
 std::shared_ptr<Kernel> Launcher::config(const std::string& cubin_id) const {
@@ -62,10 +70,7 @@ protocol::Expected<std::shared_ptr<Kernel>> Launcher::kernel(const protocol::Pro
   std::shared_ptr<Kernel> kept = it->second;
   if (added) {
     m_order.push_back(key);
-    while (m_kernels.size() > m_max_kernels) {  // the oldest shapes go; their configs stay
-      m_kernels.erase(m_order.front());
-      m_order.pop_front();
-    }
+    trim();
   }
   return kept;
 }

@@ -48,6 +48,8 @@ class Launcher {
   protocol::Expected<std::shared_ptr<Kernel>> fetch(const protocol::ProblemSpec& problem);
   // The Kernel of a config fetched before, by cubin id (nullptr if none).
   std::shared_ptr<Kernel> config(const std::string& cubin_id) const;
+  // Drops the oldest shapes past m_max_kernels. REQUIRES: m_mutex held.
+  void trim();
 
   Client& m_client;
   std::string m_device;

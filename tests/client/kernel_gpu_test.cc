@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "client/cuda_api.h"
@@ -158,21 +159,50 @@ TEST_F(KernelGpuTest, SplitKGemmMatchesTheHostReference) {
   check_gemm(16, 4096, 4096);
 }
 
-// Batch sizes of one split-K config, one stream, in the order a server meets them: the second
-// shape shares the first's module and workspaces, the third needs more and gets larger ones, the
-// first again launches on what it had. Every result matches (shared tile tickets are left zeroed
-// by every shape; partials are written before they are read).
+// Batch sizes of one split-K config, one stream, in the order a server meets them: M = 16 is
+// fetched, M = 8 and M = 64 are Kernels of its config (create_like: its cubin, module and
+// workspaces); M = 64 needs more workspace and gets larger ones, and M = 8 and 16 launch again on
+// what they had. Every result matches (the shared tile tickets are left zeroed by every shape;
+// partials are written before they are read).
 TEST_F(KernelGpuTest, BatchSizesOfOneSplitKConfigShareItsModuleAndWorkspaces) {
-  std::vector<std::string> ids;
-  for (std::int64_t m : {8, 16, 64}) {
-    auto k = m_launcher->kernel({"gemm", "bf16", "", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}});
+  const std::int64_t N = 4096, K = 4096;
+  auto first = m_launcher->kernel({"gemm", "bf16", "", "rc", {{"M", 16}, {"N", N}, {"K", K}}});
+  ASSERT_TRUE(first) << first.error().message;
+  std::map<std::int64_t, std::shared_ptr<Kernel>> kernels{{16, *first}};
+  for (std::int64_t m : {8, 64}) {  // the same template and params at another shape
+    protocol::KernelRequest r;
+    r.problem = {"gemm", "bf16", "", "rc", {{"M", m}, {"N", N}, {"K", K}}};
+    r.template_name = (*first)->image().template_name;
+    r.params = (*first)->image().params;
+    auto image = m_client->kernel(r);
+    ASSERT_TRUE(image) << image.error().message;
+    auto k = Kernel::create_like(**first, image->launch, image->problem_key);
     ASSERT_TRUE(k) << k.error().message;
-    ids.push_back((*k)->description().cubin_id);
+    EXPECT_EQ((*k)->cubin().data(), (*first)->cubin().data());
+    kernels[m] = *k;
   }
-  const size_t configs = std::set<std::string>(ids.begin(), ids.end()).size();
-  EXPECT_EQ(m_launcher->configs(), configs);
-  for (std::int64_t m : {8, 16, 64, 8, 16}) check_gemm(m, 4096, 4096);
-  EXPECT_EQ(m_launcher->configs(), configs);
+  auto workspace_bytes = [](const Kernel& k) {
+    std::int64_t bytes = 0;
+    for (const auto& a : k.description().args)
+      if (a.kind == protocol::ArgKind::workspace) bytes += a.bytes;
+    return bytes;
+  };
+  ASSERT_GT(workspace_bytes(*kernels[16]), 0) << "a split-K config";
+  ASSERT_GT(workspace_bytes(*kernels[64]), workspace_bytes(*kernels[16])) << "M = 64 needs more";
+  const auto w = random(size_t(N * K), -1, 1, 2);
+  DeviceBuffer dw(m_api, w.size() * 2);
+  dw.upload(bf16(w));
+  for (std::int64_t m : {16, 8, 64, 8, 16, 64}) {
+    const auto a = random(size_t(m * K), -1, 1, 100 + unsigned(m));
+    DeviceBuffer da(m_api, a.size() * 2), dc(m_api, size_t(m * N) * 2);
+    da.upload(bf16(a));
+    m_api->cuMemsetD8(dc.ptr, 0xff, dc.bytes);  // NaN in bf16: every element must be written
+    auto ok = kernels[m]->launch({da.ptr, dw.ptr, dc.ptr}, m_stream);
+    ASSERT_TRUE(ok) << "M = " << m << ": " << ok.error().message;
+    ASSERT_EQ(m_api->cuStreamSynchronize(m_stream), CUDA_SUCCESS) << "M = " << m;
+    const auto ref = gemm_reference(a, w, m, N, K);
+    EXPECT_LT(rel_error(dc.download<std::uint16_t>(ref.size()), ref), 1e-2) << "M = " << m;
+  }
 }
 
 // Two non-blocking streams run one split-K shape at once, each on its own inputs, each stream's

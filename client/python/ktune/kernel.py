@@ -22,7 +22,11 @@ a new shape from a lookup entry alone, without the ``kernel`` op, once its confi
   kernel's partials and tile tickets must not be shared by two launches in flight. Every shape of
   the config takes the same ones on that stream; a shape that needs more gets a new set of twice
   the size (the old stays allocated: a CUDA graph may hold it). Graphs captured on one stream share
-  its workspaces: replay them one at a time.
+  its workspaces, whatever their shapes (torch.cuda.graph captures every graph on one stream):
+  replay them one at a time. Threads launching on the per-thread default stream share one too.
+- Modules and workspaces are keyed by the CUDA context's handle: a context destroyed while the
+  process goes on must not be followed by one that reuses its handle (ktune's clients never
+  destroy one; a primary context lives until the process ends).
 - CUDA graphs: a first launch on a stream that is being captured (any capture mode) loads the
   module and allocates the workspaces with this thread's capture mode relaxed for those calls,
   and zeroes them on a private stream, so the graph holds only the kernel and replays correctly.
@@ -496,10 +500,10 @@ def _digest(cubin: bytes) -> str:
 
 def _shared_workspace(w: Dict[str, Any]) -> bool:
     """Whether launches of a config at other shapes may share this workspace on one stream: it
-    reads zero after every launch (tile tickets) or needs no zeroing at all (partials). One that
-    must read zero but is left dirty (no template declares that) gets a set per Kernel."""
-    zero_first, left_zeroed = w.get("zero_before_first_use"), w.get("left_zeroed")
-    return (zero_first is True and left_zeroed is True) or zero_first is False
+    reads zero after every launch (tile tickets) or needs no zeroing at all (partials; also a
+    description without the flags, as the C++ client reads one). One that must read zero but is
+    left dirty (no template declares that) gets a set per Kernel, kept for the process."""
+    return bool(w.get("left_zeroed")) or not w.get("zero_before_first_use")
 
 
 # ---- Kernel ------------------------------------------------------------------------------------
@@ -528,7 +532,9 @@ class Kernel:
             return None
         with _cubins_lock:
             known = _cubins.get(key)
-        if known is None or known[2] != launch.get("arch"):
+        if (known is None or known[2] != launch.get("arch")
+                or known[3].get("name_expression", launch.get("name_expression"))
+                != launch.get("name_expression")):
             return None
         kernel = cls.__new__(cls)
         try:

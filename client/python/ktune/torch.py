@@ -49,7 +49,7 @@ _launches: Dict[str, int] = {}                      # op -> calls served by ktun
 _plans: Dict[Tuple[Any, ...], Tuple[Kernel, Any]] = {}  # fast path: call shape -> (kernel, out)
 _down_until = 0.0                                   # no daemon: do not ask before this time
 retry_s = 30.0
-max_shapes = 4096  # shapes _kernels and _plans each keep; the oldest added go first
+max_shapes = 4096  # shapes _kernels and _plans each keep; the oldest added go at the next insert
 # Answers that say nothing about the shape (no daemon, a reply late, a daemon stopping): the
 # shape is not remembered as unservable, and the daemon is asked again after retry_s.
 _TRANSIENT = ("connection_failed", "timeout", "unavailable")

@@ -680,9 +680,11 @@ class LaunchPathTest(unittest.TestCase):
         self.assertEqual(drv.loads, [0xC0], "the module held is used")
         self.assertEqual(drv.launches[-1]["grid"], tuple(entry.launch["grid"]))
         self.assertEqual(drv.launches[-1]["values"][:3], [0xA100, 0xB100, 0xC100])
-        # No cubin id (a daemon before 2026-12-01), another arch, an unknown id: not held.
+        # No cubin id (a daemon before 2026-12-01), another arch or entry, an unknown id: not
+        # held.
         for launch in ({k: v for k, v in entry.launch.items() if k != "cubin_id"},
-                       dict(entry.launch, arch="sm_80"), dict(entry.launch, cubin_id="0" * 16)):
+                       dict(entry.launch, arch="sm_80"), dict(entry.launch, cubin_id="0" * 16),
+                       dict(entry.launch, name_expression="ktune_other<1>")):
             self.assertIsNone(ktune.Kernel.for_launch(launch))
         with self.assertRaises(ktune.KtuneError) as e:  # malformed: a ktune error, as Kernel()'s
             ktune.Kernel.for_launch(dict(entry.launch, args=None))
