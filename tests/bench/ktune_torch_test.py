@@ -109,5 +109,68 @@ class TransientErrorTest(unittest.TestCase):
             self.assertEqual(kt._kernels[key], second, "an answer about the entry is remembered")
 
 
+class HeldConfigClient:
+    """lookup answers one entry of config `cubin_id`; kernel() counts and refuses."""
+
+    def __init__(self):
+        self.kernel_calls, self.cubin_id = 0, "a"
+
+    def lookup(self, op, **kw):
+        entry = types.SimpleNamespace(launch={"cubin_id": self.cubin_id, "grid": [kw["M"], 1, 1]},
+                                      template="gemm")
+        return types.SimpleNamespace(entries=[entry], device="nvidia-h200.sm90.132sm.140gib")
+
+    def kernel(self, op, **kw):
+        self.kernel_calls += 1
+        from ktune import KtuneError
+        raise KtuneError("bad_request", f"no such config at M={kw['M']}")
+
+
+class DynamicShapesTest(unittest.TestCase):
+    """A model whose batch varies: a shape whose config the process holds needs no kernel op,
+    and the caches keep the newest max_shapes shapes."""
+
+    def setUp(self):
+        self.client = HeldConfigClient()
+        kt.configure(client=self.client)
+        saved = (kt.max_shapes, kt.Kernel.for_launch)
+        self.addCleanup(lambda: (setattr(kt, "max_shapes", saved[0]),
+                                 setattr(kt.Kernel, "for_launch", saved[1]),
+                                 kt.configure(client=StubClient([]))))
+        self.made = []
+
+        def for_launch(launch):  # the held config "a": a Kernel per launch, as Kernel's own
+            if launch["cubin_id"] != "a":
+                return None
+            self.made.append(launch["grid"][0])
+            return types.SimpleNamespace(description=launch)
+        kt.Kernel.for_launch = staticmethod(for_launch)
+
+    def test_a_held_config_is_not_fetched_and_the_oldest_shapes_go(self):
+        kt.max_shapes = 4
+        for m in range(1, 11):
+            k = kt._kernel(("linear", m), "gemm", "bf16", "rc", {"M": m, "N": 8, "K": 8})
+            self.assertEqual(k.description["grid"][0], m, "the launch of this shape")
+        self.assertEqual(self.client.kernel_calls, 0)
+        self.assertEqual(self.made, list(range(1, 11)))
+        self.assertEqual(sorted(kt._kernels), [("linear", m) for m in range(7, 11)])
+        # Another config: fetched (here refused), and the refusal remembered like a Kernel.
+        self.client.cubin_id = "b"
+        reason = kt._kernel(("linear", 99), "gemm", "bf16", "rc", {"M": 99, "N": 8, "K": 8})
+        self.assertEqual(self.client.kernel_calls, 1)
+        self.assertIn("no such config at M=99", reason)
+        self.assertEqual(len(kt._kernels), 4)
+        self.assertIn(("linear", 99), kt._kernels)
+
+    def test_fallback_reasons_are_bounded(self):
+        for m in range(kt._MAX_REASONS + 50):
+            kt._fallback("linear", f"refused at M={m}")
+        items = kt.explain()
+        self.assertEqual(len(items), kt._MAX_REASONS + 1)
+        self.assertEqual(sum(i["calls"] for i in items), kt._MAX_REASONS + 50)
+        self.assertEqual(items[0]["calls"], 50)
+        self.assertIn("other reasons", items[0]["reason"])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -84,9 +84,15 @@ def stats() -> Dict[str, Any]:
         return {"ktune": dict(_launches), "fallback": sum(_fallbacks.values())}
 
 
+_MAX_REASONS = 256  # distinct (op, reason) kept; a reason may name its shape
+
+
 def _fallback(op: str, reason: str) -> None:
     with _lock:
-        _fallbacks[(op, reason)] = _fallbacks.get((op, reason), 0) + 1
+        key = (op, reason)
+        if key not in _fallbacks and len(_fallbacks) >= _MAX_REASONS:
+            key = (op, f"other reasons (more than {_MAX_REASONS} kinds recorded)")
+        _fallbacks[key] = _fallbacks.get(key, 0) + 1
 
 
 def _get_client() -> Client:
