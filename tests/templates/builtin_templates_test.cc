@@ -121,6 +121,32 @@ TEST(BuiltinTemplatesTest, HeuristicRankOrdersTheTemplatesOfAProblem) {
 // safe chain's 2-stage, 1-consumer config (0.305x cuBLAS at 128x4096x4096 on an H100). It gets
 // the rules tuned there: split-K 4 summed in bands while 4 slices of every tile fit a wave, then
 // split 2, then whole tiles with 5 stages.
+// The mma.sync gemm's decode rows (M <= 32, K >= 2048) split K only while the 64-column tiles
+// fit one wave: 224 tiles of N = 14336 ran 16-25 % slower split in two (H100, graphed,
+// bench/NOTES.md "Decode rows").
+TEST(BuiltinTemplatesTest, GemmSplitsDecodeRowsOnlyBelowOneWaveOfTiles) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* gemm = reg.find("gemm");
+  ASSERT_NE(gemm, nullptr);
+  const auto limits = *DeviceLimits::for_arch("sm_90");
+  ASSERT_EQ(limits.sm_count, 132);
+  auto rule = [&](int64_t m, int64_t n, int64_t k) {
+    const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", n}, {"K", k}}};
+    auto h = heuristic_config(*gemm, p, limits);
+    EXPECT_TRUE(h) << p.describe();
+    return h ? std::pair{h->at("BLOCK_M"), h->at("SPLIT_K")} : std::pair<int64_t, int64_t>{};
+  };
+  using R = std::pair<int64_t, int64_t>;  // BLOCK_M, SPLIT_K
+  EXPECT_EQ(rule(16, 4096, 4096), (R{16, 2})) << "64 tiles: split";
+  EXPECT_EQ(rule(16, 8448, 4096), (R{16, 2})) << "132 tiles: one wave, split";
+  EXPECT_EQ(rule(16, 8512, 4096), (R{16, 1})) << "133 tiles";
+  EXPECT_EQ(rule(1, 14336, 4096), (R{16, 1}));
+  EXPECT_EQ(rule(16, 14336, 4096), (R{16, 1}));
+  EXPECT_EQ(rule(32, 4096, 14336), (R{32, 2}));
+  EXPECT_EQ(rule(32, 14336, 4096), (R{32, 1}));
+  EXPECT_EQ(rule(24, 11008, 4096), (R{32, 1}));
+}
+
 TEST(BuiltinTemplatesTest, GemmTmaHasRulesForOneRowOfTiles) {
   auto reg = TemplateRegistry::load({builtin_template_dir()});
   const KernelTemplate* tma = reg.find("gemm_tma");
