@@ -31,7 +31,9 @@
 // allocates with this thread's capture mode relaxed for those calls, and zeroes the workspaces on
 // a private stream, waited for: the graph holds only the kernel, and replays reuse that stream's
 // workspaces, whatever the shape (replay graphs captured on one stream one at a time). Keep a
-// Kernel of the config alive while a graph that launched it may replay. Thread-safe: launches from
+// Kernel of the config alive while a graph that launched it may replay. Launches on the
+// per-thread default stream (CU_STREAM_PER_THREAD) from several threads share one set of
+// workspaces though they may run at once: give each thread a stream of its own. Thread-safe: launches from
 // several threads are fine.
 //
 // Tensor maps (sm_90 templates such as gemm_tma): a `tensor_map` argument is parsed at create()

@@ -23,7 +23,8 @@ a new shape from a lookup entry alone, without the ``kernel`` op, once its confi
   the config takes the same ones on that stream; a shape that needs more gets a new set of twice
   the size (the old stays allocated: a CUDA graph may hold it). Graphs captured on one stream share
   its workspaces, whatever their shapes (torch.cuda.graph captures every graph on one stream):
-  replay them one at a time. Threads launching on the per-thread default stream share one too.
+  replay them one at a time. Launches on the per-thread default stream (handle 2) from several
+  threads share one set too, though they may run at once: give each thread a stream of its own.
 - Modules and workspaces are keyed by the CUDA context's handle: a context destroyed while the
   process goes on must not be followed by one that reuses its handle (ktune's clients never
   destroy one; a primary context lives until the process ends).
