@@ -117,51 +117,51 @@ TEST(BuiltinTemplatesTest, HeuristicRankOrdersTheTemplatesOfAProblem) {
   EXPECT_EQ(std::count(rr90.begin(), rr90.end(), "gemm_tma"), 0);
 }
 
-// One row of 128-row tiles (M = 128: a decode batch) fell through every gemm_tma rule to the
-// safe chain's 2-stage, 1-consumer config (0.305x cuBLAS at 128x4096x4096 on an H100). It gets
-// the rules tuned there: split-K 4 summed in bands while 4 slices of every tile fit a wave, then
-// split 2, then whole tiles with 5 stages.
+// The named params of the config a built-in template's heuristic gives a bf16 rc GEMM of
+// m x n x k on an sm_90 of 132 SMs (empty when no rule applies).
+std::map<std::string, int64_t> gemm_rule(const char* name, int64_t m, int64_t n, int64_t k,
+                                         std::initializer_list<const char*> params) {
+  static const TemplateRegistry reg = TemplateRegistry::load({builtin_template_dir()});
+  const auto limits = *DeviceLimits::for_arch("sm_90");
+  EXPECT_EQ(limits.sm_count, 132);
+  std::map<std::string, int64_t> got;
+  const KernelTemplate* t = reg.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return got;
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", n}, {"K", k}}};
+  auto h = heuristic_config(*t, p, limits);
+  EXPECT_TRUE(h) << name << " " << p.describe();
+  if (h)
+    for (const char* param : params) got[param] = h->at(param);
+  return got;
+}
+
 // The mma.sync gemm's decode rows (M <= 32, K >= 2048) split K only while the 64-column tiles
 // fit one wave: 224 tiles of N = 14336 ran 16-25 % slower split in two (H100, graphed,
 // bench/NOTES.md "Decode rows").
 TEST(BuiltinTemplatesTest, GemmSplitsDecodeRowsOnlyBelowOneWaveOfTiles) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* gemm = reg.find("gemm");
-  ASSERT_NE(gemm, nullptr);
-  const auto limits = *DeviceLimits::for_arch("sm_90");
-  ASSERT_EQ(limits.sm_count, 132);
-  auto rule = [&](int64_t m, int64_t n, int64_t k) {
-    const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", n}, {"K", k}}};
-    auto h = heuristic_config(*gemm, p, limits);
-    EXPECT_TRUE(h) << p.describe();
-    return h ? std::pair{h->at("BLOCK_M"), h->at("SPLIT_K")} : std::pair<int64_t, int64_t>{};
+  auto rule = [](int64_t m, int64_t n, int64_t k) {
+    return gemm_rule("gemm", m, n, k, {"BLOCK_M", "SPLIT_K"});
   };
-  using R = std::pair<int64_t, int64_t>;  // BLOCK_M, SPLIT_K
-  EXPECT_EQ(rule(16, 4096, 4096), (R{16, 2})) << "64 tiles: split";
-  EXPECT_EQ(rule(16, 8448, 4096), (R{16, 2})) << "132 tiles: one wave, split";
-  EXPECT_EQ(rule(16, 8512, 4096), (R{16, 1})) << "133 tiles";
-  EXPECT_EQ(rule(1, 14336, 4096), (R{16, 1}));
-  EXPECT_EQ(rule(16, 14336, 4096), (R{16, 1}));
-  EXPECT_EQ(rule(32, 4096, 14336), (R{32, 2}));
-  EXPECT_EQ(rule(32, 14336, 4096), (R{32, 1}));
-  EXPECT_EQ(rule(24, 11008, 4096), (R{32, 1}));
+  using P = std::map<std::string, int64_t>;
+  EXPECT_EQ(rule(16, 4096, 4096), (P{{"BLOCK_M", 16}, {"SPLIT_K", 2}})) << "64 tiles: split";
+  EXPECT_EQ(rule(16, 8448, 4096), (P{{"BLOCK_M", 16}, {"SPLIT_K", 2}})) << "132 tiles: one wave";
+  EXPECT_EQ(rule(16, 8512, 4096), (P{{"BLOCK_M", 16}, {"SPLIT_K", 1}})) << "133 tiles";
+  EXPECT_EQ(rule(1, 14336, 4096), (P{{"BLOCK_M", 16}, {"SPLIT_K", 1}}));
+  EXPECT_EQ(rule(16, 14336, 4096), (P{{"BLOCK_M", 16}, {"SPLIT_K", 1}}));
+  EXPECT_EQ(rule(32, 4096, 14336), (P{{"BLOCK_M", 32}, {"SPLIT_K", 2}}));
+  EXPECT_EQ(rule(32, 14336, 4096), (P{{"BLOCK_M", 32}, {"SPLIT_K", 1}}));
+  EXPECT_EQ(rule(24, 11008, 4096), (P{{"BLOCK_M", 32}, {"SPLIT_K", 1}}));
 }
 
+// One row of 128-row tiles (M = 128: a decode batch) fell through every gemm_tma rule to the
+// safe chain's 2-stage, 1-consumer config (0.305x cuBLAS at 128x4096x4096 on an H100). It gets
+// the rules tuned there: split-K 4 summed in bands while 4 slices of every tile fit a wave, then
+// split 2, then whole tiles with 5 stages.
 TEST(BuiltinTemplatesTest, GemmTmaHasRulesForOneRowOfTiles) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* tma = reg.find("gemm_tma");
-  ASSERT_NE(tma, nullptr);
-  const auto limits = *DeviceLimits::for_arch("sm_90");
-  ASSERT_EQ(limits.sm_count, 132);
-  auto rule = [&](int64_t m, int64_t n, int64_t k) {
-    const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", n}, {"K", k}}};
-    auto h = heuristic_config(*tma, p, limits);
-    EXPECT_TRUE(h) << p.describe();
-    std::map<std::string, int64_t> got;
-    if (h)
-      for (const auto& name : {"SPLITS", "REDUCE", "STAGES", "CONSUMERS", "PERSISTENT"})
-        got[name] = h->at(name);
-    return got;
+  auto rule = [](int64_t m, int64_t n, int64_t k) {
+    return gemm_rule("gemm_tma", m, n, k,
+                     {"SPLITS", "REDUCE", "STAGES", "CONSUMERS", "PERSISTENT"});
   };
   using P = std::map<std::string, int64_t>;
   EXPECT_EQ(rule(128, 4096, 4096),
