@@ -80,6 +80,12 @@ struct Kernel::Shared {
 
   explicit Shared(std::string bytes) : cubin(std::move(bytes)) {}
   ~Shared();
+  // The current workspace of argument `index` for launches on `stream` in `context`, or end().
+  std::vector<Workspace>::iterator find(CUcontext context, void* stream, size_t index) {
+    return std::find_if(workspaces.begin(), workspaces.end(), [&](const Workspace& w) {
+      return w.context == context && w.stream == stream && w.index == index;
+    });
+  }
   Shared(const Shared&) = delete;
   Shared& operator=(const Shared&) = delete;
 
@@ -357,9 +363,7 @@ protocol::Expected<Kernel::StreamWorkspaces> Kernel::allocate_workspaces(const L
     if (l.lent[i]) continue;
     const protocol::LaunchArg& a = *m_workspace_args[i];
     const bool shared = shareable(a);
-    auto old = std::find_if(held.begin(), held.end(), [&](const Shared::Workspace& w) {
-      return shared && w.context == ctx && w.stream == stream_handle && w.index == i;
-    });
+    auto old = shared ? m_shared->find(ctx, stream_handle, i) : held.end();
     if (old != held.end() && old->bytes >= std::uint64_t(a.bytes)) {
       out.addresses[i] = old->address;
       continue;
@@ -393,9 +397,7 @@ protocol::Expected<Kernel::StreamWorkspaces> Kernel::allocate_workspaces(const L
     return std::unexpected(api.error(r, what));
   }
   for (Shared::Workspace& w : made) {
-    auto old = std::find_if(held.begin(), held.end(), [&](const Shared::Workspace& h) {
-      return h.context == w.context && h.stream == w.stream && h.index == w.index;
-    });
+    auto old = m_shared->find(w.context, w.stream, w.index);
     if (old == held.end()) {
       held.push_back(w);
     } else {  // the smaller one stays allocated until the config goes: a graph may launch it
