@@ -136,22 +136,32 @@ std::map<std::string, int64_t> gemm_rule(const char* name, int64_t m, int64_t n,
   return got;
 }
 
-// The mma.sync gemm's decode rows (M <= 32, K >= 2048) split K only while the 64-column tiles
-// fit one wave: 224 tiles of N = 14336 ran 16-25 % slower split in two (H100, graphed,
-// bench/NOTES.md "Decode rows").
-TEST(BuiltinTemplatesTest, GemmSplitsDecodeRowsOnlyBelowOneWaveOfTiles) {
-  auto rule = [](int64_t m, int64_t n, int64_t k) {
-    return gemm_rule("gemm", m, n, k, {"BLOCK_M", "SPLIT_K"});
+// The mma.sync gemm's decode rows (M <= 32, K >= 2048) split K in two only where the waves say it
+// pays: T 64-column tiles, one block per SM, cost ceil(T / SMs) waves of K whole and
+// ceil(2T / SMs) waves of K / 2 + 1024 split (H100, graphed: bench/NOTES.md "Decode rows: the
+// waves"). 132 SMs here.
+TEST(BuiltinTemplatesTest, GemmSplitsDecodeRowsWhereTheWavesSayItPays) {
+  auto split = [](int64_t m, int64_t n, int64_t k) {
+    auto p = gemm_rule("gemm", m, n, k, {"BLOCK_M", "SPLIT_K"});
+    EXPECT_EQ(p["BLOCK_M"], m <= 16 ? 16 : 32) << m << "x" << n << "x" << k;
+    return p["SPLIT_K"];
   };
-  using P = std::map<std::string, int64_t>;
-  EXPECT_EQ(rule(16, 4096, 4096), (P{{"BLOCK_M", 16}, {"SPLIT_K", 2}})) << "64 tiles: split";
-  EXPECT_EQ(rule(16, 8448, 4096), (P{{"BLOCK_M", 16}, {"SPLIT_K", 2}})) << "132 tiles: one wave";
-  EXPECT_EQ(rule(16, 8512, 4096), (P{{"BLOCK_M", 16}, {"SPLIT_K", 1}})) << "133 tiles";
-  EXPECT_EQ(rule(1, 14336, 4096), (P{{"BLOCK_M", 16}, {"SPLIT_K", 1}}));
-  EXPECT_EQ(rule(16, 14336, 4096), (P{{"BLOCK_M", 16}, {"SPLIT_K", 1}}));
-  EXPECT_EQ(rule(32, 4096, 14336), (P{{"BLOCK_M", 32}, {"SPLIT_K", 2}}));
-  EXPECT_EQ(rule(32, 14336, 4096), (P{{"BLOCK_M", 32}, {"SPLIT_K", 1}}));
-  EXPECT_EQ(rule(24, 11008, 4096), (P{{"BLOCK_M", 32}, {"SPLIT_K", 1}}));
+  // One wave either way: half the K plus the sum beats the whole K from K = 4096 on.
+  EXPECT_EQ(split(16, 4096, 4096), 2) << "64 tiles, 1 wave split: 3072 < 4096";
+  EXPECT_EQ(split(16, 2048, 4096), 2);
+  EXPECT_EQ(split(32, 4096, 14336), 2);
+  EXPECT_EQ(split(16, 4096, 2048), 1) << "K = 2048: 2048 split is no better than 2048 whole";
+  // Split into a second wave: whole K wins unless the whole K leaves its own second wave.
+  EXPECT_EQ(split(16, 8192, 8192), 1) << "128 tiles: 1 wave whole against 2 split";
+  EXPECT_EQ(split(16, 6144, 4096), 1);
+  EXPECT_EQ(split(32, 6144, 4096), 1);
+  EXPECT_EQ(split(16, 8448, 4096), 1) << "132 tiles: exactly one wave";
+  EXPECT_EQ(split(16, 10240, 8192), 2) << "160 tiles: 2 waves of 8192 against 3 of 5120";
+  EXPECT_EQ(split(32, 10240, 8192), 2);
+  EXPECT_EQ(split(1, 14336, 4096), 1) << "224 tiles: 2 waves of 4096 against 4 of 3072";
+  EXPECT_EQ(split(16, 14336, 4096), 1);
+  EXPECT_EQ(split(32, 14336, 4096), 1);
+  EXPECT_EQ(split(24, 11008, 4096), 1) << "172 tiles: 2 waves of 4096 against 3 of 3072";
 }
 
 // One row of 128-row tiles (M = 128: a decode batch) fell through every gemm_tma rule to the
