@@ -164,6 +164,31 @@ TEST(BuiltinTemplatesTest, GemmSplitsDecodeRowsWhereTheWavesSayItPays) {
   EXPECT_EQ(split(24, 11008, 4096), 1) << "172 tiles: 2 waves of 4096 against 3 of 3072";
 }
 
+// Narrow decode outputs (N <= 2112 at 132 SMs) take 32-column tiles in four slices while four
+// slices of them fit a wave, else two: about one wave of blocks where 64-column tiles left most SMs
+// idle (the tuner's pick on an H100; bench/NOTES.md "Narrow decode outputs").
+TEST(BuiltinTemplatesTest, GemmNarrowDecodeOutputsFillAWaveWith32ColumnTiles) {
+  auto rule = [](int64_t m, int64_t n, int64_t k) {
+    return gemm_rule("gemm", m, n, k, {"BLOCK_M", "BLOCK_N", "SPLIT_K"});
+  };
+  using P = std::map<std::string, int64_t>;
+  EXPECT_EQ(rule(16, 1024, 4096), (P{{"BLOCK_M", 16}, {"BLOCK_N", 32}, {"SPLIT_K", 4}}))
+      << "32 tiles: 128 blocks";
+  EXPECT_EQ(rule(1, 1024, 8192), (P{{"BLOCK_M", 16}, {"BLOCK_N", 32}, {"SPLIT_K", 4}}));
+  EXPECT_EQ(rule(16, 1056, 4096), (P{{"BLOCK_M", 16}, {"BLOCK_N", 32}, {"SPLIT_K", 4}}))
+      << "33 tiles: 132 blocks";
+  EXPECT_EQ(rule(16, 1088, 4096), (P{{"BLOCK_M", 16}, {"BLOCK_N", 32}, {"SPLIT_K", 2}}))
+      << "34 tiles";
+  EXPECT_EQ(rule(16, 2048, 8192), (P{{"BLOCK_M", 16}, {"BLOCK_N", 32}, {"SPLIT_K", 2}}));
+  EXPECT_EQ(rule(32, 1024, 8192), (P{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 4}}));
+  EXPECT_EQ(rule(24, 1536, 4096), (P{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 2}}));
+  EXPECT_EQ(rule(32, 2112, 4096), (P{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 2}}));
+  // Past 66 tiles of 32 columns the 64-column rules above take over.
+  EXPECT_EQ(rule(16, 2144, 4096)["BLOCK_N"], 64);
+  EXPECT_EQ(rule(32, 4096, 4096)["BLOCK_N"], 64);
+  EXPECT_EQ(rule(16, 1024, 1024)["SPLIT_K"], 1) << "short K: the K >= 2048 rules do not apply";
+}
+
 // One row of 128-row tiles (M = 128: a decode batch) fell through every gemm_tma rule to the
 // safe chain's 2-stage, 1-consumer config (0.305x cuBLAS at 128x4096x4096 on an H100). It gets
 // the rules tuned there: split-K 4 summed in bands while 4 slices of every tile fit a wave, then
