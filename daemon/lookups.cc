@@ -432,6 +432,21 @@ bool LookupService::complete_entry(const TemplateRegistry& templates, protocol::
   return true;
 }
 
+bool LookupService::idles_here(const TemplateRegistry& templates, const protocol::LookupEntry& e,
+                               const Problem& tuned, const DeviceLimits& limits, int version) {
+  const KernelTemplate* t = templates.find(e.template_name);
+  if (!t) return false;
+  auto there = instantiate(*t, tuned, limits, Params(e.params.begin(), e.params.end()), {},
+                           arg_values(version));
+  if (!there) return false;  // not valid at its own shape any more: nothing to compare
+  auto blocks = [](const auto& grid) {
+    return std::int64_t(grid[0]) * std::int64_t(grid[1]) * std::int64_t(grid[2]);
+  };
+  if (e.grid.size() != 3) return false;
+  const std::int64_t here = blocks(e.grid);
+  return here < limits.sm_count && here < blocks(there->launch.grid);
+}
+
 double LookupService::kernel_us(const Instance& inst, const DeviceLimits& limits) {
   // Rates of a current data-centre part by generation; only the order of magnitude matters.
   const double flops_per_us = (limits.cc >= 90 ? 600e12 : 250e12) / 1e6;
@@ -607,14 +622,15 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
   // A handful, so linear scans. Every entry's params come from a Params map (params_list):
   // sorted, distinct.
   std::vector<protocol::LookupEntry> refused;
+  const auto listed_in = [](const std::vector<protocol::LookupEntry>& list,
+                            const protocol::LookupEntry& e) {
+    return std::any_of(list.begin(), list.end(), [&](const protocol::LookupEntry& s) {
+      return s.template_name == e.template_name && s.params == e.params;
+    });
+  };
   auto add = [&](protocol::LookupEntry e, const Instance* ready = nullptr) {
     if (reply.entries.size() >= size_t(limit)) return false;
-    const auto same = [&](const protocol::LookupEntry& s) {
-      return s.template_name == e.template_name && s.params == e.params;
-    };
-    if (std::any_of(reply.entries.begin(), reply.entries.end(), same) ||
-        std::any_of(refused.begin(), refused.end(), same))
-      return false;
+    if (listed_in(reply.entries, e) || listed_in(refused, e)) return false;
     if (!complete_entry(templates, e, problem, dev, limits, version, ready)) {
       refused.push_back(std::move(e));
       return false;
@@ -650,6 +666,8 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     // nearest 4 in ktune-memory-bench's cold_live); add() would turn such a one away, so its
     // record is not read (its staleness, params and key: cache misses on a large index).
     std::vector<std::uint64_t> offered;
+    // Neighbours' configs that would leave SMs idle here (idles_here): listed after the heuristics.
+    std::vector<protocol::LookupEntry> idle;
     for (const auto& near :
          index.nearest(device_id, problem, m_config.nearest_radius, size_t(limit))) {
       if (std::find(offered.begin(), offered.end(), near.config) != offered.end()) continue;
@@ -658,7 +676,13 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
       auto e = measured_entry(*near.record, near.record->ranked.front(), "nearest");
       e.distance = near.distance;
       e.from = near.record->problem.key();
-      if (add(std::move(e)) && fresh->gain == 0) {
+      if (!add(std::move(e))) continue;
+      if (idles_here(templates, reply.entries.back(), near.record->problem, limits, version)) {
+        idle.push_back(std::move(reply.entries.back()));
+        reply.entries.pop_back();
+        continue;
+      }
+      if (fresh->gain == 0) {
         // Scale the measured time by the work ratio of the two shapes.
         fresh->expected_us = near.record->ranked.front().median_us * work(problem) /
                              std::max(1.0, work(near.record->problem));
@@ -684,6 +708,9 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
       e.params = params_list(picked->config());
       add(std::move(e), &picked->instance);
     }
+    for (auto& e : idle)  // completed already
+      if (reply.entries.size() < size_t(limit) && !listed_in(reply.entries, e))
+        reply.entries.push_back(std::move(e));
     if (fresh->gain == 0) {
       fresh->expected_us = estimate ? *estimate : estimate_us(templates, problem, limits);
       fresh->gain = k_gain_heuristic;

@@ -247,6 +247,12 @@ class LookupService {
   bool complete_entry(const TemplateRegistry& templates, protocol::LookupEntry& entry,
                       const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
                       int version, const Instance* ready = nullptr) const;
+  // Whether a neighbour's config (`entry`, completed for this problem) runs fewer blocks here than
+  // at `tuned`, the shape it was measured on, and fewer than the device's SMs: its measurement
+  // then says little here, where it leaves SMs idle that it kept busy there (decode GEMMs on an
+  // H100: six such configs took 7-51 % longer than the heuristic's; bench/NOTES.md).
+  static bool idles_here(const TemplateRegistry& templates, const protocol::LookupEntry& entry,
+                         const Problem& tuned, const DeviceLimits& limits, int version);
   // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates,
   // for the first template's heuristic config.
   double estimate_us(const TemplateRegistry& templates, const Problem& problem,

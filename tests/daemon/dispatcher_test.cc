@@ -125,6 +125,24 @@ TEST_F(DispatcherTest, NearestShapeAnswersWithDistanceThenHeuristic) {
   EXPECT_EQ(misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=32,N=4096,K=4096");
 }
 
+// A neighbour's config that would run fewer blocks here than where it was measured, and fewer
+// than the SMs, follows the heuristics: 16x4096x4096's 16x64 tiles in two slices make 128 blocks
+// there and 64 at N = 2048 (its measurement says little where it leaves half the SMs idle).
+TEST_F(DispatcherTest, ANeighboursConfigThatWouldIdleSmsHereFollowsTheHeuristics) {
+  Json r = ok(lookup_line(R"({"M":16,"N":2048,"K":4096})"));
+  ASSERT_GE(r["entries"].size(), 2u) << r.dump();
+  EXPECT_EQ(r["entries"][0]["provenance"], "heuristic") << r.dump();
+  const Json& last = r["entries"].back();
+  EXPECT_EQ(last["provenance"], "nearest") << r.dump();
+  EXPECT_EQ(last["from"], "gemm|bf16|bf16|rc|M=16,N=4096,K=4096");
+  const Json& grid = last["kernel"]["grid"];
+  EXPECT_LT(grid[0].get<int>() * grid[1].get<int>() * grid[2].get<int>(), 132);
+  // Where the same config runs more blocks than it did there, the neighbour still answers first.
+  r = ok(lookup_line(R"({"M":16,"N":8192,"K":4096})"));
+  EXPECT_EQ(r["entries"][0]["provenance"], "nearest") << r.dump();
+  EXPECT_EQ(r["entries"][0]["from"], "gemm|bf16|bf16|rc|M=16,N=4096,K=4096");
+}
+
 // Neighbours sharing a config are listed once, from the nearest fresh one: a stale neighbour
 // does not count as having offered its config, and a farther one with another config follows.
 TEST_F(DispatcherTest, NeighboursSharingAConfigAreListedOnceFromTheNearestFreshOne) {
