@@ -4,6 +4,8 @@
 #include <bit>
 #include <cmath>
 #include <ctime>
+#include <optional>
+#include <tuple>
 #include <utility>
 
 #include "config/text.h"
@@ -434,17 +436,18 @@ bool LookupService::complete_entry(const TemplateRegistry& templates, protocol::
 
 bool LookupService::idles_here(const TemplateRegistry& templates, const protocol::LookupEntry& e,
                                const Problem& tuned, const DeviceLimits& limits, int version) {
-  const KernelTemplate* t = templates.find(e.template_name);
-  if (!t) return false;
-  auto there = instantiate(*t, tuned, limits, Params(e.params.begin(), e.params.end()), {},
-                           arg_values(version));
-  if (!there) return false;  // not valid at its own shape any more: nothing to compare
   auto blocks = [](const auto& grid) {
     return std::int64_t(grid[0]) * std::int64_t(grid[1]) * std::int64_t(grid[2]);
   };
   if (e.grid.size() != 3) return false;
   const std::int64_t here = blocks(e.grid);
-  return here < limits.sm_count && here < blocks(there->launch.grid);
+  if (here >= limits.sm_count) return false;  // the common case: no second instantiation
+  const KernelTemplate* t = templates.find(e.template_name);
+  if (!t) return false;
+  auto there = instantiate(*t, tuned, limits, Params(e.params.begin(), e.params.end()), {},
+                           arg_values(version));
+  if (!there) return false;  // not valid at its own shape any more: nothing to compare
+  return here < blocks(there->launch.grid);
 }
 
 double LookupService::kernel_us(const Instance& inst, const DeviceLimits& limits) {
@@ -668,6 +671,7 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
     std::vector<std::uint64_t> offered;
     // Neighbours' configs that would leave SMs idle here (idles_here): listed after the heuristics.
     std::vector<protocol::LookupEntry> idle;
+    std::optional<std::pair<double, double>> idle_estimate;  // the first one's: expected_us, gain
     for (const auto& near :
          index.nearest(device_id, problem, m_config.nearest_radius, size_t(limit))) {
       if (std::find(offered.begin(), offered.end(), near.config) != offered.end()) continue;
@@ -677,15 +681,17 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
       e.distance = near.distance;
       e.from = near.record->problem.key();
       if (!add(std::move(e))) continue;
+      // Scales the measured time by the work ratio of the two shapes.
+      const double scaled_us = near.record->ranked.front().median_us * work(problem) /
+                               std::max(1.0, work(near.record->problem));
       if (idles_here(templates, reply.entries.back(), near.record->problem, limits, version)) {
         idle.push_back(std::move(reply.entries.back()));
         reply.entries.pop_back();
+        if (!idle_estimate) idle_estimate.emplace(scaled_us, gain_nearest(near.distance));
         continue;
       }
       if (fresh->gain == 0) {
-        // Scale the measured time by the work ratio of the two shapes.
-        fresh->expected_us = near.record->ranked.front().median_us * work(problem) /
-                             std::max(1.0, work(near.record->problem));
+        fresh->expected_us = scaled_us;
         fresh->gain = gain_nearest(near.distance);
       }
     }
@@ -708,9 +714,13 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
       e.params = params_list(picked->config());
       add(std::move(e), &picked->instance);
     }
+    // A demoted neighbour answers first only when no heuristic could be listed: then it is valued
+    // as the nearest answer it is.
+    const bool idle_first = reply.entries.empty() && !idle.empty();
     for (auto& e : idle)  // completed already
       if (reply.entries.size() < size_t(limit) && !listed_in(reply.entries, e))
         reply.entries.push_back(std::move(e));
+    if (idle_first && fresh->gain == 0) std::tie(fresh->expected_us, fresh->gain) = *idle_estimate;
     if (fresh->gain == 0) {
       fresh->expected_us = estimate ? *estimate : estimate_us(templates, problem, limits);
       fresh->gain = k_gain_heuristic;

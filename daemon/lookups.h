@@ -250,7 +250,7 @@ class LookupService {
   // Whether a neighbour's config (`entry`, completed for this problem) runs fewer blocks here than
   // at `tuned`, the shape it was measured on, and fewer than the device's SMs: its measurement
   // then says little here, where it leaves SMs idle that it kept busy there (decode GEMMs on an
-  // H100: six such configs took 7-51 % longer than the heuristic's; bench/NOTES.md).
+  // H100: one such config took 7-51 % longer than the heuristic's at six shapes; NOTES.md).
   static bool idles_here(const TemplateRegistry& templates, const protocol::LookupEntry& entry,
                          const Problem& tuned, const DeviceLimits& limits, int version);
   // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates,

@@ -148,7 +148,7 @@ TEST(BuiltinTemplatesTest, GemmSplitsDecodeRowsWhereTheWavesSayItPays) {
   };
   // One wave either way: half the K plus the sum beats the whole K from K = 4096 on.
   EXPECT_EQ(split(16, 4096, 4096), 2) << "64 tiles, 1 wave split: 3072 < 4096";
-  EXPECT_EQ(split(16, 2048, 4096), 2);
+  EXPECT_EQ(split(16, 3072, 4096), 2) << "48 tiles: 3072 < 4096";
   EXPECT_EQ(split(32, 4096, 14336), 2);
   EXPECT_EQ(split(16, 4096, 2048), 1) << "K = 2048: 2048 split is no better than 2048 whole";
   // Split into a second wave: whole K wins unless the whole K leaves its own second wave.
@@ -186,6 +186,8 @@ TEST(BuiltinTemplatesTest, GemmNarrowDecodeOutputsFillAWaveWith32ColumnTiles) {
   // Past 66 tiles of 32 columns the 64-column rules above take over.
   EXPECT_EQ(rule(16, 2144, 4096)["BLOCK_N"], 64);
   EXPECT_EQ(rule(32, 4096, 4096)["BLOCK_N"], 64);
+  EXPECT_EQ(rule(16, 1024, 2048), (P{{"BLOCK_M", 16}, {"BLOCK_N", 32}, {"SPLIT_K", 2}}))
+      << "K = 2048: four slices of 512 hold fewer k-tiles than 6 stages";
   EXPECT_EQ(rule(16, 1024, 1024)["SPLIT_K"], 1) << "short K: the K >= 2048 rules do not apply";
 }
 
