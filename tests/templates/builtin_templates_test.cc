@@ -60,6 +60,16 @@ TEST(BuiltinTemplatesTest, HeuristicRankOrdersTheTemplatesOfAProblem) {
   ASSERT_NE(tma, nullptr);
   EXPECT_EQ(heuristic_rank(*tma, rc), 1);
   EXPECT_EQ(heuristic_rank(*tma, decode), 0);
+  // From 65 rows (decode batches of 72-120) gemm_tma's one-row rules come first: gemm's rules stop
+  // at 64 rows and its safe chain ran 0.10-0.45 of torch there (H100, 2026-12-06).
+  for (int64_t m : {65, 72, 96, 120})
+    EXPECT_EQ(
+        names({"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", 4096}, {"K", 4096}}}, 90).front(),
+        "gemm_tma")
+        << m << " rows";
+  EXPECT_EQ(
+      names({"gemm", "bf16", "bf16", "rc", {{"M", 64}, {"N", 4096}, {"K", 4096}}}, 90).front(),
+      "gemm");
   // A small problem (at most 64 128x128 tiles, short K) gets gemm_sm90's 64x128 tiles first:
   // gemm_tma's rule ran it 1.4x slower on the H100 (2026-12-06).
   auto gemm = [](int64_t m, int64_t n, int64_t k) {
@@ -191,6 +201,31 @@ TEST(BuiltinTemplatesTest, GemmNarrowDecodeOutputsFillAWaveWith32ColumnTiles) {
   EXPECT_EQ(rule(16, 1024, 1024)["SPLIT_K"], 1) << "short K: the K >= 2048 rules do not apply";
 }
 
+// 33-64 rows: 32x32 tiles (2x2 warps, 6 stages) in up to two blocks a SM, four slices of K while
+// they fit, else whole K, where the 64x64 split-2 rule ran 0.42-0.76 of torch graphed (the tuner's
+// pick on an H100; bench/NOTES.md "33-128-row narrow rules").
+TEST(BuiltinTemplatesTest, GemmRowsUpTo64TakeTwoBlocksASmOf32x32Tiles) {
+  auto rule = [](int64_t m, int64_t n, int64_t k) {
+    return gemm_rule("gemm", m, n, k, {"BLOCK_M", "BLOCK_N", "SPLIT_K"});
+  };
+  using P = std::map<std::string, int64_t>;
+  const P four{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 4}};
+  const P whole{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 1}};
+  EXPECT_EQ(rule(64, 1024, 4096), four) << "2 x 32 tiles: 256 blocks";
+  EXPECT_EQ(rule(48, 1024, 4096), four);
+  EXPECT_EQ(rule(64, 1024, 8192), four);
+  EXPECT_EQ(rule(64, 1056, 4096), four) << "2 x 33 tiles: 264 blocks, two a SM";
+  EXPECT_EQ(rule(64, 1088, 4096), whole) << "2 x 34 tiles";
+  EXPECT_EQ(rule(64, 2048, 4096), whole);
+  EXPECT_EQ(rule(40, 2048, 8192), whole);
+  EXPECT_EQ(rule(64, 4224, 4096), whole) << "2 x 132 tiles";
+  EXPECT_EQ(rule(64, 4256, 4096), (P{{"BLOCK_M", 64}, {"BLOCK_N", 64}, {"SPLIT_K", 2}}))
+      << "2 x 133 tiles: past two a SM";
+  EXPECT_EQ(rule(64, 14336, 4096), (P{{"BLOCK_M", 64}, {"BLOCK_N", 128}, {"SPLIT_K", 1}}));
+  EXPECT_EQ(rule(64, 1024, 1024)["BLOCK_M"], 64) << "short K: the K >= 2048 rules do not apply";
+  EXPECT_EQ(rule(32, 4096, 4096)["BLOCK_N"], 64) << "up to 32 rows keep their own rules";
+}
+
 // One row of 128-row tiles (M = 128: a decode batch) fell through every gemm_tma rule to the
 // safe chain's 2-stage, 1-consumer config (0.305x cuBLAS at 128x4096x4096 on an H100). It gets
 // the rules tuned there: split-K 4 summed in bands while 4 slices of every tile fit a wave, then
@@ -210,6 +245,19 @@ TEST(BuiltinTemplatesTest, GemmTmaHasRulesForOneRowOfTiles) {
   // Short K: no split.
   EXPECT_EQ(rule(128, 4096, 512),
             (P{{"SPLITS", 1}, {"REDUCE", 0}, {"STAGES", 5}, {"CONSUMERS", 1}, {"PERSISTENT", 0}}));
+  // Narrow outputs: eight slices where four would leave most SMs idle, while sixteen slices' worth
+  // of blocks fit a wave or K >= 8192 (eight slices' fp32 partials add half of B's bytes at K =
+  // 4096: 128x2048x4096 lost 3.3 % with eight on the H100).
+  const P eight{{"SPLITS", 8}, {"REDUCE", 2}, {"STAGES", 5}, {"CONSUMERS", 2}, {"PERSISTENT", 1}};
+  EXPECT_EQ(rule(128, 1024, 4096), eight) << "8 tiles: 64 blocks";
+  EXPECT_EQ(rule(128, 1024, 8192), eight);
+  EXPECT_EQ(rule(128, 512, 4096), eight);
+  EXPECT_EQ(rule(128, 2048, 8192), eight) << "16 tiles at K = 8192";
+  EXPECT_EQ(rule(96, 1024, 4096), eight) << "65-127 rows take the one-row rules";
+  EXPECT_EQ(rule(128, 2048, 4096)["SPLITS"], 4) << "16 tiles at K = 4096";
+  EXPECT_EQ(rule(128, 1536, 4096)["SPLITS"], 4) << "12 tiles at K = 4096: 192 > 132";
+  EXPECT_EQ(rule(128, 2176, 8192)["SPLITS"], 4) << "17 tiles: 136 > 132";
+  EXPECT_EQ(rule(128, 1024, 2048)["SPLITS"], 4) << "K = 2048";
   // Two rows of tiles keep the rules they had.
   EXPECT_EQ(rule(256, 4096, 4096)["SPLITS"], 1);
   EXPECT_EQ(rule(256, 4096, 4096)["STAGES"], 4);
