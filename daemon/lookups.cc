@@ -434,20 +434,65 @@ bool LookupService::complete_entry(const TemplateRegistry& templates, protocol::
   return true;
 }
 
+namespace {
+
+std::int64_t grid_blocks(const auto& grid) {
+  return std::int64_t(grid[0]) * std::int64_t(grid[1]) * std::int64_t(grid[2]);
+}
+
+// A persistent config's work at `p`: its work units (the grid it would launch with no cap on
+// resident clusters) and the blocks of one wave of its capped grid; nullopt where the grid does
+// not depend on the work (stream-K: every wave full by construction) or either instantiation
+// fails.
+struct Waves {
+  std::int64_t units = 0;
+  std::int64_t wave = 1;
+  std::int64_t count() const { return (units + wave - 1) / wave; }
+  double fill() const { return double(units) / double(count() * wave); }
+};
+
+std::optional<Waves> persistent_waves(const KernelTemplate& t, const Problem& p,
+                                      const DeviceLimits& limits, const Params& params,
+                                      int version) {
+  constexpr std::int64_t k_uncapped = std::int64_t(1) << 26;  // x 16 blocks still a valid grid
+  auto capped = instantiate(t, p, limits, params, {}, arg_values(version));
+  auto all = instantiate(t, p, limits, params, k_uncapped, arg_values(version));
+  if (!capped || !all) return std::nullopt;
+  const std::int64_t cluster = capped->launch.cluster_size();
+  Waves w;
+  w.units = grid_blocks(all->launch.grid);
+  if (w.units >= k_uncapped * cluster) return std::nullopt;
+  w.wave = std::max<std::int64_t>(1, capped->max_active_clusters) * cluster;
+  return w;
+}
+
+}  // namespace
+
 bool LookupService::idles_here(const TemplateRegistry& templates, const protocol::LookupEntry& e,
-                               const Problem& tuned, const DeviceLimits& limits, int version) {
-  auto blocks = [](const auto& grid) {
-    return std::int64_t(grid[0]) * std::int64_t(grid[1]) * std::int64_t(grid[2]);
-  };
+                               const Problem& here_problem, const Problem& tuned,
+                               const DeviceLimits& limits, int version) {
   if (e.grid.size() != 3) return false;
-  const std::int64_t here = blocks(e.grid);
-  if (here >= limits.sm_count) return false;  // the common case: no second instantiation
+  const std::int64_t here = grid_blocks(e.grid);
   const KernelTemplate* t = templates.find(e.template_name);
   if (!t) return false;
-  auto there = instantiate(*t, tuned, limits, Params(e.params.begin(), e.params.end()), {},
-                           arg_values(version));
-  if (!there) return false;  // not valid at its own shape any more: nothing to compare
-  return here < blocks(there->launch.grid);
+  const Params params(e.params.begin(), e.params.end());
+  if (here < limits.sm_count) {
+    auto there = instantiate(*t, tuned, limits, params, {}, arg_values(version));
+    if (!there) return false;  // not valid at its own shape any more: nothing to compare
+    return here < grid_blocks(there->launch.grid);
+  }
+  // The common case ends here: a grid of one block per unit of work fills the SMs.
+  if (!t->manifest.grid_reads_max_active_clusters()) return false;
+  // A persistent grid is as large at both shapes; its work units may not be. A config measured
+  // on one wave of units (a split-K decode config sized to fill the SMs) whose units here fill
+  // their waves 1.25 times worse (128 units in one wave of 132 there, 192 in two here): its time
+  // per unit says little here. Configs measured over several waves are left alone (large GEMMs,
+  // where any config the heuristics offer has a last wave too; not measured).
+  constexpr double k_worse = 1.25;
+  const auto there = persistent_waves(*t, tuned, limits, params, version);
+  if (!there || there->count() > 1) return false;
+  const auto here_waves = persistent_waves(*t, here_problem, limits, params, version);
+  return here_waves && there->fill() > k_worse * here_waves->fill();
 }
 
 double LookupService::kernel_us(const Instance& inst, const DeviceLimits& limits) {
@@ -684,7 +729,8 @@ LookupService::Built LookupService::build(const BuildInput& in, const Problem& p
       // Scales the measured time by the work ratio of the two shapes.
       const double scaled_us = near.record->ranked.front().median_us * work(problem) /
                                std::max(1.0, work(near.record->problem));
-      if (idles_here(templates, reply.entries.back(), near.record->problem, limits, version)) {
+      if (idles_here(templates, reply.entries.back(), problem, near.record->problem, limits,
+                     version)) {
         idle.push_back(std::move(reply.entries.back()));
         reply.entries.pop_back();
         if (!idle_estimate) idle_estimate.emplace(scaled_us, gain_nearest(near.distance));

@@ -247,12 +247,15 @@ class LookupService {
   bool complete_entry(const TemplateRegistry& templates, protocol::LookupEntry& entry,
                       const Problem& problem, const DeviceClass& device, const DeviceLimits& limits,
                       int version, const Instance* ready = nullptr) const;
-  // Whether a neighbour's config (`entry`, completed for this problem) runs fewer blocks here than
-  // at `tuned`, the shape it was measured on, and fewer than the device's SMs: its measurement
-  // then says little here, where it leaves SMs idle that it kept busy there (decode GEMMs on an
-  // H100: one such config took 7-51 % longer than the heuristic's at six shapes; NOTES.md).
+  // Whether a neighbour's config (`entry`, completed for `problem`) keeps the GPU less busy here
+  // than at `tuned`, the shape it was measured on: it runs fewer blocks here than there, and fewer
+  // than the device's SMs, or (a persistent grid, as large at both shapes) its work units fill the
+  // grid's waves 1.25 times worse here. Its measurement then says little here (H100, graphed
+  // against the heuristics: 7-51 % longer at six decode shapes, 25-29 % at two persistent ones;
+  // bench/NOTES.md).
   static bool idles_here(const TemplateRegistry& templates, const protocol::LookupEntry& entry,
-                         const Problem& tuned, const DeviceLimits& limits, int version);
+                         const Problem& problem, const Problem& tuned, const DeviceLimits& limits,
+                         int version);
   // A rough kernel time for a problem no one measured: FLOPs or bytes over the device's rates,
   // for the first template's heuristic config.
   double estimate_us(const TemplateRegistry& templates, const Problem& problem,

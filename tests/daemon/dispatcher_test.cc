@@ -143,6 +143,36 @@ TEST_F(DispatcherTest, ANeighboursConfigThatWouldIdleSmsHereFollowsTheHeuristics
   EXPECT_EQ(r["entries"][0]["from"], "gemm|bf16|bf16|rc|M=16,N=4096,K=4096");
 }
 
+// A persistent config's grid is as large at every shape; its work units are not. 128x4096x4096's
+// one-row rule (four slices in bands, persistent) runs 128 units in one wave of 132 there and 192
+// in two at 64x6144x4096: it follows the heuristics there (25 % slower than them on an H100),
+// and answers first where its units still fill one wave.
+TEST_F(DispatcherTest, APersistentConfigWhoseUnitsFillItsWavesWorseHereFollowsTheHeuristics) {
+  const KernelTemplate& tma = *m_templates.find("gemm_tma");
+  const Problem tuned{"gemm", "bf16", "bf16", "rc", {{"M", 128}, {"N", 4096}, {"K", 4096}}};
+  auto w = testing::winner(tuned, 26.0);
+  w.ranked.resize(1);
+  w.ranked[0].template_name = "gemm_tma";
+  w.ranked[0].template_hash = tma.hash;
+  w.ranked[0].params = *heuristic_config(tma, tuned, *DeviceLimits::for_arch("sm_90"));
+  ASSERT_EQ(w.ranked[0].params.at("PERSISTENT"), 1);
+  ASSERT_EQ(w.ranked[0].params.at("SPLITS"), 4);
+  w.validators.nvrtc = "13.0";
+  ASSERT_TRUE(put_winner(m_parts->store, w));
+  ASSERT_TRUE(m_parts->catalog.load());
+  const std::string from = "gemm|bf16|bf16|rc|M=128,N=4096,K=4096";
+
+  Json r = ok(lookup_line(R"({"M":64,"N":6144,"K":4096})"));
+  EXPECT_EQ(r["entries"][0]["provenance"], "heuristic") << r.dump();
+  bool listed = false;
+  for (const Json& e : r["entries"]) listed |= e.value("from", "") == from;
+  EXPECT_TRUE(listed) << "listed after the heuristics: " << r.dump();
+  // 128 units at 128x4096x8192 (one wave, as there): the neighbour answers first.
+  r = ok(lookup_line(R"({"M":128,"N":4096,"K":8192})"));
+  EXPECT_EQ(r["entries"][0]["provenance"], "nearest") << r.dump();
+  EXPECT_EQ(r["entries"][0]["from"], from);
+}
+
 // Neighbours sharing a config are listed once, from the nearest fresh one: a stale neighbour
 // does not count as having offered its config, and a farther one with another config follows.
 TEST_F(DispatcherTest, NeighboursSharingAConfigAreListedOnceFromTheNearestFreshOne) {
