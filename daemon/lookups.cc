@@ -469,7 +469,7 @@ std::optional<Waves> persistent_waves(const KernelTemplate& t, const Problem& p,
 }  // namespace
 
 bool LookupService::idles_here(const TemplateRegistry& templates, const protocol::LookupEntry& e,
-                               const Problem& here_problem, const Problem& tuned,
+                               const Problem& problem, const Problem& tuned,
                                const DeviceLimits& limits, int version) {
   if (e.grid.size() != 3) return false;
   const std::int64_t here = grid_blocks(e.grid);
@@ -491,7 +491,7 @@ bool LookupService::idles_here(const TemplateRegistry& templates, const protocol
   constexpr double k_worse = 1.25;
   const auto there = persistent_waves(*t, tuned, limits, params, version);
   if (!there || there->count() > 1) return false;
-  const auto here_waves = persistent_waves(*t, here_problem, limits, params, version);
+  const auto here_waves = persistent_waves(*t, problem, limits, params, version);
   return here_waves && there->fill() > k_worse * here_waves->fill();
 }
 
