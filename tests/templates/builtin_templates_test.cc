@@ -201,27 +201,38 @@ TEST(BuiltinTemplatesTest, GemmNarrowDecodeOutputsFillAWaveWith32ColumnTiles) {
   EXPECT_EQ(rule(16, 1024, 1024)["SPLIT_K"], 1) << "short K: the K >= 2048 rules do not apply";
 }
 
-// 33-64 rows: 32x32 tiles (2x2 warps, 6 stages) in up to two blocks a SM, four slices of K while
-// they fit, else whole K, where the 64x64 split-2 rule ran 0.42-0.76 of torch graphed (the tuner's
-// pick on an H100; bench/NOTES.md "33-128-row narrow rules").
-TEST(BuiltinTemplatesTest, GemmRowsUpTo64TakeTwoBlocksASmOf32x32Tiles) {
+// 33-64 rows: 32x32 tiles (2x2 warps) in up to three blocks a SM where the 64x64 split-2 rule ran
+// 0.42-0.76 of torch graphed (the tuner's picks on an H100; bench/NOTES.md "33-128-row narrow
+// rules"): four slices of K while they fit two a SM, two where the waves say it pays (the sum
+// worth 3072 of K), else whole K; past two a SM, 4 stages.
+TEST(BuiltinTemplatesTest, GemmRowsUpTo64TakeUpToThreeBlocksASmOf32x32Tiles) {
   auto rule = [](int64_t m, int64_t n, int64_t k) {
-    return gemm_rule("gemm", m, n, k, {"BLOCK_M", "BLOCK_N", "SPLIT_K"});
+    return gemm_rule("gemm", m, n, k, {"BLOCK_M", "BLOCK_N", "SPLIT_K", "STAGES"});
   };
   using P = std::map<std::string, int64_t>;
-  const P four{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 4}};
-  const P whole{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 1}};
+  const P four{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 4}, {"STAGES", 6}};
+  const P two{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 2}, {"STAGES", 6}};
+  const P whole{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 1}, {"STAGES", 6}};
+  const P three_a_sm{{"BLOCK_M", 32}, {"BLOCK_N", 32}, {"SPLIT_K", 1}, {"STAGES", 4}};
   EXPECT_EQ(rule(64, 1024, 4096), four) << "2 x 32 tiles: 256 blocks";
   EXPECT_EQ(rule(48, 1024, 4096), four);
   EXPECT_EQ(rule(64, 1024, 8192), four);
   EXPECT_EQ(rule(64, 1056, 4096), four) << "2 x 33 tiles: 264 blocks, two a SM";
-  EXPECT_EQ(rule(64, 1088, 4096), whole) << "2 x 34 tiles";
+  EXPECT_EQ(rule(64, 1088, 4096), whole) << "2 x 34 tiles at K = 4096: 2048 + 3072 > 4096";
   EXPECT_EQ(rule(64, 2048, 4096), whole);
-  EXPECT_EQ(rule(40, 2048, 8192), whole);
+  EXPECT_EQ(rule(64, 1536, 8192), two) << "96 blocks at K = 8192: 4096 + 3072 < 8192";
+  EXPECT_EQ(rule(40, 2048, 8192), two);
+  EXPECT_EQ(rule(64, 2048, 8192), two);
+  EXPECT_EQ(rule(64, 3072, 8192), whole) << "192 blocks: two slices take a second wave";
   EXPECT_EQ(rule(64, 4224, 4096), whole) << "2 x 132 tiles";
-  EXPECT_EQ(rule(64, 4256, 4096), (P{{"BLOCK_M", 64}, {"BLOCK_N", 64}, {"SPLIT_K", 2}}))
-      << "2 x 133 tiles: past two a SM";
-  EXPECT_EQ(rule(64, 14336, 4096), (P{{"BLOCK_M", 64}, {"BLOCK_N", 128}, {"SPLIT_K", 1}}));
+  EXPECT_EQ(rule(64, 4256, 4096), three_a_sm) << "2 x 133 tiles: past two a SM";
+  EXPECT_EQ(rule(64, 6144, 4096), three_a_sm);
+  EXPECT_EQ(rule(64, 6336, 4096), three_a_sm) << "2 x 198 tiles: three a SM";
+  EXPECT_EQ(rule(64, 6400, 4096),
+            (P{{"BLOCK_M", 64}, {"BLOCK_N", 64}, {"SPLIT_K", 2}, {"STAGES", 3}}))
+      << "2 x 200 tiles: past three a SM";
+  EXPECT_EQ(rule(64, 14336, 4096),
+            (P{{"BLOCK_M", 64}, {"BLOCK_N", 128}, {"SPLIT_K", 1}, {"STAGES", 4}}));
   EXPECT_EQ(rule(64, 1024, 1024)["BLOCK_M"], 64) << "short K: the K >= 2048 rules do not apply";
   EXPECT_EQ(rule(32, 4096, 4096)["BLOCK_N"], 64) << "up to 32 rows keep their own rules";
 }
@@ -245,15 +256,22 @@ TEST(BuiltinTemplatesTest, GemmTmaHasRulesForOneRowOfTiles) {
   // Short K: no split.
   EXPECT_EQ(rule(128, 4096, 512),
             (P{{"SPLITS", 1}, {"REDUCE", 0}, {"STAGES", 5}, {"CONSUMERS", 1}, {"PERSISTENT", 0}}));
-  // Narrow outputs: eight slices where four would leave most SMs idle, while eight fit a wave.
+  // Narrow outputs: eight slices in bands up to 12 tiles (at 132 SMs), then four summed by the
+  // last block, 6 stages, while eight would fit a wave.
   const P eight{{"SPLITS", 8}, {"REDUCE", 2}, {"STAGES", 5}, {"CONSUMERS", 2}, {"PERSISTENT", 1}};
+  const P four_last{
+      {"SPLITS", 4}, {"REDUCE", 1}, {"STAGES", 6}, {"CONSUMERS", 2}, {"PERSISTENT", 0}};
   EXPECT_EQ(rule(128, 1024, 4096), eight) << "8 tiles: 64 blocks";
   EXPECT_EQ(rule(128, 1024, 8192), eight);
   EXPECT_EQ(rule(128, 512, 4096), eight);
-  EXPECT_EQ(rule(128, 1536, 4096), eight);
-  EXPECT_EQ(rule(128, 2048, 4096), eight) << "16 tiles: 128 blocks";
+  EXPECT_EQ(rule(128, 1280, 4096), eight);
+  EXPECT_EQ(rule(128, 1536, 4096), eight) << "12 tiles: 384 <= 396";
   EXPECT_EQ(rule(96, 1024, 4096), eight) << "65-127 rows take the one-row rules";
-  EXPECT_EQ(rule(128, 2176, 8192)["SPLITS"], 4) << "17 tiles: 136 > 132";
+  EXPECT_EQ(rule(128, 1664, 4096), four_last) << "13 tiles";
+  EXPECT_EQ(rule(128, 2048, 4096), four_last) << "16 tiles: 128 <= 132";
+  EXPECT_EQ(rule(128, 2048, 8192), four_last);
+  EXPECT_EQ(rule(112, 2048, 4096), four_last);
+  EXPECT_EQ(rule(128, 2176, 8192)["REDUCE"], 2) << "17 tiles: 136 > 132, four in bands";
   EXPECT_EQ(rule(128, 1024, 2048)["SPLITS"], 4) << "K = 2048";
   // Two rows of tiles keep the rules they had.
   EXPECT_EQ(rule(256, 4096, 4096)["SPLITS"], 1);
