@@ -440,10 +440,12 @@ std::int64_t grid_blocks(const auto& grid) {
   return std::int64_t(grid[0]) * std::int64_t(grid[1]) * std::int64_t(grid[2]);
 }
 
-// A persistent config's work at `p`: its work units (the grid it would launch with no cap on
-// resident clusters) and the blocks of one wave of its capped grid; nullopt where the grid does
-// not depend on the work (stream-K: every wave full by construction) or either instantiation
-// fails.
+// A persistent config's work at `p`: its work units (the grid it launches with no cap on resident
+// clusters) and the blocks of one wave, taken as one block a SM (the no-GPU max_active_clusters:
+// lookups do not know the compiled kernel's occupancy); nullopt where the config's grid does not
+// read max_active_clusters (one block per unit: the same grid with a cap of one cluster), where
+// it reads nothing else (stream-K: every wave full by construction), or where it does not
+// instantiate.
 struct Waves {
   std::int64_t units = 0;
   std::int64_t wave = 1;
@@ -455,14 +457,15 @@ std::optional<Waves> persistent_waves(const KernelTemplate& t, const Problem& p,
                                       const DeviceLimits& limits, const Params& params,
                                       int version) {
   constexpr std::int64_t k_uncapped = std::int64_t(1) << 26;  // x 16 blocks still a valid grid
-  auto capped = instantiate(t, p, limits, params, {}, arg_values(version));
   auto all = instantiate(t, p, limits, params, k_uncapped, arg_values(version));
-  if (!capped || !all) return std::nullopt;
-  const std::int64_t cluster = capped->launch.cluster_size();
+  auto one = instantiate(t, p, limits, params, 1, arg_values(version));
+  if (!all || !one) return std::nullopt;
+  const std::int64_t cluster = all->launch.cluster_size();
   Waves w;
   w.units = grid_blocks(all->launch.grid);
-  if (w.units >= k_uncapped * cluster) return std::nullopt;
-  w.wave = std::max<std::int64_t>(1, capped->max_active_clusters) * cluster;
+  if (w.units == grid_blocks(one->launch.grid) || w.units >= k_uncapped * cluster)
+    return std::nullopt;
+  w.wave = std::max<std::int64_t>(1, limits.sm_count / cluster) * cluster;
   return w;
 }
 
@@ -481,7 +484,7 @@ bool LookupService::idles_here(const TemplateRegistry& templates, const protocol
     if (!there) return false;  // not valid at its own shape any more: nothing to compare
     return here < grid_blocks(there->launch.grid);
   }
-  // The common case ends here: a grid of one block per unit of work fills the SMs.
+  // The common case ends here: a template whose grids are one block per unit of work.
   if (!t->manifest.grid_reads_max_active_clusters()) return false;
   // A persistent grid is as large at both shapes; its work units may not be. A config measured
   // on one wave of units (a split-K decode config sized to fill the SMs) whose units here fill

@@ -173,6 +173,34 @@ TEST_F(DispatcherTest, APersistentConfigWhoseUnitsFillItsWavesWorseHereFollowsTh
   EXPECT_EQ(r["entries"][0]["from"], from);
 }
 
+// What the wave count leaves alone: a persistent config measured over several waves (a large GEMM,
+// 4096x8192x4096's), and a config whose grid is one block per unit of work (128x8192x1024's split
+// in two, not persistent: 128 blocks there, 144 at N = 9216), even where their waves fill worse.
+TEST_F(DispatcherTest, ConfigsMeasuredOverSeveralWavesOrNotPersistentKeepTheirPlace) {
+  const KernelTemplate& tma = *m_templates.find("gemm_tma");
+  const auto sm90 = *DeviceLimits::for_arch("sm_90");
+  auto put = [&](const Problem& p, std::int64_t persistent) {
+    auto w = testing::winner(p, 100.0);
+    w.ranked.resize(1);
+    w.ranked[0].template_name = "gemm_tma";
+    w.ranked[0].template_hash = tma.hash;
+    w.ranked[0].params = *heuristic_config(tma, p, sm90);
+    EXPECT_EQ(w.ranked[0].params.at("PERSISTENT"), persistent) << p.describe();
+    w.validators.nvrtc = "13.0";
+    EXPECT_TRUE(put_winner(m_parts->store, w));
+  };
+  put({"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 8192}, {"K", 4096}}}, 1);
+  put({"gemm", "bf16", "bf16", "rc", {{"M", 128}, {"N", 8192}, {"K", 1024}}}, 0);
+  ASSERT_TRUE(m_parts->catalog.load());
+  // 1152 rows: 9 x 32 tiles of 128x256 fill three waves of 132 to 0.73, against 0.97 there.
+  Json r = ok(lookup_line(R"({"M":1152,"N":8192,"K":4096})"));
+  EXPECT_EQ(r["entries"][0]["provenance"], "nearest") << r.dump();
+  EXPECT_EQ(r["entries"][0]["from"], "gemm|bf16|bf16|rc|M=4096,N=8192,K=4096");
+  r = ok(lookup_line(R"({"M":128,"N":9216,"K":1024})"));
+  EXPECT_EQ(r["entries"][0]["provenance"], "nearest") << r.dump();
+  EXPECT_EQ(r["entries"][0]["from"], "gemm|bf16|bf16|rc|M=128,N=8192,K=1024");
+}
+
 // Neighbours sharing a config are listed once, from the nearest fresh one: a stale neighbour
 // does not count as having offered its config, and a farther one with another config follows.
 TEST_F(DispatcherTest, NeighboursSharingAConfigAreListedOnceFromTheNearestFreshOne) {

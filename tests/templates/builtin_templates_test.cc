@@ -235,6 +235,13 @@ TEST(BuiltinTemplatesTest, GemmRowsUpTo64TakeUpToThreeBlocksASmOf32x32Tiles) {
             (P{{"BLOCK_M", 64}, {"BLOCK_N", 128}, {"SPLIT_K", 1}, {"STAGES", 4}}));
   EXPECT_EQ(rule(64, 1024, 1024)["BLOCK_M"], 64) << "short K: the K >= 2048 rules do not apply";
   EXPECT_EQ(rule(32, 4096, 4096)["BLOCK_N"], 64) << "up to 32 rows keep their own rules";
+  // A SM of sm_80 holds one 96 KB block: the rules count two, so there the 64x64 rule serves.
+  const auto sm80 =
+      heuristic_config(*TemplateRegistry::load({builtin_template_dir()}).find("gemm"),
+                       Problem{"gemm", "bf16", "bf16", "rc", {{"M", 64}, {"N", 1024}, {"K", 4096}}},
+                       *DeviceLimits::for_arch("sm_80"));
+  ASSERT_TRUE(sm80);
+  EXPECT_EQ(sm80->at("BLOCK_M"), 64);
 }
 
 // One row of 128-row tiles (M = 128: a decode batch) fell through every gemm_tma rule to the
