@@ -4,23 +4,10 @@
 
 #include <mutex>
 #include <optional>
-#include <string_view>
+
+#include "client/cuda_symbols.h"
 
 namespace ktune::cuda {
-
-namespace {
-
-// dlsym, and for an entry point newer drivers export as `_v2`, the older name an older driver
-// exports with the same signature (cuEventElapsedTime_v2 came with CUDA 12.8; R535 and R550
-// drivers have only cuEventElapsedTime).
-void* find_symbol(void* lib, const char* symbol) {
-  if (void* f = ::dlsym(lib, symbol)) return f;
-  if (std::string_view(symbol) == "cuEventElapsedTime_v2")
-    return ::dlsym(lib, "cuEventElapsedTime");
-  return nullptr;
-}
-
-}  // namespace
 
 protocol::Expected<const CudaApi*> CudaApi::get() {
   static std::once_flag once;
@@ -50,12 +37,7 @@ protocol::Expected<const CudaApi*> CudaApi::get() {
 }
 
 std::string CudaApi::describe(CUresult r) const {
-  const char* name = nullptr;
-  const char* text = nullptr;
-  if (cuGetErrorName) cuGetErrorName(r, &name);
-  if (cuGetErrorString) cuGetErrorString(r, &text);
-  return std::string(name ? name : "CUDA_ERROR_" + std::to_string(int(r))) + ": " +
-         (text ? text : "unknown error");
+  return cuda::describe_result(r, cuGetErrorName, cuGetErrorString);
 }
 
 protocol::Error CudaApi::error(CUresult r, const std::string& what) const {

@@ -5,23 +5,10 @@
 #include <cmath>
 #include <mutex>
 #include <optional>
-#include <string_view>
+
+#include "client/cuda_symbols.h"
 
 namespace ktune {
-
-namespace {
-
-// dlsym, and for an entry point newer drivers export as `_v2`, the older name an older driver
-// exports with the same signature (cuEventElapsedTime_v2 came with CUDA 12.8; R535 and R550
-// drivers have only cuEventElapsedTime).
-void* find_symbol(void* lib, const char* symbol) {
-  if (void* f = ::dlsym(lib, symbol)) return f;
-  if (std::string_view(symbol) == "cuEventElapsedTime_v2")
-    return ::dlsym(lib, "cuEventElapsedTime");
-  return nullptr;
-}
-
-}  // namespace
 
 Result<const CudaDriver*> CudaDriver::get() {
   static std::once_flag once;
@@ -34,7 +21,7 @@ Result<const CudaDriver*> CudaDriver::get() {
       return;
     }
 #define KTUNE_LOAD(name, symbol)                                                         \
-  driver.name = reinterpret_cast<decltype(driver.name)>(find_symbol(lib, symbol));       \
+  driver.name = reinterpret_cast<decltype(driver.name)>(cuda::find_symbol(lib, symbol)); \
   if (!driver.name) {                                                                    \
     failure = Error{ErrorCode::unavailable, "CUDA driver lacks " + std::string(symbol)}; \
     return;                                                                              \
@@ -42,7 +29,7 @@ Result<const CudaDriver*> CudaDriver::get() {
     KTUNE_CUDA_DRIVER_FUNCTIONS(KTUNE_LOAD)
 #undef KTUNE_LOAD
 #define KTUNE_LOAD_OPTIONAL(name, symbol) \
-  driver.name = reinterpret_cast<decltype(driver.name)>(find_symbol(lib, symbol));
+  driver.name = reinterpret_cast<decltype(driver.name)>(cuda::find_symbol(lib, symbol));
     KTUNE_CUDA_DRIVER_OPTIONAL_FUNCTIONS(KTUNE_LOAD_OPTIONAL)
 #undef KTUNE_LOAD_OPTIONAL
     const CUresult r = driver.cuInit(0);
@@ -54,11 +41,7 @@ Result<const CudaDriver*> CudaDriver::get() {
 }
 
 std::string CudaDriver::describe(CUresult r) const {
-  const char* name = nullptr;
-  const char* text = nullptr;
-  if (cuGetErrorName) cuGetErrorName(r, &name);
-  if (cuGetErrorString) cuGetErrorString(r, &text);
-  return std::string(name ? name : "CUDA_ERROR_?") + ": " + (text ? text : "unknown error");
+  return cuda::describe_result(r, cuGetErrorName, cuGetErrorString);
 }
 
 Result<std::vector<GpuInfo>> query_gpus() {
