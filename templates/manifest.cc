@@ -1013,10 +1013,15 @@ std::string cpp_type(std::string_view dtype) {
   return "void";
 }
 
-Result<Manifest> parse_manifest(const std::string& yaml, const std::string& path) {
+namespace {
+
+Result<Manifest> parse_manifest(const std::string& yaml, const std::string& path,
+                                YAML::Node* document) {
   Parser P(path);
   try {
-    return parse(YAML::Load(yaml), path, P);
+    YAML::Node root = YAML::Load(yaml);
+    if (document) *document = root;
+    return parse(root, path, P);
   } catch (const ManifestError& e) {
     return fail(ErrorCode::invalid_argument, e.what());
   } catch (const YAML::Exception& e) {
@@ -1029,6 +1034,12 @@ Result<Manifest> parse_manifest(const std::string& yaml, const std::string& path
   }
 }
 
+}  // namespace
+
+Result<Manifest> parse_manifest(const std::string& yaml, const std::string& path) {
+  return parse_manifest(yaml, path, nullptr);
+}
+
 Result<Manifest> load_manifest(const std::string& path) {
   std::ifstream in(path);
   if (!in) return fail(ErrorCode::io_error, path + ": cannot open manifest");
@@ -1037,8 +1048,9 @@ Result<Manifest> load_manifest(const std::string& path) {
   return load_manifest(path, ss.str());
 }
 
-Result<Manifest> load_manifest(const std::string& path, const std::string& text) {
-  auto m = parse_manifest(text, path);
+Result<Manifest> load_manifest(const std::string& path, const std::string& text,
+                               YAML::Node* document) {
+  auto m = parse_manifest(text, path, document);
   if (!m) return m;
   std::error_code ec;
   if (!fs::is_regular_file(m->source, ec))

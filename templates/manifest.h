@@ -15,6 +15,10 @@
 #include "config/problem.h"
 #include "templates/expression.h"
 
+namespace YAML {
+class Node;
+}  // namespace YAML
+
 namespace ktune {
 
 struct ParamDomain {
@@ -237,7 +241,9 @@ inline constexpr const char* k_max_active_clusters = "max_active_clusters";
 
 Result<Manifest> load_manifest(const std::string& path);
 // The manifest `path` from its text, already read (the registry hashes the same bytes it parses).
-Result<Manifest> load_manifest(const std::string& path, const std::string& text);
+// `document`, when given, receives the parsed YAML (the registry's kernel hash reads it again).
+Result<Manifest> load_manifest(const std::string& path, const std::string& text,
+                               YAML::Node* document = nullptr);
 // For tests: parse manifest text as if it were the file `path` (source and headers are not read).
 Result<Manifest> parse_manifest(const std::string& yaml, const std::string& path);
 

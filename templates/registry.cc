@@ -139,7 +139,8 @@ Result<std::unique_ptr<KernelTemplate>> TemplateRegistry::load_template(const st
   // Read once: what is parsed is what is hashed, even if the file is saved meanwhile.
   auto text = read_text(path);
   if (!text) return std::unexpected(text.error());
-  auto manifest = load_manifest(path, *text);
+  YAML::Node document;
+  auto manifest = load_manifest(path, *text, &document);
   if (!manifest) return std::unexpected(manifest.error());
   auto t = std::make_unique<KernelTemplate>();
   t->manifest = std::move(*manifest);
@@ -151,11 +152,7 @@ Result<std::unique_ptr<KernelTemplate>> TemplateRegistry::load_template(const st
   // what only chooses or describes a config. Source and headers go into both.
   std::string content, kernel;
   add_part(content, t->manifest_text);
-  try {
-    add_canonical(kernel, YAML::Load(t->manifest_text), true);
-  } catch (const YAML::Exception& e) {  // load_manifest parsed these bytes already
-    return fail(ErrorCode::invalid_argument, path + ": " + e.what());
-  }
+  add_canonical(kernel, document, true);
   auto add = [&](std::string_view part) {
     add_part(content, part);
     add_part(kernel, part);
