@@ -280,9 +280,47 @@ TEST(BuiltinTemplatesTest, GemmTmaHasRulesForOneRowOfTiles) {
   EXPECT_EQ(rule(112, 2048, 4096), four_last);
   EXPECT_EQ(rule(128, 2176, 8192)["REDUCE"], 2) << "17 tiles: 136 > 132, four in bands";
   EXPECT_EQ(rule(128, 1024, 2048)["SPLITS"], 4) << "K = 2048";
-  // Two rows of tiles keep the rules they had.
-  EXPECT_EQ(rule(256, 4096, 4096)["SPLITS"], 1);
-  EXPECT_EQ(rule(256, 4096, 4096)["STAGES"], 4);
+  // Two rows of tiles keep the rules they had where the mid-size ones below leave them.
+  EXPECT_EQ(rule(256, 8192, 4096)["SPLITS"], 1);
+  EXPECT_EQ(rule(256, 8192, 4096)["STAGES"], 4);
+}
+
+// From 256 rows the tiles are chosen by how they fill waves of 132 SMs (H100 tuner and graphed
+// A/B, bench/NOTES.md "Mid-size GEMMs whose tiles leave the last wave idle").
+TEST(BuiltinTemplatesTest, GemmTmaMidSizeRulesFillTheWaves) {
+  auto rule = [](int64_t m, int64_t n, int64_t k) {
+    return gemm_rule("gemm_tma", m, n, k,
+                     {"BLOCK_N", "SPLITS", "STAGES", "PERSISTENT", "SCHEDULE", "CLUSTER_M"});
+  };
+  using P = std::map<std::string, int64_t>;
+  const P pingpong{{"BLOCK_N", 128},  {"SPLITS", 1},   {"STAGES", 6},
+                   {"PERSISTENT", 1}, {"SCHEDULE", 1}, {"CLUSTER_M", 1}};
+  const P one_wave{{"BLOCK_N", 256},  {"SPLITS", 1},   {"STAGES", 4},
+                   {"PERSISTENT", 0}, {"SCHEDULE", 0}, {"CLUSTER_M", 1}};
+  // 64 tiles of 128x128: two slices.
+  EXPECT_EQ(rule(256, 4096, 4096), (P{{"BLOCK_N", 128},
+                                      {"SPLITS", 2},
+                                      {"STAGES", 6},
+                                      {"PERSISTENT", 0},
+                                      {"SCHEDULE", 0},
+                                      {"CLUSTER_M", 1}}));
+  // 96 tiles of 128x256 in one wave rather than 192 of 128x128 in two.
+  EXPECT_EQ(rule(768, 4096, 4096), one_wave);
+  EXPECT_EQ(rule(640, 4096, 14336), one_wave);
+  // 128x128 tiles fill their waves better: 320 in three (0.81) against 160 in two (0.61).
+  EXPECT_EQ(rule(1280, 4096, 4096), pingpong);
+  EXPECT_EQ(rule(1536, 6144, 4096), pingpong) << "576 in five (0.87) against 288 in three";
+  EXPECT_EQ(rule(2560, 4096, 4096), pingpong) << "640 in five (0.97) against 320 in three";
+  // Equal fills keep the 128x256 rules: 4096^3 (1024 tiles in 8 waves, 512 in 4), 8192^3, and
+  // 2048x4096x4096 (512 in 4, 256 in 2).
+  for (int64_t m : {2048, 4096, 8192})
+    EXPECT_EQ(rule(m, m == 2048 ? 4096 : m, m)["BLOCK_N"], 256) << m;
+  EXPECT_EQ(rule(1024, 4096, 4096)["BLOCK_N"], 256) << "128 tiles of 128x256: one wave";
+  // Short K and K rows off the 128-byte grid keep their rules.
+  EXPECT_EQ(rule(1280, 4096, 1024)["SCHEDULE"], 1);
+  EXPECT_EQ(rule(1280, 4096, 1024)["BLOCK_N"], 128);
+  EXPECT_EQ(rule(1280, 4096, 1024)["STAGES"], 4);
+  EXPECT_EQ(rule(1280, 4096, 3000)["CLUSTER_M"], 2);
 }
 
 TEST(BuiltinTemplatesTest, EverySpaceEnumeratesPrunesAndHasAValidHeuristic) {
