@@ -440,32 +440,43 @@ std::int64_t grid_blocks(const auto& grid) {
   return std::int64_t(grid[0]) * std::int64_t(grid[1]) * std::int64_t(grid[2]);
 }
 
-// A persistent config's work at `p`: its work units (the grid it launches with no cap on resident
-// clusters) and the blocks of one wave, taken as one block a SM (the no-GPU max_active_clusters:
-// lookups do not know the compiled kernel's occupancy); nullopt where the config's grid does not
-// read max_active_clusters (one block per unit: the same grid with a cap of one cluster), where
-// it reads nothing else (stream-K: every wave full by construction), or where it does not
+// A config's work at `p` in waves, where lookups can count them without the GPU: its work units
+// and the blocks of one wave, taken as one block a SM. That holds for a persistent grid (the
+// no-GPU max_active_clusters; its units are the grid it launches with no cap on resident
+// clusters), and for a grid of one block per unit whose blocks each take more than half of the
+// per-block shared-memory limit (the SM holds little more than that limit). nullopt for other
+// one-block-per-unit grids (how many blocks share a SM depends on registers the lookup does not
+// know), for stream-K (every wave full by construction: its grid reads nothing else; a grid of
+// 2^26 units or more would read as one, which takes M * N >= 2^40) and where the config does not
 // instantiate.
 struct Waves {
   std::int64_t units = 0;
   std::int64_t wave = 1;
+  bool persistent = false;  // a grid of max_active_clusters clusters walking the units
   std::int64_t count() const { return (units + wave - 1) / wave; }
   double fill() const { return double(units) / double(count() * wave); }
 };
 
-std::optional<Waves> persistent_waves(const KernelTemplate& t, const Problem& p,
-                                      const DeviceLimits& limits, const Params& params,
-                                      int version) {
+std::optional<Waves> waves_at(const KernelTemplate& t, const Problem& p, const DeviceLimits& limits,
+                              const Params& params, int version) {
   constexpr std::int64_t k_uncapped = std::int64_t(1) << 26;  // x 16 blocks still a valid grid
   auto all = instantiate(t, p, limits, params, k_uncapped, arg_values(version));
-  auto one = instantiate(t, p, limits, params, 1, arg_values(version));
-  if (!all || !one) return std::nullopt;
+  if (!all) return std::nullopt;
   const std::int64_t cluster = all->launch.cluster_size();
   Waves w;
   w.units = grid_blocks(all->launch.grid);
-  if (w.units == grid_blocks(one->launch.grid) || w.units >= k_uncapped * cluster)
-    return std::nullopt;
   w.wave = std::max<std::int64_t>(1, limits.sm_count / cluster) * cluster;
+  if (w.units >= k_uncapped * cluster) return std::nullopt;  // stream-K
+  if (!t.manifest.grid_reads_max_active_clusters()) {
+    if (2 * std::int64_t(all->launch.smem) <= limits.max_smem_per_block) return std::nullopt;
+    return w;
+  }
+  auto one = instantiate(t, p, limits, params, 1, arg_values(version));
+  if (!one) return std::nullopt;
+  // One block per unit (the same grid with a cap of one cluster): counted as any such grid is.
+  w.persistent = w.units != grid_blocks(one->launch.grid);
+  if (!w.persistent && 2 * std::int64_t(all->launch.smem) <= limits.max_smem_per_block)
+    return std::nullopt;
   return w;
 }
 
@@ -484,18 +495,23 @@ bool LookupService::idles_here(const TemplateRegistry& templates, const protocol
     if (!there) return false;  // not valid at its own shape any more: nothing to compare
     return here < grid_blocks(there->launch.grid);
   }
-  // The common case ends here: a template whose grids are one block per unit of work.
-  if (!t->manifest.grid_reads_max_active_clusters()) return false;
-  // A persistent grid is as large at both shapes; its work units may not be. A config measured
-  // on one wave of units (a split-K decode config sized to fill the SMs) whose units here fill
-  // their waves 1.25 times worse (128 units in one wave of 132 there, 192 in two here): its time
-  // per unit says little here. Configs measured over several waves are left alone (large GEMMs,
-  // where any config the heuristics offer has a last wave too; not measured).
-  constexpr double k_worse = 1.25;
-  const auto there = persistent_waves(*t, tuned, limits, params, version);
-  if (!there || there->count() > 1) return false;
-  const auto here_waves = persistent_waves(*t, problem, limits, params, version);
-  return here_waves && there->fill() > k_worse * here_waves->fill();
+  // Where the waves can be counted (waves_at), a config's measurement says little here when its
+  // work units fill their waves 1.1 times worse than where it was measured (4096^3's 128x256
+  // tiles: 512 in four waves of 132 there, 0.97 full; 160 in two at 1280x4096x4096, 0.61): the
+  // idle part of its last wave was not in it. Nor a persistent config that walked one wave of
+  // units there and several here (split-K sized to fill the SMs at 128 rows, its units doubled at
+  // 256): its slices wait for each other across waves.
+  constexpr double k_worse = 1.1;
+  // Blocks that fit two a SM on a template whose grid is one block per unit (most mma.sync
+  // configs): nothing to count, and no instance made.
+  if (!t->manifest.grid_reads_max_active_clusters() &&
+      2 * std::int64_t(e.smem) <= limits.max_smem_per_block)
+    return false;
+  const auto there = waves_at(*t, tuned, limits, params, version);
+  if (!there) return false;
+  const auto now = waves_at(*t, problem, limits, params, version);
+  return now && (there->fill() > k_worse * now->fill() ||
+                 (now->persistent && there->count() == 1 && now->count() > 1));
 }
 
 double LookupService::kernel_us(const Instance& inst, const DeviceLimits& limits) {

@@ -249,10 +249,12 @@ class LookupService {
                       int version, const Instance* ready = nullptr) const;
   // Whether a neighbour's config (`entry`, completed for `problem`) keeps the GPU less busy here
   // than at `tuned`, the shape it was measured on: it runs fewer blocks here than there, and fewer
-  // than the device's SMs, or (a persistent grid, as large at both shapes) it ran one wave of
-  // work units there and its units fill the grid's waves 1.25 times worse here. Its measurement
-  // then says little here (H100, graphed against the heuristics: 7-51 % longer at six decode
-  // shapes, 25-29 % at two persistent ones; bench/NOTES.md).
+  // than the device's SMs; or, where its waves can be counted without the GPU (a persistent grid,
+  // or blocks over half the per-block shared-memory limit: one a SM), its work units fill their
+  // waves 1.1 times worse here, or it is persistent and ran one wave there but needs more here. Its
+  // measurement then says little here (H100, graphed against the heuristics: 7-51 % longer at
+  // six decode shapes, 25-29 % at two persistent ones, 0.49-0.65 of torch against 0.71-0.86 at
+  // mid-size ones; bench/NOTES.md).
   static bool idles_here(const TemplateRegistry& templates, const protocol::LookupEntry& entry,
                          const Problem& problem, const Problem& tuned, const DeviceLimits& limits,
                          int version);
