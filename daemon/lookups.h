@@ -253,7 +253,7 @@ class LookupService {
   // or blocks over half the per-block shared-memory limit: one a SM), its work units fill their
   // waves 1.1 times worse here, or it is persistent and ran one wave there but needs more here. Its
   // measurement then says little here (H100, graphed against the heuristics: 7-51 % longer at
-  // six decode shapes, 25-29 % at two persistent ones, 0.49-0.65 of torch against 0.71-0.86 at
+  // six decode shapes, 25-29 % at two persistent ones, 0.49-0.65 of torch against 0.71-0.89 at
   // mid-size ones; bench/NOTES.md).
   static bool idles_here(const TemplateRegistry& templates, const protocol::LookupEntry& entry,
                          const Problem& problem, const Problem& tuned, const DeviceLimits& limits,
