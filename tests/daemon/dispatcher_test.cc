@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <future>
 #include <set>
@@ -80,6 +81,22 @@ class DispatcherTest : public ::testing::Test {
            dims + "}" + extra + "}";
   }
 
+  // Stores `params` of `template_name` (its installed hash) as the one config tuned for `p`.
+  void put_config(const Problem& p, const std::string& template_name, const Params& params) {
+    auto w = testing::winner(p, 100.0);
+    w.ranked.resize(1);
+    w.ranked[0].template_name = template_name;
+    w.ranked[0].template_hash = m_templates.find(template_name)->hash;
+    w.ranked[0].params = params;
+    w.validators.nvrtc = "13.0";
+    EXPECT_TRUE(put_winner(m_parts->store, w));
+  }
+  // Whether a lookup reply lists an entry from the tuned shape `from`.
+  static bool lists(const Json& reply, const std::string& from) {
+    return std::any_of(reply["entries"].begin(), reply["entries"].end(),
+                       [&](const Json& e) { return e.value("from", "") == from; });
+  }
+
   MissTracker& misses() { return m_parts->misses; }
   WinnerIndex& index() { return m_parts->index; }
 
@@ -148,32 +165,23 @@ TEST_F(DispatcherTest, ANeighboursConfigThatWouldIdleSmsHereFollowsTheHeuristics
 // in two at 64x6144x4096 and 256 in two at 256x4096x4096: it follows the heuristics there (25 %
 // slower than them on an H100 at the first), and answers first where its units fill one wave.
 TEST_F(DispatcherTest, APersistentConfigWhoseUnitsFillItsWavesWorseHereFollowsTheHeuristics) {
-  const KernelTemplate& tma = *m_templates.find("gemm_tma");
   const Problem tuned{"gemm", "bf16", "bf16", "rc", {{"M", 128}, {"N", 4096}, {"K", 4096}}};
-  auto w = testing::winner(tuned, 26.0);
-  w.ranked.resize(1);
-  w.ranked[0].template_name = "gemm_tma";
-  w.ranked[0].template_hash = tma.hash;
-  w.ranked[0].params = *heuristic_config(tma, tuned, *DeviceLimits::for_arch("sm_90"));
-  ASSERT_EQ(w.ranked[0].params.at("PERSISTENT"), 1);
-  ASSERT_EQ(w.ranked[0].params.at("SPLITS"), 4);
-  w.validators.nvrtc = "13.0";
-  ASSERT_TRUE(put_winner(m_parts->store, w));
+  const Params params =
+      *heuristic_config(*m_templates.find("gemm_tma"), tuned, *DeviceLimits::for_arch("sm_90"));
+  ASSERT_EQ(params.at("PERSISTENT"), 1);
+  ASSERT_EQ(params.at("SPLITS"), 4);
+  put_config(tuned, "gemm_tma", params);
   ASSERT_TRUE(m_parts->catalog.load());
   const std::string from = "gemm|bf16|bf16|rc|M=128,N=4096,K=4096";
 
   Json r = ok(lookup_line(R"({"M":64,"N":6144,"K":4096})"));
   EXPECT_EQ(r["entries"][0]["provenance"], "heuristic") << r.dump();
-  bool listed = false;
-  for (const Json& e : r["entries"]) listed |= e.value("from", "") == from;
-  EXPECT_TRUE(listed) << "listed after the heuristics: " << r.dump();
+  EXPECT_TRUE(lists(r, from)) << "listed after the heuristics: " << r.dump();
   // 256 units at 256x4096x4096: two waves as full as its one there, but its slices of a tile
   // now wait across waves (0.49 of torch against the heuristics' 0.71 on an H100).
   r = ok(lookup_line(R"({"M":256,"N":4096,"K":4096})"));
   EXPECT_EQ(r["entries"][0]["provenance"], "heuristic") << r.dump();
-  listed = false;
-  for (const Json& e : r["entries"]) listed |= e.value("from", "") == from;
-  EXPECT_TRUE(listed) << "listed after the heuristics: " << r.dump();
+  EXPECT_TRUE(lists(r, from)) << "listed after the heuristics: " << r.dump();
   // 128 units at 128x4096x8192 (one wave, as there): the neighbour answers first.
   r = ok(lookup_line(R"({"M":128,"N":4096,"K":8192})"));
   EXPECT_EQ(r["entries"][0]["provenance"], "nearest") << r.dump();
@@ -190,14 +198,9 @@ TEST_F(DispatcherTest, ANeighbourMeasuredOverSeveralWavesFollowsTheHeuristicsWhe
   const KernelTemplate& tma = *m_templates.find("gemm_tma");
   const auto sm90 = *DeviceLimits::for_arch("sm_90");
   auto put = [&](const Problem& p, std::int64_t persistent) {
-    auto w = testing::winner(p, 100.0);
-    w.ranked.resize(1);
-    w.ranked[0].template_name = "gemm_tma";
-    w.ranked[0].template_hash = tma.hash;
-    w.ranked[0].params = *heuristic_config(tma, p, sm90);
-    EXPECT_EQ(w.ranked[0].params.at("PERSISTENT"), persistent) << p.describe();
-    w.validators.nvrtc = "13.0";
-    EXPECT_TRUE(put_winner(m_parts->store, w));
+    const Params params = *heuristic_config(tma, p, sm90);
+    EXPECT_EQ(params.at("PERSISTENT"), persistent) << p.describe();
+    put_config(p, "gemm_tma", params);
   };
   put({"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 8192}, {"K", 4096}}}, 1);
   put({"gemm", "bf16", "bf16", "rc", {{"M", 128}, {"N", 8192}, {"K", 1024}}}, 0);
@@ -205,9 +208,7 @@ TEST_F(DispatcherTest, ANeighbourMeasuredOverSeveralWavesFollowsTheHeuristicsWhe
   // The first entry's provenance, and where it came from; `from` must be listed.
   auto first_and_listed = [&](const std::string& shape, const std::string& from) {
     Json r = ok(lookup_line(shape));
-    bool listed = false;
-    for (const Json& e : r["entries"]) listed |= e.value("from", "") == from;
-    EXPECT_TRUE(listed) << shape << ": " << r.dump();
+    EXPECT_TRUE(lists(r, from)) << shape << ": " << r.dump();
     return r["entries"][0].value("provenance", "") + " " + r["entries"][0].value("from", "");
   };
   const std::string large = "gemm|bf16|bf16|rc|M=4096,N=8192,K=4096";
@@ -222,28 +223,20 @@ TEST_F(DispatcherTest, ANeighbourMeasuredOverSeveralWavesFollowsTheHeuristicsWhe
 // stages (172 KB of shared memory: one block a SM) ran 256 blocks in two waves at
 // 1024x2048x4096 (0.97 full) and would run 288 in three at 1152 rows (0.73).
 TEST_F(DispatcherTest, AOneBlockPerTileNeighbourWhoseBlocksFillASmFollowsTheHeuristics) {
-  const KernelTemplate& sm90 = *m_templates.find("gemm_sm90");
   const auto limits = *DeviceLimits::for_arch("sm_90a");
   const Problem tuned{"gemm", "bf16", "bf16", "rc", {{"M", 1024}, {"N", 2048}, {"K", 4096}}};
-  auto w = testing::winner(tuned, 100.0);
-  w.ranked.resize(1);
-  w.ranked[0].template_name = "gemm_sm90";
-  w.ranked[0].template_hash = sm90.hash;
-  w.ranked[0].params = {{"BLOCK_M", 64},  {"BLOCK_N", 128}, {"BLOCK_K", 64},   {"STAGES", 7},
-                        {"CONSUMERS", 1}, {"GROUP_M", 1},   {"SPECIALIZED", 0}};
-  auto inst = instantiate(sm90, tuned, limits, w.ranked[0].params);
+  const Params params{{"BLOCK_M", 64},  {"BLOCK_N", 128}, {"BLOCK_K", 64},   {"STAGES", 7},
+                      {"CONSUMERS", 1}, {"GROUP_M", 1},   {"SPECIALIZED", 0}};
+  auto inst = instantiate(*m_templates.find("gemm_sm90"), tuned, limits, params);
   ASSERT_TRUE(inst) << inst.error().message;
   ASSERT_GT(2 * std::int64_t(inst->launch.smem), limits.max_smem_per_block);
   ASSERT_EQ(inst->launch.grid[0] * inst->launch.grid[1] * inst->launch.grid[2], 256u);
-  w.validators.nvrtc = "13.0";
-  ASSERT_TRUE(put_winner(m_parts->store, w));
+  put_config(tuned, "gemm_sm90", params);
   ASSERT_TRUE(m_parts->catalog.load());
   const std::string from = "gemm|bf16|bf16|rc|M=1024,N=2048,K=4096";
   Json r = ok(lookup_line(R"({"M":1152,"N":2048,"K":4096})"));
   EXPECT_EQ(r["entries"][0]["provenance"], "heuristic") << r.dump();
-  bool listed = false;
-  for (const Json& e : r["entries"]) listed |= e.value("from", "") == from;
-  EXPECT_TRUE(listed) << r.dump();
+  EXPECT_TRUE(lists(r, from)) << r.dump();
   // 2048 rows: 512 blocks in four waves (0.97): it answers first.
   r = ok(lookup_line(R"({"M":2048,"N":2048,"K":4096})"));
   EXPECT_EQ(r["entries"][0]["provenance"], "nearest") << r.dump();
@@ -257,18 +250,13 @@ TEST_F(DispatcherTest, AConfigWhoseWavesCannotBeCountedKeepsItsPlace) {
   const KernelTemplate& tma = *m_templates.find("gemm_tma");
   const auto sm90 = *DeviceLimits::for_arch("sm_90");
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 128}, {"N", 8192}, {"K", 1024}}};
-  auto w = testing::winner(p, 100.0);
-  w.ranked.resize(1);
-  w.ranked[0].template_name = "gemm_tma";
-  w.ranked[0].template_hash = tma.hash;
-  w.ranked[0].params = *heuristic_config(tma, p, sm90);
-  ASSERT_EQ(w.ranked[0].params.at("SPLITS"), 2);
-  w.ranked[0].params["STAGES"] = 2;
-  auto inst = instantiate(tma, p, sm90, w.ranked[0].params);
+  Params params = *heuristic_config(tma, p, sm90);
+  ASSERT_EQ(params.at("SPLITS"), 2);
+  params["STAGES"] = 2;
+  auto inst = instantiate(tma, p, sm90, params);
   ASSERT_TRUE(inst) << inst.error().message;
   ASSERT_LE(2 * std::int64_t(inst->launch.smem), sm90.max_smem_per_block);
-  w.validators.nvrtc = "13.0";
-  ASSERT_TRUE(put_winner(m_parts->store, w));
+  put_config(p, "gemm_tma", params);
   ASSERT_TRUE(m_parts->catalog.load());
   Json r = ok(lookup_line(R"({"M":128,"N":9216,"K":1024})"));
   EXPECT_EQ(r["entries"][0]["provenance"], "nearest") << r.dump();
