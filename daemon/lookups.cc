@@ -457,6 +457,12 @@ struct Waves {
   double fill() const { return double(units) / double(count() * wave); }
 };
 
+// A block over half the per-block shared-memory limit: the SM holds one (it holds little more
+// than that limit), whatever its registers.
+bool one_block_a_sm(std::int64_t smem, const DeviceLimits& limits) {
+  return 2 * smem > limits.max_smem_per_block;
+}
+
 std::optional<Waves> waves_at(const KernelTemplate& t, const Problem& p, const DeviceLimits& limits,
                               const Params& params, int version) {
   constexpr std::int64_t k_uncapped = std::int64_t(1) << 26;  // x 16 blocks still a valid grid
@@ -468,15 +474,14 @@ std::optional<Waves> waves_at(const KernelTemplate& t, const Problem& p, const D
   w.wave = std::max<std::int64_t>(1, limits.sm_count / cluster) * cluster;
   if (w.units >= k_uncapped * cluster) return std::nullopt;  // stream-K
   if (!t.manifest.grid_reads_max_active_clusters()) {
-    if (2 * std::int64_t(all->launch.smem) <= limits.max_smem_per_block) return std::nullopt;
+    if (!one_block_a_sm(all->launch.smem, limits)) return std::nullopt;
     return w;
   }
   auto one = instantiate(t, p, limits, params, 1, arg_values(version));
   if (!one) return std::nullopt;
   // One block per unit (the same grid with a cap of one cluster): counted as any such grid is.
   w.persistent = w.units != grid_blocks(one->launch.grid);
-  if (!w.persistent && 2 * std::int64_t(all->launch.smem) <= limits.max_smem_per_block)
-    return std::nullopt;
+  if (!w.persistent && !one_block_a_sm(all->launch.smem, limits)) return std::nullopt;
   return w;
 }
 
@@ -504,8 +509,7 @@ bool LookupService::idles_here(const TemplateRegistry& templates, const protocol
   constexpr double k_worse = 1.1;
   // Blocks that fit two a SM on a template whose grid is one block per unit (most mma.sync
   // configs): nothing to count, and no instance made.
-  if (!t->manifest.grid_reads_max_active_clusters() &&
-      2 * std::int64_t(e.smem) <= limits.max_smem_per_block)
+  if (!t->manifest.grid_reads_max_active_clusters() && !one_block_a_sm(e.smem, limits))
     return false;
   const auto there = waves_at(*t, tuned, limits, params, version);
   if (!there) return false;

@@ -91,10 +91,14 @@ class DispatcherTest : public ::testing::Test {
     w.validators.nvrtc = "13.0";
     EXPECT_TRUE(put_winner(m_parts->store, w));
   }
-  // Whether a lookup reply lists an entry from the tuned shape `from`.
-  static bool lists(const Json& reply, const std::string& from) {
-    return std::any_of(reply["entries"].begin(), reply["entries"].end(),
-                       [&](const Json& e) { return e.value("from", "") == from; });
+  // A lookup of `dims` that must list an entry from the tuned shape `from`: its first entry's
+  // provenance and, after a space, where that entry came from ("heuristic " for a heuristic).
+  std::string lead(const std::string& dims, const std::string& from) {
+    Json r = ok(lookup_line(dims));
+    const bool listed = std::any_of(r["entries"].begin(), r["entries"].end(),
+                                    [&](const Json& e) { return e.value("from", "") == from; });
+    EXPECT_TRUE(listed) << dims << ": " << r.dump();
+    return r["entries"][0].value("provenance", "") + " " + r["entries"][0].value("from", "");
   }
 
   MissTracker& misses() { return m_parts->misses; }
@@ -174,18 +178,12 @@ TEST_F(DispatcherTest, APersistentConfigWhoseUnitsFillItsWavesWorseHereFollowsTh
   ASSERT_TRUE(m_parts->catalog.load());
   const std::string from = "gemm|bf16|bf16|rc|M=128,N=4096,K=4096";
 
-  Json r = ok(lookup_line(R"({"M":64,"N":6144,"K":4096})"));
-  EXPECT_EQ(r["entries"][0]["provenance"], "heuristic") << r.dump();
-  EXPECT_TRUE(lists(r, from)) << "listed after the heuristics: " << r.dump();
+  EXPECT_EQ(lead(R"({"M":64,"N":6144,"K":4096})", from), "heuristic ");
   // 256 units at 256x4096x4096: two waves as full as its one there, but its slices of a tile
   // now wait across waves (0.49 of torch against the heuristics' 0.71 on an H100).
-  r = ok(lookup_line(R"({"M":256,"N":4096,"K":4096})"));
-  EXPECT_EQ(r["entries"][0]["provenance"], "heuristic") << r.dump();
-  EXPECT_TRUE(lists(r, from)) << "listed after the heuristics: " << r.dump();
+  EXPECT_EQ(lead(R"({"M":256,"N":4096,"K":4096})", from), "heuristic ");
   // 128 units at 128x4096x8192 (one wave, as there): the neighbour answers first.
-  r = ok(lookup_line(R"({"M":128,"N":4096,"K":8192})"));
-  EXPECT_EQ(r["entries"][0]["provenance"], "nearest") << r.dump();
-  EXPECT_EQ(r["entries"][0]["from"], from);
+  EXPECT_EQ(lead(R"({"M":128,"N":4096,"K":8192})", from), "nearest " + from);
 }
 
 // The wave count for configs measured over several waves: 4096x8192x4096's (persistent, 128x256
@@ -205,18 +203,12 @@ TEST_F(DispatcherTest, ANeighbourMeasuredOverSeveralWavesFollowsTheHeuristicsWhe
   put({"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 8192}, {"K", 4096}}}, 1);
   put({"gemm", "bf16", "bf16", "rc", {{"M", 128}, {"N", 8192}, {"K", 1024}}}, 0);
   ASSERT_TRUE(m_parts->catalog.load());
-  // The first entry's provenance, and where it came from; `from` must be listed.
-  auto first_and_listed = [&](const std::string& shape, const std::string& from) {
-    Json r = ok(lookup_line(shape));
-    EXPECT_TRUE(lists(r, from)) << shape << ": " << r.dump();
-    return r["entries"][0].value("provenance", "") + " " + r["entries"][0].value("from", "");
-  };
   const std::string large = "gemm|bf16|bf16|rc|M=4096,N=8192,K=4096";
   const std::string split = "gemm|bf16|bf16|rc|M=128,N=8192,K=1024";
-  EXPECT_EQ(first_and_listed(R"({"M":1152,"N":8192,"K":4096})", large), "heuristic ");
-  EXPECT_EQ(first_and_listed(R"({"M":1280,"N":8192,"K":4096})", large), "heuristic ");
-  EXPECT_EQ(first_and_listed(R"({"M":4352,"N":8192,"K":4096})", large), "nearest " + large);
-  EXPECT_EQ(first_and_listed(R"({"M":128,"N":9216,"K":1024})", split), "heuristic ");
+  EXPECT_EQ(lead(R"({"M":1152,"N":8192,"K":4096})", large), "heuristic ");
+  EXPECT_EQ(lead(R"({"M":1280,"N":8192,"K":4096})", large), "heuristic ");
+  EXPECT_EQ(lead(R"({"M":4352,"N":8192,"K":4096})", large), "nearest " + large);
+  EXPECT_EQ(lead(R"({"M":128,"N":9216,"K":1024})", split), "heuristic ");
 }
 
 // The same for a template whose grid is one block per tile: gemm_sm90's 64x128 tiles with 7
@@ -234,13 +226,9 @@ TEST_F(DispatcherTest, AOneBlockPerTileNeighbourWhoseBlocksFillASmFollowsTheHeur
   put_config(tuned, "gemm_sm90", params);
   ASSERT_TRUE(m_parts->catalog.load());
   const std::string from = "gemm|bf16|bf16|rc|M=1024,N=2048,K=4096";
-  Json r = ok(lookup_line(R"({"M":1152,"N":2048,"K":4096})"));
-  EXPECT_EQ(r["entries"][0]["provenance"], "heuristic") << r.dump();
-  EXPECT_TRUE(lists(r, from)) << r.dump();
+  EXPECT_EQ(lead(R"({"M":1152,"N":2048,"K":4096})", from), "heuristic ");
   // 2048 rows: 512 blocks in four waves (0.97): it answers first.
-  r = ok(lookup_line(R"({"M":2048,"N":2048,"K":4096})"));
-  EXPECT_EQ(r["entries"][0]["provenance"], "nearest") << r.dump();
-  EXPECT_EQ(r["entries"][0]["from"], from);
+  EXPECT_EQ(lead(R"({"M":2048,"N":2048,"K":4096})", from), "nearest " + from);
 }
 
 // What the wave count leaves alone: a one-block-per-unit config whose blocks fit two a SM (how
