@@ -453,6 +453,7 @@ struct Waves {
   std::int64_t units = 0;
   std::int64_t wave = 1;
   bool persistent = false;  // a grid of max_active_clusters clusters walking the units
+  bool sliced = false;      // units that add partials into one output tile (k_slices > 1)
   std::int64_t count() const { return (units + wave - 1) / wave; }
   double fill() const { return double(units) / double(count() * wave); }
 };
@@ -472,6 +473,7 @@ std::optional<Waves> waves_at(const KernelTemplate& t, const Problem& p, const D
   Waves w;
   w.units = grid_blocks(all->launch.grid);
   w.wave = std::max<std::int64_t>(1, limits.sm_count / cluster) * cluster;
+  w.sliced = all->k_slices > 1;
   if (w.units >= k_uncapped * cluster) return std::nullopt;  // stream-K
   if (!t.manifest.grid_reads_max_active_clusters()) {
     if (!one_block_a_sm(all->launch.smem, limits)) return std::nullopt;
@@ -503,9 +505,12 @@ bool LookupService::idles_here(const TemplateRegistry& templates, const protocol
   // Where the waves can be counted (waves_at), a config's measurement says little here when its
   // work units fill their waves 1.1 times worse than where it was measured (4096^3's 128x256
   // tiles: 512 in four waves of 132 there, 0.97 full; 160 in two at 1280x4096x4096, 0.61): the
-  // idle part of its last wave was not in it. Nor a persistent config that walked one wave of
-  // units there and several here (split-K sized to fill the SMs at 128 rows, its units doubled at
-  // 256): its slices wait for each other across waves.
+  // idle part of its last wave was not in it. Nor a persistent or a sliced (split-K) config that
+  // ran one wave of units there and needs several here (split-K sized to fill the SMs at 128 or
+  // 256 rows, its units doubled at twice the rows): its slices wait for each other across waves,
+  // and the tiles alone would have filled the SMs without the partials' traffic. A whole-tile
+  // config grown from one wave to two keeps its place (1024^3's one-wave tiles at
+  // 1024x2048x2048, where the heuristics' larger tiles fill half a wave).
   constexpr double k_worse = 1.1;
   // Blocks that fit two a SM on a template whose grid is one block per unit (most mma.sync
   // configs): nothing to count, and no instance made.
@@ -515,7 +520,7 @@ bool LookupService::idles_here(const TemplateRegistry& templates, const protocol
   if (!there) return false;
   const auto now = waves_at(*t, problem, limits, params, version);
   return now && (there->fill() > k_worse * now->fill() ||
-                 (now->persistent && there->count() == 1 && now->count() > 1));
+                 ((now->persistent || now->sliced) && there->count() == 1 && now->count() > 1));
 }
 
 double LookupService::kernel_us(const Instance& inst, const DeviceLimits& limits) {

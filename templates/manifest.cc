@@ -583,20 +583,35 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   m.path = path;
   m.dir = fs::path(path).parent_path().string();
   if (!root.IsMap()) P.fail_at(root, "manifest", "expected a mapping");
-  P.only_keys(root, "", {"name",           "op",
-                         "version",        "description",
-                         "source",         "headers",
-                         "entry",          "dims",
-                         "dtypes",         "out_dtypes",
-                         "layouts",        "min_cc",
-                         "max_cc",         "arch_suffix",
-                         "nvrtc_options",  "params",
-                         "derived",        "constraints",
-                         "template_args",  "launch",
-                         "args",           "reference",
-                         "tolerance",      "metric",
-                         "heuristic",      "heuristic_rank",
-                         "previous_hashes"});
+  P.only_keys(root, "",
+              {"name",
+               "op",
+               "version",
+               "description",
+               "source",
+               "headers",
+               "entry",
+               "dims",
+               "dtypes",
+               "out_dtypes",
+               "layouts",
+               "min_cc",
+               "max_cc",
+               "arch_suffix",
+               "nvrtc_options",
+               "params",
+               "derived",
+               "constraints",
+               "template_args",
+               "launch",
+               "args",
+               "reference",
+               "tolerance",
+               "metric",
+               "heuristic",
+               "heuristic_rank",
+               "previous_hashes",
+               "k_slices"});
 
   m.name = P.scalar(root["name"], "name");
   const std::string stem = fs::path(path).stem().string();
@@ -819,6 +834,8 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   } else {
     P.fail_at(mn, "metric", "expected {flops: expr} or {bytes: expr}");
   }
+
+  if (root["k_slices"].IsDefined()) m.k_slices = P.expr(root["k_slices"], "k_slices", m.symbols);
 
   const YAML::Node hn = root["heuristic"];
   if (!hn.IsSequence() || hn.size() == 0)

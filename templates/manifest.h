@@ -197,6 +197,11 @@ struct Manifest {
   // For the hashes records carried before 2026-12-06 (kernel hash v1, of every byte), so that
   // no later heuristic edit retires them; outside the kernel hash (docs/templates.md).
   std::vector<std::string> previous_hashes;
+  // How many work units add their partial results into one output tile (split-K's k-slices):
+  // an expression over params, derived values, dims and device limits; empty text: 1. Lookups
+  // count a config's waves with it (a sliced config whose units spill into a second wave makes
+  // its slices wait for each other). It changes no kernel: outside the kernel hash.
+  Expression k_slices;
   std::vector<std::string> nvrtc_options;
 
   std::vector<ParamDomain> params;

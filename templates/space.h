@@ -87,6 +87,9 @@ struct Instance {
   std::int64_t max_active_clusters = 0;
   // Whether launch.grid reads it (a tuner then asks the worker and instantiates again).
   bool grid_reads_max_active_clusters = false;
+  // Work units that add partials into one output tile (the manifest's k_slices; 1 where it is
+  // not given, or is not a whole number of 1 or more: it describes a config, never fails one).
+  std::int64_t k_slices = 1;
 };
 
 // The arch string a template compiles for on a device: "sm_90", or "sm_90a" for arch_suffix "a".

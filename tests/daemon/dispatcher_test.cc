@@ -134,7 +134,7 @@ TEST_F(DispatcherTest, DimsInAnyOrderAreCanonical) {
 }
 
 TEST_F(DispatcherTest, NearestShapeAnswersWithDistanceThenHeuristic) {
-  Json r = ok(lookup_line(R"({"M":32,"N":4096,"K":4096})"));
+  Json r = ok(lookup_line(R"({"M":16,"N":4096,"K":8192})"));
   ASSERT_GE(r["entries"].size(), 2u);
   EXPECT_EQ(r["entries"][0]["provenance"], "nearest");
   EXPECT_EQ(r["entries"][0]["distance"], 1.0);
@@ -143,7 +143,7 @@ TEST_F(DispatcherTest, NearestShapeAnswersWithDistanceThenHeuristic) {
   EXPECT_EQ(r["entries"].back()["provenance"], "heuristic");
   EXPECT_FALSE(r["entries"].back().contains("timing_l2")) << "nothing measured";
   EXPECT_EQ(misses().total(), 1u);
-  EXPECT_EQ(misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=32,N=4096,K=4096");
+  EXPECT_EQ(misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=16,N=4096,K=8192");
 }
 
 // A neighbour's config that would run fewer blocks here than where it was measured, and fewer
@@ -158,10 +158,17 @@ TEST_F(DispatcherTest, ANeighboursConfigThatWouldIdleSmsHereFollowsTheHeuristics
   EXPECT_EQ(last["from"], "gemm|bf16|bf16|rc|M=16,N=4096,K=4096");
   const Json& grid = last["kernel"]["grid"];
   EXPECT_LT(grid[0].get<int>() * grid[1].get<int>() * grid[2].get<int>(), 132);
-  // Where the same config runs more blocks than it did there, the neighbour still answers first.
-  r = ok(lookup_line(R"({"M":16,"N":8192,"K":4096})"));
+  // Where it runs as many blocks as there (K doubled), the neighbour answers first.
+  r = ok(lookup_line(R"({"M":16,"N":4096,"K":8192})"));
   EXPECT_EQ(r["entries"][0]["provenance"], "nearest") << r.dump();
   EXPECT_EQ(r["entries"][0]["from"], "gemm|bf16|bf16|rc|M=16,N=4096,K=4096");
+  // At N = 8192 its k-slices (120 KB of shared memory a block: one a SM) would run 256 blocks in
+  // two waves where they ran 128 in one: it follows the heuristics, whose same tiles unsplit fill
+  // one wave (the sliced case of ASlicedNeighbourMeasuredOnOneWave... below, for gemm's SPLIT_K).
+  r = ok(lookup_line(R"({"M":16,"N":8192,"K":4096})"));
+  EXPECT_EQ(r["entries"][0]["provenance"], "heuristic") << r.dump();
+  EXPECT_EQ(r["entries"][0]["params"]["SPLIT_K"], 1) << r.dump();
+  EXPECT_EQ(r["entries"].back()["from"], "gemm|bf16|bf16|rc|M=16,N=4096,K=4096") << r.dump();
 }
 
 // A persistent config's grid is as large at every shape; its work units are not. 128x4096x4096's
@@ -229,6 +236,39 @@ TEST_F(DispatcherTest, AOneBlockPerTileNeighbourWhoseBlocksFillASmFollowsTheHeur
   EXPECT_EQ(lead(R"({"M":1152,"N":2048,"K":4096})", from), "heuristic ");
   // 2048 rows: 512 blocks in four waves (0.97): it answers first.
   EXPECT_EQ(lead(R"({"M":2048,"N":2048,"K":4096})", from), "nearest " + from);
+}
+
+// A sliced (split-K) config measured on one wave of units follows the heuristics where its units
+// need more: 256x4096x4096's two k-slices of 128x128 tiles (one block a SM) ran 128 units in one
+// wave there and would run 256 in two at 512x4096x4096, as full (0.97), but with a tile's slices
+// in different waves and tiles that fill the SMs alone (0.60 of torch there on an H100, the
+// heuristics 0.91). Where its units still fit one wave (K doubled) it answers first.
+TEST_F(DispatcherTest, ASlicedNeighbourMeasuredOnOneWaveFollowsTheHeuristicsWhereItNeedsMore) {
+  const Problem tuned{"gemm", "bf16", "bf16", "rc", {{"M", 256}, {"N", 4096}, {"K", 4096}}};
+  const Params params =
+      *heuristic_config(*m_templates.find("gemm_tma"), tuned, *DeviceLimits::for_arch("sm_90"));
+  ASSERT_EQ(params.at("SPLITS"), 2);
+  ASSERT_EQ(params.at("PERSISTENT"), 0);
+  put_config(tuned, "gemm_tma", params);
+  ASSERT_TRUE(m_parts->catalog.load());
+  const std::string from = "gemm|bf16|bf16|rc|M=256,N=4096,K=4096";
+  EXPECT_EQ(lead(R"({"M":512,"N":4096,"K":4096})", from), "heuristic ");
+  EXPECT_EQ(lead(R"({"M":256,"N":4096,"K":8192})", from), "nearest " + from);
+}
+
+// The control: a whole-tile config grown from one wave to two as full keeps its place
+// (512x4096x4096's 128 tiles of 128x128, one block a SM; 256 at 1024 rows).
+TEST_F(DispatcherTest, AWholeTileNeighbourGrownFromOneWaveToTwoAsFullKeepsItsPlace) {
+  const Problem tuned{"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 4096}, {"K", 4096}}};
+  const Params params =
+      *heuristic_config(*m_templates.find("gemm_tma"), tuned, *DeviceLimits::for_arch("sm_90"));
+  ASSERT_EQ(params.at("SPLITS"), 1);
+  ASSERT_EQ(params.at("PERSISTENT"), 0);
+  ASSERT_EQ(params.at("BLOCK_N"), 128);
+  put_config(tuned, "gemm_tma", params);
+  ASSERT_TRUE(m_parts->catalog.load());
+  const std::string from = "gemm|bf16|bf16|rc|M=512,N=4096,K=4096";
+  EXPECT_EQ(lead(R"({"M":1024,"N":4096,"K":4096})", from), "nearest " + from);
 }
 
 // What the wave count leaves alone: a one-block-per-unit config whose blocks fit two a SM (how

@@ -140,8 +140,10 @@ TEST(ManifestTest, StructuralErrors) {
       {"name: scale", "name: scaler", "must match the file name 'scale'"},
       {"  - when: n < 4096\n", "  - when: n < 4096 +\n", "heuristic[0].when: bad expression"},
       // heuristic_rank orders templates before a config exists: the problem only.
-      {"op: scale", "op: scale\nheuristic_rank: THREADS > 128", "heuristic_rank: may name the problem's dims"},
+      {"op: scale", "op: scale\nheuristic_rank: THREADS > 128",
+       "heuristic_rank: may name the problem's dims"},
       {"op: scale", "op: scale\nheuristic_rank: sm_count > 100", "heuristic_rank: unknown"},
+      {"op: scale", "op: scale\nk_slices: SLICES", "k_slices: unknown"},
   };
   for (const auto& c : cases) {
     auto m = parse_manifest(edited(c.from, c.to), "scale.yaml");
@@ -414,6 +416,31 @@ TEST(SpaceTest, InstantiateMakesNameLaunchAndArgs) {
   EXPECT_EQ(ref->launch.grid[0], 4u);
 }
 
+// k_slices describes a config (its units summed into one output) and never fails one: a value
+// that is not a whole number of 1 or more reads as 1, as does a manifest without it.
+TEST(SpaceTest, KSlicesIsEvaluatedPerConfigAndReadsAsOneWhereItCannotCount) {
+  const Params p{{"THREADS", 256}, {"VEC", 4}, {"WAVES", 3}};
+  const Problem n = scale_problem(1 << 20);
+  auto slices = [&](const std::string& expr) -> std::int64_t {
+    auto m = parse_manifest(
+        expr.empty() ? scale_text() : edited("min_cc: 80", "min_cc: 80\nk_slices: " + expr),
+        k_scale);
+    EXPECT_TRUE(m) << m.error().message;
+    if (!m) return -1;
+    KernelTemplate t;
+    t.manifest = std::move(*m);
+    auto inst = instantiate(t, n, DeviceLimits{}, p);
+    EXPECT_TRUE(inst) << expr << ": " << inst.error().message;
+    return inst ? inst->k_slices : -1;
+  };
+  EXPECT_EQ(slices(""), 1);
+  EXPECT_EQ(slices("WAVES"), 3);
+  EXPECT_EQ(slices("n / 4096 - WAVES"), 253) << "dims and params";
+  EXPECT_EQ(slices("WAVES / 2"), 1) << "1.5";
+  EXPECT_EQ(slices("WAVES - 3"), 1) << "0";
+  EXPECT_EQ(slices("WAVES % 0"), 1) << "NaN";
+}
+
 TEST(SpaceTest, HeuristicPicksFirstMatchingValidRule) {
   auto t = TemplateRegistry::load_template(k_scale);
   ASSERT_TRUE(t);
@@ -554,6 +581,8 @@ TEST(RegistryTest, TheKernelHashLeavesOutHeuristicsDescriptionAndLayout) {
             edited(base, "{THREADS: 128, VEC: 1, WAVES: 1}", "{THREADS: 64, VEC: 2, WAVES: 1}")},
            {"the heuristic's order",
             edited(base, "min_cc: 80", "min_cc: 80\nheuristic_rank: n >= 4096")},
+           {"the k-slices lookups count waves by",
+            edited(base, "min_cc: 80", "min_cc: 80\nk_slices: WAVES")},
            {"the description", edited(base, "(test template)", "(edited)")},
            {"a comment and the layout",
             edited(base, "dims: [n]", "# the one dim\ndims:\n  - n   # elements")}}) {
