@@ -91,6 +91,13 @@ class DispatcherTest : public ::testing::Test {
     w.validators.nvrtc = "13.0";
     EXPECT_TRUE(put_winner(m_parts->store, w));
   }
+  // Stores gemm_tma's heuristic config for `p` on an sm_90 device as the config tuned for `p`.
+  Params put_tma_heuristic(const Problem& p) {
+    Params params =
+        *heuristic_config(*m_templates.find("gemm_tma"), p, *DeviceLimits::for_arch("sm_90"));
+    put_config(p, "gemm_tma", params);
+    return params;
+  }
   // A lookup of `dims` that must list an entry from the tuned shape `from`: its first entry's
   // provenance and, after a space, where that entry came from ("heuristic " for a heuristic).
   std::string lead(const std::string& dims, const std::string& from) {
@@ -176,12 +183,10 @@ TEST_F(DispatcherTest, ANeighboursConfigThatWouldIdleSmsHereFollowsTheHeuristics
 // in two at 64x6144x4096 and 256 in two at 256x4096x4096: it follows the heuristics there (25 %
 // slower than them on an H100 at the first), and answers first where its units fill one wave.
 TEST_F(DispatcherTest, APersistentConfigWhoseUnitsFillItsWavesWorseHereFollowsTheHeuristics) {
-  const Problem tuned{"gemm", "bf16", "bf16", "rc", {{"M", 128}, {"N", 4096}, {"K", 4096}}};
   const Params params =
-      *heuristic_config(*m_templates.find("gemm_tma"), tuned, *DeviceLimits::for_arch("sm_90"));
+      put_tma_heuristic({"gemm", "bf16", "bf16", "rc", {{"M", 128}, {"N", 4096}, {"K", 4096}}});
   ASSERT_EQ(params.at("PERSISTENT"), 1);
   ASSERT_EQ(params.at("SPLITS"), 4);
-  put_config(tuned, "gemm_tma", params);
   ASSERT_TRUE(m_parts->catalog.load());
   const std::string from = "gemm|bf16|bf16|rc|M=128,N=4096,K=4096";
 
@@ -200,12 +205,8 @@ TEST_F(DispatcherTest, APersistentConfigWhoseUnitsFillItsWavesWorseHereFollowsTh
 // 128x8192x1024's split in two (one block per unit, each over half of a SM's shared memory, so
 // one a SM) ran 128 blocks in one wave there and 144 in two at N = 9216: it follows them too.
 TEST_F(DispatcherTest, ANeighbourMeasuredOverSeveralWavesFollowsTheHeuristicsWhereTheyFillWorse) {
-  const KernelTemplate& tma = *m_templates.find("gemm_tma");
-  const auto sm90 = *DeviceLimits::for_arch("sm_90");
   auto put = [&](const Problem& p, std::int64_t persistent) {
-    const Params params = *heuristic_config(tma, p, sm90);
-    EXPECT_EQ(params.at("PERSISTENT"), persistent) << p.describe();
-    put_config(p, "gemm_tma", params);
+    EXPECT_EQ(put_tma_heuristic(p).at("PERSISTENT"), persistent) << p.describe();
   };
   put({"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 8192}, {"K", 4096}}}, 1);
   put({"gemm", "bf16", "bf16", "rc", {{"M", 128}, {"N", 8192}, {"K", 1024}}}, 0);
@@ -244,12 +245,10 @@ TEST_F(DispatcherTest, AOneBlockPerTileNeighbourWhoseBlocksFillASmFollowsTheHeur
 // in different waves and tiles that fill the SMs alone (0.60 of torch there on an H100, the
 // heuristics 0.91). Where its units still fit one wave (K doubled) it answers first.
 TEST_F(DispatcherTest, ASlicedNeighbourMeasuredOnOneWaveFollowsTheHeuristicsWhereItNeedsMore) {
-  const Problem tuned{"gemm", "bf16", "bf16", "rc", {{"M", 256}, {"N", 4096}, {"K", 4096}}};
   const Params params =
-      *heuristic_config(*m_templates.find("gemm_tma"), tuned, *DeviceLimits::for_arch("sm_90"));
+      put_tma_heuristic({"gemm", "bf16", "bf16", "rc", {{"M", 256}, {"N", 4096}, {"K", 4096}}});
   ASSERT_EQ(params.at("SPLITS"), 2);
   ASSERT_EQ(params.at("PERSISTENT"), 0);
-  put_config(tuned, "gemm_tma", params);
   ASSERT_TRUE(m_parts->catalog.load());
   const std::string from = "gemm|bf16|bf16|rc|M=256,N=4096,K=4096";
   EXPECT_EQ(lead(R"({"M":512,"N":4096,"K":4096})", from), "heuristic ");
@@ -259,13 +258,11 @@ TEST_F(DispatcherTest, ASlicedNeighbourMeasuredOnOneWaveFollowsTheHeuristicsWher
 // The control: a whole-tile config grown from one wave to two as full keeps its place
 // (512x4096x4096's 128 tiles of 128x128, one block a SM; 256 at 1024 rows).
 TEST_F(DispatcherTest, AWholeTileNeighbourGrownFromOneWaveToTwoAsFullKeepsItsPlace) {
-  const Problem tuned{"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 4096}, {"K", 4096}}};
   const Params params =
-      *heuristic_config(*m_templates.find("gemm_tma"), tuned, *DeviceLimits::for_arch("sm_90"));
+      put_tma_heuristic({"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 4096}, {"K", 4096}}});
   ASSERT_EQ(params.at("SPLITS"), 1);
   ASSERT_EQ(params.at("PERSISTENT"), 0);
   ASSERT_EQ(params.at("BLOCK_N"), 128);
-  put_config(tuned, "gemm_tma", params);
   ASSERT_TRUE(m_parts->catalog.load());
   const std::string from = "gemm|bf16|bf16|rc|M=512,N=4096,K=4096";
   EXPECT_EQ(lead(R"({"M":1024,"N":4096,"K":4096})", from), "nearest " + from);
