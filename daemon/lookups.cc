@@ -453,7 +453,7 @@ struct Waves {
   std::int64_t units = 0;
   std::int64_t wave = 1;
   bool persistent = false;  // a grid of max_active_clusters clusters walking the units
-  bool sliced = false;      // units that add partials into one output tile (k_slices > 1)
+  std::int64_t slices = 1;  // units that add partials into one output tile (k_slices)
   std::int64_t count() const { return (units + wave - 1) / wave; }
   double fill() const { return double(units) / double(count() * wave); }
 };
@@ -473,7 +473,7 @@ std::optional<Waves> waves_at(const KernelTemplate& t, const Problem& p, const D
   Waves w;
   w.units = grid_blocks(all->launch.grid);
   w.wave = std::max<std::int64_t>(1, limits.sm_count / cluster) * cluster;
-  w.sliced = all->k_slices > 1;
+  w.slices = all->k_slices;
   if (w.units >= k_uncapped * cluster) return std::nullopt;  // stream-K
   if (!t.manifest.grid_reads_max_active_clusters()) {
     if (!one_block_a_sm(all->launch.smem, limits)) return std::nullopt;
@@ -505,12 +505,14 @@ bool LookupService::idles_here(const TemplateRegistry& templates, const protocol
   // Where the waves can be counted (waves_at), a config's measurement says little here when its
   // work units fill their waves 1.1 times worse than where it was measured (4096^3's 128x256
   // tiles: 512 in four waves of 132 there, 0.97 full; 160 in two at 1280x4096x4096, 0.61): the
-  // idle part of its last wave was not in it. Nor a persistent or a sliced (split-K) config that
-  // ran one wave of units there and needs several here (split-K sized to fill the SMs at 128 or
-  // 256 rows, its units doubled at twice the rows): its slices wait for each other across waves,
-  // and the tiles alone would have filled the SMs without the partials' traffic. A whole-tile
-  // config grown from one wave to two keeps its place (1024^3's one-wave tiles at
-  // 1024x2048x2048, where the heuristics' larger tiles fill half a wave).
+  // idle part of its last wave was not in it. Nor a config that ran one wave of units there and
+  // needs several here when it is persistent (split-K sized to fill the SMs at 128 rows, its
+  // units doubled at 256: its slices wait for each other across waves), or when it sums k-slices
+  // (k_slices) of tiles that alone fill over half a wave here, so that not even two slices of
+  // each fit one wave: the slices buy no parallelism and cost the partials' traffic and a wave
+  // (256x4096x4096's two slices at 512 rows). A whole-tile config grown from one wave to two as
+  // full keeps its place (1024^3's tiles at 1024x2048x2048, where the heuristics' larger tiles
+  // fill half a wave), as does a sliced one whose tiles still leave most SMs idle.
   constexpr double k_worse = 1.1;
   // Blocks that fit two a SM on a template whose grid is one block per unit (most mma.sync
   // configs): nothing to count, and no instance made.
@@ -519,8 +521,10 @@ bool LookupService::idles_here(const TemplateRegistry& templates, const protocol
   const auto there = waves_at(*t, tuned, limits, params, version);
   if (!there) return false;
   const auto now = waves_at(*t, problem, limits, params, version);
-  return now && (there->fill() > k_worse * now->fill() ||
-                 ((now->persistent || now->sliced) && there->count() == 1 && now->count() > 1));
+  if (!now) return false;
+  if (there->fill() > k_worse * now->fill()) return true;
+  const bool sliced_tiles_fill = there->slices > 1 && 2 * (now->units / there->slices) > now->wave;
+  return there->count() == 1 && now->count() > 1 && (now->persistent || sliced_tiles_fill);
 }
 
 double LookupService::kernel_us(const Instance& inst, const DeviceLimits& limits) {

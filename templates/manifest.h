@@ -199,8 +199,8 @@ struct Manifest {
   std::vector<std::string> previous_hashes;
   // How many work units add their partial results into one output tile (split-K's k-slices):
   // an expression over params, derived values, dims and device limits; empty text: 1. Lookups
-  // count a config's waves with it (a sliced config whose units spill into a second wave makes
-  // its slices wait for each other). It changes no kernel: outside the kernel hash.
+  // read it to tell a split config's tiles from its units (LookupService::idles_here). It
+  // changes no kernel: outside the kernel hash.
   Expression k_slices;
   std::vector<std::string> nvrtc_options;
 

@@ -87,8 +87,9 @@ struct Instance {
   std::int64_t max_active_clusters = 0;
   // Whether launch.grid reads it (a tuner then asks the worker and instantiates again).
   bool grid_reads_max_active_clusters = false;
-  // Work units that add partials into one output tile (the manifest's k_slices; 1 where it is
-  // not given, or is not a whole number of 1 or more: it describes a config, never fails one).
+  // Work units that add partials into one output tile (the manifest's k_slices, for lookups; 1
+  // where it is not given, or is not a whole number from 1 to 1e9: it describes a config and
+  // never fails one).
   std::int64_t k_slices = 1;
 };
 

@@ -141,7 +141,7 @@ TEST_F(DispatcherTest, DimsInAnyOrderAreCanonical) {
 }
 
 TEST_F(DispatcherTest, NearestShapeAnswersWithDistanceThenHeuristic) {
-  Json r = ok(lookup_line(R"({"M":16,"N":4096,"K":8192})"));
+  Json r = ok(lookup_line(R"({"M":8,"N":4096,"K":4096})"));
   ASSERT_GE(r["entries"].size(), 2u);
   EXPECT_EQ(r["entries"][0]["provenance"], "nearest");
   EXPECT_EQ(r["entries"][0]["distance"], 1.0);
@@ -150,7 +150,7 @@ TEST_F(DispatcherTest, NearestShapeAnswersWithDistanceThenHeuristic) {
   EXPECT_EQ(r["entries"].back()["provenance"], "heuristic");
   EXPECT_FALSE(r["entries"].back().contains("timing_l2")) << "nothing measured";
   EXPECT_EQ(misses().total(), 1u);
-  EXPECT_EQ(misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=16,N=4096,K=8192");
+  EXPECT_EQ(misses().top(1)[0].problem.key(), "gemm|bf16|bf16|rc|M=8,N=4096,K=4096");
 }
 
 // A neighbour's config that would run fewer blocks here than where it was measured, and fewer
@@ -253,6 +253,19 @@ TEST_F(DispatcherTest, ASlicedNeighbourMeasuredOnOneWaveFollowsTheHeuristicsWher
   const std::string from = "gemm|bf16|bf16|rc|M=256,N=4096,K=4096";
   EXPECT_EQ(lead(R"({"M":512,"N":4096,"K":4096})", from), "heuristic ");
   EXPECT_EQ(lead(R"({"M":256,"N":4096,"K":8192})", from), "nearest " + from);
+}
+
+// A sliced config whose tiles still leave most SMs idle where its units need a second wave keeps
+// its place: 512x512x2048's four slices of 16 tiles (64 units, 0.48 of a wave) make 256 units
+// of 64 tiles at 1024x1024x2048 (two waves, 0.97 full; two slices of 64 tiles would fit one).
+TEST_F(DispatcherTest, ASlicedNeighbourWhoseTilesLeaveMostSmsIdleKeepsItsPlace) {
+  const Params params =
+      put_tma_heuristic({"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 512}, {"K", 2048}}});
+  ASSERT_EQ(params.at("SPLITS"), 4);
+  ASSERT_EQ(params.at("BLOCK_N"), 128);
+  ASSERT_TRUE(m_parts->catalog.load());
+  const std::string from = "gemm|bf16|bf16|rc|M=512,N=512,K=2048";
+  EXPECT_EQ(lead(R"({"M":1024,"N":1024,"K":2048})", from), "nearest " + from);
 }
 
 // The control: a whole-tile config grown from one wave to two as full keeps its place

@@ -1,8 +1,8 @@
 // The shipped tables (tables/*.json: tables/h200.json and tables/h100.json, what a fresh node
 // serves before it tunes anything) name every template by the kernel hash the shipped template
 // has. Editing a template's kernel (its source, a header, or its manifest beyond the heuristic
-// rules, their rank and the description) changes that hash and turns the tables' winners of it
-// stale, so such an edit must come with the tables regenerated on their GPUs
+// rules, their rank, k_slices and the description) changes that hash and turns the tables' winners
+// of it stale, so such an edit must come with the tables regenerated on their GPUs
 // (bench/tables/make_table.sh, bench/gemm_peers). A heuristic edit keeps the hash.
 #include <gtest/gtest.h>
 

@@ -144,6 +144,8 @@ TEST(ManifestTest, StructuralErrors) {
        "heuristic_rank: may name the problem's dims"},
       {"op: scale", "op: scale\nheuristic_rank: sm_count > 100", "heuristic_rank: unknown"},
       {"op: scale", "op: scale\nk_slices: SLICES", "k_slices: unknown"},
+      {"op: scale", "op: scale\nk_slices: max_active_clusters",
+       "k_slices: max_active_clusters may only be used in launch.grid"},
   };
   for (const auto& c : cases) {
     auto m = parse_manifest(edited(c.from, c.to), "scale.yaml");
