@@ -7,7 +7,8 @@
 # A variant is NAME=HOME[:TABLE[:KTUNED]]: the templates of HOME (a folder holding templates/, as
 # KTUNE_HOME), the seed tables TABLE (default: none, so lookups answer from the heuristics alone)
 # and the daemon binary KTUNED (default .gpu/ktuned). Writes $OUT/graph-torch-NAME-ROUND.json per
-# variant and round (a failed run's log beside it) and prints torch/ktune (graphed) per shape.
+# variant and round (a failed run's log beside it) and prints torch/ktune (graphed) per shape;
+# at the end bench/launch/rules_ab_summary.py's table (means over the rounds) and $OUT/summary.json.
 # Relative paths (OUT, HOME, TABLE, KTUNED) are read from the repository root. The other KTUNE_*
 # variables of the caller are cleared, so each variant is only what it names. Knobs: ROUNDS (2),
 # PER_RUN_S (200).
@@ -45,3 +46,4 @@ for r in $(seq "${ROUNDS:-2}"); do
   done
 done
 rm -f "$OUT/run.log" "$NONE"
+python3 bench/launch/rules_ab_summary.py "$OUT" --variants "$(echo $names | tr ' ' ',')" --json "$OUT/summary.json"
