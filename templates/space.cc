@@ -475,7 +475,7 @@ Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem
   inst.metric_kind = m.metric.kind;
   if (!m.k_slices.text.empty()) {
     const auto slices = ev.eval(m.k_slices);
-    if (slices && *slices >= 1 && *slices < 1e9 && *slices == std::floor(*slices))
+    if (slices && *slices >= 1 && *slices <= 1e9 && *slices == std::floor(*slices))
       inst.k_slices = std::int64_t(*slices);
   }
   return inst;
