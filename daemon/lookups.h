@@ -251,10 +251,11 @@ class LookupService {
   // than at `tuned`, the shape it was measured on: it runs fewer blocks here than there, and fewer
   // than the device's SMs; or, where its waves can be counted without the GPU (a persistent grid,
   // or blocks over half the per-block shared-memory limit: one a SM), its work units fill their
-  // waves 1.1 times worse here, or it is persistent and ran one wave there but needs more here. Its
-  // measurement then says little here (H100, graphed against the heuristics: 7-51 % longer at
-  // six decode shapes, 25-29 % at two persistent ones, 0.49-0.65 of torch against 0.71-0.89 at
-  // mid-size ones; bench/NOTES.md).
+  // waves 1.1 times worse here, or it ran one wave there but needs more here and is persistent
+  // or sums k-slices (the manifest's k_slices) of tiles that alone fill over half a wave here.
+  // Its measurement then says little here (H100, graphed against the heuristics: 7-51 % longer
+  // at six decode shapes, 25-29 % at two persistent ones, 0.49-0.65 of torch against 0.71-0.89
+  // at mid-size ones, 0.60 against 0.91 for a split one at 512x4096x4096; bench/NOTES.md).
   static bool idles_here(const TemplateRegistry& templates, const protocol::LookupEntry& entry,
                          const Problem& problem, const Problem& tuned, const DeviceLimits& limits,
                          int version);

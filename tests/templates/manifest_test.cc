@@ -419,7 +419,7 @@ TEST(SpaceTest, InstantiateMakesNameLaunchAndArgs) {
 }
 
 // k_slices describes a config (its units summed into one output) and never fails one: a value
-// that is not a whole number of 1 or more reads as 1, as does a manifest without it.
+// that is not a whole number from 1 to 1e9 reads as 1, as does a manifest without it.
 TEST(SpaceTest, KSlicesIsEvaluatedPerConfigAndReadsAsOneWhereItCannotCount) {
   const Params p{{"THREADS", 256}, {"VEC", 4}, {"WAVES", 3}};
   const Problem n = scale_problem(1 << 20);
@@ -583,7 +583,7 @@ TEST(RegistryTest, TheKernelHashLeavesOutHeuristicsDescriptionAndLayout) {
             edited(base, "{THREADS: 128, VEC: 1, WAVES: 1}", "{THREADS: 64, VEC: 2, WAVES: 1}")},
            {"the heuristic's order",
             edited(base, "min_cc: 80", "min_cc: 80\nheuristic_rank: n >= 4096")},
-           {"the k-slices lookups count waves by",
+           {"the k-slices lookups tell tiles from units by",
             edited(base, "min_cc: 80", "min_cc: 80\nk_slices: WAVES")},
            {"the description", edited(base, "(test template)", "(edited)")},
            {"a comment and the layout",
