@@ -14,6 +14,8 @@
 #   cached      63 clients repeating an exact lookup, alone ...
 #   cached+cold ... and with one more client flooding never-seen shapes (16 in flight)
 #   cached+near ... the flood's shapes inside the grid (offset 746,777,216), as cold-near's
+#   cached+import ... and with one more client importing the table back to back (every record
+#               replaced each time): the lookups' tail while a big import runs
 #   zipf        64 clients over 10,000 shapes (Zipf s=1), next to redis-server GET over the same law
 #   zipf-warm   the same again, ktune's answers built by the zipf point (Redis's keys are all set)
 #   mixed       64 clients x REQUESTS (100,000) requests: lookups (zipf), status, templates,
@@ -39,7 +41,7 @@ COUNT=${COUNT:-100000}
 REQUESTS=${REQUESTS:-100000}
 DISTINCT=${DISTINCT:-0}
 BUILD=${BUILD_DIR:-build}
-POINTS=${POINTS:-cold cold-poll cold-near cold-near-poll one one-poll cached cached+cold cached+near zipf zipf-warm mixed distinct redis}
+POINTS=${POINTS:-cold cold-poll cold-near cold-near-poll one one-poll cached cached+cold cached+near cached+import zipf zipf-warm mixed distinct redis}
 if [ -z "${KTUNED:-}" ]; then
   cmake --build "$BUILD" --target ktuned ktune-lookup-load >/dev/null
 fi
@@ -125,6 +127,23 @@ point one-poll --mix repeat:1 --seconds "$SECS" --poll
 point cached --mix repeat:63 --seconds "$SECS"
 point cached+cold --mix repeat:63,novel:1x16 --seconds "$SECS" --novel-offset 100000000
 point cached+near --mix repeat:63,novel:1x16 --seconds "$SECS" --novel-offset 746777216
+# The cached clients while one more client imports the table back to back for the whole point,
+# every record replaced each time (import_loop.py): a `ktune import` or a fleet sync beside an
+# application's lookups. The imports' seconds and counts go into the point as "imports".
+if want cached+import; then
+  python3 bench/lookup_traffic/import_loop.py "$TMP/k.sock" "$TABLE_JSON" "$TMP/import.ready" \
+    "$TMP/import.stop" > "$TMP/imports.json" & IPID=$!
+  while [ ! -e "$TMP/import.ready" ]; do
+    kill -0 "$IPID" 2>/dev/null || { echo "import_loop.py failed"; exit 1; }
+    sleep 0.1
+  done
+  point cached+import --mix repeat:63 --seconds "$SECS"
+  touch "$TMP/import.stop"
+  wait "$IPID"
+  last=$(( ${#points[@]} - 1 ))
+  points[$last]="${points[$last]%\}},\"imports\":$(cat "$TMP/imports.json")}"
+  echo "cached+import imports: $(cat "$TMP/imports.json")"
+fi
 point zipf --mix zipf:64 --seconds "$SECS"
 # The same law again: by now ktune has built (nearly) every one of the 10,000 shapes, as Redis
 # holds every key before its run: the like-for-like comparison with Redis GET.
@@ -216,6 +235,14 @@ for flood, kind, ratio_key in (("cached+cold", "cold", "cached_p99_ratio"),
         a, b = by["cached"]["classes"]["repeat"]["p99_us"], by[flood]["classes"]["repeat"]["p99_us"]
         summary["cached_p99_us_alone"], summary[f"cached_p99_us_with_{kind}_flood"] = a, b
         summary[ratio_key] = round(b / a, 3) if a else None
+if "cached" in by and "cached+import" in by:
+    a = by["cached"]["classes"]["repeat"]["p99_us"]
+    b = by["cached+import"]["classes"]["repeat"]["p99_us"]
+    imports = next(p["imports"]["imports"] for p in points if p["name"] == "cached+import")
+    summary["cached_p99_us_with_import"] = b
+    summary["cached_p99_ratio_import"] = round(b / a, 3) if a else None
+    summary["imports_during_point"] = len(imports)
+    summary["import_seconds"] = [i["seconds"] for i in imports]
 for name in ("zipf", "zipf-warm"):
     if name in by and "redis-zipf" in by:
         key = name.replace("-", "_")

@@ -659,11 +659,13 @@ TEST_F(BackgroundTest, TokenlessTcpIsRefusedEvenForCachedAnswers) {
   EXPECT_EQ(refused["error"]["code"], "unauthorized") << refused.dump();
 }
 
-// A 60,000-record import runs on the executor: another client's cached lookups stay fast.
+// A 60,000-record import runs on the executor: another client's cached lookups go on being
+// answered while it runs. How fast they stay (their tail beside back-to-back imports) is measured
+// by bench/lookup_traffic/run.sh's cached+import point, not timed here.
 TEST_F(BackgroundTest, BigImportDoesNotStallCachedLookups) {
 #if defined(__SANITIZE_ADDRESS__)
   // Instrumented, the import runs ~20x slower, behind lookups that take both cores: a tenth of it
-  // checks the same paths in reasonable time (the latency target is for release builds).
+  // checks the same paths in reasonable time.
   constexpr int k_records = 6'000;
 #else
   constexpr int k_records = 60'000;
@@ -680,9 +682,12 @@ TEST_F(BackgroundTest, BigImportDoesNotStallCachedLookups) {
   const protocol::LookupRequest hot{
       {"gemm", "bf16", "", "rr", {{"M", 17}, {"N", 4096}, {"K", 4096}}}, testing::h200().id(), 4};
   std::atomic<bool> importing{true};
+  double import_us = 0;  // read after import.get()
   auto import = std::async(std::launch::async, [&] {
     Client c(options(std::chrono::seconds(600)));
+    const auto t0 = Clock::now();
     auto r = c.import_table(table);
+    import_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
     importing = false;
     return r;
   });
@@ -700,15 +705,15 @@ TEST_F(BackgroundTest, BigImportDoesNotStallCachedLookups) {
   ASSERT_GT(during.size(), 10u) << "lookups kept being answered during the import";
   std::sort(during.begin(), during.end());
   const double p99 = during[during.size() * 99 / 100];
-  std::printf("%d-record import: %zu cached lookups answered meanwhile, p50 %.0f us, p99 %.0f us\n",
-              k_records, during.size(), during[during.size() / 2], p99);
+  std::printf(
+      "%d-record import in %.0f ms: %zu cached lookups answered meanwhile, p50 %.0f us, p99 %.0f "
+      "us, max %.0f us\n",
+      k_records, import_us / 1e3, during.size(), during[during.size() / 2], p99, during.back());
+  // Not a latency target: a lookup queued behind the import (the import run on the thread that
+  // reads the sockets) would wait for most of it, whatever the machine's speed or load.
+  EXPECT_LT(during.back(), import_us / 2) << "a lookup waited for the import";
   RecordProperty("lookups_during_import", int(during.size()));
   RecordProperty("p99_us", std::to_string(p99));
-#if defined(__SANITIZE_ADDRESS__)
-  GTEST_LOG_(INFO) << "sanitizer build: p99 " << p99 << " us not asserted";
-#else
-  EXPECT_LT(p99, 1000.0) << during.size() << " lookups, p50 " << during[during.size() / 2];
-#endif
   EXPECT_EQ(status()["winners"], k_records);
 }
 
