@@ -1,6 +1,8 @@
 #include "daemon/catalog.h"
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 
 #include "config/log.h"
 #include "config/text.h"
@@ -99,8 +101,23 @@ Result<void> Catalog::check_record(const WinnerRecord& r, const TemplateRegistry
       return bad(at + ".template: " + c.template_name + " implements " + t->manifest.op + ", not " +
                  p.op);
     if (!t->same_kernel(c.template_hash)) continue;  // another version: served as stale at most
-    if (auto inst = instantiate(*t, p, limits, c.params); !inst)
-      return bad(at + ".params: " + inst.error().message);
+    auto inst = instantiate(*t, p, limits, c.params);
+    if (!inst) return bad(at + ".params: " + inst.error().message);
+    // Throughput is derived from median_us (tuner: metric over time); a table that says otherwise
+    // was edited by hand or made by a tool that got it wrong, and lookups would pass it on.
+    // Within 1 %: the table formats keep at least six significant digits.
+    auto derived = [&](const char* field, double stated, MetricSpec::Kind kind,
+                       double scale) -> Result<void> {
+      if (stated == 0 || inst->metric_kind != kind) return {};
+      const double want = inst->metric / (c.median_us * scale);
+      if (std::abs(stated - want) <= 0.01 * want) return {};
+      char why[160];
+      std::snprintf(why, sizeof why, ": %.6g is not what median_us %.6g gives (%.6g)", stated,
+                    c.median_us, want);
+      return bad(at + "." + field + why);
+    };
+    if (auto ok = derived("tflops", c.tflops, MetricSpec::Kind::flops, 1e6); !ok) return ok;
+    if (auto ok = derived("gbps", c.gbps, MetricSpec::Kind::bytes, 1e3); !ok) return ok;
   }
   return {};
 }

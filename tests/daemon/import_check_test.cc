@@ -133,11 +133,48 @@ TEST_F(ImportCheckTest, ParamsBreakingAConstraintAreRefused) {
 }
 
 TEST_F(ImportCheckTest, TimesOutsideTheSaneRangeAreRefused) {
+  auto with_time = [](double us) {  // tflops dropped: only the time is judged
+    return [us](Json& w) {
+      w["ranked"][0]["median_us"] = us;
+      w["ranked"][0].erase("tflops");
+    };
+  };
   for (double us : {5e-324, 0.05, 2e9}) {
-    const std::string why = rejection([&](Json& w) { w["ranked"][0]["median_us"] = us; });
+    const std::string why = rejection(with_time(us));
     EXPECT_NE(why.find("ranked[0].median_us"), std::string::npos) << us << ": " << why;
   }
-  EXPECT_EQ(rejection([](Json& w) { w["ranked"][0]["median_us"] = 0.1; }), "");
+  EXPECT_EQ(rejection(with_time(0.1)), "");
+}
+
+// tflops and gbps are what the config's metric (the manifest's FLOPs or bytes) over median_us
+// gives; a record that states other figures would have lookups pass them on.
+TEST_F(ImportCheckTest, ThroughputThatMedianUsDoesNotGiveIsRefused) {
+  // valid(4096, 1.0): 2 * 4096^3 FLOPs in 1 us, 137,439 TFLOP/s.
+  std::string why = rejection([](Json& w) { w["ranked"][0]["tflops"] = 274878.0; });
+  EXPECT_NE(why.find("winners[0]: ranked[0].tflops: 274878 is not what median_us 1 gives (137439)"),
+            std::string::npos)
+      << why;
+  // A memory-bound op's gbps: softmax moves rows * cols * 4 bytes in bf16.
+  const KernelTemplate& softmax = *m_templates.find("softmax");
+  auto sm = testing::winner(
+      Problem{"softmax", "bf16", "bf16", "", {{"rows", 4096}, {"cols", 4096}}}, 10.0);
+  sm.ranked.resize(1);
+  sm.ranked[0].template_name = "softmax";
+  sm.ranked[0].template_hash = softmax.hash;
+  sm.ranked[0].params = *heuristic_config(softmax, sm.problem, DeviceLimits{});
+  sm.ranked[0].tflops = 0;
+  sm.ranked[0].gbps = 4096.0 * 4096 * 4 / (10.0 * 1e3) * 1.5;  // 6,710.9 GB/s, stated 1.5x
+  Json r = import({sm});
+  ASSERT_FALSE(r["ok"].get<bool>()) << r.dump();
+  EXPECT_NE(r["error"]["message"].get<std::string>().find(
+                "ranked[0].gbps: 10066.3 is not what median_us 10 gives (6710.89)"),
+            std::string::npos)
+      << r.dump();
+  expect_real_winner_served();
+  sm.ranked[0].gbps /= 1.5;
+  EXPECT_TRUE(import({sm})["ok"].get<bool>());
+  EXPECT_EQ(rejection([](Json& w) { w["ranked"][0]["tflops"] = 138000.0; }), "") << "within 1 %";
+  EXPECT_EQ(rejection([](Json& w) { w["ranked"][0].erase("tflops"); }), "") << "none stated";
 }
 
 TEST_F(ImportCheckTest, DimsMustBeTheOpsInItsOrder) {
