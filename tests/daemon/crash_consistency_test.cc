@@ -79,7 +79,7 @@ WinnerRecord imported(int key, int version, const std::string& hash, const std::
   c.template_hash = hash;
   c.params = {{"MODE", 0}, {"THREADS", 128}};
   c.median_us = 100000.0 / (version + 1);
-  c.gbps = 1;
+  c.gbps = double(imported_problem(key).dim("n")) * 8 / (c.median_us * 1e3);  // fault's bytes
   w.ranked.push_back(c);
   w.node_id = "crash-harness";
   w.timestamp = k_epoch + version;
