@@ -458,6 +458,39 @@ TEST(CompilerTest, GemmTmaStoreEpilogueConfigsCompileForSm90aWithoutSpills) {
   expect_compiled_without_spills(one_consumer, 255);  // 256 threads, up to 255 registers each
 }
 
+// gemm_tma's three k-slices (issue 13; the tuner's winner at 640x4096x14336 on the H100,
+// 2026-12-07): split-K may take up to three waves of k-slices; three slices only with the workspace
+// sum (the cluster and band sums split a tile's 16 or 32 column groups evenly); the winner compiles
+// for sm_90a without spills.
+TEST(CompilerTest, GemmTmaThreeKSlicesAreOfferedWithTheWorkspaceSumAndCompileWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 640}, {"N", 4096}, {"K", 14336}}};
+  auto space = SearchSpace::build(*t, p, limits);
+  ASSERT_TRUE(space) << space.error().message;
+  std::set<std::pair<std::int64_t, std::int64_t>> splits_reduce;  // (SPLITS, REDUCE) offered
+  std::set<std::int64_t> splits_at_256;  // SPLITS offered with 128x256 tiles (80 of them)
+  for (const auto& c : space->configs()) {
+    splits_reduce.insert({c.at("SPLITS"), c.at("REDUCE")});
+    if (c.at("BLOCK_M") == 128 && c.at("BLOCK_N") == 256) splits_at_256.insert(c.at("SPLITS"));
+  }
+  EXPECT_TRUE(splits_reduce.contains({3, 0}));
+  EXPECT_FALSE(splits_reduce.contains({3, 1}));
+  EXPECT_FALSE(splits_reduce.contains({3, 2}));
+  EXPECT_TRUE(splits_reduce.contains({4, 2}));
+  EXPECT_EQ(splits_at_256, (std::set<std::int64_t>{1, 2, 3, 4})) << "320 slices <= 396; 640 > 396";
+  const Params winner{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
+                      {"CONSUMERS", 2},  {"GROUP_M", 1},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
+                      {"PERSISTENT", 1}, {"SPLITS", 3},    {"SCHEDULE", 0}, {"STREAMK", 0},
+                      {"CLUSTER_N", 1},  {"RASTER", 1},    {"REDUCE", 0}};
+  std::vector<CompileRequest> reqs;
+  add_request(*t, limits, p, winner, reqs);
+  ASSERT_EQ(reqs.size(), 1u);
+  expect_compiled_without_spills(reqs, 168);
+}
+
 // gemm_tma's 1 x 2 clusters and column raster (issue 13): the space pairs tiles along N only
 // where there are two tile columns, never builds a cluster of more than two CTAs, and offers
 // column bands only where they order tiles differently from a row raster; pairs along N (A
