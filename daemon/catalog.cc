@@ -106,9 +106,14 @@ Result<void> Catalog::check_record(const WinnerRecord& r, const TemplateRegistry
     // Throughput is derived from median_us (tuner: metric over time); a table that says otherwise
     // was edited by hand or made by a tool that got it wrong, and lookups would pass it on.
     // Within 1 %: the table formats keep at least six significant digits.
+    // The figure of the other kind (gbps for a FLOP-counted kernel) is never derived: 0.
     auto derived = [&](const char* field, double stated, MetricSpec::Kind kind,
                        double scale) -> Result<void> {
-      if (stated == 0 || inst->metric_kind != kind) return {};
+      if (stated == 0) return {};
+      if (inst->metric_kind != kind)
+        return bad(at + "." + field + ": " + t->manifest.name + " counts " +
+                   (kind == MetricSpec::Kind::flops ? "bytes" : "FLOPs") + ", so " + field +
+                   " must be 0 or absent");
       const double want = inst->metric / (c.median_us * scale);
       if (std::abs(stated - want) <= 0.01 * want) return {};
       char why[160];

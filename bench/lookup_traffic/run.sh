@@ -51,7 +51,7 @@ RUN=()
 [ -n "${PIN:-}" ] && RUN=(taskset -c "$PIN")
 LOAD=("${RUN[@]}" "$LOAD_BIN")
 TMP=$(mktemp -d /tmp/ktune-traffic-XXXXXX)
-cleanup() { kill "${KPID:-}" "${RPID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$TMP"; }
+cleanup() { kill "${KPID:-}" "${RPID:-}" "${IPID:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$TMP"; }
 trap cleanup EXIT
 
 "${RUN[@]}" "$KTUNED" --socket "$TMP/k.sock" --data-dir "$TMP/data" --set server.metrics= \
@@ -139,7 +139,7 @@ if want cached+import; then
   done
   point cached+import --mix repeat:63 --seconds "$SECS"
   touch "$TMP/import.stop"
-  wait "$IPID"
+  wait "$IPID" || { echo "import_loop.py failed (above)"; echo '{"imports":[],"failed":true}' > "$TMP/imports.json"; }
   last=$(( ${#points[@]} - 1 ))
   points[$last]="${points[$last]%\}},\"imports\":$(cat "$TMP/imports.json")}"
   echo "cached+import imports: $(cat "$TMP/imports.json")"
@@ -243,6 +243,8 @@ if "cached" in by and "cached+import" in by:
     summary["cached_p99_ratio_import"] = round(b / a, 3) if a else None
     summary["imports_during_point"] = len(imports)
     summary["import_seconds"] = [i["seconds"] for i in imports]
+    summary["imports_of_a_repeated_copy"] = next(
+        p["imports"].get("repeated_last_copy") for p in points if p["name"] == "cached+import")
 for name in ("zipf", "zipf-warm"):
     if name in by and "redis-zipf" in by:
         key = name.replace("-", "_")

@@ -154,6 +154,13 @@ TEST_F(ImportCheckTest, ThroughputThatMedianUsDoesNotGiveIsRefused) {
   EXPECT_NE(why.find("winners[0]: ranked[0].tflops: 274878 is not what median_us 1 gives (137439)"),
             std::string::npos)
       << why;
+  why = rejection([](Json& w) { w["ranked"][0]["tflops"] = 137439.0 * 1.015; });
+  EXPECT_NE(why.find("ranked[0].tflops: 139501 is not what"), std::string::npos) << "1.5 % off";
+  // gemm counts FLOPs: a GB/s figure was never derived.
+  why = rejection([](Json& w) { w["ranked"][0]["gbps"] = 3000.0; });
+  EXPECT_NE(why.find("ranked[0].gbps: gemm counts FLOPs, so gbps must be 0 or absent"),
+            std::string::npos)
+      << why;
   // A memory-bound op's gbps: softmax moves rows * cols * 4 bytes in bf16.
   const KernelTemplate& softmax = *m_templates.find("softmax");
   auto sm = testing::winner(
