@@ -103,26 +103,29 @@ Result<void> Catalog::check_record(const WinnerRecord& r, const TemplateRegistry
     if (!t->same_kernel(c.template_hash)) continue;  // another version: served as stale at most
     auto inst = instantiate(*t, p, limits, c.params);
     if (!inst) return bad(at + ".params: " + inst.error().message);
-    // Throughput is derived from median_us (tuner: metric over time); a table that says otherwise
-    // was edited by hand or made by a tool that got it wrong, and lookups would pass it on.
-    // Within 1 %: the table formats keep at least six significant digits.
+    // Throughput is derived from median_us (the tuner's Instance::tflops_at / gbps_at); a table
+    // that says otherwise was edited by hand or made by a tool that got it wrong, and lookups
+    // would pass it on. Within 1 %: the table formats keep at least six significant digits.
     // The figure of the other kind (gbps for a FLOP-counted kernel) is never derived: 0.
     auto derived = [&](const char* field, double stated, MetricSpec::Kind kind,
-                       double scale) -> Result<void> {
+                       double want) -> Result<void> {
       if (stated == 0) return {};
       if (inst->metric_kind != kind)
         return bad(at + "." + field + ": " + t->manifest.name + " counts " +
                    (kind == MetricSpec::Kind::flops ? "bytes" : "FLOPs") + ", so " + field +
                    " must be 0 or absent");
-      const double want = inst->metric / (c.median_us * scale);
       if (std::abs(stated - want) <= 0.01 * want) return {};
       char why[160];
       std::snprintf(why, sizeof why, ": %.6g is not what median_us %.6g gives (%.6g)", stated,
                     c.median_us, want);
       return bad(at + "." + field + why);
     };
-    if (auto ok = derived("tflops", c.tflops, MetricSpec::Kind::flops, 1e6); !ok) return ok;
-    if (auto ok = derived("gbps", c.gbps, MetricSpec::Kind::bytes, 1e3); !ok) return ok;
+    if (auto ok =
+            derived("tflops", c.tflops, MetricSpec::Kind::flops, inst->tflops_at(c.median_us));
+        !ok)
+      return ok;
+    if (auto ok = derived("gbps", c.gbps, MetricSpec::Kind::bytes, inst->gbps_at(c.median_us)); !ok)
+      return ok;
   }
   return {};
 }

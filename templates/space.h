@@ -82,6 +82,14 @@ struct Instance {
   std::vector<ArgValue> args;
   double metric = 0;  // FLOPs or bytes per launch
   MetricSpec::Kind metric_kind = MetricSpec::Kind::bytes;
+  // The throughput a launch time gives, as winner records state it: TFLOP/s of a FLOP metric,
+  // GB/s of a byte one; 0 for the other kind.
+  double tflops_at(double median_us) const {
+    return metric_kind == MetricSpec::Kind::flops ? metric / (median_us * 1e6) : 0;
+  }
+  double gbps_at(double median_us) const {
+    return metric_kind == MetricSpec::Kind::bytes ? metric / (median_us * 1e3) : 0;
+  }
   // The value launch.grid was evaluated with: the worker's answer when instantiate() was given
   // one, else the no-GPU fallback max(1, floor(sm_count / cluster size)).
   std::int64_t max_active_clusters = 0;

@@ -531,10 +531,10 @@ class JobRun {
       rc.params = c.params;
       rc.median_us = m_final_timing[i].median_us;
       rc.spread_pct = m_final_timing[i].spread_pct();
-      if (inst && inst->metric_kind == MetricSpec::Kind::flops)
-        rc.tflops = inst->metric / (rc.median_us * 1e6);
-      if (inst && inst->metric_kind == MetricSpec::Kind::bytes)
-        rc.gbps = inst->metric / (rc.median_us * 1e3);
+      if (inst) {
+        rc.tflops = inst->tflops_at(rc.median_us);
+        rc.gbps = inst->gbps_at(rc.median_us);
+      }
       w.ranked.push_back(rc);
     }
     w.ref_error = m_ok_results[chosen].ref_error;

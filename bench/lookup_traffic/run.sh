@@ -238,13 +238,12 @@ for flood, kind, ratio_key in (("cached+cold", "cold", "cached_p99_ratio"),
 if "cached" in by and "cached+import" in by:
     a = by["cached"]["classes"]["repeat"]["p99_us"]
     b = by["cached+import"]["classes"]["repeat"]["p99_us"]
-    imports = next(p["imports"]["imports"] for p in points if p["name"] == "cached+import")
+    loop = next(p["imports"] for p in points if p["name"] == "cached+import")
     summary["cached_p99_us_with_import"] = b
     summary["cached_p99_ratio_import"] = round(b / a, 3) if a else None
-    summary["imports_during_point"] = len(imports)
-    summary["import_seconds"] = [i["seconds"] for i in imports]
-    summary["imports_of_a_repeated_copy"] = next(
-        p["imports"].get("repeated_last_copy") for p in points if p["name"] == "cached+import")
+    summary["imports_during_point"] = len(loop["imports"])
+    summary["import_seconds"] = [i["seconds"] for i in loop["imports"]]
+    summary["imports_of_a_repeated_copy"] = loop.get("repeated_last_copy")
 for name in ("zipf", "zipf-warm"):
     if name in by and "redis-zipf" in by:
         key = name.replace("-", "_")
