@@ -304,9 +304,15 @@ TEST(BuiltinTemplatesTest, GemmTmaMidSizeRulesFillTheWaves) {
                                       {"PERSISTENT", 0},
                                       {"SCHEDULE", 0},
                                       {"CLUSTER_M", 1}}));
-  // 96 tiles of 128x256 in one wave rather than 192 of 128x128 in two.
-  EXPECT_EQ(rule(768, 4096, 4096), one_wave);
-  EXPECT_EQ(rule(640, 4096, 14336), one_wave);
+  // One wave of 128x256 tiles rather than two of 128x128 ones, or of 128x192 ones where those
+  // fit one wave (3/4 of a tile's work).
+  P n192 = one_wave;
+  n192["BLOCK_N"] = 192;
+  EXPECT_EQ(rule(768, 4096, 4096), n192) << "132 tiles of 128x192, 96 of 128x256";
+  EXPECT_EQ(rule(640, 4096, 14336), n192) << "110 against 80";
+  EXPECT_EQ(rule(384, 6144, 4096), n192) << "96 against 72";
+  EXPECT_EQ(rule(896, 4096, 4096), one_wave) << "154 tiles of 128x192: two waves";
+  EXPECT_EQ(rule(1000, 4096, 4096), one_wave);
   // 128x128 tiles fill their waves better: 320 in three (0.81) against 160 in two (0.61).
   EXPECT_EQ(rule(1280, 4096, 4096), pingpong);
   EXPECT_EQ(rule(1536, 6144, 4096), pingpong) << "576 in five (0.87) against 288 in three";

@@ -458,6 +458,57 @@ TEST(CompilerTest, GemmTmaStoreEpilogueConfigsCompileForSm90aWithoutSpills) {
   expect_compiled_without_spills(one_consumer, 255);  // 256 threads, up to 255 registers each
 }
 
+// gemm_tma's 128x192 tiles (wgmma n192, issue 13): the heuristic serves them where one wave of
+// them fits (768x4096x4096: 132 tiles); a B box of 192 (96 rows a CTA in a 2 x 1 cluster), three
+// TMA-store boxes a warp and tile (2-byte outputs) or six (fp32), the staged epilogue, 24
+// column groups split in bands and k-slices, ping-pong and stream-K all compile for sm_90a
+// without spills.
+TEST(CompilerTest, GemmTma128x192ConfigsCompileForSm90aWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 768}, {"N", 4096}, {"K", 4096}}};
+  auto h = heuristic_config(*t, p, limits);
+  ASSERT_TRUE(h) << h.error().message;
+  EXPECT_EQ(h->at("BLOCK_N"), 192) << params_to_string(*h);
+  EXPECT_EQ(h->at("EPILOGUE"), 2) << params_to_string(*h);
+  std::vector<CompileRequest> reqs;
+  auto add = [&](const Problem& prob, const Params& params) {
+    add_request(*t, limits, prob, params, reqs);
+  };
+  add(p, *h);
+  Params staged = *h;
+  staged["EPILOGUE"] = 1;
+  add(p, staged);
+  const Problem big{"gemm", "fp16", "fp32", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
+  Params pers = *h;
+  pers["PERSISTENT"] = 1;
+  add(big, pers);
+  Params pp = pers;
+  pp["BLOCK_M"] = 64;
+  pp["SCHEDULE"] = 1;
+  pp["CLUSTER_M"] = 2;
+  add(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}}, pp);
+  Params sk = pers;
+  sk["STREAMK"] = 1;
+  sk["EPILOGUE"] = 0;
+  add(Problem{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}}, sk);
+  const Problem few{"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 2048}, {"K", 8192}}};
+  Params cluster = *h;
+  cluster["EPILOGUE"] = 0;
+  cluster["SPLITS"] = 2;
+  cluster["REDUCE"] = 1;
+  add(few, cluster);
+  Params bands = cluster;
+  bands["SPLITS"] = 4;
+  bands["REDUCE"] = 2;
+  bands["PERSISTENT"] = 1;
+  add(few, bands);
+  ASSERT_EQ(reqs.size(), 7u);
+  expect_compiled_without_spills(reqs, 168);
+}
+
 // gemm_tma's three k-slices (issue 13; the tuner's winner at 640x4096x14336 on the H100,
 // 2026-12-07): split-K may take up to three waves of k-slices; three slices only with the workspace
 // sum (the cluster and band sums split a tile's 16 or 32 column groups evenly); the winner compiles
@@ -472,7 +523,10 @@ TEST(CompilerTest, GemmTmaThreeKSlicesAreOfferedWithTheWorkspaceSumAndCompileWit
   ASSERT_TRUE(space) << space.error().message;
   std::set<std::pair<std::int64_t, std::int64_t>> splits_reduce;  // (SPLITS, REDUCE) offered
   std::set<std::int64_t> splits_at_256;  // SPLITS offered with 128x256 tiles (80 of them)
+  std::set<std::int64_t> reduce_3_at_192;  // REDUCE offered with three slices of 128x192 tiles
   for (const auto& c : space->configs()) {
+    if (c.at("BLOCK_N") == 192 && c.at("SPLITS") == 3) reduce_3_at_192.insert(c.at("REDUCE"));
+    if (c.at("BLOCK_N") == 192) continue;  // 24 column groups: three bands too (below)
     splits_reduce.insert({c.at("SPLITS"), c.at("REDUCE")});
     if (c.at("BLOCK_M") == 128 && c.at("BLOCK_N") == 256) splits_at_256.insert(c.at("SPLITS"));
   }
@@ -480,6 +534,7 @@ TEST(CompilerTest, GemmTmaThreeKSlicesAreOfferedWithTheWorkspaceSumAndCompileWit
   EXPECT_FALSE(splits_reduce.contains({3, 1}));
   EXPECT_FALSE(splits_reduce.contains({3, 2}));
   EXPECT_TRUE(splits_reduce.contains({4, 2}));
+  EXPECT_EQ(reduce_3_at_192, (std::set<std::int64_t>{0, 1, 2}));
   EXPECT_EQ(splits_at_256, (std::set<std::int64_t>{1, 2, 3, 4})) << "320 slices <= 396; 640 > 396";
   const Params winner{{"BLOCK_M", 128},  {"BLOCK_N", 256}, {"BLOCK_K", 64}, {"STAGES", 4},
                       {"CONSUMERS", 2},  {"GROUP_M", 1},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
