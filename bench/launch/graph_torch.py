@@ -19,6 +19,7 @@ heuristics; --trace MxNxK,... adds each kernel's duration and the gaps between k
 import argparse
 import contextlib
 import datetime
+import functools
 import json
 import os
 import statistics
@@ -51,6 +52,40 @@ def smi(fields: str) -> list:
     out = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True, check=True).stdout
     return [f.strip() for f in out.splitlines()[0].split(",")]
+
+
+class Telemetry:
+    """The SM clock and board power read through NVML right after a timed sequence (the clock the
+    sequence ran at, within NVML's sampling), so that a process whose times all moved can be told
+    from a variant that got slower; None where pynvml is missing."""
+
+    def __init__(self):
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        except Exception:  # noqa: BLE001 - no NVML binding: the figures are null
+            self._nvml = None
+
+    def sample(self):
+        if self._nvml is None:
+            return None
+        n = self._nvml
+        return (n.nvmlDeviceGetClockInfo(self._h, n.NVML_CLOCK_SM),
+                n.nvmlDeviceGetPowerUsage(self._h) / 1000.0)
+
+
+@functools.cache
+def telemetry() -> Telemetry:
+    return Telemetry()
+
+
+def median_telemetry(samples: list):
+    got = [s for s in samples if s is not None]
+    if not got:
+        return None
+    return {"sm_mhz": statistics.median(s[0] for s in got), "power_w": statistics.median(s[1] for s in got)}
 
 
 def events_us(fn) -> float:
@@ -158,10 +193,12 @@ def shape_run(m: int, n: int, k: int, trace: bool = False, profile: bool = False
         torch.cuda.synchronize()
         worst = max(rel_l2(a, b) for a, b in zip(outs["ktune"], outs["torch"]))
         times = {f"{impl}_{mode}": [] for impl in ("ktune", "torch") for mode in ("eager", "graph")}
+        clocks = {impl: [] for impl in ("ktune", "torch")}
         for _ in range(ROUNDS):
             for impl in ("ktune", "torch"):
                 times[f"{impl}_eager"].append(events_us(seq(impl)) / CALLS)
                 times[f"{impl}_graph"].append(events_us(graphs[impl].replay) / CALLS)
+                clocks[impl].append(telemetry().sample())
         # Counted before the profile's own eager calls.
         served = kt.stats()["ktune"].get("linear", 0) - served_before
         fallbacks = kt.stats()["fallback"] - fallbacks_before
@@ -172,6 +209,7 @@ def shape_run(m: int, n: int, k: int, trace: bool = False, profile: bool = False
     med = {key: statistics.median(v) for key, v in times.items()}
     return {"shape": [m, n, k], "calls": CALLS, "rounds": ROUNDS,
             "us_per_call": med,
+            "after_graph_replays": {impl: median_telemetry(v) for impl, v in clocks.items()},
             "graph_speedup_ktune": med["ktune_eager"] / med["ktune_graph"],
             "graph_speedup_torch": med["torch_eager"] / med["torch_graph"],
             "torch_over_ktune_graph": med["torch_graph"] / med["ktune_graph"],

@@ -517,6 +517,46 @@ TEST(GpuTmaTest, GemmTmaBandSplitKVerifiesAcrossSlicesClustersAndRounds) {
   EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 12);
 }
 
+// gemm_tma's 128x192 tiles (issue 13; wgmma n192, three 64-column boxes a tile row): every
+// epilogue (the TMA store's odd box count waits for its stores at a tile's first box, so a
+// persistent CTA's next tile does not overwrite a box still being stored), one block per tile and
+// persistent, split-K with each sum (three slices: 24 column groups in bands of 8), stream-K,
+// ping-pong's 64x192 tiles in a 2-CTA cluster, and A multicast along N, on shapes whose N leaves a
+// partial last tile (1000 = 5 x 192 + 40, 520 = 2 x 192 + 136, 2000 = 10 x 192 + 80), the rule's
+// own shape, and 1.4 waves of tiles (the persistent grids): every config the space holds for a
+// shape (26 pairs) verifies against cuBLAS.
+TEST(GpuTmaTest, GemmTma128x192VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) {
+  KTUNE_REQUIRE_GPU();
+  auto tuner = open_tuner({});
+  ASSERT_TRUE(tuner);
+  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 192}, {"BLOCK_K", 64}, {"STAGES", 4},
+                    {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
+                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
+  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+    return with_params(base, changes);
+  };
+  const std::vector<Params> configs = {
+      base,
+      with({{"EPILOGUE", 1}, {"STAGES", 5}, {"GROUP_M", 1}, {"RASTER", 1}}),
+      with({{"EPILOGUE", 0}}),
+      with({{"PERSISTENT", 1}, {"STAGES", 3}}),
+      with({{"EPILOGUE", 1}, {"SPLITS", 3}}),
+      with({{"EPILOGUE", 0}, {"SPLITS", 2}, {"REDUCE", 1}}),
+      with({{"EPILOGUE", 0}, {"PERSISTENT", 1}, {"SPLITS", 3}, {"REDUCE", 2}}),
+      with({{"PERSISTENT", 1}, {"STREAMK", 1}}),
+      with({{"BLOCK_M", 64}, {"SCHEDULE", 1}, {"PERSISTENT", 1}, {"CLUSTER_M", 2}}),
+      with({{"CLUSTER_N", 2}, {"EPILOGUE", 1}}),
+  };
+  const std::vector<Problem> problems = {
+      {"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1032}}},
+      {"gemm", "bf16", "fp32", "rc", {{"M", 777}, {"N", 520}, {"K", 4104}}},
+      {"gemm", "fp16", "fp16", "rc", {{"M", 768}, {"N", 4096}, {"K", 4096}}},
+      {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 2000}, {"K", 1032}}},  // 1.4 waves
+  };
+  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 26);
+}
+
 // Both timings of tuning.timing_l2 measure: with the L2 flushed (the default) each launch is timed
 // on its own after a write over 2x L2, so a kernel of a few microseconds reads longer than under
 // the rotated timing, whose graph replay amortizes the launch gap (docs/worker-protocol.md).
