@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import torch
@@ -54,12 +55,15 @@ def smi(fields: str) -> list:
     return [f.strip() for f in out.splitlines()[0].split(",")]
 
 
-class Telemetry:
-    """The SM clock and board power read through NVML right after a timed sequence (the clock the
-    sequence ran at, within NVML's sampling), so that a process whose times all moved can be told
-    from a variant that got slower; None where pynvml is missing."""
+class ClockPoller:
+    """Reads the SM clock through NVML every millisecond on a thread while a timed sequence runs,
+    under the tag of what runs (`with poller.running("ktune"): ...`), so that times that moved
+    together across processes can be told (clocks under the 700 W cap) from a variant that got
+    slower. The GIL is free while the timing waits on its end event. No pynvml: no figures."""
 
     def __init__(self):
+        self._tag = None
+        self.samples = {}
         try:
             import pynvml
             pynvml.nvmlInit()
@@ -67,25 +71,36 @@ class Telemetry:
             self._h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
         except Exception:  # noqa: BLE001 - no NVML binding: the figures are null
             self._nvml = None
+            return
+        threading.Thread(target=self._poll, daemon=True).start()
 
-    def sample(self):
-        if self._nvml is None:
-            return None
+    def _poll(self):
         n = self._nvml
-        return (n.nvmlDeviceGetClockInfo(self._h, n.NVML_CLOCK_SM),
-                n.nvmlDeviceGetPowerUsage(self._h) / 1000.0)
+        while True:
+            tag = self._tag
+            if tag is not None:
+                mhz = n.nvmlDeviceGetClockInfo(self._h, n.NVML_CLOCK_SM)
+                if self._tag == tag:  # the whole read fell inside the sequence
+                    self.samples.setdefault(tag, []).append(mhz)
+            time.sleep(0.001)
+
+    @contextlib.contextmanager
+    def running(self, tag: str):
+        self._tag = tag
+        try:
+            yield
+        finally:
+            self._tag = None
+
+    def take(self, tag: str):
+        """Median and minimum SM clock (MHz) of the samples under `tag` (then drops them)."""
+        got = self.samples.pop(tag, [])
+        return {"median_mhz": statistics.median(got), "min_mhz": min(got), "samples": len(got)} if got else None
 
 
 @functools.cache
-def telemetry() -> Telemetry:
-    return Telemetry()
-
-
-def median_telemetry(samples: list):
-    got = [s for s in samples if s is not None]
-    if not got:
-        return None
-    return {"sm_mhz": statistics.median(s[0] for s in got), "power_w": statistics.median(s[1] for s in got)}
+def clock_poller() -> ClockPoller:
+    return ClockPoller()
 
 
 def events_us(fn) -> float:
@@ -193,12 +208,11 @@ def shape_run(m: int, n: int, k: int, trace: bool = False, profile: bool = False
         torch.cuda.synchronize()
         worst = max(rel_l2(a, b) for a, b in zip(outs["ktune"], outs["torch"]))
         times = {f"{impl}_{mode}": [] for impl in ("ktune", "torch") for mode in ("eager", "graph")}
-        clocks = {impl: [] for impl in ("ktune", "torch")}
         for _ in range(ROUNDS):
             for impl in ("ktune", "torch"):
                 times[f"{impl}_eager"].append(events_us(seq(impl)) / CALLS)
-                times[f"{impl}_graph"].append(events_us(graphs[impl].replay) / CALLS)
-                clocks[impl].append(telemetry().sample())
+                with clock_poller().running(impl):
+                    times[f"{impl}_graph"].append(events_us(graphs[impl].replay) / CALLS)
         # Counted before the profile's own eager calls.
         served = kt.stats()["ktune"].get("linear", 0) - served_before
         fallbacks = kt.stats()["fallback"] - fallbacks_before
@@ -209,7 +223,7 @@ def shape_run(m: int, n: int, k: int, trace: bool = False, profile: bool = False
     med = {key: statistics.median(v) for key, v in times.items()}
     return {"shape": [m, n, k], "calls": CALLS, "rounds": ROUNDS,
             "us_per_call": med,
-            "after_graph_replays": {impl: median_telemetry(v) for impl, v in clocks.items()},
+            "sm_clock_during_graph_replays": {impl: clock_poller().take(impl) for impl in ("ktune", "torch")},
             "graph_speedup_ktune": med["ktune_eager"] / med["ktune_graph"],
             "graph_speedup_torch": med["torch_eager"] / med["torch_graph"],
             "torch_over_ktune_graph": med["torch_graph"] / med["ktune_graph"],
