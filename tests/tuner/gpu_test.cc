@@ -554,8 +554,8 @@ TEST(GpuTmaTest, GemmTma128x192VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) 
       {"gemm", "fp16", "fp16", "rc", {{"M", 768}, {"N", 4096}, {"K", 4096}}},
       {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 2000}, {"K", 1032}}},  // 1.4 waves
   };
-  // Each config verifies on at least one shape; which shapes hold which config is the device's
-  // limits' call (26 pairs by sm_90a's nominal limits on the dev box, 25 on the H100: printed).
+  // Each config verifies on at least one shape, 25 pairs in all (the space's constraints refuse
+  // the other 15, printed with their reasons; the H100 and sm_90a's nominal limits agree).
   const DeviceLimits limits = tuner->context().limits;
   const KernelTemplate* t = tuner->templates().find("gemm_tma");
   ASSERT_NE(t, nullptr);
@@ -570,7 +570,7 @@ TEST(GpuTmaTest, GemmTma128x192VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) 
     }
     EXPECT_TRUE(held) << params_to_string(c) << " is held for none of the shapes";
   }
-  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 20);
+  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 25);
 }
 
 // Both timings of tuning.timing_l2 measure: with the L2 flushed (the default) each launch is timed
