@@ -317,7 +317,7 @@ TEST(CompilerTest, GemmTmaPingpongConfigsCompileForSm90aWithoutSpills) {
     pingpong.push_back(c);
   }
   const std::set<std::pair<std::int64_t, std::int64_t>> want_tiles = {
-      {64, 128}, {64, 192}, {64, 256}, {128, 128}};
+      {64, 128}, {64, 160}, {64, 192}, {64, 256}, {128, 128}};
   EXPECT_EQ(tiles, want_tiles);
   ASSERT_GE(pingpong.size(), 8u);
   std::vector<CompileRequest> reqs;
@@ -506,6 +506,43 @@ TEST(CompilerTest, GemmTma128x192ConfigsCompileForSm90aWithoutSpills) {
   bands["PERSISTENT"] = 1;
   add(few, bands);
   ASSERT_EQ(reqs.size(), 7u);
+  expect_compiled_without_spills(reqs, 168);
+}
+
+// gemm_tma's 128x160 tiles (issue 13; wgmma n160): the TMA store only where a tile row is whole
+// 128-byte boxes (fp32 outputs: five; 2-byte ones would be 2.5), and a spread of configs (each
+// epilogue, persistent, split-K with each sum, stream-K in a cluster, ping-pong 64x160) compiles
+// for sm_90a without spills.
+TEST(CompilerTest, GemmTma128x160ConfigsCompileForSm90aWithoutSpills) {
+  auto reg = TemplateRegistry::load({builtin_template_dir()});
+  const KernelTemplate* t = reg.find("gemm_tma");
+  ASSERT_NE(t, nullptr);
+  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 640}, {"N", 4096}, {"K", 4096}}};
+  const Problem p32{"gemm", "bf16", "fp32", "rc", {{"M", 640}, {"N", 4096}, {"K", 4096}}};
+  const Problem big{"gemm", "fp16", "fp16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
+  const Problem few{"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 1024}, {"K", 32768}}};
+  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 160}, {"BLOCK_K", 64}, {"STAGES", 5},
+                    {"CONSUMERS", 2},  {"GROUP_M", 1},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
+                    {"CLUSTER_N", 1},  {"RASTER", 1},    {"REDUCE", 0}};
+  expect_refused(*t, limits, p, base, {{"EPILOGUE", 2}}, "2.5 boxes of 2-byte outputs a row");
+  std::vector<CompileRequest> reqs;
+  auto add = [&](const Problem& prob,
+                 std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+    Params c = base;
+    for (const auto& [name, value] : changes) c[name] = value;
+    add_request(*t, limits, prob, c, reqs);
+  };
+  add(p, {});
+  add(p, {{"EPILOGUE", 0}, {"STAGES", 6}});
+  add(p32, {{"EPILOGUE", 2}, {"STAGES", 4}});
+  add(big, {{"PERSISTENT", 1}, {"STREAMK", 1}, {"CLUSTER_M", 2}});
+  add(big, {{"BLOCK_M", 64}, {"SCHEDULE", 1}, {"PERSISTENT", 1}, {"CLUSTER_M", 2}});
+  add(few, {{"EPILOGUE", 0}, {"SPLITS", 4}, {"REDUCE", 1}});
+  add(few, {{"EPILOGUE", 0}, {"SPLITS", 2}, {"REDUCE", 2}, {"PERSISTENT", 1}});
+  add(few, {{"SPLITS", 3}});
+  ASSERT_EQ(reqs.size(), 8u);
   expect_compiled_without_spills(reqs, 168);
 }
 

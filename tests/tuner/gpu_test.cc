@@ -517,45 +517,21 @@ TEST(GpuTmaTest, GemmTmaBandSplitKVerifiesAcrossSlicesClustersAndRounds) {
   EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 12);
 }
 
-// gemm_tma's 128x192 tiles (issue 13; wgmma n192, three 64-column boxes a tile row): every
-// epilogue (the TMA store's odd box count waits for its stores at a tile's first box, so a
-// persistent CTA's next tile does not overwrite a box still being stored), one block per tile and
-// persistent, split-K with each sum (three slices: 24 column groups in bands of 8), stream-K,
-// ping-pong's 64x192 tiles in a 2-CTA cluster, and A multicast along N, on shapes whose N leaves a
-// partial last tile (1000 = 5 x 192 + 40, 520 = 2 x 192 + 136, 2000 = 10 x 192 + 80), the rule's
-// own shape, and 1.4 waves of tiles (the persistent grids): every config the space holds for a
-// shape verifies against cuBLAS, and each config on at least one shape.
-TEST(GpuTmaTest, GemmTma128x192VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) {
-  KTUNE_REQUIRE_GPU();
+// Verifies `configs` (gemm_tma, BLOCK_N `block_n`, varied by `changes`) on `problems` against
+// cuBLAS: every config the space holds for a shape (`pairs` config-shape pairs in all; the pairs
+// it refuses are printed with their reasons), and each config on at least one shape.
+void expect_wide_tiles_verify(
+    std::int64_t block_n,
+    std::initializer_list<std::initializer_list<std::pair<const char*, std::int64_t>>> changes,
+    const std::vector<Problem>& problems, int pairs) {
   auto tuner = open_tuner({});
   ASSERT_TRUE(tuner);
-  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", 192}, {"BLOCK_K", 64}, {"STAGES", 4},
-                    {"CONSUMERS", 2},  {"GROUP_M", 8},   {"EPILOGUE", 2}, {"CLUSTER_M", 1},
-                    {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
-                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
-  auto with = [&](std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
-    return with_params(base, changes);
-  };
-  const std::vector<Params> configs = {
-      base,
-      with({{"EPILOGUE", 1}, {"STAGES", 5}, {"GROUP_M", 1}, {"RASTER", 1}}),
-      with({{"EPILOGUE", 0}}),
-      with({{"PERSISTENT", 1}, {"STAGES", 3}}),
-      with({{"EPILOGUE", 1}, {"SPLITS", 3}}),
-      with({{"EPILOGUE", 0}, {"SPLITS", 2}, {"REDUCE", 1}}),
-      with({{"EPILOGUE", 0}, {"PERSISTENT", 1}, {"SPLITS", 3}, {"REDUCE", 2}}),
-      with({{"PERSISTENT", 1}, {"STREAMK", 1}}),
-      with({{"BLOCK_M", 64}, {"SCHEDULE", 1}, {"PERSISTENT", 1}, {"CLUSTER_M", 2}}),
-      with({{"CLUSTER_N", 2}, {"EPILOGUE", 1}}),
-  };
-  const std::vector<Problem> problems = {
-      {"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1032}}},
-      {"gemm", "bf16", "fp32", "rc", {{"M", 777}, {"N", 520}, {"K", 4104}}},
-      {"gemm", "fp16", "fp16", "rc", {{"M", 768}, {"N", 4096}, {"K", 4096}}},
-      {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 2000}, {"K", 1032}}},  // 1.4 waves
-  };
-  // Each config verifies on at least one shape, 25 pairs in all (the space's constraints refuse
-  // the other 15, printed with their reasons; the H100 and sm_90a's nominal limits agree).
+  const Params base{{"BLOCK_M", 128},  {"BLOCK_N", block_n}, {"BLOCK_K", 64}, {"STAGES", 4},
+                    {"CONSUMERS", 2},  {"GROUP_M", 8},       {"EPILOGUE", 2}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 0}, {"SPLITS", 1},        {"SCHEDULE", 0}, {"STREAMK", 0},
+                    {"CLUSTER_N", 1},  {"RASTER", 0},        {"REDUCE", 0}};
+  std::vector<Params> configs;
+  for (const auto& c : changes) configs.push_back(with_params(base, c));
   const DeviceLimits limits = tuner->context().limits;
   const KernelTemplate* t = tuner->templates().find("gemm_tma");
   ASSERT_NE(t, nullptr);
@@ -570,7 +546,69 @@ TEST(GpuTmaTest, GemmTma128x192VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) 
     }
     EXPECT_TRUE(held) << params_to_string(c) << " is held for none of the shapes";
   }
-  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), 25);
+  EXPECT_GE(verify_gemm_tma_seeds(*tuner, configs, problems), pairs);
+}
+
+// gemm_tma's 128x192 tiles (issue 13; wgmma n192, three 64-column boxes a tile row): every
+// epilogue (the TMA store's odd box count waits for its stores at a tile's first box, so a
+// persistent CTA's next tile does not overwrite a box still being stored), one block per tile and
+// persistent, split-K with each sum (three slices: 24 column groups in bands of 8), stream-K,
+// ping-pong's 64x192 tiles in a 2-CTA cluster, and A multicast along N, on shapes whose N leaves a
+// partial last tile (1000 = 5 x 192 + 40, 520 = 2 x 192 + 136, 2000 = 10 x 192 + 80), the rule's
+// own shape, and 1.4 waves of tiles (the persistent grids). 25 pairs (the H100's limits and
+// sm_90a's nominal ones refuse the same 15).
+TEST(GpuTmaTest, GemmTma128x192VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) {
+  KTUNE_REQUIRE_GPU();
+  expect_wide_tiles_verify(
+      192,
+      {{},
+       {{"EPILOGUE", 1}, {"STAGES", 5}, {"GROUP_M", 1}, {"RASTER", 1}},
+       {{"EPILOGUE", 0}},
+       {{"PERSISTENT", 1}, {"STAGES", 3}},
+       {{"EPILOGUE", 1}, {"SPLITS", 3}},
+       {{"EPILOGUE", 0}, {"SPLITS", 2}, {"REDUCE", 1}},
+       {{"EPILOGUE", 0}, {"PERSISTENT", 1}, {"SPLITS", 3}, {"REDUCE", 2}},
+       {{"PERSISTENT", 1}, {"STREAMK", 1}},
+       {{"BLOCK_M", 64}, {"SCHEDULE", 1}, {"PERSISTENT", 1}, {"CLUSTER_M", 2}},
+       {{"CLUSTER_N", 2}, {"EPILOGUE", 1}}},
+      {
+          {"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1032}}},
+          {"gemm", "bf16", "fp32", "rc", {{"M", 777}, {"N", 520}, {"K", 4104}}},
+          {"gemm", "fp16", "fp16", "rc", {{"M", 768}, {"N", 4096}, {"K", 4096}}},
+          {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 2000}, {"K", 1032}}},  // 1.4 waves
+      },
+      25);
+}
+
+// gemm_tma's 128x160 tiles (wgmma n160: 80 accumulators a thread, 20 n8 groups, so the
+// partials' reduction loads 10 float4 a batch and the band sums take 2 or 4 slices): the staged
+// and register epilogues, the TMA store for fp32 outputs only (five 128-byte boxes a row, an odd
+// count; 2-byte outputs would be 2.5), one block per tile and persistent, split-K with each sum,
+// stream-K, ping-pong's 64x160 tiles in a 2-CTA cluster, and A multicast along N, on shapes whose
+// N leaves a partial last tile (1000 = 6 x 160 + 40, 520 = 3 x 160 + 40, 2000 = 12 x 160 + 80),
+// one wave of 128x160 tiles (640x4096: 130) and 1.4 waves. 25 pairs (sm_90a's nominal limits
+// refuse the other 15).
+TEST(GpuTmaTest, GemmTma128x160VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) {
+  KTUNE_REQUIRE_GPU();
+  expect_wide_tiles_verify(
+      160,
+      {{{"EPILOGUE", 1}, {"STAGES", 5}, {"GROUP_M", 1}, {"RASTER", 1}},
+       {{"EPILOGUE", 0}, {"STAGES", 6}},
+       {{"EPILOGUE", 2}},
+       {{"EPILOGUE", 1}, {"PERSISTENT", 1}, {"STAGES", 3}},
+       {{"EPILOGUE", 1}, {"SPLITS", 3}},
+       {{"EPILOGUE", 0}, {"SPLITS", 4}, {"REDUCE", 1}},
+       {{"EPILOGUE", 0}, {"PERSISTENT", 1}, {"SPLITS", 2}, {"REDUCE", 2}},
+       {{"EPILOGUE", 1}, {"PERSISTENT", 1}, {"STREAMK", 1}},
+       {{"BLOCK_M", 64}, {"SCHEDULE", 1}, {"PERSISTENT", 1}, {"CLUSTER_M", 2}, {"EPILOGUE", 1}},
+       {{"CLUSTER_N", 2}, {"EPILOGUE", 1}}},
+      {
+          {"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1032}}},
+          {"gemm", "bf16", "fp32", "rc", {{"M", 777}, {"N", 520}, {"K", 4104}}},
+          {"gemm", "fp16", "fp16", "rc", {{"M", 640}, {"N", 4096}, {"K", 4096}}},
+          {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 2000}, {"K", 1032}}},  // 1.4 waves
+      },
+      25);
 }
 
 // Both timings of tuning.timing_l2 measure: with the L2 flushed (the default) each launch is timed
