@@ -313,11 +313,20 @@ TEST(BuiltinTemplatesTest, GemmTmaMidSizeRulesFillTheWaves) {
   EXPECT_EQ(rule(384, 6144, 4096), n192) << "96 against 72";
   EXPECT_EQ(rule(896, 4096, 4096), one_wave) << "154 tiles of 128x192: two waves";
   EXPECT_EQ(rule(1000, 4096, 4096), one_wave);
-  // 128x128 tiles fill their waves better: 320 in three (0.81) against 160 in two (0.61).
-  EXPECT_EQ(rule(1280, 4096, 4096), pingpong) << "220 of 128x192 in two (0.81): not 5 % better";
+  // 128x128 tiles fill their waves better than 128x256 ones: 640 in five (0.97) against 320 in
+  // three; 1280x4096, 320 in three (0.81) against 160 in two (0.61), is 128x160's (below).
   EXPECT_EQ(rule(2560, 4096, 4096), pingpong) << "640 in five (0.97) against 320 in three";
+  EXPECT_EQ(rule(4608, 1024, 4096), pingpong) << "N < 2048: not 128x160 (measured)";
   EXPECT_EQ(rule(896, 6144, 4096), pingpong) << "224 of 128x192 in two: the same 0.85";
-  // 128x192 tiles fill theirs over 5 % better than both: persistent, column raster.
+  // 128x160 tiles fill theirs over 5 % better than every other width: persistent, column raster.
+  P n160_waves{{"BLOCK_N", 160},  {"SPLITS", 1},   {"STAGES", 5},
+               {"PERSISTENT", 1}, {"SCHEDULE", 0}, {"CLUSTER_M", 1}};
+  EXPECT_EQ(rule(1280, 4096, 4096), n160_waves) << "260 in two (0.97) against 320 in three (0.81)";
+  EXPECT_EQ(rule(2560, 5120, 4096), n160_waves)
+      << "640 in five (0.97) against 540 of 128x192 in five";
+  EXPECT_EQ(rule(640, 8192, 4096), n160_waves);
+  EXPECT_EQ(rule(640, 4096, 4096)["BLOCK_N"], 192) << "one wave of 128x256 tiles: the rules above";
+  // 128x192 tiles fill theirs over 5 % better than 128x128 and 128x256 ones: persistent.
   const P n192_waves{{"BLOCK_N", 192},  {"SPLITS", 1},   {"STAGES", 5},
                      {"PERSISTENT", 1}, {"SCHEDULE", 0}, {"CLUSTER_M", 1}};
   EXPECT_EQ(rule(1536, 6144, 4096), n192_waves) << "384 in three (0.97) against 576 in five (0.87)";
