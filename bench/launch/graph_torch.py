@@ -56,20 +56,25 @@ def smi(fields: str) -> list:
 
 
 class ClockPoller:
-    """Reads the SM clock through NVML every millisecond on a thread while a timed sequence runs,
-    under the tag of what runs (`with poller.running("ktune"): ...`), so that times that moved
-    together across processes can be told (clocks under the 700 W cap) from a variant that got
-    slower. The GIL is free while the timing waits on its end event. No pynvml: no figures."""
+    """Reads the SM clock through NVML about every millisecond on a thread while a timed sequence
+    runs, under the tag of what runs (`with poller.running("ktune"): ...`), so that times that
+    moved together across processes can be told (clocks under the 700 W cap) from a variant that
+    got slower. A sample counts only if the same sequence (by generation, not tag) ran before and
+    after the read; the thread sleeps while nothing is timed. A sequence under a millisecond gets
+    a sample only now and then: short shapes have few. The GPU is found by its UUID (NVML and CUDA
+    number devices differently); no pynvml or no match: no figures."""
 
     def __init__(self):
-        self._tag = None
+        self._tag, self._gen = None, 0
+        self._active = threading.Event()
         self.samples = {}
         try:
             import pynvml
             pynvml.nvmlInit()
+            uuid = torch.cuda.get_device_properties(torch.cuda.current_device()).uuid
             self._nvml = pynvml
-            self._h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
-        except Exception:  # noqa: BLE001 - no NVML binding: the figures are null
+            self._h = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        except Exception:  # noqa: BLE001 - no NVML binding or no such GPU: the figures are null
             self._nvml = None
             return
         threading.Thread(target=self._poll, daemon=True).start()
@@ -77,20 +82,25 @@ class ClockPoller:
     def _poll(self):
         n = self._nvml
         while True:
-            tag = self._tag
+            self._active.wait()
+            gen, tag = self._gen, self._tag
             if tag is not None:
                 mhz = n.nvmlDeviceGetClockInfo(self._h, n.NVML_CLOCK_SM)
-                if self._tag == tag:  # the whole read fell inside the sequence
+                if self._gen == gen and self._tag == tag:  # the read fell inside that sequence
                     self.samples.setdefault(tag, []).append(mhz)
             time.sleep(0.001)
 
     @contextlib.contextmanager
     def running(self, tag: str):
+        self._gen += 1
         self._tag = tag
+        self._active.set()
         try:
             yield
         finally:
             self._tag = None
+            self._gen += 1
+            self._active.clear()
 
     def take(self, tag: str):
         """Median and minimum SM clock (MHz) of the samples under `tag` (then drops them)."""

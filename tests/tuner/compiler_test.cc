@@ -187,14 +187,19 @@ TEST(CompilerTest, BuiltinTemplatesCompileASampleForSm80AndSm90) {
   EXPECT_GE(compiled, 6u * 2 * 20);  // the six built-ins on both arches, at least
 }
 
+// gemm_tma from the built-in templates (loaded once; nullptr if missing) and sm_90a's nominal
+// limits (132 SMs), for which the gemm_tma tests below enumerate, instantiate and compile.
+std::pair<const KernelTemplate*, DeviceLimits> gemm_tma_on_sm90a() {
+  static const TemplateRegistry reg = TemplateRegistry::load({builtin_template_dir()});
+  return {reg.find("gemm_tma"), *DeviceLimits::for_arch("sm_90a")};
+}
+
 // Every config gemm_tma's heuristic serves, for the issue-13 shapes and awkward small ones, in
 // each dtype pairing it offers, compiles for sm_90a with NVRTC (on this GPU-less machine): HGMMA
 // wgmma and TMA code, no register spills, and setmaxnreg honoured (ptxas warns otherwise).
 TEST(CompilerTest, GemmTmaHeuristicConfigsCompileForSm90aWithoutSpills) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* t = reg.find("gemm_tma");
+  const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);
-  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   const std::vector<std::array<std::int64_t, 3>> shapes = {
       {8192, 8192, 8192}, {4096, 4096, 4096},  {2048, 2048, 2048}, {4096, 14336, 4096},
       {8192, 8192, 512},  {1024, 1024, 65536}, {512, 1024, 32768}, {4000, 6000, 3000},
@@ -294,10 +299,8 @@ void add_split_requests(const KernelTemplate& t, const DeviceLimits& limits, con
 // configs, every tile shape and a 2-CTA cluster and fp32 output among them, compiles for sm_90a
 // with NVRTC: no spills, no stack, setmaxnreg honoured (the 40/232 budget holds).
 TEST(CompilerTest, GemmTmaPingpongConfigsCompileForSm90aWithoutSpills) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* t = reg.find("gemm_tma");
+  const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);
-  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 8192}, {"N", 8192}, {"K", 512}}};
   auto space = SearchSpace::build(*t, p, limits);
   ASSERT_TRUE(space) << space.error().message;
@@ -351,10 +354,8 @@ TEST(CompilerTest, GemmTmaPingpongConfigsCompileForSm90aWithoutSpills) {
 // its configs (both tile shapes, one and two consumers, a 2-CTA cluster, fp32 out) compile for
 // sm_90a with NVRTC without spills or stack, at the 168-register launch cap.
 TEST(CompilerTest, GemmTmaStreamKConfigsCompileForSm90aWithoutSpills) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* t = reg.find("gemm_tma");
+  const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);
-  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
   auto space = SearchSpace::build(*t, p, limits);
   ASSERT_TRUE(space) << space.error().message;
@@ -403,10 +404,8 @@ TEST(CompilerTest, GemmTmaStreamKConfigsCompileForSm90aWithoutSpills) {
 // staged epilogue's 66 KB of areas cannot; its configs (cooperative, fp32 out, ping-pong in a
 // 2-CTA cluster, split-K, stream-K, one consumer) compile for sm_90a without spills or stack.
 TEST(CompilerTest, GemmTmaStoreEpilogueConfigsCompileForSm90aWithoutSpills) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* t = reg.find("gemm_tma");
+  const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);
-  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   auto epilogues = [&](const Problem& p) {
     std::set<std::int64_t> e;
     auto space = SearchSpace::build(*t, p, limits);
@@ -464,10 +463,8 @@ TEST(CompilerTest, GemmTmaStoreEpilogueConfigsCompileForSm90aWithoutSpills) {
 // column groups split in bands and k-slices, ping-pong and stream-K all compile for sm_90a
 // without spills.
 TEST(CompilerTest, GemmTma128x192ConfigsCompileForSm90aWithoutSpills) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* t = reg.find("gemm_tma");
+  const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);
-  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 768}, {"N", 4096}, {"K", 4096}}};
   auto h = heuristic_config(*t, p, limits);
   ASSERT_TRUE(h) << h.error().message;
@@ -514,10 +511,8 @@ TEST(CompilerTest, GemmTma128x192ConfigsCompileForSm90aWithoutSpills) {
 // epilogue, persistent, split-K with each sum, stream-K in a cluster, ping-pong 64x160) compiles
 // for sm_90a without spills.
 TEST(CompilerTest, GemmTma128x160ConfigsCompileForSm90aWithoutSpills) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* t = reg.find("gemm_tma");
+  const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);
-  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 640}, {"N", 4096}, {"K", 4096}}};
   const Problem p32{"gemm", "bf16", "fp32", "rc", {{"M", 640}, {"N", 4096}, {"K", 4096}}};
   const Problem big{"gemm", "fp16", "fp16", "rc", {{"M", 4096}, {"N", 4096}, {"K", 4096}}};
@@ -551,10 +546,8 @@ TEST(CompilerTest, GemmTma128x160ConfigsCompileForSm90aWithoutSpills) {
 // sum (the cluster and band sums split a tile's 16 or 32 column groups evenly); the winner compiles
 // for sm_90a without spills.
 TEST(CompilerTest, GemmTmaThreeKSlicesAreOfferedWithTheWorkspaceSumAndCompileWithoutSpills) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* t = reg.find("gemm_tma");
+  const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);
-  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 640}, {"N", 4096}, {"K", 14336}}};
   auto space = SearchSpace::build(*t, p, limits);
   ASSERT_TRUE(space) << space.error().message;
@@ -589,10 +582,8 @@ TEST(CompilerTest, GemmTmaThreeKSlicesAreOfferedWithTheWorkspaceSumAndCompileWit
 // multicast, half-boxes of 32 rows under ping-pong's 64-row tiles), split-K and stream-K ones
 // among them, compile for sm_90a without spills or stack.
 TEST(CompilerTest, GemmTmaClusterAlongNAndColumnRasterConfigsCompileForSm90aWithoutSpills) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* t = reg.find("gemm_tma");
+  const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);
-  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   struct Seen {
     int pairs_n = 0, column = 0, both = 0;
   };
@@ -614,7 +605,8 @@ TEST(CompilerTest, GemmTmaClusterAlongNAndColumnRasterConfigsCompileForSm90aWith
   EXPECT_GT(square.column, 0);
   EXPECT_EQ(square.both, 0) << "clusters of two CTAs at most";
   // One column of 256-wide tiles: no pair along N at BLOCK_N 256, and no column bands for them
-  // (with one column of tiles every order is the row raster's); 128- and 192-wide ones make two.
+  // (with one column of tiles every order is the row raster's); 128-, 160- and 192-wide ones make
+  // two.
   const Problem narrow{"gemm", "bf16", "bf16", "rc", {{"M", 4096}, {"N", 256}, {"K", 4096}}};
   auto space = SearchSpace::build(*t, narrow, limits);
   ASSERT_TRUE(space) << space.error().message;
@@ -662,10 +654,8 @@ TEST(CompilerTest, GemmTmaClusterAlongNAndColumnRasterConfigsCompileForSm90aWith
 // that holds the fp32 partial; its configs (128x128 in 2, 4 and 8 slices, 128x256 and 256x128
 // tiles, fp32 out) compile for sm_90a without spills.
 TEST(CompilerTest, GemmTmaClusterSplitKConfigsAreOfferedWhereTheyFitAndCompileWithoutSpills) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* t = reg.find("gemm_tma");
+  const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);
-  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 1024}, {"K", 32768}}};
   auto space = SearchSpace::build(*t, p, limits);
   ASSERT_TRUE(space) << space.error().message;
@@ -719,10 +709,8 @@ TEST(CompilerTest, GemmTmaClusterSplitKConfigsAreOfferedWhereTheyFitAndCompileWi
 // (128x128 in 2, 4 and 8 slices with and without a pair, the 128-accumulator tiles) compile for
 // sm_90a without spills.
 TEST(CompilerTest, GemmTmaBandSplitKConfigsAreOfferedOnResidentGridsAndCompileWithoutSpills) {
-  auto reg = TemplateRegistry::load({builtin_template_dir()});
-  const KernelTemplate* t = reg.find("gemm_tma");
+  const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);
-  const DeviceLimits limits = *DeviceLimits::for_arch("sm_90a");
   const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 512}, {"N", 1024}, {"K", 32768}}};
   auto space = SearchSpace::build(*t, p, limits);
   ASSERT_TRUE(space) << space.error().message;

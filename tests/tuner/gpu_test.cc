@@ -555,8 +555,8 @@ void expect_wide_tiles_verify(
 // persistent, split-K with each sum (three slices: 24 column groups in bands of 8), stream-K,
 // ping-pong's 64x192 tiles in a 2-CTA cluster, and A multicast along N, on shapes whose N leaves a
 // partial last tile (1000 = 5 x 192 + 40, 520 = 2 x 192 + 136, 2000 = 10 x 192 + 80), the rule's
-// own shape, and 1.4 waves of tiles (the persistent grids). 25 pairs (the H100's limits and
-// sm_90a's nominal ones refuse the same 15).
+// own shape, and 1.4 waves of tiles (221 of them; the persistent grids). 25 pairs (the H100's
+// limits and sm_90a's nominal ones refuse the same 15).
 TEST(GpuTmaTest, GemmTma128x192VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) {
   KTUNE_REQUIRE_GPU();
   expect_wide_tiles_verify(
@@ -583,11 +583,13 @@ TEST(GpuTmaTest, GemmTma128x192VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) 
 // gemm_tma's 128x160 tiles (wgmma n160: 80 accumulators a thread, 20 n8 groups, so the
 // partials' reduction loads 10 float4 a batch and the band sums take 2 or 4 slices): the staged
 // and register epilogues, the TMA store for fp32 outputs only (five 128-byte boxes a row, an odd
-// count; 2-byte outputs would be 2.5), one block per tile and persistent, split-K with each sum,
-// stream-K, ping-pong's 64x160 tiles in a 2-CTA cluster, and A multicast along N, on shapes whose
-// N leaves a partial last tile (1000 = 6 x 160 + 40, 520 = 3 x 160 + 40, 2000 = 12 x 160 + 80),
-// one wave of 128x160 tiles (640x4096: 130) and 1.4 waves. 25 pairs (sm_90a's nominal limits
-// refuse the other 15).
+// count, so a CTA's next tile waits for the stores at its first box: persistent cooperative and
+// ping-pong walks of fp32 tiles check it; 2-byte outputs would be 2.5 boxes), one block per tile
+// and persistent, split-K with each sum, stream-K, ping-pong's 64x160 tiles in a 2-CTA cluster,
+// and A multicast along N, on shapes whose N leaves a partial last tile (1000 = 6 x 160 + 40,
+// 520 = 3 x 160 + 40, 2000 = 12 x 160 + 80, 1400 = 8 x 160 + 120), one wave of 128x160 tiles
+// (640x4096: 130) and more (2100x2000: 221; 2100x1400 fp32: 153). 34 pairs (sm_90a's nominal
+// limits refuse the other 26).
 TEST(GpuTmaTest, GemmTma128x160VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) {
   KTUNE_REQUIRE_GPU();
   expect_wide_tiles_verify(
@@ -595,6 +597,8 @@ TEST(GpuTmaTest, GemmTma128x160VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) 
       {{{"EPILOGUE", 1}, {"STAGES", 5}, {"GROUP_M", 1}, {"RASTER", 1}},
        {{"EPILOGUE", 0}, {"STAGES", 6}},
        {{"EPILOGUE", 2}},
+       {{"EPILOGUE", 2}, {"PERSISTENT", 1}, {"STAGES", 3}},
+       {{"EPILOGUE", 2}, {"BLOCK_M", 64}, {"SCHEDULE", 1}, {"PERSISTENT", 1}, {"CLUSTER_M", 2}},
        {{"EPILOGUE", 1}, {"PERSISTENT", 1}, {"STAGES", 3}},
        {{"EPILOGUE", 1}, {"SPLITS", 3}},
        {{"EPILOGUE", 0}, {"SPLITS", 4}, {"REDUCE", 1}},
@@ -606,9 +610,10 @@ TEST(GpuTmaTest, GemmTma128x160VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) 
           {"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1032}}},
           {"gemm", "bf16", "fp32", "rc", {{"M", 777}, {"N", 520}, {"K", 4104}}},
           {"gemm", "fp16", "fp16", "rc", {{"M", 640}, {"N", 4096}, {"K", 4096}}},
-          {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 2000}, {"K", 1032}}},  // 1.4 waves
+          {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 2000}, {"K", 1032}}},  // 1.7 waves
+          {"gemm", "bf16", "fp32", "rc", {{"M", 2100}, {"N", 1400}, {"K", 520}}},   // 1.2 waves
       },
-      25);
+      34);
 }
 
 // Both timings of tuning.timing_l2 measure: with the L2 flushed (the default) each launch is timed
