@@ -308,9 +308,15 @@ TEST(BuiltinTemplatesTest, GemmTmaMidSizeRulesFillTheWaves) {
   // fit one wave (3/4 of a tile's work).
   P n192 = one_wave;
   n192["BLOCK_N"] = 192;
-  EXPECT_EQ(rule(768, 4096, 4096), n192) << "132 tiles of 128x192, 96 of 128x256";
-  EXPECT_EQ(rule(640, 4096, 14336), n192) << "110 against 80";
-  EXPECT_EQ(rule(384, 6144, 4096), n192) << "96 against 72";
+  EXPECT_EQ(rule(768, 4096, 4096), n192) << "132 tiles of 128x192, 96 of 128x256; 156 of 128x160";
+  EXPECT_EQ(rule(512, 6144, 4096), n192) << "128 against 96; 156 of 128x160: two waves";
+  // One wave of 128x160 tiles where it fits: 5/6 of a 128x192 tile's work.
+  P n160 = one_wave;
+  n160["BLOCK_N"] = 160;
+  n160["STAGES"] = 5;
+  EXPECT_EQ(rule(640, 4096, 14336), n160) << "130 tiles of 128x160, 110 of 128x192";
+  EXPECT_EQ(rule(640, 4096, 4096), n160);
+  EXPECT_EQ(rule(384, 6144, 4096), n160) << "117 against 96";
   EXPECT_EQ(rule(896, 4096, 4096), one_wave) << "154 tiles of 128x192: two waves";
   EXPECT_EQ(rule(1000, 4096, 4096), one_wave);
   // 128x128 tiles fill their waves better than 128x256 ones: 640 in five (0.97) against 320 in
@@ -325,7 +331,7 @@ TEST(BuiltinTemplatesTest, GemmTmaMidSizeRulesFillTheWaves) {
   EXPECT_EQ(rule(2560, 5120, 4096), n160_waves)
       << "640 in five (0.97) against 540 of 128x192 in five";
   EXPECT_EQ(rule(640, 8192, 4096), n160_waves);
-  EXPECT_EQ(rule(640, 4096, 4096)["BLOCK_N"], 192) << "one wave of 128x256 tiles: the rules above";
+  EXPECT_EQ(rule(640, 4096, 4096)["BLOCK_N"], 160) << "one wave of 128x256 tiles: the rules above";
   // 128x192 tiles fill theirs over 5 % better than 128x128 and 128x256 ones: persistent.
   const P n192_waves{{"BLOCK_N", 192},  {"SPLITS", 1},   {"STAGES", 5},
                      {"PERSISTENT", 1}, {"SCHEDULE", 0}, {"CLUSTER_M", 1}};
