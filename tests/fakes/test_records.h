@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <string>
 
@@ -17,6 +18,13 @@ inline std::string read_file(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// `base` with the named params set to new values (a template config varied for a test).
+inline Params with_params(Params base,
+                          std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+  for (const auto& [name, value] : changes) base[name] = value;
+  return base;
 }
 
 inline DeviceClass h200() {

@@ -10,6 +10,7 @@
 #include "config/config.h"
 #include "store/mem_store.h"
 #include "templates/registry.h"
+#include "tests/fakes/test_records.h"
 #include "tuner/device_kernels.h"
 
 namespace ktune {
@@ -280,8 +281,9 @@ void expect_refused(const KernelTemplate& t, const DeviceLimits& limits, const P
                     Params base,
                     std::initializer_list<std::pair<const char*, std::int64_t>> changes,
                     const char* why) {
-  for (const auto& [name, value] : changes) base[name] = value;
-  EXPECT_FALSE(instantiate(t, problem, limits, base)) << why << ": " << params_to_string(base);
+  const Params refused = testing::with_params(std::move(base), changes);
+  EXPECT_FALSE(instantiate(t, problem, limits, refused))
+      << why << ": " << params_to_string(refused);
 }
 
 // Compile requests for `base` in 2, 4 and 8 k-slices.
@@ -525,9 +527,7 @@ TEST(CompilerTest, GemmTma128x160ConfigsCompileForSm90aWithoutSpills) {
   std::vector<CompileRequest> reqs;
   auto add = [&](const Problem& prob,
                  std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
-    Params c = base;
-    for (const auto& [name, value] : changes) c[name] = value;
-    add_request(*t, limits, prob, c, reqs);
+    add_request(*t, limits, prob, testing::with_params(base, changes), reqs);
   };
   add(p, {});
   add(p, {{"EPILOGUE", 0}, {"STAGES", 6}});

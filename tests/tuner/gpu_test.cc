@@ -8,6 +8,7 @@
 
 #include "store/records.h"
 #include "templates/space.h"
+#include "tests/fakes/test_records.h"
 #include "tuner/local_tuner.h"
 #include "tuner/nvml.h"
 
@@ -270,12 +271,7 @@ TEST(GpuTmaTest, GemmTmaVerifiesAcrossShapesDtypesSplitsAndClusters) {
   EXPECT_LE(n->first, limits.sm_count / 2);
 }
 
-// `base` with the named params changed.
-Params with_params(Params base,
-                   std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
-  for (const auto& [n, v] : changes) base[n] = v;
-  return base;
-}
+using testing::with_params;
 
 // Tunes each problem with gemm_tma, seeded with every one of `configs` its space holds (at least
 // two per problem), and checks that each seed was measured and verified against cuBLAS, with no
