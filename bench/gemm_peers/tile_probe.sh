@@ -4,7 +4,8 @@
 # timing and fp64 check; the heuristic's config joins them as one more trial), re-times them all
 # interleaved as finalists in steady state, and times its winner interleaved with cuBLAS. ROUNDS
 # rounds, the configs rotated each round (the first trial of a process runs on a cooler GPU);
-# TARGET_MS per candidate (30; ~1500 reaches the power cap on large GEMMs).
+# TARGET_MS per candidate (30; ~1500 reaches the power cap on large GEMMs); L2 (flushed, the
+# tuner's default, or rotated: ktune-bench's --l2).
 #   bash bench/gemm_peers/make_kit.sh                  # dev box: .gpu/
 #   OUT=/tmp/o bash bench/gemm_peers/tile_probe.sh     # GPU node, repo root
 # PROBES: lines "problem|config;config;..." (ktune-bench's --problem and --seed syntax).
@@ -16,6 +17,7 @@ K=$(cd "${K:-.gpu}" && pwd) || exit 2
 OUT=${OUT:-/tmp/tile-probe}
 ROUNDS=${ROUNDS:-2}
 TARGET_MS=${TARGET_MS:-30}
+L2=${L2:-flushed}
 [ -n "${PROBES:-}" ] || { echo "tile_probe: set PROBES" >&2; exit 2; }
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$K/devlibs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
@@ -32,7 +34,7 @@ while IFS='|' read -r problem list; do
     seeds=()
     for i in $(seq 0 $((c - 1))); do seeds+=(--seed "${configs[$(((i + r - 1) % c))]}"); done
     "$K/ktune-bench" --problem "$problem" --template gemm_tma --strategy model "${seeds[@]}" \
-      --budget "$((c + 1))" --finalists "$((c + 1))" --target-ms "$TARGET_MS" --out "$OUT/time-$n-$r.json" \
+      --budget "$((c + 1))" --finalists "$((c + 1))" --target-ms "$TARGET_MS" --l2 "$L2" --out "$OUT/time-$n-$r.json" \
       --record "$OUT/trials-$n-$r.json" > "$OUT/log-$n-$r.txt" 2>&1 ||
       echo "problem $n round $r: ktune-bench failed (log-$n-$r.txt)"
   done
