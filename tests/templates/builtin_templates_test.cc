@@ -322,7 +322,9 @@ TEST(BuiltinTemplatesTest, GemmTmaMidSizeRulesFillTheWaves) {
   // 128x128 tiles fill their waves better than 128x256 ones: 640 in five (0.97) against 320 in
   // three; 1280x4096, 320 in three (0.81) against 160 in two (0.61), is 128x160's (below).
   EXPECT_EQ(rule(2560, 4096, 4096), pingpong) << "640 in five (0.97) against 320 in three";
-  EXPECT_EQ(rule(4608, 1024, 4096), pingpong) << "N < 2048: not 128x160 (measured)";
+  EXPECT_EQ(rule(4608, 1024, 4096), pingpong) << "N < 1280: not 128x160 (measured)";
+  EXPECT_EQ(rule(6656, 1024, 4096)["BLOCK_N"], 256)
+      << "N < 1280: not 128x160 (measured; 128x256 fills as well)";
   EXPECT_EQ(rule(896, 6144, 4096), pingpong) << "224 of 128x192 in two: the same 0.85";
   // 128x160 tiles fill theirs over 5 % better than every other width: persistent, column raster.
   P n160_waves{{"BLOCK_N", 160},  {"SPLITS", 1},   {"STAGES", 5},
@@ -331,6 +333,8 @@ TEST(BuiltinTemplatesTest, GemmTmaMidSizeRulesFillTheWaves) {
   EXPECT_EQ(rule(2560, 5120, 4096), n160_waves)
       << "640 in five (0.97) against 540 of 128x192 in five";
   EXPECT_EQ(rule(640, 8192, 4096), n160_waves);
+  EXPECT_EQ(rule(4096, 1280, 4096), n160_waves) << "256 in two (0.97) against 320 in three (0.81)";
+  EXPECT_EQ(rule(3072, 1536, 4096), n160_waves) << "240 in two (0.87) against 288 in three (0.73)";
   EXPECT_EQ(rule(640, 4096, 4096)["BLOCK_N"], 160) << "one wave of 128x256 tiles: the rules above";
   // 128x192 tiles fill theirs over 5 % better than 128x128 and 128x256 ones: persistent.
   const P n192_waves{{"BLOCK_N", 192},  {"SPLITS", 1},   {"STAGES", 5},
