@@ -202,7 +202,7 @@ struct TmaConfig {
   static_assert(SCHEDULE == kCooperative || (SCHEDULE == kPingpong && CONSUMERS == 2),
                 "ping-pong alternates two consumer warpgroups");
   static_assert(kMS * kAcc <= 128, "at most 128 fp32 accumulators per thread");
-  static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
+  static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "one to three consumer warpgroups");
   static_assert(STAGES >= 2 && STAGES <= 8, "2..8 stages");
   static_assert(kSmemBytes <= 232448, "fits the 227 KB opt-in shared memory of sm_90");
   static_assert(EPILOGUE >= 0 && EPILOGUE <= 2, "epilogue 0 (direct), 1 (staged) or 2 (TMA store)");

@@ -541,6 +541,58 @@ TEST(CompilerTest, GemmTma128x160ConfigsCompileForSm90aWithoutSpills) {
   expect_compiled_without_spills(reqs, 168);
 }
 
+// gemm_tma's 192-row tiles (issue 13): three consumer warpgroups of 64 rows beside the producer
+// warpgroup, 512 threads, so ptxas compiles each thread for 128 registers: the space offers them
+// only with at most 96 accumulators (n128-n192), one block per whole tile, neither the TMA store
+// of 2-byte outputs nor fp32 192x192 tiles staged or in a cluster (each spills), and a spread of
+// them (each epilogue, a 2 x 1 and a 1 x 2 cluster: 96-row halves of A's box, both rasters)
+// compiles for sm_90a within 128 registers without spills.
+TEST(CompilerTest, GemmTma192RowTilesAreOfferedWithinTheirRegistersAndCompileWithoutSpills) {
+  const auto [t, limits] = gemm_tma_on_sm90a();
+  ASSERT_NE(t, nullptr);
+  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", 1152}, {"N", 4096}, {"K", 4096}}};
+  const Problem p32{"gemm", "fp16", "fp32", "rc", {{"M", 2100}, {"N", 3000}, {"K", 4096}}};
+  const Params base{{"BLOCK_M", 192},  {"BLOCK_N", 192}, {"BLOCK_K", 64}, {"STAGES", 3},
+                    {"CONSUMERS", 3},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
+                    {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
+                    {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
+  expect_refused(*t, limits, p, base, {{"BLOCK_N", 256}}, "128 accumulators beside 512 threads");
+  expect_refused(*t, limits, p, base, {{"CONSUMERS", 2}}, "96-row warpgroups");
+  expect_refused(*t, limits, p, base, {{"SPLITS", 2}}, "no split-K with three consumers");
+  expect_refused(*t, limits, p32, base, {{"PERSISTENT", 1}}, "the persistent walk spills");
+  expect_refused(*t, limits, p32, base, {{"PERSISTENT", 1}, {"STREAMK", 1}}, "no stream-K");
+  expect_refused(*t, limits, p, base, {{"EPILOGUE", 2}}, "the TMA store of 2-byte outputs spills");
+  expect_refused(*t, limits, p32, base, {{"EPILOGUE", 0}, {"CLUSTER_M", 2}},
+                 "fp32 192x192 in a cluster spills");
+  expect_refused(*t, limits, p32, base, {}, "the staged epilogue of fp32 192x192 tiles spills");
+  expect_refused(*t, limits, p, base, {{"STAGES", 4}},
+                 "four stages and the staged epilogue: 231 KB");
+  auto space = SearchSpace::build(*t, p, limits);
+  ASSERT_TRUE(space) << space.error().message;
+  std::set<std::int64_t> widths;  // BLOCK_N offered with 192-row tiles
+  for (const auto& c : space->configs()) {
+    if (c.at("BLOCK_M") != 192) continue;
+    widths.insert(c.at("BLOCK_N"));
+    EXPECT_EQ(c.at("CONSUMERS"), 3) << params_to_string(c);
+  }
+  EXPECT_EQ(widths, (std::set<std::int64_t>{128, 160, 192}));
+  std::vector<CompileRequest> reqs;
+  auto add = [&](const Problem& prob,
+                 std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+    add_request(*t, limits, prob, testing::with_params(base, changes), reqs);
+  };
+  add(p, {});
+  add(p, {{"EPILOGUE", 0}, {"STAGES", 4}});
+  add(p32, {{"EPILOGUE", 2}});
+  add(p, {{"CLUSTER_M", 2}});
+  add(p, {{"BLOCK_N", 128}, {"CLUSTER_N", 2}, {"STAGES", 4}});
+  add(p32, {{"EPILOGUE", 0}, {"GROUP_M", 1}, {"RASTER", 1}});
+  add(p, {{"GROUP_M", 1}, {"RASTER", 1}, {"CLUSTER_N", 2}});
+  add(p32, {{"BLOCK_N", 160}, {"EPILOGUE", 2}});
+  ASSERT_EQ(reqs.size(), 8u);
+  expect_compiled_without_spills(reqs, 128);
+}
+
 // gemm_tma's three k-slices (issue 13; the tuner's winner at 640x4096x14336 on the H100,
 // 2026-12-07): split-K may take up to three waves of k-slices; three slices only with the workspace
 // sum (the cluster and band sums split a tile's 16 or 32 column groups evenly); the winner compiles

@@ -612,6 +612,42 @@ TEST(GpuTmaTest, GemmTma128x160VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) 
       34);
 }
 
+// gemm_tma's 192-row tiles (issue 13): three consumer warpgroups of 64 rows each (empty[s] counts
+// their 12 warps), on shapes whose M and N leave partial last tiles (1000 = 5 x 192 + 40; 777 = 4 x
+// 192 + 9), one wave of 192x192 tiles (1152x4096: 132 of them), and more than a wave (2100x3000:
+// 176), with each epilogue (the TMA store for fp32 outputs only), n128/n160/n192, and both
+// multicast pairs (a 2 x 1 cluster shares B; a 1 x 2 cluster loads A in two 96-row halves). 21
+// pairs (the constraints refuse the other 7: fp32 192x192 staged or clustered, 2-byte TMA stores).
+TEST(GpuTmaTest, GemmTma192RowTilesVerifyAcrossEpiloguesWidthsClustersAndDtypes) {
+  KTUNE_REQUIRE_GPU();
+  expect_wide_tiles_verify(
+      192,
+      {{{"BLOCK_M", 192}, {"CONSUMERS", 3}, {"STAGES", 3}, {"EPILOGUE", 1}},
+       {{"BLOCK_M", 192}, {"CONSUMERS", 3}, {"STAGES", 4}, {"EPILOGUE", 0}},
+       {{"BLOCK_M", 192}, {"CONSUMERS", 3}, {"STAGES", 3}, {"EPILOGUE", 2}},
+       {{"BLOCK_M", 192},
+        {"CONSUMERS", 3},
+        {"STAGES", 3},
+        {"EPILOGUE", 1},
+        {"GROUP_M", 1},
+        {"RASTER", 1}},
+       {{"BLOCK_M", 192}, {"CONSUMERS", 3}, {"STAGES", 3}, {"EPILOGUE", 1}, {"CLUSTER_M", 2}},
+       {{"BLOCK_M", 192}, {"BLOCK_N", 160}, {"CONSUMERS", 3}, {"STAGES", 4}, {"EPILOGUE", 1}},
+       {{"BLOCK_M", 192},
+        {"BLOCK_N", 128},
+        {"CONSUMERS", 3},
+        {"STAGES", 4},
+        {"EPILOGUE", 1},
+        {"CLUSTER_N", 2}}},
+      {
+          {"gemm", "bf16", "bf16", "rc", {{"M", 1000}, {"N", 1000}, {"K", 1032}}},
+          {"gemm", "bf16", "fp32", "rc", {{"M", 777}, {"N", 520}, {"K", 4104}}},
+          {"gemm", "fp16", "fp16", "rc", {{"M", 1152}, {"N", 4096}, {"K", 4096}}},
+          {"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 3000}, {"K", 1032}}},  // 1.3 waves
+      },
+      21);
+}
+
 // Both timings of tuning.timing_l2 measure: with the L2 flushed (the default) each launch is timed
 // on its own after a write over 2x L2, so a kernel of a few microseconds reads longer than under
 // the rotated timing, whose graph replay amortizes the launch gap (docs/worker-protocol.md).
