@@ -62,64 +62,6 @@
 #include "ktune_tma.cuh"
 #include "gemm_sm90.cuh"  // wgmma and mbarrier wrappers, raster, named barrier
 
-// wgmma m64n160k16 and m64n192k16 (gemm_sm90's Wgmma has n128 and n256): 128x160 and 128x192
-// tiles, whose counts fill waves where 128x256 ones leave SMs idle (768x4096: 132 tiles of 128x192
-// against 96 of 128x256; 640x4096: 130 of 128x160 against 110 of 128x192).
-// The accumulator operands of m64n160k16 (d[0..79]: %0..%79, then the descriptors %80, %81) and
-// of m64n192k16 (16 more: %80..%95, descriptors %96, %97).
-#define KTUNE_WGMMA_D80                                                             \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"           \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63," \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79"
-#define KTUNE_WGMMA_N160_REGS "{" KTUNE_WGMMA_D80 "}, %80, %81"
-#define KTUNE_WGMMA_N192_REGS                                                      \
-  "{" KTUNE_WGMMA_D80                                                              \
-  ", "                                                                             \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
-  "}, %96, %97"
-#define KTUNE_WGMMA_N160_ACC                                                                      \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
-      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
-      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
-      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
-      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
-      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
-      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
-      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
-      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),  \
-      "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),  \
-      "+f"(d[78]), "+f"(d[79])
-#define KTUNE_WGMMA_N192_ACC                                                                     \
-  KTUNE_WGMMA_N160_ACC, "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),         \
-      "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), \
-      "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-#define KTUNE_WGMMA_WIDE(TYPE, PTX, N, REGS, ...)                                         \
-  template <>                                                                             \
-  struct Wgmma<TYPE, N> {                                                                 \
-    static __device__ __forceinline__ void run(float (&d)[N / 2], unsigned long long da,  \
-                                               unsigned long long db) {                   \
-      asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." PTX "." PTX " " REGS \
-                   ", 1, 1, 1, 0, 0;\n"                                                   \
-                   : __VA_ARGS__                                                          \
-                   : "l"(da), "l"(db));                                                   \
-    }                                                                                     \
-  };
-namespace ktune_gemm_sm90_detail {
-KTUNE_WGMMA_WIDE(ktune_bf16, "bf16", 160, KTUNE_WGMMA_N160_REGS, KTUNE_WGMMA_N160_ACC)
-KTUNE_WGMMA_WIDE(ktune_fp16, "f16", 160, KTUNE_WGMMA_N160_REGS, KTUNE_WGMMA_N160_ACC)
-KTUNE_WGMMA_WIDE(ktune_bf16, "bf16", 192, KTUNE_WGMMA_N192_REGS, KTUNE_WGMMA_N192_ACC)
-KTUNE_WGMMA_WIDE(ktune_fp16, "f16", 192, KTUNE_WGMMA_N192_REGS, KTUNE_WGMMA_N192_ACC)
-}  // namespace ktune_gemm_sm90_detail
-#undef KTUNE_WGMMA_WIDE
-#undef KTUNE_WGMMA_D80
-#undef KTUNE_WGMMA_N160_REGS
-#undef KTUNE_WGMMA_N160_ACC
-#undef KTUNE_WGMMA_N192_REGS
-#undef KTUNE_WGMMA_N192_ACC
-
 namespace ktune_gemm_tma_detail {
 
 using ktune_gemm_sm90_detail::fence_regs;
