@@ -9,23 +9,23 @@
 //   CLUSTER_M}; both 128-byte swizzle, zero fill), which the worker encodes (docs/templates.md,
 //   "Tensor maps"): K % 8 == 0 for 16-byte row strides.
 //
-// Knobs (the manifest's params): BLOCK_M x BLOCK_N x BLOCK_K tile, STAGES, CONSUMERS (1 or 2
-// warpgroups; each owns BLOCK_M / CONSUMERS rows), GROUP_M and RASTER (the order of tiles: bands
-// of GROUP_M tile rows walked column by column inside a band, or with RASTER 1 bands of GROUP_M
-// tile columns walked row by row), EPILOGUE (0: from registers, 4-byte stores; 1: through a
-// dedicated shared area, 8 rows per warp at a time, 16-byte stores; 2: stmatrix into two 128-byte-
-// swizzled boxes per warp and TMA stores through tmC, left in flight while the next tile's main
-// loop runs), CLUSTER_M / CLUSTER_N (2-CTA clusters: vertically adjacent tiles that multicast the
-// B tile they share, or horizontally adjacent ones that multicast their A tile), SPLITS (split-K:
-// each tile's K range in SPLITS work units), REDUCE (how a split tile's partials are summed: 0
-// through a global workspace by the CTA that finishes last, 1 in a cluster of the tile's SPLITS
-// CTAs through distributed shared memory, 2 in column bands by each of the tile's SPLITS CTAs
-// through the workspace, on a grid that is resident at once; below), SCHEDULE (how the consumer
-// warpgroups share the work, below). Persistence is a launch choice: the kernel walks work units
-// blockIdx.x, + gridDim.x, ... (in clusters); a grid of one block per unit is the plain kernel, a
-// grid of max_active_clusters clusters the persistent one. The stage ring and its phases carry over
-// from one unit to the next, so the producer fills the next tile's stages while the consumers run
-// the epilogue of the current one.
+// Knobs (the manifest's params): BLOCK_M x BLOCK_N x BLOCK_K tile, STAGES, CONSUMERS (1 to 3
+// warpgroups; each owns BLOCK_M / CONSUMERS rows; three leave ptxas 128 registers a thread),
+// GROUP_M and RASTER (the order of tiles: bands of GROUP_M tile rows walked column by column inside
+// a band, or with RASTER 1 bands of GROUP_M tile columns walked row by row), EPILOGUE (0: from
+// registers, 4-byte stores; 1: through a dedicated shared area, 8 rows per warp at a time, 16-byte
+// stores; 2: stmatrix into two 128-byte- swizzled boxes per warp and TMA stores through tmC, left
+// in flight while the next tile's main loop runs), CLUSTER_M / CLUSTER_N (2-CTA clusters:
+// vertically adjacent tiles that multicast the B tile they share, or horizontally adjacent ones
+// that multicast their A tile), SPLITS (split-K: each tile's K range in SPLITS work units), REDUCE
+// (how a split tile's partials are summed: 0 through a global workspace by the CTA that finishes
+// last, 1 in a cluster of the tile's SPLITS CTAs through distributed shared memory, 2 in column
+// bands by each of the tile's SPLITS CTAs through the workspace, on a grid that is resident at
+// once; below), SCHEDULE (how the consumer warpgroups share the work, below). Persistence is a
+// launch choice: the kernel walks work units blockIdx.x, + gridDim.x, ... (in clusters); a grid of
+// one block per unit is the plain kernel, a grid of max_active_clusters clusters the persistent
+// one. The stage ring and its phases carry over from one unit to the next, so the producer fills
+// the next tile's stages while the consumers run the epilogue of the current one.
 //
 // Consumer schedules (SCHEDULE):
 //   0 cooperative: both consumer warpgroups work on every tile, each on BLOCK_M / CONSUMERS rows
