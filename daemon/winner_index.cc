@@ -39,10 +39,22 @@ std::vector<double> log2_dims(const Problem& p) {
 
 }  // namespace
 
-WinnerIndex::Family* WinnerIndex::insert_locked(WinnerRecord record) {
+std::unique_ptr<WinnerIndex::State> WinnerIndex::State::copy() const {
+  auto out = std::make_unique<State>();
+  out->device_ids = device_ids;
+  std::unordered_map<const Family*, Family*> moved;
+  moved.reserve(families.size());
+  for (const auto& [name, family] : families)
+    moved.emplace(&family, &out->families.try_emplace(name, family).first->second);
+  out->by_key = by_key;  // a copy keeps the buckets: no key is hashed again
+  for (auto& [_, entry] : out->by_key) entry.family = moved.at(entry.family);
+  return out;
+}
+
+WinnerIndex::Family* WinnerIndex::State::insert(WinnerRecord record) {
   std::string key = record.key();
   auto ptr = std::make_shared<const WinnerRecord>(std::move(record));
-  if (auto it = m_by_key.find(key); it != m_by_key.end()) {
+  if (auto it = by_key.find(key); it != by_key.end()) {
     // Same key, same problem: the same point in its family's tree, only the record changes.
     Entry& e = it->second;
     e.family->records[e.slot] = ptr;
@@ -51,26 +63,45 @@ WinnerIndex::Family* WinnerIndex::insert_locked(WinnerRecord record) {
     return nullptr;
   }
   const std::string device_id = ptr->device.id();
-  if (m_device_ids.insert(device_id).second)
-    m_device_ids_version.fetch_add(1, std::memory_order_acq_rel);
+  device_ids.insert(device_id);
   const std::string family_name = family_key(device_id, ptr->problem);
-  Family& family = m_families.try_emplace(family_name, ptr->problem.dims.size()).first->second;
+  Family& family = families.try_emplace(family_name, ptr->problem.dims.size()).first->second;
   const std::uint32_t slot = family.shapes.add(log2_dims(ptr->problem), ptr->problem.key());
   family.records.push_back(ptr);
   family.configs.push_back(config_hash(*ptr));
-  m_by_key.emplace(std::move(key), Entry{std::move(ptr), &family, slot});
+  by_key.emplace(std::move(key), Entry{std::move(ptr), &family, slot});
   return &family;
 }
 
-void WinnerIndex::log_change_locked(const WinnerRecord& record, std::uint64_t generation) {
-  m_changes.push_back(
-      Change{generation, std::hash<std::string>{}(family_key(record.device.id(), record.problem)),
-             log2_dims(record.problem)});
-  while (m_changes.size() > k_change_log) {
-    // Every change after the dropped one's generation is still logged.
-    m_described_since.store(m_changes.front().generation, std::memory_order_release);
-    m_changes.pop_front();
+WinnerIndex::Change WinnerIndex::change_of(const WinnerRecord& record) {
+  return Change{0, std::hash<std::string>{}(family_key(record.device.id(), record.problem)),
+                log2_dims(record.problem)};
+}
+
+void WinnerIndex::apply(State& state, std::vector<WinnerRecord> records) {
+  std::set<Family*> grown;
+  for (auto& r : records)
+    if (Family* family = state.insert(std::move(r))) grown.insert(family);
+  for (Family* family : grown) family->shapes.settle();
+}
+
+void WinnerIndex::publish_locked(std::optional<std::vector<Change>> changes, bool new_device_ids) {
+  const std::uint64_t next = m_generation.load(std::memory_order_relaxed) + 1;
+  if (!changes) {
+    clear_changes_locked(next);
+  } else {
+    for (Change& change : *changes) {
+      change.generation = next;
+      m_changes.push_back(std::move(change));
+    }
+    while (m_changes.size() > k_change_log) {
+      // Every change after the dropped one's generation is still logged.
+      m_described_since.store(m_changes.front().generation, std::memory_order_release);
+      m_changes.pop_front();
+    }
   }
+  if (new_device_ids) m_device_ids_version.fetch_add(1, std::memory_order_acq_rel);
+  m_generation.store(next, std::memory_order_release);
 }
 
 void WinnerIndex::clear_changes_locked(std::uint64_t generation) {
@@ -79,52 +110,57 @@ void WinnerIndex::clear_changes_locked(std::uint64_t generation) {
 }
 
 void WinnerIndex::load(std::vector<WinnerRecord> records) {
-  std::unique_lock lock(m_mutex);
-  const std::uint64_t next = m_generation.load(std::memory_order_relaxed) + 1;
-  m_by_key.clear();
-  m_families.clear();
-  m_device_ids.clear();
-  m_device_ids_version.fetch_add(1, std::memory_order_acq_rel);
-  for (auto& r : records) insert_locked(std::move(r));
-  for (auto& [_, family] : m_families) family.shapes.settle();
-  clear_changes_locked(next);
-  publish_locked(next);
+  std::lock_guard writer(m_write_mutex);
+  auto state = std::make_unique<State>();
+  apply(*state, std::move(records));
+  {
+    std::unique_lock lock(m_mutex);
+    m_state.swap(state);
+    publish_locked(std::nullopt, true);
+  }
+  // `state`, the old content, is freed here: outside the readers' lock.
 }
 
 void WinnerIndex::upsert(WinnerRecord record) {
-  std::unique_lock lock(m_mutex);
-  const std::uint64_t next = m_generation.load(std::memory_order_relaxed) + 1;
-  if (m_device_ids.contains(record.device.id()))
-    log_change_locked(record, next);
-  else
-    clear_changes_locked(next);
-  if (Family* family = insert_locked(std::move(record))) family->shapes.settle();
-  publish_locked(next);
+  std::vector<WinnerRecord> one;
+  one.push_back(std::move(record));
+  upsert(std::move(one));
 }
 
 void WinnerIndex::upsert(std::vector<WinnerRecord> records) {
   if (records.empty()) return;
-  std::unique_lock lock(m_mutex);
-  const std::uint64_t next = m_generation.load(std::memory_order_relaxed) + 1;
-  const bool described =
-      records.size() <= k_change_log && std::ranges::all_of(records, [&](const WinnerRecord& r) {
-        return m_device_ids.contains(r.device.id());
-      });
-  if (!described) clear_changes_locked(next);
-  std::set<Family*> grown;
-  for (auto& r : records) {
-    if (described) log_change_locked(r, next);
-    if (Family* family = insert_locked(std::move(r))) grown.insert(family);
+  std::lock_guard writer(m_write_mutex);
+  // Only writers change m_state, and they hold m_write_mutex: it is read here without m_mutex.
+  const State& now = *m_state;
+  const size_t known_ids = now.device_ids.size();
+  std::optional<std::vector<Change>> changes;
+  if (records.size() <= k_change_log && std::ranges::all_of(records, [&](const WinnerRecord& r) {
+        return now.device_ids.contains(r.device.id());
+      })) {
+    changes.emplace();
+    changes->reserve(records.size());
+    for (const auto& r : records) changes->push_back(change_of(r));
   }
-  for (Family* family : grown) family->shapes.settle();
-  publish_locked(next);
+  if (records.size() <= k_in_place_batch) {
+    std::unique_lock lock(m_mutex);
+    apply(*m_state, std::move(records));
+    publish_locked(std::move(changes), m_state->device_ids.size() != known_ids);
+    return;
+  }
+  std::unique_ptr<State> next = now.copy();
+  apply(*next, std::move(records));
+  {
+    std::unique_lock lock(m_mutex);
+    m_state.swap(next);
+    publish_locked(std::move(changes), m_state->device_ids.size() != known_ids);
+  }
+  // `next`, now the old state, is freed here, outside the readers' lock: the records the batch
+  // replaced go with it.
 }
 
 void WinnerIndex::invalidate_answers() {
   std::unique_lock lock(m_mutex);
-  const std::uint64_t next = m_generation.load(std::memory_order_relaxed) + 1;
-  clear_changes_locked(next);
-  publish_locked(next);
+  publish_locked(std::nullopt, false);
 }
 
 std::optional<std::uint64_t> WinnerIndex::untouched_since(const std::string& device_id,
@@ -151,8 +187,8 @@ std::optional<std::uint64_t> WinnerIndex::untouched_since(const std::string& dev
 std::shared_ptr<const WinnerRecord> WinnerIndex::exact(const std::string& device_id,
                                                        const Problem& problem) const {
   std::shared_lock lock(m_mutex);
-  auto it = m_by_key.find(device_id + "/" + problem.key());
-  return it == m_by_key.end() ? nullptr : it->second.record;
+  auto it = m_state->by_key.find(device_id + "/" + problem.key());
+  return it == m_state->by_key.end() ? nullptr : it->second.record;
 }
 
 std::vector<WinnerIndex::Near> WinnerIndex::nearest(const std::string& device_id,
@@ -162,8 +198,8 @@ std::vector<WinnerIndex::Near> WinnerIndex::nearest(const std::string& device_id
   const std::string family_name = family_key(device_id, problem);
   std::vector<Near> out;
   std::shared_lock lock(m_mutex);
-  auto it = m_families.find(family_name);
-  if (it == m_families.end()) return out;
+  auto it = m_state->families.find(family_name);
+  if (it == m_state->families.end()) return out;
   const Family& family = it->second;
   for (const auto& hit : family.shapes.nearest(target, radius, max))
     out.push_back({family.records[hit.slot], hit.distance, family.configs[hit.slot]});
@@ -172,14 +208,14 @@ std::vector<WinnerIndex::Near> WinnerIndex::nearest(const std::string& device_id
 
 size_t WinnerIndex::size() const {
   std::shared_lock lock(m_mutex);
-  return m_by_key.size();
+  return m_state->by_key.size();
 }
 
 std::vector<std::shared_ptr<const WinnerRecord>> WinnerIndex::all() const {
   std::vector<std::pair<const std::string*, std::shared_ptr<const WinnerRecord>>> keyed;
   std::shared_lock lock(m_mutex);
-  keyed.reserve(m_by_key.size());
-  for (const auto& [key, entry] : m_by_key) keyed.emplace_back(&key, entry.record);
+  keyed.reserve(m_state->by_key.size());
+  for (const auto& [key, entry] : m_state->by_key) keyed.emplace_back(&key, entry.record);
   std::sort(keyed.begin(), keyed.end(),
             [](const auto& a, const auto& b) { return *a.first < *b.first; });
   std::vector<std::shared_ptr<const WinnerRecord>> out;
@@ -190,7 +226,7 @@ std::vector<std::shared_ptr<const WinnerRecord>> WinnerIndex::all() const {
 
 std::vector<std::string> WinnerIndex::device_ids() const {
   std::shared_lock lock(m_mutex);
-  return {m_device_ids.begin(), m_device_ids.end()};
+  return {m_state->device_ids.begin(), m_state->device_ids.end()};
 }
 
 }  // namespace ktune

@@ -7,11 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <latch>
+#include <map>
 #include <optional>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "tests/fakes/test_records.h"
 #include "tests/fakes/test_volume.h"
@@ -328,6 +332,210 @@ TEST(ChangeLogTest, UntouchedSinceSeesTheFamilyWithinTheRadiusOnly) {
   index.upsert(std::move(batch));
   EXPECT_EQ(index.untouched_since(k_device, a, g6, 2.0), std::nullopt) << "import over the log";
   EXPECT_EQ(index.described_since(), index.generation());
+}
+
+// Batches built aside (more than k_in_place_batch records: a copy of the index's state, the batch
+// applied to it, swapped in) and applied in place must be indistinguishable but for how long
+// readers wait.
+
+std::vector<WinnerRecord> square_family(std::int64_t side, double median_us,
+                                        const std::string& dtype = "bf16") {
+  std::vector<WinnerRecord> out;
+  for (std::int64_t m = 1; m <= side; ++m)
+    for (std::int64_t n = 1; n <= side; ++n)
+      out.push_back(testing::winner(testing::gemm_problem(64 * m, 64 * n, 4096, dtype), median_us));
+  return out;
+}
+
+// What a batch must leave: the index answers as one loaded with the same records would.
+void expect_same_answers(const WinnerIndex& index, const WinnerIndex& loaded,
+                         const std::vector<Problem>& queries) {
+  ASSERT_EQ(index.size(), loaded.size());
+  for (const auto& q : queries) {
+    const auto a = index.exact(k_device, q);
+    const auto b = loaded.exact(k_device, q);
+    ASSERT_EQ(a == nullptr, b == nullptr) << q.key();
+    if (a) {
+      EXPECT_EQ(*a, *b) << q.key();
+    }
+    const auto near_a = index.nearest(k_device, q, 2.0, 8);
+    const auto near_b = loaded.nearest(k_device, q, 2.0, 8);
+    ASSERT_EQ(near_a.size(), near_b.size()) << q.key();
+    for (size_t i = 0; i < near_a.size(); ++i) {
+      EXPECT_EQ(*near_a[i].record, *near_b[i].record) << q.key() << " neighbour " << i;
+      EXPECT_EQ(near_a[i].distance, near_b[i].distance);
+      EXPECT_EQ(near_a[i].config, near_b[i].config);
+    }
+  }
+}
+
+// A batch over the threshold replaces some records, adds others (growing a family and making a
+// new one) and leaves the rest: the copy it was built on kept every untouched entry, and the
+// replaced records are found through the copy's trees, not the old ones.
+TEST(BatchTest, ABatchBuiltAsideAnswersAsALoadOfTheSameRecords) {
+  for (const size_t batch_size : {WinnerIndex::k_in_place_batch, WinnerIndex::k_in_place_batch + 1,
+                                  WinnerIndex::k_change_log + 1}) {
+    SCOPED_TRACE(batch_size);
+    std::vector<WinnerRecord> before = square_family(40, 10);  // 1,600 records
+    WinnerIndex index;
+    index.load(before);
+    std::vector<WinnerRecord> batch;
+    for (size_t i = 0; batch.size() < batch_size; ++i) {
+      WinnerRecord r =
+          i % 3 == 0 ? before[i % before.size()]  // replaced
+                     : testing::winner(testing::gemm_problem(64 * std::int64_t(i + 41), 64, 4096,
+                                                             i % 3 == 1 ? "bf16" : "fp16"),
+                                       10);  // a new shape of the family, or a new family
+      r.ranked[0].median_us = 5;
+      r.ranked[0].params["STAGES"] = 3;  // another best config: the neighbours' hash moves
+      batch.push_back(r);
+    }
+    std::map<std::string, WinnerRecord> after;
+    for (const auto& r : before) after.insert_or_assign(r.key(), r);
+    for (const auto& r : batch) after.insert_or_assign(r.key(), r);
+    std::vector<WinnerRecord> expected;
+    std::vector<Problem> queries;
+    for (const auto& [_, r] : after) {
+      expected.push_back(r);
+      queries.push_back(r.problem);
+    }
+    queries.push_back(testing::gemm_problem(100, 100, 4096));  // no exact record
+    index.upsert(batch);
+    WinnerIndex loaded;
+    loaded.load(expected);
+    expect_same_answers(index, loaded, queries);
+    EXPECT_EQ(index.all().size(), after.size());
+  }
+}
+
+// Readers running through a batch built aside see every key all along, each with its old or its
+// new record, and never the new one before the old again: the swap is whole.
+TEST(BatchTest, ReadersSeeTheOldStateOrTheNewNeverAPartOrAMissingKey) {
+  const std::vector<WinnerRecord> old_records = square_family(60, 10);  // 3,600 records
+  std::vector<WinnerRecord> new_records = old_records;
+  for (auto& r : new_records) r.ranked[0].median_us = 20;
+  ASSERT_GT(new_records.size(), WinnerIndex::k_in_place_batch);
+  WinnerIndex index;
+  index.load(old_records);
+  constexpr int k_readers = 2;
+  std::latch read_old(k_readers + 1);  // each reader has read every key once, before the batch
+  std::atomic<bool> done{false};
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> readers;
+  for (int t = 0; t < k_readers; ++t)
+    readers.emplace_back([&, t] {
+      bool seen_new = false;
+      // One pass before the batch, passes while it runs, then one whole pass after it returned
+      // (which must see only new records).
+      for (int pass = 0, last = 0; !last; ++pass) {
+        last = done.load(std::memory_order_acquire);
+        for (size_t i = size_t(t); i < old_records.size(); i += 7) {
+          const auto r = index.exact(k_device, old_records[i].problem);
+          const double us = r ? r->ranked[0].median_us : -1;
+          const bool is_new = us == 20;
+          if ((us != 10 && !is_new) || (seen_new && !is_new) || (last && !is_new)) ++wrong;
+          seen_new = seen_new || is_new;
+        }
+        if (pass == 0) read_old.count_down();
+      }
+    });
+  read_old.arrive_and_wait();
+  index.upsert(new_records);
+  done.store(true, std::memory_order_release);
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(wrong, 0) << "reads that found no record, another record, or the old after the new";
+}
+
+// One generation step per batch, in place or built aside; a batch up to the log's length of known
+// device classes is logged (answers elsewhere stay valid), a longer one clears the log.
+TEST(BatchTest, OneGenerationPerBatchAndTheLogAsBefore) {
+  const Problem far = testing::gemm_problem(64, 64, 64, "fp16");  // another family
+  for (const size_t batch_size :
+       {size_t{1}, WinnerIndex::k_in_place_batch, WinnerIndex::k_in_place_batch + 1,
+        WinnerIndex::k_change_log, WinnerIndex::k_change_log + 1}) {
+    SCOPED_TRACE(batch_size);
+    WinnerIndex index;
+    index.load({testing::winner(far, 1)});
+    const auto g0 = index.generation();
+    const auto described0 = index.described_since();
+    const auto ids0 = index.device_ids_version();
+    std::vector<WinnerRecord> batch = square_family(80, 10);  // 6,400 records
+    batch.resize(batch_size);
+    index.upsert(std::move(batch));
+    EXPECT_EQ(index.generation(), g0 + 1);
+    EXPECT_EQ(index.device_ids_version(), ids0) << "no new device class";
+    EXPECT_EQ(index.size(), batch_size + 1);
+    if (batch_size <= WinnerIndex::k_change_log) {
+      EXPECT_EQ(index.described_since(), described0) << "logged, not cleared";
+      EXPECT_EQ(index.untouched_since(k_device, far, g0, 2.0), g0 + 1) << "the far answer stays";
+      EXPECT_EQ(index.untouched_since(k_device, testing::gemm_problem(64, 64, 4096), g0, 0.0),
+                std::nullopt)
+          << "a key of the batch";
+    } else {
+      EXPECT_EQ(index.described_since(), g0 + 1) << "cleared";
+      EXPECT_EQ(index.untouched_since(k_device, far, g0, 2.0), std::nullopt);
+    }
+    // A batch bringing a device class new to the index: not described, and the ids move.
+    std::vector<WinnerRecord> other = square_family(20, 10);  // 400 records
+    other.resize(batch_size < other.size() ? batch_size : other.size());
+    for (auto& r : other) r.device = DeviceClass{"NVIDIA A100-SXM4-80GB", 80, 108, 80};
+    const auto g1 = index.generation();
+    index.upsert(std::move(other));
+    EXPECT_EQ(index.generation(), g1 + 1);
+    EXPECT_EQ(index.described_since(), g1 + 1);
+    EXPECT_NE(index.device_ids_version(), ids0);
+    EXPECT_EQ(index.device_ids().size(), 2u);
+  }
+}
+
+// The state a batch replaced is freed when the batch returns, with the records it replaced: an
+// import does not leave the index's memory doubled.
+TEST(BatchTest, TheReplacedStateAndRecordsAreFreed) {
+  for (const size_t batch_size : {size_t{1}, WinnerIndex::k_in_place_batch + 1}) {
+    SCOPED_TRACE(batch_size);
+    std::vector<WinnerRecord> records = square_family(40, 10);
+    records.resize(batch_size);
+    WinnerIndex index;
+    index.load(records);
+    std::weak_ptr<const WinnerRecord> old = index.exact(k_device, records[0].problem);
+    ASSERT_FALSE(old.expired());
+    for (auto& r : records) r.ranked[0].median_us = 20;
+    index.upsert(std::move(records));
+    EXPECT_TRUE(old.expired()) << "the replaced record is still held";
+  }
+}
+
+// Writers from several threads (imports, commits, a template swap) are serialized by the index
+// itself: no batch built aside is lost to another built beside it, and each moves the generation
+// once.
+TEST(BatchTest, ConcurrentWritersLoseNoBatch) {
+  constexpr int k_writers = 3;
+  constexpr int k_batches = 4;
+  WinnerIndex index;
+  index.load({});
+  const auto g0 = index.generation();
+  std::latch started(k_writers + 1);
+  std::vector<std::thread> writers;
+  for (int w = 0; w < k_writers; ++w)
+    writers.emplace_back([&, w] {
+      started.arrive_and_wait();
+      for (int b = 0; b < k_batches; ++b) {
+        std::vector<WinnerRecord> batch;
+        for (size_t i = 0; i <= WinnerIndex::k_in_place_batch; ++i)
+          batch.push_back(
+              testing::winner(testing::gemm_problem(w + 1, b + 1, std::int64_t(i + 1)), 10));
+        index.upsert(std::move(batch));
+        index.upsert(testing::winner(testing::gemm_problem(w + 1, b + 1, 100'000), 10));
+      }
+    });
+  std::thread invalidator([&] {
+    started.arrive_and_wait();
+    for (int i = 0; i < k_batches; ++i) index.invalidate_answers();
+  });
+  for (auto& w : writers) w.join();
+  invalidator.join();
+  EXPECT_EQ(index.size(), size_t(k_writers * k_batches) * (WinnerIndex::k_in_place_batch + 2));
+  EXPECT_EQ(index.generation(), g0 + k_writers * k_batches * 2 + k_batches);
 }
 
 }  // namespace
