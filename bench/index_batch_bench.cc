@@ -61,13 +61,17 @@ int run(int winners, const std::vector<int>& sizes, int rounds) {
   const Problem hot = records[records.size() / 2].problem;
   std::atomic<bool> stop{false};
   std::atomic<double> longest{0};
+  std::atomic<std::uint64_t> calls{0};  // the reader's finished calls
   std::thread reader([&] {
     while (!stop.load(std::memory_order_relaxed)) {
       const auto a = Clock::now();
       auto r = index.exact(device, hot);
       const double us = micros(Clock::now() - a);
       if (!r) std::abort();
-      if (us > longest.load(std::memory_order_relaxed)) longest.store(us);
+      double seen = longest.load(std::memory_order_relaxed);
+      while (us > seen && !longest.compare_exchange_weak(seen, us)) {
+      }
+      calls.fetch_add(1, std::memory_order_release);
     }
   });
   for (const int size : sizes) {
@@ -81,7 +85,10 @@ int run(int winners, const std::vector<int>& sizes, int rounds) {
       t0 = Clock::now();
       index.upsert(std::move(batch));
       upsert_us.push_back(micros(Clock::now() - t0));
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a wait ending after it returns
+      // A call that waited on the batch ends after it returns: wait for the reader to finish
+      // two more (the one in flight and a whole one after it).
+      const std::uint64_t after = calls.load(std::memory_order_acquire);
+      while (calls.load(std::memory_order_acquire) < after + 2) std::this_thread::yield();
       wait_us.push_back(longest.load());
     }
     std::cout << nlohmann::json{{"batch", size},

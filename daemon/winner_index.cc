@@ -85,7 +85,7 @@ void WinnerIndex::apply(State& state, std::vector<WinnerRecord> records) {
   for (Family* family : grown) family->shapes.settle();
 }
 
-void WinnerIndex::publish_locked(std::optional<std::vector<Change>> changes, bool new_device_ids) {
+void WinnerIndex::publish_locked(std::optional<std::vector<Change>> changes, DeviceIds ids) {
   const std::uint64_t next = m_generation.load(std::memory_order_relaxed) + 1;
   if (!changes) {
     clear_changes_locked(next);
@@ -100,7 +100,7 @@ void WinnerIndex::publish_locked(std::optional<std::vector<Change>> changes, boo
       m_changes.pop_front();
     }
   }
-  if (new_device_ids) m_device_ids_version.fetch_add(1, std::memory_order_acq_rel);
+  if (ids == DeviceIds::changed) m_device_ids_version.fetch_add(1, std::memory_order_acq_rel);
   m_generation.store(next, std::memory_order_release);
 }
 
@@ -116,7 +116,7 @@ void WinnerIndex::load(std::vector<WinnerRecord> records) {
   {
     std::unique_lock lock(m_mutex);
     m_state.swap(state);
-    publish_locked(std::nullopt, true);
+    publish_locked(std::nullopt, DeviceIds::changed);
   }
   // `state`, the old content, is freed here: outside the readers' lock.
 }
@@ -144,7 +144,9 @@ void WinnerIndex::upsert(std::vector<WinnerRecord> records) {
   if (records.size() <= k_in_place_batch) {
     std::unique_lock lock(m_mutex);
     apply(*m_state, std::move(records));
-    publish_locked(std::move(changes), m_state->device_ids.size() != known_ids);
+    publish_locked(std::move(changes), m_state->device_ids.size() != known_ids
+                                           ? DeviceIds::changed
+                                           : DeviceIds::unchanged);
     return;
   }
   std::unique_ptr<State> next = now.copy();
@@ -152,7 +154,9 @@ void WinnerIndex::upsert(std::vector<WinnerRecord> records) {
   {
     std::unique_lock lock(m_mutex);
     m_state.swap(next);
-    publish_locked(std::move(changes), m_state->device_ids.size() != known_ids);
+    publish_locked(std::move(changes), m_state->device_ids.size() != known_ids
+                                           ? DeviceIds::changed
+                                           : DeviceIds::unchanged);
   }
   // `next`, now the old state, is freed here, outside the readers' lock: the records the batch
   // replaced go with it.
@@ -160,7 +164,7 @@ void WinnerIndex::upsert(std::vector<WinnerRecord> records) {
 
 void WinnerIndex::invalidate_answers() {
   std::unique_lock lock(m_mutex);
-  publish_locked(std::nullopt, false);
+  publish_locked(std::nullopt, DeviceIds::unchanged);
 }
 
 std::optional<std::uint64_t> WinnerIndex::untouched_since(const std::string& device_id,

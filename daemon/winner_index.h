@@ -60,10 +60,11 @@ class WinnerIndex {
   // bigger one copies the records' state (every entry and family tree, not the records: time and
   // transient memory in the index's size), applies the batch to the copy outside the lock and
   // swaps it in. Measured on the 2-core dev VM with 100,000 winners (bench/index_batch_bench.cc,
-  // bench/NOTES.md "Imports built aside"): in place holds the lock ~1 us a record, so up to
-  // 1,024 records stall readers ~1 ms at most, about cached lookups' own p99.9 there (0.4-0.9
-  // ms); the copy costs ~50 ms of CPU whatever the batch's size. Smaller batches (a tuner
-  // commit: 1; a fleet stream read: up to 1,000) would pay up to 50x the CPU to save under a
+  // bench/NOTES.md "Imports built aside"): in place holds the lock ~1-2 us a record, so 1,024
+  // records stall a reader 1.2-1.8 ms (median, quiet box; up to 3.8 ms loaded), near cached
+  // lookups' own p99.9 there (0.4-0.9 ms); the copy costs ~50 ms of CPU whatever the batch's
+  // size, and a 100,000-record batch built aside takes 3-6x the in-place time. Smaller batches (a
+  // tuner commit: 1; a fleet stream read: up to 1,000) would pay up to 50x the CPU to save under a
   // millisecond of waiting; larger ones (imports, a fleet resync's 5,000) would wait ~1 ms per
   // 1,000 records (100 ms for 100,000) and are built aside.
   static constexpr size_t k_in_place_batch = 1024;
@@ -146,10 +147,11 @@ class WinnerIndex {
   // Inserts (or replaces) `records` into `state`, then settles the trees of the families that
   // grew.
   static void apply(State& state, std::vector<WinnerRecord> records);
+  enum class DeviceIds { unchanged, changed };
   // Moves the generation one step: logs `changes` at the new generation (dropping the oldest
   // past k_change_log), or clears the log when the change is not described (nullopt); moves
-  // device_ids_version when `new_device_ids`. REQUIRES: the unique lock.
-  void publish_locked(std::optional<std::vector<Change>> changes, bool new_device_ids);
+  // device_ids_version when `ids` changed. REQUIRES: the unique lock.
+  void publish_locked(std::optional<std::vector<Change>> changes, DeviceIds ids);
   // Clears the log: nothing older than `generation` is described any more.
   void clear_changes_locked(std::uint64_t generation);
 

@@ -128,9 +128,10 @@ TEST(BuiltinTemplatesTest, HeuristicRankOrdersTheTemplatesOfAProblem) {
 }
 
 // The named params of the config a built-in template's heuristic gives a bf16 rc GEMM of
-// m x n x k on an sm_90 of 132 SMs (empty when no rule applies).
+// m x n x k (`out` outputs) on an sm_90 of 132 SMs (empty when no rule applies).
 std::map<std::string, int64_t> gemm_rule(const char* name, int64_t m, int64_t n, int64_t k,
-                                         std::initializer_list<const char*> params) {
+                                         std::initializer_list<const char*> params,
+                                         const char* out = "bf16") {
   static const TemplateRegistry reg = TemplateRegistry::load({builtin_template_dir()});
   const auto limits = *DeviceLimits::for_arch("sm_90");
   EXPECT_EQ(limits.sm_count, 132);
@@ -138,7 +139,7 @@ std::map<std::string, int64_t> gemm_rule(const char* name, int64_t m, int64_t n,
   const KernelTemplate* t = reg.find(name);
   EXPECT_NE(t, nullptr) << name;
   if (!t) return got;
-  const Problem p{"gemm", "bf16", "bf16", "rc", {{"M", m}, {"N", n}, {"K", k}}};
+  const Problem p{"gemm", "bf16", out, "rc", {{"M", m}, {"N", n}, {"K", k}}};
   auto h = heuristic_config(*t, p, limits);
   EXPECT_TRUE(h) << name << " " << p.describe();
   if (h)
@@ -322,7 +323,10 @@ TEST(BuiltinTemplatesTest, GemmTmaMidSizeRulesFillTheWaves) {
   EXPECT_EQ(rows(768, 6144, 14336), n192_rows) << "128 tiles of 192x192; 144 of 128x256";
   EXPECT_EQ(rows(1088, 4096, 4096), n192_rows);
   EXPECT_EQ(rows(1280, 4096, 4096).at("BLOCK_M"), 128) << "154 tiles of 192x192: past one wave";
-  EXPECT_EQ(rows(960, 4096, 4096).at("BLOCK_M"), 128) << "110 tiles of 192x192 fill 83 %";
+  EXPECT_EQ(rows(576, 7168, 4096).at("BLOCK_M"), 128)
+      << "114 tiles of 192x192 fill 86 % of a wave (140 of 128x256: more than a wave)";
+  EXPECT_EQ(gemm_rule("gemm_tma", 1152, 4096, 4096, {"BLOCK_M"}, "fp32").at("BLOCK_M"), 128)
+      << "fp32 outputs: the staged 192x192 tile spills, so the rule falls through";
   // One wave of 128x160 tiles where it fits: 5/6 of a 128x192 tile's work.
   P n160 = one_wave;
   n160["BLOCK_N"] = 160;

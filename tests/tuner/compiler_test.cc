@@ -276,14 +276,20 @@ void add_request(const KernelTemplate& t, const DeviceLimits& limits, const Prob
   into.push_back({&t, inst->name_expression, target_arch(t.manifest, limits.cc)});
 }
 
-// `base` with `changes` applied must be refused for `problem` (`why` says by which constraint).
+// `base` with `changes` applied must be refused for `problem` (`why` says by which constraint);
+// with `by`, the refusal must quote it (a part of the constraint's own `why`), so a config that
+// another constraint refuses first does not pass for this one.
 void expect_refused(const KernelTemplate& t, const DeviceLimits& limits, const Problem& problem,
                     Params base,
                     std::initializer_list<std::pair<const char*, std::int64_t>> changes,
-                    const char* why) {
+                    const char* why, const char* by = nullptr) {
   const Params refused = testing::with_params(std::move(base), changes);
-  EXPECT_FALSE(instantiate(t, problem, limits, refused))
-      << why << ": " << params_to_string(refused);
+  auto inst = instantiate(t, problem, limits, refused);
+  EXPECT_FALSE(inst) << why << ": " << params_to_string(refused);
+  if (!inst && by) {
+    EXPECT_NE(inst.error().message.find(by), std::string::npos)
+        << why << ": refused by another constraint: " << inst.error().message;
+  }
 }
 
 // Compile requests for `base` in 2, 4 and 8 k-slices.
@@ -556,17 +562,24 @@ TEST(CompilerTest, GemmTma192RowTilesAreOfferedWithinTheirRegistersAndCompileWit
                     {"CONSUMERS", 3},  {"GROUP_M", 8},   {"EPILOGUE", 1}, {"CLUSTER_M", 1},
                     {"PERSISTENT", 0}, {"SPLITS", 1},    {"SCHEDULE", 0}, {"STREAMK", 0},
                     {"CLUSTER_N", 1},  {"RASTER", 0},    {"REDUCE", 0}};
-  expect_refused(*t, limits, p, base, {{"BLOCK_N", 256}}, "128 accumulators beside 512 threads");
-  expect_refused(*t, limits, p, base, {{"CONSUMERS", 2}}, "96-row warpgroups");
-  expect_refused(*t, limits, p, base, {{"SPLITS", 2}}, "no split-K with three consumers");
-  expect_refused(*t, limits, p32, base, {{"PERSISTENT", 1}}, "the persistent walk spills");
-  expect_refused(*t, limits, p32, base, {{"PERSISTENT", 1}, {"STREAMK", 1}}, "no stream-K");
-  expect_refused(*t, limits, p, base, {{"EPILOGUE", 2}}, "the TMA store of 2-byte outputs spills");
+  const Problem p8k{"gemm", "bf16", "bf16", "rc", {{"M", 768}, {"N", 4096}, {"K", 8192}}};
+  const Problem p2w{"gemm", "bf16", "bf16", "rc", {{"M", 2100}, {"N", 3000}, {"K", 4096}}};
+  const char* three = "three consumers beside the producer";
+  const char* fp32 = "192x192 tiles of fp32 outputs spill";
+  expect_refused(*t, limits, p, base, {{"BLOCK_N", 256}}, "128 accumulators beside 512 threads",
+                 three);
+  expect_refused(*t, limits, p, base, {{"CONSUMERS", 2}}, "96-row warpgroups", "whole 64-row");
+  expect_refused(*t, limits, p8k, base, {{"SPLITS", 2}}, "no split-K with three consumers", three);
+  expect_refused(*t, limits, p2w, base, {{"PERSISTENT", 1}}, "no persistent walk yet", three);
+  expect_refused(*t, limits, p32, base, {{"EPILOGUE", 0}, {"PERSISTENT", 1}, {"STREAMK", 1}},
+                 "no stream-K", three);
+  expect_refused(*t, limits, p, base, {{"EPILOGUE", 2}}, "the TMA store of 2-byte outputs", three);
   expect_refused(*t, limits, p32, base, {{"EPILOGUE", 0}, {"CLUSTER_M", 2}},
-                 "fp32 192x192 in a cluster spills");
-  expect_refused(*t, limits, p32, base, {}, "the staged epilogue of fp32 192x192 tiles spills");
+                 "fp32 192x192 in a cluster spills", fp32);
+  expect_refused(*t, limits, p32, base, {}, "the staged epilogue of fp32 192x192 tiles spills",
+                 fp32);
   expect_refused(*t, limits, p, base, {{"STAGES", 4}},
-                 "four stages and the staged epilogue: 231 KB");
+                 "four stages and the staged epilogue: 231 KB", "shared-memory ring");
   auto space = SearchSpace::build(*t, p, limits);
   ASSERT_TRUE(space) << space.error().message;
   std::set<std::int64_t> widths;  // BLOCK_N offered with 192-row tiles
