@@ -141,25 +141,24 @@ void WinnerIndex::upsert(std::vector<WinnerRecord> records) {
     changes->reserve(records.size());
     for (const auto& r : records) changes->push_back(change_of(r));
   }
-  if (records.size() <= k_in_place_batch) {
-    std::unique_lock lock(m_mutex);
-    apply(*m_state, std::move(records));
-    publish_locked(std::move(changes), m_state->device_ids.size() != known_ids
-                                           ? DeviceIds::changed
-                                           : DeviceIds::unchanged);
-    return;
+  // A large batch is applied to a copy outside the readers' lock; a small one in place under it.
+  std::unique_ptr<State> aside;
+  if (records.size() > k_in_place_batch) {
+    aside = now.copy();
+    apply(*aside, std::move(records));
   }
-  std::unique_ptr<State> next = now.copy();
-  apply(*next, std::move(records));
   {
     std::unique_lock lock(m_mutex);
-    m_state.swap(next);
+    if (aside)
+      m_state.swap(aside);
+    else
+      apply(*m_state, std::move(records));
     publish_locked(std::move(changes), m_state->device_ids.size() != known_ids
                                            ? DeviceIds::changed
                                            : DeviceIds::unchanged);
   }
-  // `next`, now the old state, is freed here, outside the readers' lock: the records the batch
-  // replaced go with it.
+  // `aside`, now the old state if the batch was built aside, is freed here, outside the readers'
+  // lock: the records the batch replaced go with it.
 }
 
 void WinnerIndex::invalidate_answers() {
