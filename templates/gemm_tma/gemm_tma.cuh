@@ -14,7 +14,7 @@
 // GROUP_M and RASTER (the order of tiles: bands of GROUP_M tile rows walked column by column inside
 // a band, or with RASTER 1 bands of GROUP_M tile columns walked row by row), EPILOGUE (0: from
 // registers, 4-byte stores; 1: through a dedicated shared area, 8 rows per warp at a time, 16-byte
-// stores; 2: stmatrix into two 128-byte- swizzled boxes per warp and TMA stores through tmC, left
+// stores; 2: stmatrix into two 128-byte-swizzled boxes per warp and TMA stores through tmC, left
 // in flight while the next tile's main loop runs), CLUSTER_M / CLUSTER_N (2-CTA clusters:
 // vertically adjacent tiles that multicast the B tile they share, or horizontally adjacent ones
 // that multicast their A tile), SPLITS (split-K: each tile's K range in SPLITS work units), REDUCE

@@ -550,9 +550,9 @@ TEST(CompilerTest, GemmTma128x160ConfigsCompileForSm90aWithoutSpills) {
 // gemm_tma's 192-row tiles (issue 13): three consumer warpgroups of 64 rows beside the producer
 // warpgroup, 512 threads, so ptxas compiles each thread for 128 registers: the space offers them
 // only with at most 96 accumulators (n128-n192), one block per whole tile, neither the TMA store
-// of 2-byte outputs nor fp32 192x192 tiles staged or in a cluster (each spills), and a spread of
-// them (each epilogue, a 2 x 1 and a 1 x 2 cluster: 96-row halves of A's box, both rasters)
-// compiles for sm_90a within 128 registers without spills.
+// of 2-byte outputs nor fp32 192x192 tiles staged or in a cluster (each spills at n192), and a
+// spread of them (each epilogue, a 2 x 1 and a 1 x 2 cluster: 96-row halves of A's box, both
+// rasters) compiles for sm_90a within 128 registers without spills.
 TEST(CompilerTest, GemmTma192RowTilesAreOfferedWithinTheirRegistersAndCompileWithoutSpills) {
   const auto [t, limits] = gemm_tma_on_sm90a();
   ASSERT_NE(t, nullptr);

@@ -617,7 +617,8 @@ TEST(GpuTmaTest, GemmTma128x160VerifiesAcrossEpiloguesSchedulesSlicesAndDtypes) 
 // 192 + 9), one wave of 192x192 tiles (1152x4096: 132 of them), and more than a wave (2100x3000:
 // 176), with each epilogue (the TMA store for fp32 outputs only), n128/n160/n192, and both
 // multicast pairs (a 2 x 1 cluster shares B; a 1 x 2 cluster loads A in two 96-row halves). 21
-// pairs (the constraints refuse the other 7: fp32 192x192 staged or clustered, 2-byte TMA stores).
+// pairs (the constraints refuse the other 7: fp32 192x192 staged or clustered, 2-byte TMA stores,
+// and fp32 192x160 in four stages, past shared memory).
 TEST(GpuTmaTest, GemmTma192RowTilesVerifyAcrossEpiloguesWidthsClustersAndDtypes) {
   KTUNE_REQUIRE_GPU();
   expect_wide_tiles_verify(
