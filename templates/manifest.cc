@@ -557,6 +557,7 @@ ManifestSlots resolve_slots(const Manifest& m) {
   for (const auto& p : m.params) s.params.push_back(m.symbols.find(p.name));
   for (const auto& d : m.dims) s.dims.push_back(m.symbols.find(d));
   for (const auto& d : m.derived) s.derived.push_back(m.symbols.find(d.name));
+  for (const auto& v : m.heuristic_values) s.heuristic_values.push_back(m.symbols.find(v.name));
   s.in_bytes = m.symbols.find("in_bytes");
   s.out_bytes = m.symbols.find("out_bytes");
   for (const char* d : k_device_symbols) s.device.push_back(m.symbols.find(d));
@@ -577,6 +578,15 @@ ManifestSlots resolve_slots(const Manifest& m) {
   return s;
 }
 
+// Whether symbol `slot` is a param or a derived value: what a config binds, so what an expression
+// bound with the problem alone (a heuristic `when`, a heuristic value) may not read.
+bool reads_config(const Manifest& m, int slot) {
+  const std::string& name = m.symbols.name(slot);
+  return m.param(name) != nullptr ||
+         std::any_of(m.derived.begin(), m.derived.end(),
+                     [&](const NamedExpr& d) { return d.name == name; });
+}
+
 // `P` is not const: max_active_clusters is restricted once it is in scope.
 Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   Manifest m;
@@ -584,12 +594,35 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   m.dir = fs::path(path).parent_path().string();
   if (!root.IsMap()) P.fail_at(root, "manifest", "expected a mapping");
   P.only_keys(root, "",
-              {"name",           "op",        "version",        "description",   "source",
-               "headers",        "entry",     "dims",           "dtypes",        "out_dtypes",
-               "layouts",        "min_cc",    "max_cc",         "arch_suffix",   "nvrtc_options",
-               "params",         "derived",   "constraints",    "template_args", "launch",
-               "args",           "reference", "tolerance",      "metric",        "heuristic",
-               "heuristic_rank", "k_slices",  "previous_hashes"});
+              {"name",
+               "op",
+               "version",
+               "description",
+               "source",
+               "headers",
+               "entry",
+               "dims",
+               "dtypes",
+               "out_dtypes",
+               "layouts",
+               "min_cc",
+               "max_cc",
+               "arch_suffix",
+               "nvrtc_options",
+               "params",
+               "derived",
+               "constraints",
+               "template_args",
+               "launch",
+               "args",
+               "reference",
+               "tolerance",
+               "metric",
+               "heuristic",
+               "heuristic_rank",
+               "k_slices",
+               "previous_hashes",
+               "heuristic_values"});
 
   m.name = P.scalar(root["name"], "name");
   const std::string stem = fs::path(path).stem().string();
@@ -815,6 +848,32 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
 
   if (root["k_slices"].IsDefined()) m.k_slices = P.expr(root["k_slices"], "k_slices", m.symbols);
 
+  // Named values of the problem and the device for the rules' `when`s (space.cc,
+  // bind_heuristic_values): parsed after everything else that reads names, so nothing but a
+  // `when` and a later heuristic value can read one; they may read dims, dtype sizes, layout
+  // constants, device limits and earlier heuristic values, never a param or a derived value.
+  if (root["heuristic_values"].IsDefined()) {
+    const YAML::Node vn = root["heuristic_values"];
+    if (!vn.IsMap()) P.fail_at(vn, "heuristic_values", "expected a mapping of name: expression");
+    P.unique_keys(vn, "heuristic_values");
+    for (const auto& kv : vn) {
+      const std::string name = kv.first.Scalar();
+      const std::string where = "heuristic_values." + name;
+      if (m.symbols.find(name) >= 0 || is_builtin_name(name))
+        P.fail_at(kv.first, where, "name already in use");
+      NamedExpr v{name, P.expr(kv.second, where, m.symbols), P.line(kv.first)};
+      for (int slot : v.expr.used_slots)
+        if (reads_config(m, slot))
+          P.fail_at(kv.second, where,
+                    "may name the problem's dims, in_bytes, out_bytes, layout constants, device "
+                    "limits and earlier heuristic values, not params or derived values ('" +
+                        m.symbols.name(slot) +
+                        "'): it is bound with the problem, before any config");
+      m.symbols.add(name);  // later heuristic values and the rules may use it
+      m.heuristic_values.push_back(std::move(v));
+    }
+  }
+
   const YAML::Node hn = root["heuristic"];
   if (!hn.IsSequence() || hn.size() == 0)
     P.fail_at(hn, "heuristic", "expected a non-empty list of rules");
@@ -828,9 +887,7 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
       // A rule's `when` picks the rule before its params are bound (space.cc, fitting_rule): a
       // param or a derived value there would read whatever an earlier rule left.
       for (int slot : r.when.used_slots)
-        if (m.param(m.symbols.name(slot)) ||
-            std::any_of(m.derived.begin(), m.derived.end(),
-                        [&](const NamedExpr& d) { return d.name == m.symbols.name(slot); }))
+        if (reads_config(m, slot))
           P.fail_at(hn[i]["when"], where + ".when",
                     "may name the problem's dims, in_bytes, out_bytes, layout constants and "
                     "device limits, not params or derived values ('" +

@@ -156,6 +156,7 @@ struct ManifestSlots {
   std::vector<int> params;   // per Manifest::params
   std::vector<int> dims;     // per Manifest::dims
   std::vector<int> derived;  // per Manifest::derived
+  std::vector<int> heuristic_values;  // per Manifest::heuristic_values
   int in_bytes = -1;
   int out_bytes = -1;
   std::vector<int> device;  // per k_device_symbols
@@ -205,6 +206,10 @@ struct Manifest {
   std::vector<std::string> nvrtc_options;
 
   std::vector<ParamDomain> params;
+  // Named expressions over the problem and the device only (dims, dtype sizes, layout constants,
+  // device limits, earlier heuristic values), bound with the problem before any config: what
+  // several heuristic `when`s compare (tile counts, waves) is written once.
+  std::vector<NamedExpr> heuristic_values;
   std::vector<NamedExpr> derived;
   std::vector<Constraint> constraints;
   std::vector<std::string> template_args;
@@ -216,7 +221,7 @@ struct Manifest {
   std::vector<HeuristicRule> heuristic;
 
   // Every name an expression may read, with fixed slots: params, derived, dims, dtype sizes,
-  // layout constants, device limits.
+  // layout constants, device limits, heuristic values.
   SymbolTable symbols;
   ManifestSlots slots;  // filled from `symbols` by the parser, after every name is added
 

@@ -87,8 +87,8 @@ void add_part(std::string& out, std::string_view part) {
 
 // The manifest keys that only choose or describe a config: outside the kernel hash.
 bool outside_kernel_hash(const std::string& key) {
-  return key == "heuristic" || key == "heuristic_rank" || key == "description" ||
-         key == "previous_hashes" || key == "k_slices";
+  return key == "heuristic" || key == "heuristic_values" || key == "heuristic_rank" ||
+         key == "description" || key == "previous_hashes" || key == "k_slices";
 }
 
 // A YAML node's content in one form whatever its layout or comments: maps in document order,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 
@@ -38,6 +39,16 @@ void bind_problem(Evaluator& ev, const Manifest& m, const Problem& p, const Devi
                            double(l.l2_bytes)};
   static_assert(std::size(limits) == std::size(k_device_symbols));
   for (size_t i = 0; i < std::size(limits); ++i) ev.set(slots.device[i], limits[i]);
+}
+
+// The manifest's heuristic values for the problem bound in `ev`, before any rule's `when` is
+// tested: in order (each may read the ones before); one that cannot be evaluated (a division by
+// a zero limit) is NaN, so no comparison with it holds.
+void bind_heuristic_values(Evaluator& ev, const Manifest& m) {
+  for (size_t i = 0; i < m.heuristic_values.size(); ++i) {
+    const auto v = ev.eval(m.heuristic_values[i].expr);
+    ev.set(m.slots.heuristic_values[i], v ? *v : std::numeric_limits<double>::quiet_NaN());
+  }
 }
 
 bool truthy(const Result<double>& v) {
@@ -536,6 +547,7 @@ bool rule_fits(Evaluator& ev, const Manifest& m, const RulePlan& plan) {
 // problem bound in `ev`, or null. `ev` then holds what instantiate() would bind and derive for
 // that rule's params.
 const HeuristicRule* fitting_rule(Evaluator& ev, const Manifest& m) {
+  bind_heuristic_values(ev, m);
   // Planned when the manifest loaded (always, for a parsed one): the same verdict as
   // check_config(explain = false), evaluating only what reads the problem or the device.
   const bool planned = m.slots.rules.size() == m.heuristic.size();
@@ -563,6 +575,7 @@ Result<Params> first_config(const KernelTemplate& tmpl, const Problem& problem,
   const Manifest& m = tmpl.manifest;
   Evaluator ev(m.symbols);
   bind_problem(ev, m, problem, limits);
+  bind_heuristic_values(ev, m);
   std::string tried;
   for (const auto& rule : m.heuristic) {
     if (!rule.when.text.empty() && !truthy(ev.eval(rule.when))) continue;

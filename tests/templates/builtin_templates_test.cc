@@ -327,6 +327,17 @@ TEST(BuiltinTemplatesTest, GemmTmaMidSizeRulesFillTheWaves) {
       << "114 tiles of 192x192 fill 86 % of a wave (140 of 128x256: more than a wave)";
   EXPECT_EQ(gemm_rule("gemm_tma", 1152, 4096, 4096, {"BLOCK_M"}, "fp32").at("BLOCK_M"), 128)
       << "fp32 outputs: the staged 192x192 tile spills, so the rule falls through";
+  // Past one wave, 192x160 tiles where they fill their waves over 5 % better than every 128-row
+  // width: three consumers, 4 stages, staged, one block per tile (graphed on the H100, call B).
+  const P n160_rows{
+      {"BLOCK_M", 192}, {"BLOCK_N", 160}, {"CONSUMERS", 3}, {"STAGES", 4}, {"EPILOGUE", 1}};
+  EXPECT_EQ(rows(768, 14336, 4096), n160_rows) << "360 tiles in three waves (0.905), 0.85 at best";
+  EXPECT_EQ(rows(2304, 5120, 4096), n160_rows) << "384 tiles in three waves (0.97)";
+  EXPECT_EQ(rows(3072, 3584, 4096), n160_rows);
+  EXPECT_EQ(rows(4608, 2560, 4096), n160_rows);
+  EXPECT_EQ(rows(4096, 4096, 4096).at("BLOCK_M"), 128) << "equal fills: 128x256";
+  EXPECT_EQ(gemm_rule("gemm_tma", 768, 14336, 4096, {"BLOCK_M"}, "fp32").at("BLOCK_M"), 128)
+      << "fp32 outputs: 4 staged stages of 192x160 pass shared memory, so the rule falls through";
   // One wave of 128x160 tiles where it fits: 5/6 of a 128x192 tile's work.
   P n160 = one_wave;
   n160["BLOCK_N"] = 160;

@@ -318,6 +318,48 @@ TEST(ManifestTest, HeuristicWhenMayNotReadParamsOrDerivedValues) {
   ASSERT_TRUE(m) << m.error().message;
 }
 
+// heuristic_values name what several rules compare once: bound with the problem before the rules
+// are tried (in order, each may read the ones before), never a param or a derived value, and read
+// by nothing but the rules (so outside the kernel hash: RegistryTest below); a value that cannot
+// be evaluated (sm_count 0) is NaN, so a rule reading it does not hold.
+TEST(ManifestTest, HeuristicValuesNameWhatTheRulesCompare) {
+  const std::string values =
+      "heuristic_values:\n  blocks: ceil_div(n, 256)\n  waves: ceil_div(blocks, sm_count)\n"
+      "  small: waves <= 1\nheuristic:\n";
+  const std::string text =
+      edited(edited("heuristic:\n", values), "  - when: n < 4096\n", "  - when: small\n");
+  auto m = parse_manifest(text, "scale.yaml");
+  ASSERT_TRUE(m) << m.error().message;
+  ASSERT_EQ(m->heuristic_values.size(), 3u);
+  const KernelTemplate t{*m, "", "", {}, "h", "h"};
+  const DeviceLimits h100 = *DeviceLimits::for_arch("sm_90");  // 132 SMs
+  // 132 blocks of 256 are one wave; 133 are two.
+  EXPECT_EQ(heuristic_config(t, scale_problem(132 * 256), h100)->at("THREADS"), 128);
+  EXPECT_EQ(heuristic_config(t, scale_problem(132 * 256 + 256), h100)->at("THREADS"), 256);
+  // No SM count: waves = ceil_div(blocks, 0) is no number, so `small` does not hold.
+  DeviceLimits no_sms = h100;
+  no_sms.sm_count = 0;
+  EXPECT_EQ(heuristic_config(t, scale_problem(256), no_sms)->at("THREADS"), 256);
+}
+
+TEST(ManifestTest, HeuristicValuesReadTheProblemAloneAndOnlyTheRulesReadThem) {
+  const auto with = [](const std::string& body) {
+    return edited("heuristic:\n", "heuristic_values:\n" + body + "heuristic:\n");
+  };
+  expect_refused_at(with("  per_thread: n / THREADS\n"), "n / THREADS",
+                    "heuristic_values.per_thread: may name the problem's dims");
+  expect_refused_at(with("  blocks: n / elems_per_block\n"), "n / elems_per_block",
+                    "not params or derived values ('elems_per_block')");
+  expect_refused_at(with("  n: 2 * n\n"), "  n: 2 * n", "heuristic_values.n: name already in use");
+  expect_refused_at(with("  sm_count: 1\n"), "  sm_count: 1", "name already in use");
+  expect_refused_at(with("  a: b\n  b: 1\n"), "  a: b", "'b'");  // in order: b is not yet known
+  expect_refused_at(with("  g: max_active_clusters\n"), "  g: max_active_clusters", "launch.grid");
+  // A constraint is part of the kernel's space, not of the rules: it cannot read one.
+  const std::string text =
+      edited(with("  big: n > 4096\n"), "constraints:\n", "constraints:\n  - big\n");
+  expect_refused_at(text, "  - big", "'big'");
+}
+
 // A workspace says whether it needs zeroing (`zero: kept`, the default: zeroed once, left zeroed by
 // the kernel) or is scratch (`zero: none`); only workspaces say it, and only with those words.
 TEST(ManifestTest, WorkspaceZeroing) {
@@ -583,6 +625,10 @@ TEST(RegistryTest, TheKernelHashLeavesOutHeuristicsDescriptionAndLayout) {
             edited(base, "{THREADS: 128, VEC: 1, WAVES: 1}", "{THREADS: 64, VEC: 2, WAVES: 1}")},
            {"the heuristic's order",
             edited(base, "min_cc: 80", "min_cc: 80\nheuristic_rank: n >= 4096")},
+           {"the values the rules name",
+            edited(
+                edited(base, "heuristic:\n", "heuristic_values:\n  small: n < 4096\nheuristic:\n"),
+                "  - when: n < 4096\n", "  - when: small\n")},
            {"the k-slices lookups tell tiles from units by",
             edited(base, "min_cc: 80", "min_cc: 80\nk_slices: WAVES")},
            {"the description", edited(base, "(test template)", "(edited)")},
