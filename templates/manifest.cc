@@ -587,6 +587,27 @@ bool reads_config(const Manifest& m, int slot) {
                      [&](const NamedExpr& d) { return d.name == name; });
 }
 
+// An optional mapping of name: expression (`derived`, `heuristic_values`), in order: each name
+// new, each expression vetted by check(expr, its node) and then added to the symbol table, so the
+// ones after it (and every section parsed later) may read it.
+template <class Check>
+void parse_named_exprs(Parser& P, const YAML::Node& root, const std::string& key, Manifest& m,
+                       std::vector<NamedExpr>& out, const Check& check) {
+  const YAML::Node n = root[key];
+  if (!n.IsDefined()) return;
+  if (!n.IsMap()) P.fail_at(n, key, "expected a mapping of name: expression");
+  P.unique_keys(n, key);
+  for (const auto& kv : n) {
+    const std::string name = kv.first.Scalar();
+    if (m.symbols.find(name) >= 0 || is_builtin_name(name))
+      P.fail_at(kv.first, key + "." + name, "name already in use");
+    NamedExpr e{name, P.expr(kv.second, key + "." + name, m.symbols), P.line(kv.first)};
+    check(e, kv.second);
+    m.symbols.add(name);
+    out.push_back(std::move(e));
+  }
+}
+
 // `P` is not const: max_active_clusters is restricted once it is in scope.
 Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   Manifest m;
@@ -736,19 +757,8 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   for (const char* s : k_device_symbols) m.symbols.add(s);
   P.set_grid_only_slot(m.symbols.add(k_max_active_clusters));
 
-  if (root["derived"].IsDefined()) {
-    const YAML::Node dn = root["derived"];
-    if (!dn.IsMap()) P.fail_at(dn, "derived", "expected a mapping of name: expression");
-    P.unique_keys(dn, "derived");
-    for (const auto& kv : dn) {
-      const std::string name = kv.first.Scalar();
-      if (m.symbols.find(name) >= 0 || is_builtin_name(name))
-        P.fail_at(kv.first, "derived." + name, "name already in use");
-      NamedExpr d{name, P.expr(kv.second, "derived." + name, m.symbols), P.line(kv.first)};
-      m.symbols.add(name);  // later derived values and everything below may use it
-      m.derived.push_back(std::move(d));
-    }
-  }
+  // Derived values: each may read params, dims, device limits and the derived values before it.
+  parse_named_exprs(P, root, "derived", m, m.derived, [](const NamedExpr&, const YAML::Node&) {});
 
   const YAML::Node cn = root["constraints"];
   if (cn.IsDefined() && !cn.IsSequence()) P.fail_at(cn, "constraints", "expected a list");
@@ -852,27 +862,17 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   // bind_heuristic_values): parsed after everything else that reads names, so nothing but a
   // `when` and a later heuristic value can read one; they may read dims, dtype sizes, layout
   // constants, device limits and earlier heuristic values, never a param or a derived value.
-  if (root["heuristic_values"].IsDefined()) {
-    const YAML::Node vn = root["heuristic_values"];
-    if (!vn.IsMap()) P.fail_at(vn, "heuristic_values", "expected a mapping of name: expression");
-    P.unique_keys(vn, "heuristic_values");
-    for (const auto& kv : vn) {
-      const std::string name = kv.first.Scalar();
-      const std::string where = "heuristic_values." + name;
-      if (m.symbols.find(name) >= 0 || is_builtin_name(name))
-        P.fail_at(kv.first, where, "name already in use");
-      NamedExpr v{name, P.expr(kv.second, where, m.symbols), P.line(kv.first)};
-      for (int slot : v.expr.used_slots)
-        if (reads_config(m, slot))
-          P.fail_at(kv.second, where,
-                    "may name the problem's dims, in_bytes, out_bytes, layout constants, device "
-                    "limits and earlier heuristic values, not params or derived values ('" +
-                        m.symbols.name(slot) +
-                        "'): it is bound with the problem, before any config");
-      m.symbols.add(name);  // later heuristic values and the rules may use it
-      m.heuristic_values.push_back(std::move(v));
-    }
-  }
+  parse_named_exprs(P, root, "heuristic_values", m, m.heuristic_values,
+                    [&](const NamedExpr& v, const YAML::Node& n) {
+                      for (int slot : v.expr.used_slots)
+                        if (reads_config(m, slot))
+                          P.fail_at(n, "heuristic_values." + v.name,
+                                    "may name the problem's dims, in_bytes, out_bytes, layout "
+                                    "constants, device limits and earlier heuristic values, not "
+                                    "params or derived values ('" +
+                                        m.symbols.name(slot) +
+                                        "'): it is bound with the problem, before any config");
+                    });
 
   const YAML::Node hn = root["heuristic"];
   if (!hn.IsSequence() || hn.size() == 0)
