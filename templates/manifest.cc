@@ -714,7 +714,8 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
                       "': no include paths or forced includes; list headers under headers");
   parse_params(P, root["params"], m);
 
-  // Symbols: params, dims, dtype sizes, layout constants, device limits, then derived in order.
+  // Symbols: params, dims, dtype sizes, layout constants, device limits, then derived in order,
+  // then heuristic values in order (parsed last, before the rules that read them).
   // Each name means one thing: SymbolTable::add returns the slot a name already has, so a dim
   // named like a device limit would silently read the limit.
   for (const auto& p : m.params) m.symbols.add(p.name);
@@ -889,8 +890,8 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
       for (int slot : r.when.used_slots)
         if (reads_config(m, slot))
           P.fail_at(hn[i]["when"], where + ".when",
-                    "may name the problem's dims, in_bytes, out_bytes, layout constants and "
-                    "device limits, not params or derived values ('" +
+                    "may name the problem's dims, in_bytes, out_bytes, layout constants, "
+                    "device limits and heuristic values, not params or derived values ('" +
                         m.symbols.name(slot) +
                         "'): it is tested before the rule's params are bound");
     }

@@ -2,10 +2,10 @@
 //
 // Each <dir>/<name>/<name>.yaml is loaded with its source and headers and hashed twice (XXH3-64):
 //  - `hash`, the kernel's: source, headers and the manifest's content less what only chooses or
-//    describes a config (`heuristic`, `heuristic_rank`, `k_slices`, `description`,
-//    `previous_hashes`, comments, layout). It goes into every cubin key and winner record, so
-//    editing what a config compiles to or may be retires what was measured with the old one, and
-//    refreshing the heuristics does not.
+//    describes a config (`heuristic`, `heuristic_values`, `heuristic_rank`, `k_slices`,
+//    `description`, `previous_hashes`, comments, layout). It goes into every cubin key and winner
+//    record, so editing what a config compiles to or may be retires what was measured with the old
+//    one, and refreshing the heuristics does not.
 //  - `content_hash`, of every byte (the manifest as written, source, headers): what a reload
 //    compares, and the hash records were written with before 2026-12-06 (kernel hash v1), which
 //    still names the same kernel while the manifest is unchanged, or while the manifest lists

@@ -41,13 +41,14 @@ void bind_problem(Evaluator& ev, const Manifest& m, const Problem& p, const Devi
   for (size_t i = 0; i < std::size(limits); ++i) ev.set(slots.device[i], limits[i]);
 }
 
-// The manifest's heuristic values for the problem bound in `ev`, before any rule's `when` is
-// tested: in order (each may read the ones before); one that cannot be evaluated (a division by
-// a zero limit) is NaN, so no comparison with it holds.
+// The manifest's heuristic values for the problem bound in `ev`, in order (each may read the
+// ones before). What reads a `when` must call it first: an unbound value reads 0. A value is
+// whatever its expression gives, NaN included (ceil_div by a zero SM count); the evaluator
+// fails only on a slot outside its table, which a loaded manifest cannot have, and that reads NaN.
 void bind_heuristic_values(Evaluator& ev, const Manifest& m) {
   for (size_t i = 0; i < m.heuristic_values.size(); ++i) {
     const auto v = ev.eval(m.heuristic_values[i].expr);
-    ev.set(m.slots.heuristic_values[i], v ? *v : std::numeric_limits<double>::quiet_NaN());
+    ev.set(m.slots.heuristic_values[i], v.value_or(std::numeric_limits<double>::quiet_NaN()));
   }
 }
 
@@ -544,8 +545,8 @@ bool rule_fits(Evaluator& ev, const Manifest& m, const RulePlan& plan) {
 }
 
 // The first heuristic rule whose `when` holds and whose params pass the constraints of the
-// problem bound in `ev`, or null. `ev` then holds what instantiate() would bind and derive for
-// that rule's params.
+// problem bound in `ev` (bind_problem; the heuristic values are bound here), or null. `ev` then
+// holds what instantiate() would bind and derive for that rule's params.
 const HeuristicRule* fitting_rule(Evaluator& ev, const Manifest& m) {
   bind_heuristic_values(ev, m);
   // Planned when the manifest loaded (always, for a parsed one): the same verdict as

@@ -31,6 +31,7 @@ std::vector<const Expression*> expressions_of(const Manifest& m) {
     add(l.smem);
   };
   for (const auto& d : m.derived) add(d.expr);
+  for (const auto& v : m.heuristic_values) add(v.expr);
   for (const auto& c : m.constraints) add(c.expr);
   add_launch(m.launch);
   if (m.reference.builtin.empty()) add_launch(m.reference.launch);
@@ -104,14 +105,16 @@ TEST_F(ExpressionDiffTest, EveryManifestExpressionMatchesMuparser) {
         ref.set(int(slot), v);
         as_written.set(int(slot), v);
       }
-      // Half the trials evaluate the derived values in order, as a search does.
+      // Half the trials evaluate the derived values and the heuristic values in order, as a
+      // search and a lookup do.
       if (trial % 4 < 2)
-        for (const auto& d : m.derived) {
-          const double v = ev.eval(d.expr).value_or(0);
-          ev.set(m.symbols.find(d.name), v);
-          ref.set(m.symbols.find(d.name), v);
-          as_written.set(m.symbols.find(d.name), v);
-        }
+        for (const auto* named : {&m.derived, &m.heuristic_values})
+          for (const auto& d : *named) {
+            const double v = ev.eval(d.expr).value_or(0);
+            ev.set(m.symbols.find(d.name), v);
+            ref.set(m.symbols.find(d.name), v);
+            as_written.set(m.symbols.find(d.name), v);
+          }
       for (const Expression* e : exprs) {
         auto got = ev.eval(*e);
         auto want = ref.eval(e->text);
