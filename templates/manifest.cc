@@ -914,6 +914,19 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   }
   if (!m.heuristic.back().when.text.empty())
     P.fail_at(hn[hn.size() - 1], "heuristic", "the last rule must have no 'when' (the default)");
+  // A heuristic value no rule and no later value reads is a mistake (a rule edited away from it,
+  // or a misspelt name the rule meant), like a config key nothing reads.
+  if (const YAML::Node vn = root["heuristic_values"]; vn.IsDefined()) {
+    std::set<int> read;
+    for (const auto& r : m.heuristic)
+      read.insert(r.when.used_slots.begin(), r.when.used_slots.end());
+    for (const auto& v : m.heuristic_values)
+      read.insert(v.expr.used_slots.begin(), v.expr.used_slots.end());
+    for (const auto& kv : vn)
+      if (!read.count(m.symbols.find(kv.first.Scalar())))
+        P.fail_at(kv.first, "heuristic_values." + kv.first.Scalar(),
+                  "read by no rule's when and no later value");
+  }
   m.slots = resolve_slots(m);
   return m;
 }

@@ -354,6 +354,10 @@ TEST(ManifestTest, HeuristicValuesReadTheProblemAloneAndOnlyTheRulesReadThem) {
   expect_refused_at(with("  sm_count: 1\n"), "  sm_count: 1", "name already in use");
   expect_refused_at(with("  a: b\n  b: 1\n"), "  a: b", "'b'");  // in order: b is not yet known
   expect_refused_at(with("  g: max_active_clusters\n"), "  g: max_active_clusters", "launch.grid");
+  // One that nothing reads is refused at its line (a rule edited away from it, or misspelt).
+  expect_refused_at(edited(with("  big: n > 4096\n  bigger: n > 8192\n"), "  - when: n < 4096\n",
+                           "  - when: big\n"),
+                    "  bigger: n > 8192", "heuristic_values.bigger: read by no rule's when");
   // A constraint is part of the kernel's space, not of the rules: it cannot read one.
   const std::string text =
       edited(with("  big: n > 4096\n"), "constraints:\n", "constraints:\n  - big\n");
