@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -135,7 +136,15 @@ TEST(ClientTest, BigReplyArrivingInSmallPiecesIsReadInLinearTime) {
 #else
   constexpr size_t k_small = 8 << 20;
 #endif
-  const double small = export_reply_seconds(k_small), big = export_reply_seconds(8 * k_small);
+  // The fastest of three reads of each size: another test's load on a shared machine only ever
+  // slows a read down, and one slowed 64 MiB read against an unslowed 8 MiB one failed the ratio
+  // under ctest -j2 (2026-12-07; 8.3 run alone).
+  const auto fastest = [](size_t bytes) {
+    double best = export_reply_seconds(bytes);
+    for (int i = 0; i < 2; ++i) best = std::min(best, export_reply_seconds(bytes));
+    return best;
+  };
+  const double small = fastest(k_small), big = fastest(8 * k_small);
   std::printf("%zu MiB reply read in %.3f s, %zu MiB in %.3f s (x%.1f)\n", k_small >> 20, small,
               8 * k_small >> 20, big, big / small);
   EXPECT_LT(big, 20 * small);
