@@ -614,36 +614,15 @@ Manifest parse(const YAML::Node& root, const std::string& path, Parser& P) {
   m.path = path;
   m.dir = fs::path(path).parent_path().string();
   if (!root.IsMap()) P.fail_at(root, "manifest", "expected a mapping");
+  // clang-format off
   P.only_keys(root, "",
-              {"name",
-               "op",
-               "version",
-               "description",
-               "source",
-               "headers",
-               "entry",
-               "dims",
-               "dtypes",
-               "out_dtypes",
-               "layouts",
-               "min_cc",
-               "max_cc",
-               "arch_suffix",
-               "nvrtc_options",
-               "params",
-               "derived",
-               "constraints",
-               "template_args",
-               "launch",
-               "args",
-               "reference",
-               "tolerance",
-               "metric",
-               "heuristic",
-               "heuristic_rank",
-               "k_slices",
-               "previous_hashes",
-               "heuristic_values"});
+              {"name",           "op",        "version",        "description",   "source",
+               "headers",        "entry",     "dims",           "dtypes",        "out_dtypes",
+               "layouts",        "min_cc",    "max_cc",         "arch_suffix",   "nvrtc_options",
+               "params",         "derived",   "constraints",    "template_args", "launch",
+               "args",           "reference", "tolerance",      "metric",        "heuristic",
+               "heuristic_rank", "k_slices",  "previous_hashes", "heuristic_values"});
+  // clang-format on
 
   m.name = P.scalar(root["name"], "name");
   const std::string stem = fs::path(path).stem().string();
