@@ -339,7 +339,7 @@ TEST(BuiltinTemplatesTest, GemmTmaMidSizeRulesFillTheWaves) {
   EXPECT_EQ(rows(576, 6912, 4096).at("BLOCK_M"), 128)
       << "132 tiles of 192x160 are one wave (0.98 full): not measured, so not this rule";
   EXPECT_EQ(gemm_rule("gemm_tma", 768, 14336, 4096, {"BLOCK_M"}, "fp32").at("BLOCK_M"), 128)
-      << "fp32 outputs: 4 staged stages of 192x160 pass shared memory, so the rule falls through";
+      << "fp32 outputs: 4 staged stages of 192x160 exceed shared memory, so the rule falls through";
   // One wave of 128x160 tiles where it fits: 5/6 of a 128x192 tile's work.
   P n160 = one_wave;
   n160["BLOCK_N"] = 160;
