@@ -606,6 +606,20 @@ Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& probl
   return first_config(tmpl, problem, limits);
 }
 
+std::vector<Params> rule_configs(const KernelTemplate& tmpl, const Problem& problem,
+                                 const DeviceLimits& limits) {
+  std::vector<Params> out;
+  if (!check_supported(tmpl, problem, limits)) return out;
+  const Manifest& m = tmpl.manifest;
+  Evaluator ev(m.symbols);
+  bind_problem(ev, m, problem, limits);
+  for (const HeuristicRule& rule : m.heuristic)
+    if (std::find(out.begin(), out.end(), rule.params) == out.end() &&
+        check_config(ev, m, rule.params, /*explain=*/false))
+      out.push_back(rule.params);
+  return out;
+}
+
 Result<HeuristicInstance> heuristic_instance(const KernelTemplate& tmpl, const Problem& problem,
                                              const DeviceLimits& limits, ArgValues args) {
   if (auto ok = check_supported(tmpl, problem, limits); !ok) return std::unexpected(ok.error());

@@ -160,6 +160,14 @@ double heuristic_rank(const KernelTemplate& tmpl, const Problem& problem);
 Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& problem,
                                 const DeviceLimits& limits);
 
+// Every heuristic rule's config that passes the constraints for `problem`, whether or not its
+// `when` holds: the configs the template's author measured somewhere. Rules in manifest order,
+// repeats dropped (a rule and its twin for other outputs often share a config here); empty when
+// the template does not support the problem. A tuning job measures them early (tuning_job.cc), so
+// its search starts from every tile family the rules know and not only from the one that fits.
+std::vector<Params> rule_configs(const KernelTemplate& tmpl, const Problem& problem,
+                                 const DeviceLimits& limits);
+
 // What heuristic_instance() picked. When a rule fit, its config is the rule's own (owned by the
 // template's manifest: valid while the template is) and instance.params stays empty, since a
 // cold lookup only reads the config (copying a Params map was a fifth of its CPU); when none

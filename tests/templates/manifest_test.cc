@@ -500,6 +500,32 @@ TEST(SpaceTest, HeuristicPicksFirstMatchingValidRule) {
   EXPECT_TRUE(instantiate(**t, scale_problem(4098), DeviceLimits{}, *p));
 }
 
+// Every rule's config that fits, whatever its `when`, in manifest order and once each.
+TEST(SpaceTest, RuleConfigsListEveryRuleThatFitsWhateverItsWhen) {
+  auto t = TemplateRegistry::load_template(k_scale);
+  ASSERT_TRUE(t);
+  const Params small{{"THREADS", 128}, {"VEC", 1}, {"WAVES", 1}};
+  const Params wide{{"THREADS", 256}, {"VEC", 4}, {"WAVES", 2}};
+  EXPECT_EQ(rule_configs(**t, scale_problem(102), DeviceLimits{}), (std::vector<Params>{small}))
+      << "n = 102: VEC 4 does not divide it, whatever the rule's when";
+  EXPECT_EQ(rule_configs(**t, scale_problem(1 << 20), DeviceLimits{}),
+            (std::vector<Params>{small, wide}))
+      << "the first rule's when does not hold at n = 2^20; its config still fits";
+  auto twin =
+      parse_manifest(edited("  - params: {THREADS: 256, VEC: 4, WAVES: 2}\n",
+                            "  - when: n > 8\n    params: {THREADS: 128, VEC: 1, WAVES: 1}\n"
+                            "  - params: {THREADS: 256, VEC: 4, WAVES: 2}\n"),
+                     "scale.yaml");
+  ASSERT_TRUE(twin) << twin.error().message;
+  EXPECT_EQ(rule_configs(KernelTemplate{*twin, "", "", {}, "h", "h"}, scale_problem(1 << 20),
+                         DeviceLimits{}),
+            (std::vector<Params>{small, wide}))
+      << "a config two rules share is listed once";
+  Problem other = scale_problem(1 << 20);
+  other.dtype = "no-such-dtype";
+  EXPECT_TRUE(rule_configs(**t, other, DeviceLimits{}).empty()) << "an unsupported problem";
+}
+
 // What instantiate() says when launch geometry or an argument evaluates out of range: the
 // expression's place, its value and the range (the text is built only on failure).
 TEST(SpaceTest, InstantiateNamesTheLaunchOrArgumentOutOfRange) {

@@ -186,6 +186,34 @@ TEST_F(TuningJobTest, BudgetStopsEveryStrategy) {
   }
 }
 
+// After the heuristic's config, the template's other rules' configs (whatever their `when`), at
+// most a quarter of the trials, then the strategy's own picks. The scale template has two rules:
+// n < 4096 takes {128, 1, 1}; at n = 2^20 the second, {256, 4, 2}, fits.
+TEST_F(TuningJobTest, OtherRulesConfigsAreMeasuredRightAfterTheHeuristics) {
+  WorkerLog log("rule_seeds");
+  auto order = [&](int budget) {
+    log.clear();
+    MemStore store;
+    EXPECT_TRUE(check_store_format(store, false));
+    TuningJob job(m_templates, m_compiler, &store, *m_runner, m_context);
+    TuneRequest req = request();
+    req.problem = Problem{"scale", "fp32", "fp32", "", {{"n", 1 << 20}}};
+    req.budget = Budget{budget, 60, 0};
+    auto r = job.run(req);
+    EXPECT_TRUE(r) << r.error().message;
+    EXPECT_EQ(r ? r->stats.rule_seeds : -1, budget >= 4 ? 1 : 0) << budget;
+    return log.lines();
+  };
+  const auto eight = order(8);
+  ASSERT_EQ(eight.size(), 8u);
+  EXPECT_EQ(eight[0], "THREADS=256,VEC=4,WAVES=2") << "the heuristic's config first";
+  EXPECT_EQ(eight[1], "THREADS=128,VEC=1,WAVES=1") << "then the other rule's";
+  const auto three = order(3);  // a quarter of 3 trials is none
+  ASSERT_EQ(three.size(), 3u);
+  EXPECT_EQ(three[0], "THREADS=256,VEC=4,WAVES=2");
+  EXPECT_EQ(three[1], "THREADS=64,VEC=1,WAVES=1") << "exhaustive's first pick";
+}
+
 // A job cancelled after 3 trials, then resumed by a second job on the same store: the second
 // measures exactly the configs the first did not (finalists loaded again for re-timing are not
 // measurements), for every strategy. Each trial is in the store before progress reports it.
