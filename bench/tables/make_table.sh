@@ -8,7 +8,8 @@
 # and $OUT/ktuned.log. Knobs: PROBLEMS (file), TRIALS (120 configs a job), JOB_SECONDS (45),
 # BUDGET_S (480: no job starts after it; the export is written whatever finished), SEEDS (gemm
 # configs measured first; default bench/gemm_peers/table_seeds.txt), K (.gpu), WORKER
-# ($K/ktune-worker), DAEMON_SETS ("key=value ...": more ktuned settings).
+# ($K/ktune-worker), DAEMON_SETS ("key=value ...": more ktuned settings), TEMPLATES_HOME (a
+# folder holding templates/, as KTUNE_HOME; default the repository).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
@@ -22,7 +23,7 @@ SEEDS=${SEEDS-$(cat bench/gemm_peers/table_seeds.txt)}
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/ktune-table-XXXXXX)
 export LD_LIBRARY_PATH=$K/devlibs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export KTUNE_HOME=$PWD
+export KTUNE_HOME=$(cd "${TEMPLATES_HOME:-.}" && pwd) || exit 2
 CLI=("$K/ktune" --socket "$W/k.sock" --timeout-ms 0)
 SETS=()
 for kv in ${DAEMON_SETS:-}; do SETS+=(--set "$kv"); done
