@@ -245,7 +245,7 @@ int main(int argc, char** argv) {
     row["tuning"] = {{"candidates", s.candidates},
                      {"space_total", s.space_total},
                      {"trials", s.trials},
-                     {"rule_seeds", s.rule_seeds},
+                     {"rule_seeds_queued", s.rule_seeds_queued},
                      {"compile_errors", s.compile_errors},
                      {"resource_errors", s.resource_errors},
                      {"wrong_results", s.wrong_results},

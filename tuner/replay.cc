@@ -61,12 +61,8 @@ Result<std::vector<ReplayProblem>> load_replay(const std::string& path,
     rp.best = *std::min_element(rp.value.begin(), rp.value.end());
     if (!std::isfinite(rp.best)) continue;
     const DeviceLimits limits = *DeviceLimits::for_arch("sm_" + std::to_string(cc));
-    for (const KernelTemplate* t : templates.for_problem(rp.problem, cc)) {
-      if (auto h = heuristic_config(*t, rp.problem, limits))
-        if (size_t i = rp.candidates.find(t->name(), *h); i != CandidateSet::npos)
-          rp.seeds.push_back(i);
-      rp.rule_seeds.push_back(rule_candidates(rp.candidates, *t, rp.problem, limits));
-    }
+    for (const KernelTemplate* t : templates.for_problem(rp.problem, cc))
+      add_template_seeds(rp.seeds, rp.candidates, *t, rp.problem, limits);
     out.push_back(std::move(rp));
   }
   return out;
@@ -74,12 +70,13 @@ Result<std::vector<ReplayProblem>> load_replay(const std::string& path,
 
 Result<ReplayCurve> replay(const ReplayProblem& p, std::string_view strategy_name,
                            const ReplayOptions& options) {
-  std::vector<size_t> seeds = p.seeds;
-  for (const auto& params : options.seeds)
-    for (size_t i : p.candidates.find_all(params)) seeds.push_back(i);
-  const size_t max_trials = options.max_trials > 0 ? options.max_trials : p.candidates.size();
-  if (options.rule_seeds) append_rule_seeds(seeds, p.rule_seeds, max_trials / k_rule_seed_share);
-  auto strategy = make_strategy(strategy_name, p.candidates, std::move(seeds), options.rng_seed);
+  const size_t max_trials = options.max_trials > 0
+                                ? std::min(options.max_trials, p.candidates.size())
+                                : p.candidates.size();
+  SeedOrder order =
+      order_seeds(p.seeds, p.candidates, options.seeds, max_trials, options.rule_seeds);
+  auto strategy =
+      make_strategy(strategy_name, p.candidates, std::move(order.seeds), options.rng_seed);
   if (!strategy) return std::unexpected(strategy.error());
   ReplayCurve curve;
   curve.strategy = std::string(strategy_name);

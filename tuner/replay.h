@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "templates/registry.h"
+#include "tuner/seeds.h"
 #include "tuner/strategy/strategy.h"
 
 namespace ktune {
@@ -23,10 +24,9 @@ struct ReplayProblem {
   CandidateSet candidates;
   std::vector<double> value;  // per candidate: median_us, or +inf when it failed
   double best = 0;            // the sweep's best time
-  std::vector<size_t> seeds;  // the template's heuristic config, when it was measured
-  // Per template: its heuristic rules' configs that were measured (rule_candidates), seeded
-  // after `seeds` and ReplayOptions::seeds as a tuning job seeds them (append_rule_seeds).
-  std::vector<std::vector<size_t>> rule_seeds;
+  // The templates' heuristic and rule configs that the sweep measured, seeded as a tuning job
+  // seeds them (tuner/seeds.h) with ReplayOptions::seeds as the requested ones.
+  TemplateSeeds seeds;
 };
 
 // Loads every problem of a recorded sweep. Param domains come from the named templates in
@@ -56,7 +56,7 @@ struct ReplayOptions {
   // Proposed after the heuristic seed, as TuneRequest::seeds (e.g. the winners of a neighbouring
   // shape), matched across templates; params that are not candidates here are skipped.
   std::vector<Params> seeds = {};
-  bool rule_seeds = true;  // false: leave out ReplayProblem::rule_seeds (to compare without them)
+  bool rule_seeds = true;  // false: leave out the rules' configs (to compare without them)
 };
 
 // Runs `strategy` as a tuning job would: seeds first, proposals in batches, up to max_trials.

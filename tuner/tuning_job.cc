@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "config/log.h"
+#include "tuner/seeds.h"
 #include "tuner/strategy/registry.h"
 
 namespace ktune {
@@ -173,8 +174,7 @@ class JobRun {
     if (m_job_templates.empty())
       return fail(ErrorCode::invalid_argument, "no template implements " + problem.describe() +
                                                    " on sm_" + std::to_string(limits.cc));
-    std::vector<size_t> seeds;
-    std::vector<std::vector<size_t>> rule_seeds;  // per template: its other rules' configs
+    TemplateSeeds seeds;
     std::string space_errors;
     for (const KernelTemplate* t : m_job_templates) {
       auto space = SearchSpace::build(*t, problem, limits);
@@ -197,12 +197,8 @@ class JobRun {
         if (m_store && blocked(p)) continue;
         m_candidates.add(t, t->name(), p, t->manifest.params);
       }
-      if (auto h = heuristic_config(*t, problem, limits))
-        seeds.push_back(m_candidates.find(t->name(), *h));
-      rule_seeds.push_back(rule_candidates(m_candidates, *t, problem, limits));
+      add_template_seeds(seeds, m_candidates, *t, problem, limits);
     }
-    for (const auto& p : m_req.seeds)
-      for (size_t i : m_candidates.find_all(p)) seeds.push_back(i);
     if (m_candidates.size() == 0)
       return fail(ErrorCode::invalid_argument,
                   "no config to try for " + problem.describe() + space_errors);
@@ -210,12 +206,13 @@ class JobRun {
     m_max_trials = m_req.budget.max_trials > 0
                        ? std::min<int>(m_req.budget.max_trials, int(m_candidates.size()))
                        : int(m_candidates.size());
-    // Then the configs of the templates' other rules: tiles their authors measured best
-    // somewhere, which a search seeded only from the fitting rule can miss (bench/NOTES.md, call
-    // D: 120 trials at 384x28672 never left the rule's 192x160 tiles, 9 % behind a ping-pong one).
-    m_stats.rule_seeds =
-        int(append_rule_seeds(seeds, rule_seeds, size_t(m_max_trials) / k_rule_seed_share));
-    auto strategy = make_strategy(m_req.strategy, m_candidates, seeds, m_req.rng_seed);
+    // Seeds in tuner/seeds.h's order. The rules' configs among them: without them call D's
+    // 120-trial job at 384x28672 never left the fitting rule's 192x160 tiles; with them call F's
+    // found a ping-pong config 9 % faster (bench/NOTES.md).
+    SeedOrder order = order_seeds(seeds, m_candidates, m_req.seeds, size_t(m_max_trials));
+    m_stats.rule_seeds_queued = int(order.rule_configs);
+    auto strategy =
+        make_strategy(m_req.strategy, m_candidates, std::move(order.seeds), m_req.rng_seed);
     if (!strategy) return std::unexpected(strategy.error());
     m_strategy = std::move(*strategy);
     return {};

@@ -93,9 +93,10 @@ struct TuneStats {
   double space_total = 0;  // before constraints
   int trials = 0;   // configs measured, reused ones included; the outcome counts below add up
   int reused = 0;   // trials read back from an earlier job's records (TuneRequest::resume)
-  // Other heuristic rules' configs queued after the seeds (rule_configs(), at most a quarter of
-  // the trial budget); measured as the budget allows, before the strategy's own picks.
-  int rule_seeds = 0;
+  // Heuristic rules' configs queued after the other seeds (tuner/seeds.h, step 3): measured
+  // before the strategy's own picks as far as the budget goes; a resumed job counts those the
+  // job it resumes measured too.
+  int rule_seeds_queued = 0;
   int retaken = 0;  // measurements discarded because foreign work disturbed them, and taken again
   int compile_errors = 0, resource_errors = 0, wrong_results = 0, crashes = 0, timeouts = 0;
   int cache_hits = 0;

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "config/config.h"
+#include "tuner/seeds.h"
 #include "tuner/strategy/forest.h"
 
 namespace ktune {
@@ -107,6 +108,29 @@ TEST(RandomForest, LearnsAStepAndIsUnsureRightAtIt) {
   // Between the last sample of one level and the first of the other, the bootstrap samples
   // disagree on the threshold: the trees spread.
   EXPECT_GT(forest.predict({0.245}).spread, 0.3);
+}
+
+// The seed order of tuner/seeds.h: heuristic configs, then requested ones, then the rules'
+// configs one template's after another's in turn, repeats skipped and not counted, at most a
+// quarter of the trials. Indices here are the Grid's: 8 * A + B.
+TEST(Seeds, RulesConfigsTakeTurnsAfterTheOtherSeedsUpToAQuarterOfTheTrials) {
+  const Grid g;
+  TemplateSeeds t;
+  t.heuristic = {9};
+  t.rules = {{9, 1, 2, 3}, {7, 8}};  // two "templates": the first's first rule is the heuristic's
+  const std::vector<Params> requested = {Params{{"A", 0}, {"B", 2}}, Params{{"A", 9}, {"B", 9}}};
+  SeedOrder o = order_seeds(t, g.candidates, requested, 16);
+  EXPECT_EQ(o.seeds, (std::vector<size_t>{9, 2, 7, 1, 8, 3}))
+      << "9 heuristic; 2 requested (the other is no candidate); then 9 (a repeat), 7, 1, 8, 3";
+  EXPECT_EQ(o.rule_configs, 4u);
+  o = order_seeds(t, g.candidates, requested, 8);  // a quarter: 2
+  EXPECT_EQ(o.seeds, (std::vector<size_t>{9, 2, 7, 1}));
+  EXPECT_EQ(o.rule_configs, 2u);
+  o = order_seeds(t, g.candidates, {}, 16, /*with_rules=*/false);
+  EXPECT_EQ(o.seeds, (std::vector<size_t>{9}));
+  EXPECT_EQ(o.rule_configs, 0u);
+  EXPECT_EQ(order_seeds(t, g.candidates, {}, 3).seeds, (std::vector<size_t>{9}))
+      << "a quarter of 3 trials is none";
 }
 
 }  // namespace

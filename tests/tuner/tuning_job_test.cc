@@ -186,10 +186,11 @@ TEST_F(TuningJobTest, BudgetStopsEveryStrategy) {
   }
 }
 
-// After the heuristic's config, the template's other rules' configs (whatever their `when`), at
-// most a quarter of the trials, then the strategy's own picks. The scale template has two rules:
-// n < 4096 takes {128, 1, 1}; at n = 2^20 the second, {256, 4, 2}, fits.
-TEST_F(TuningJobTest, OtherRulesConfigsAreMeasuredRightAfterTheHeuristics) {
+// After the heuristic's config and the requested ones, the template's other rules' configs
+// (whatever their `when`, at most a quarter of the trials), then the strategy's own picks
+// (tuner/seeds.h). The scale template has two rules: n < 4096 takes {128, 1, 1}; at n = 2^20 the
+// second, {256, 4, 2}, fits.
+TEST_F(TuningJobTest, OtherRulesConfigsAreMeasuredAfterTheOtherSeeds) {
   WorkerLog log("rule_seeds");
   auto order = [&](int budget) {
     log.clear();
@@ -199,19 +200,20 @@ TEST_F(TuningJobTest, OtherRulesConfigsAreMeasuredRightAfterTheHeuristics) {
     TuneRequest req = request();
     req.problem = Problem{"scale", "fp32", "fp32", "", {{"n", 1 << 20}}};
     req.budget = Budget{budget, 60, 0};
+    req.seeds = {Params{{"THREADS", 512}, {"VEC", 2}, {"WAVES", 3}}};
     auto r = job.run(req);
     EXPECT_TRUE(r) << r.error().message;
-    EXPECT_EQ(r ? r->stats.rule_seeds : -1, budget >= 4 ? 1 : 0) << budget;
+    EXPECT_EQ(r ? r->stats.rule_seeds_queued : -1, budget >= 4 ? 1 : 0) << budget;
     return log.lines();
   };
   const auto eight = order(8);
   ASSERT_EQ(eight.size(), 8u);
   EXPECT_EQ(eight[0], "THREADS=256,VEC=4,WAVES=2") << "the heuristic's config first";
-  EXPECT_EQ(eight[1], "THREADS=128,VEC=1,WAVES=1") << "then the other rule's";
+  EXPECT_EQ(eight[1], "THREADS=512,VEC=2,WAVES=3") << "then the requested one";
+  EXPECT_EQ(eight[2], "THREADS=128,VEC=1,WAVES=1") << "then the other rule's";
   const auto three = order(3);  // a quarter of 3 trials is none
   ASSERT_EQ(three.size(), 3u);
-  EXPECT_EQ(three[0], "THREADS=256,VEC=4,WAVES=2");
-  EXPECT_EQ(three[1], "THREADS=64,VEC=1,WAVES=1") << "exhaustive's first pick";
+  EXPECT_EQ(three[2], "THREADS=64,VEC=1,WAVES=1") << "exhaustive's first pick";
 }
 
 // A job cancelled after 3 trials, then resumed by a second job on the same store: the second

@@ -40,30 +40,6 @@ size_t CandidateSet::find(std::string_view template_name, const Params& params) 
   return it == m_index.end() ? npos : it->second;
 }
 
-std::vector<size_t> rule_candidates(const CandidateSet& candidates, const KernelTemplate& tmpl,
-                                    const Problem& problem, const DeviceLimits& limits) {
-  std::vector<size_t> out;
-  for (const Params& p : rule_configs(tmpl, problem, limits))
-    if (size_t i = candidates.find(tmpl.name(), p); i != CandidateSet::npos) out.push_back(i);
-  return out;
-}
-
-size_t append_rule_seeds(std::vector<size_t>& seeds, const std::vector<std::vector<size_t>>& rules,
-                         size_t cap) {
-  size_t added = 0;
-  for (size_t k = 0, more = 1; more && added < cap; ++k) {
-    more = 0;
-    for (const auto& mine : rules) {
-      if (k >= mine.size() || added == cap) continue;
-      more = 1;
-      if (std::find(seeds.begin(), seeds.end(), mine[k]) != seeds.end()) continue;
-      seeds.push_back(mine[k]);
-      ++added;
-    }
-  }
-  return added;
-}
-
 std::vector<size_t> CandidateSet::find_all(const Params& params) const {
   std::vector<size_t> out;
   for (const auto& t : m_templates)

@@ -4,8 +4,8 @@
 // results (kernel time, or +inf for a config that failed). One Budget stops every strategy.
 // The candidates are the union of every template's pruned space for one problem, each with a
 // feature vector (its params as positions in their domains) that model-based strategies learn on.
-// Seeds (the heuristic config, winners of neighbouring shapes, the other heuristic rules' configs)
-// are proposed first by all of them.
+// Seeds (tuner/seeds.h: the heuristic configs, requested configs and neighbouring shapes'
+// winners, the other heuristic rules' configs) are proposed first by all of them.
 // The built-in strategies and make_strategy() are in registry.h; each lives in its own file here.
 //
 // Thread-compatible: a strategy and its CandidateSet belong to one tuning job. A strategy keeps a
@@ -77,19 +77,6 @@ class Strategy {
   // job that this one resumes) counts as measured all the same: it is never proposed afterwards.
   virtual void observe(const std::vector<Observation>& results) = 0;
 };
-
-// The configs of a template's heuristic rules that are candidates here (templates/space.h
-// rule_configs: every rule that fits the problem, whatever its `when`), as indices in rule order.
-std::vector<size_t> rule_candidates(const CandidateSet& candidates, const KernelTemplate& tmpl,
-                                    const Problem& problem, const DeviceLimits& limits);
-
-// Appends `rules` (rule_candidates() per template) to `seeds`, one template's after another's in
-// turn, skipping any already there, until `cap` were added; returns how many were. A tuning job
-// and replay() measure them after the other seeds and before the strategy's own picks, capped at
-// `budget / k_rule_seed_share` of a budget of `budget` trials.
-size_t append_rule_seeds(std::vector<size_t>& seeds, const std::vector<std::vector<size_t>>& rules,
-                         size_t cap);
-inline constexpr size_t k_rule_seed_share = 4;
 
 // Stops a job: trials, wall time, or a target time reached. Zero = no limit.
 struct Budget {
