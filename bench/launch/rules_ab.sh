@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Heuristic rules (or tables, or daemons) against each other on a GPU node: bench/launch/graph_torch.py
-# on the same shapes for every variant, the variants alternating within each round, one call.
+# on the same shapes for every variant, the variants alternating within each round (each round
+# starting one variant further on), one call.
 #   bash bench/gemm_peers/make_kit.sh                     # dev box: the kit in .gpu/ (carry [".gpu"])
 #   SHAPES=16x2048x8192,16x1024x4096 OUT=/tmp/ab bash bench/launch/rules_ab.sh \
 #     head=. rule=.gpu/rulehome shipped=.:tables/h100.json
@@ -31,8 +32,12 @@ for v in "$@"; do  # check every variant before any GPU time is spent
   [ -x "${ktuned:-.gpu/ktuned}" ] || { echo "bad variant '$v': no daemon '${ktuned:-.gpu/ktuned}'" >&2; exit 2; }
 done
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.limit --format=csv,noheader
+vs=("$@")
 for r in $(seq "${ROUNDS:-2}"); do
-  for v in "$@"; do
+  # Each round starts one variant further on: a run after another one finds the GPU warmer (calls
+  # E and G ran every variant after head's, and torch read 1-6 % slower in those runs).
+  for k in $(seq 0 $(($# - 1))); do
+    v=${vs[$(((k + r - 1) % $#))]}
     name=${v%%=*}
     IFS=: read -r home table ktuned <<< "${v#*=}"
     echo "=== $name round $r $(date -u +%T)"
