@@ -9,11 +9,14 @@
 # BUDGET_S (480: no job starts after it; the export is written whatever finished), SEEDS (gemm
 # configs measured first; default bench/gemm_peers/table_seeds.txt), K (.gpu), WORKER
 # ($K/ktune-worker), DAEMON_SETS ("key=value ...": more ktuned settings), TEMPLATES_HOME (a
-# folder holding templates/, as KTUNE_HOME; default the repository).
+# folder holding templates/, as KTUNE_HOME, relative to the repository root; default the
+# repository).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 K=$(cd "${K:-.gpu}" && pwd) || exit 2
+KTUNE_HOME=$(cd "${TEMPLATES_HOME:-.}" && pwd) || exit 2
+export KTUNE_HOME
 OUT=${OUT:-/tmp/ktune-table}
 PROBLEMS=${PROBLEMS:-bench/tables/problems.txt}
 TRIALS=${TRIALS:-120}
@@ -23,7 +26,6 @@ SEEDS=${SEEDS-$(cat bench/gemm_peers/table_seeds.txt)}
 mkdir -p "$OUT"
 W=$(mktemp -d /tmp/ktune-table-XXXXXX)
 export LD_LIBRARY_PATH=$K/devlibs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export KTUNE_HOME=$(cd "${TEMPLATES_HOME:-.}" && pwd) || exit 2
 CLI=("$K/ktune" --socket "$W/k.sock" --timeout-ms 0)
 SETS=()
 for kv in ${DAEMON_SETS:-}; do SETS+=(--set "$kv"); done
