@@ -85,7 +85,8 @@ class Client {
     int budget_trials = 0;      // 0 = the daemon's default
     double budget_seconds = 0;  // 0 = the daemon's default
     std::vector<std::string> templates;  // tune only these (empty: every template for the op)
-    // Configs measured first, each a whole config of a template ({NAME: value}).
+    // Configs measured right after the heuristics', each a whole config of a template ({NAME:
+    // value}).
     std::vector<std::map<std::string, std::int64_t>> seeds;
   };
   // Queues (or finds the queued) job; the reply's "job" has its id.

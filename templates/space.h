@@ -163,7 +163,7 @@ Result<Params> heuristic_config(const KernelTemplate& tmpl, const Problem& probl
 // Every heuristic rule's config that passes the constraints for `problem`, whether or not its
 // `when` holds: the configs the template's author measured somewhere. Rules in manifest order,
 // repeats dropped (a rule and its twin for other outputs often share a config here); empty when
-// the template does not support the problem. A tuning job measures them early (tuning_job.cc), so
+// the template does not support the problem. A tuning job measures them early (tuner/seeds.h), so
 // its search starts from every tile family the rules know and not only from the one that fits.
 std::vector<Params> rule_configs(const KernelTemplate& tmpl, const Problem& problem,
                                  const DeviceLimits& limits);

@@ -208,7 +208,7 @@ class JobRun {
                        : int(m_candidates.size());
     // Seeds in tuner/seeds.h's order. The rules' configs among them: without them call D's
     // 120-trial job at 384x28672 never left the fitting rule's 192x160 tiles; with them call F's
-    // found a ping-pong config 9 % faster (bench/NOTES.md).
+    // found a ping-pong config 9 % faster graphed, 6 % in its own time (bench/NOTES.md).
     SeedOrder order = order_seeds(seeds, m_candidates, m_req.seeds, size_t(m_max_trials));
     m_stats.rule_seeds_queued = int(order.rule_configs);
     auto strategy =

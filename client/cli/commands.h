@@ -81,7 +81,7 @@ struct TuneArgs {
   bool no_wait = false;     // daemon mode: queue the job and return its id
   std::string device;       // daemon mode: device class (default: the daemon's first GPU)
   std::vector<std::string> only_templates;  // tune only these templates (default: every one)
-  std::vector<std::string> seeds;           // configs "NAME=V,..." measured first
+  std::vector<std::string> seeds;           // configs "NAME=V,..." measured early
 };
 // Tunes on this machine's GPU (standalone: spawns its own ktune-worker), writes the winner to the
 // standalone store and, when a daemon answers, imports it there so lookups see it at once.

@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
   tu->add_option("--template", tune.only_templates,
                  "tune only this template (repeatable; default: every template for the op)");
   tu->add_option("--seed", tune.seeds,
-                 "a whole config, NAME=V,..., measured first (repeatable)");
+                 "a whole config, NAME=V,..., measured right after the heuristic's (repeatable)");
 
   std::string job_state;
   int jobs_limit = 50;

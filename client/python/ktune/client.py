@@ -317,7 +317,7 @@ class Client:
         """Queues a tuning job (or finds the one queued for the same problem); returns its job.
 
         ``templates`` restricts the search to those templates; ``seeds`` are whole configs
-        ({NAME: value}) measured first."""
+        ({NAME: value}) measured right after the heuristics' configs."""
         if not dims:
             raise ValueError("give the problem's dims as keyword arguments, e.g. M=4096")
         problem: Dict[str, Any] = {"op": op, "dtype": dtype, "dims": dict(dims)}
