@@ -70,9 +70,7 @@ Result<std::vector<ReplayProblem>> load_replay(const std::string& path,
 
 Result<ReplayCurve> replay(const ReplayProblem& p, std::string_view strategy_name,
                            const ReplayOptions& options) {
-  const size_t max_trials = options.max_trials > 0
-                                ? std::min(options.max_trials, p.candidates.size())
-                                : p.candidates.size();
+  const size_t max_trials = trial_budget(options.max_trials, p.candidates.size());
   SeedOrder order =
       order_seeds(p.seeds, p.candidates, options.seeds, max_trials, options.rule_seeds);
   auto strategy =

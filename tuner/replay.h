@@ -56,7 +56,7 @@ struct ReplayOptions {
   // Proposed after the heuristic seed, as TuneRequest::seeds (e.g. the winners of a neighbouring
   // shape), matched across templates; params that are not candidates here are skipped.
   std::vector<Params> seeds = {};
-  bool rule_seeds = true;  // false: leave out the rules' configs (to compare without them)
+  RuleSeeds rule_seeds = RuleSeeds::included;  // left_out: to compare without the rules' configs
 };
 
 // Runs `strategy` as a tuning job would: seeds first, proposals in batches, up to max_trials.

@@ -37,10 +37,17 @@ struct SeedOrder {
 // The rules' configs take at most a job's trials / k_rule_seed_divisor.
 inline constexpr size_t k_rule_seed_divisor = 4;
 
-// Seeds in the order above. `trials`: the job's trial budget, at most the candidates' count
-// (reused trials count against it, so a resumed job's cap is that of the job it resumes).
-// `with_rules` false leaves step 3 out (replay compares with and without).
+// A job's trial budget: `max_trials` where it is set (> 0) and below the candidates' count, else
+// every candidate. TuningJob and replay() both cap their trials here.
+size_t trial_budget(size_t max_trials, size_t candidates);
+
+// Whether step 3 runs: replay compares with and without it.
+enum class RuleSeeds { included, left_out };
+
+// Seeds in the order above. `trials`: the job's trial_budget() (reused trials count against it,
+// so a resumed job's cap is that of the job it resumes).
 SeedOrder order_seeds(const TemplateSeeds& templates, const CandidateSet& candidates,
-                      const std::vector<Params>& requested, size_t trials, bool with_rules = true);
+                      const std::vector<Params>& requested, size_t trials,
+                      RuleSeeds rule_seeds = RuleSeeds::included);
 
 }  // namespace ktune

@@ -203,9 +203,8 @@ class JobRun {
       return fail(ErrorCode::invalid_argument,
                   "no config to try for " + problem.describe() + space_errors);
     m_stats.candidates = m_candidates.size();
-    m_max_trials = m_req.budget.max_trials > 0
-                       ? std::min<int>(m_req.budget.max_trials, int(m_candidates.size()))
-                       : int(m_candidates.size());
+    m_max_trials =
+        int(trial_budget(size_t(std::max(m_req.budget.max_trials, 0)), m_candidates.size()));
     // Seeds in tuner/seeds.h's order. The rules' configs among them: without them call D's
     // 120-trial job at 384x28672 never left the fitting rule's 192x160 tiles; with them call F's
     // found a ping-pong config 9 % faster graphed, 6 % in its own time (bench/NOTES.md).

@@ -146,7 +146,8 @@ TEST_F(ReplayTest, RuleSeedsCostTheModelAtMostTheirOwnTrials) {
       with.push_back(
           replay(p, "model", {.max_trials = k_trials, .rng_seed = rng})->trials_to(0.98));
       without.push_back(
-          replay(p, "model", {.max_trials = k_trials, .rng_seed = rng, .rule_seeds = false})
+          replay(p, "model",
+                 {.max_trials = k_trials, .rng_seed = rng, .rule_seeds = RuleSeeds::left_out})
               ->trials_to(0.98));
     }
     std::sort(with.begin(), with.end());

@@ -126,7 +126,7 @@ TEST(Seeds, RulesConfigsTakeTurnsAfterTheOtherSeedsUpToAQuarterOfTheTrials) {
   o = order_seeds(t, g.candidates, requested, 8);  // a quarter: 2
   EXPECT_EQ(o.seeds, (std::vector<size_t>{9, 2, 7, 1}));
   EXPECT_EQ(o.rule_configs, 2u);
-  o = order_seeds(t, g.candidates, {}, 16, /*with_rules=*/false);
+  o = order_seeds(t, g.candidates, {}, 16, RuleSeeds::left_out);
   EXPECT_EQ(o.seeds, (std::vector<size_t>{9}));
   EXPECT_EQ(o.rule_configs, 0u);
   EXPECT_EQ(order_seeds(t, g.candidates, {}, 3).seeds, (std::vector<size_t>{9}))
