@@ -212,6 +212,7 @@ Json to_json(const TrialRecord& r) {
   if (r.sm_clock_mhz != 0) j["sm_clock_mhz"] = r.sm_clock_mhz;
   if (r.power_w != 0) j["power_w"] = r.power_w;
   if (r.sm_clock_counted_mhz != 0) j["sm_clock_counted_mhz"] = r.sm_clock_counted_mhz;
+  if (r.mem_clock_mhz != 0) j["mem_clock_mhz"] = r.mem_clock_mhz;
   add_timing_l2(j, r.timing_l2);
   return j;
 }
@@ -239,6 +240,7 @@ TrialRecord trial_from_json(const Json& j, const std::string& path) {
   r.sm_clock_mhz = optional_field<int>(j, "sm_clock_mhz", path, 0, get_int32);
   r.power_w = optional_field<double>(j, "power_w", path, 0.0, get_number);
   r.sm_clock_counted_mhz = optional_field<int>(j, "sm_clock_counted_mhz", path, 0, get_int32);
+  r.mem_clock_mhz = optional_field<int>(j, "mem_clock_mhz", path, 0, get_int32);
   r.timing_l2 = timing_l2_from_json(j, path);
   return r;
 }

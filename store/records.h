@@ -79,7 +79,8 @@ struct WinnerRecord {
 // Outcome of one trial. Persisted: do not renumber.
 enum class Outcome : std::uint8_t {
   ok = 0,
-  invalid = 1,  // pruned by a constraint
+  invalid = 1,  // cannot run this problem: a constraint fails once the occupancy is known, or the
+                // driver refuses its tensor map
   compile_error = 2,
   resource_error = 3,  // launch refused (shared memory, registers, threads); worker keeps going
   wrong_result = 4,
@@ -116,6 +117,9 @@ struct TrialRecord {
   // GPU): NVML's sm_clock_mhz can lag a timing shorter than ~0.1 s (bench/NOTES.md, 2026-12-05).
   int sm_clock_counted_mhz = 0;
   TimingL2 timing_l2 = TimingL2::unknown;  // how median_us was timed (unknown: not timed, or old)
+  // NVML's memory clock while timed (0 = not sampled, or a record older than 2026-12-07): a
+  // winner reused from this trial by a resumed job reports it as its own.
+  int mem_clock_mhz = 0;
 
   // "<device id>/<problem key>/<template>/<params>": the latest result per config.
   std::string key() const;

@@ -250,6 +250,7 @@ class JobRun {
         ok.telemetry.sm_clock_mhz = r.sm_clock_mhz;
         ok.telemetry.power_w = r.power_w;
         ok.telemetry.sm_clock_counted_mhz = r.sm_clock_counted_mhz;
+        ok.telemetry.mem_clock_mhz = r.mem_clock_mhz;
         note_success(i, ok);
         o.value = r.median_us;
       }
@@ -352,6 +353,7 @@ class JobRun {
         trial.timing_l2 = m_req.timing.l2;
         trial.power_w = r->telemetry.power_w;
         trial.sm_clock_counted_mhz = r->telemetry.sm_clock_counted_mhz;
+        trial.mem_clock_mhz = r->telemetry.mem_clock_mhz;
         obs.value = r->timing.median_us;
         note_success(p.index, *r);
         m_worker_of[p.index] = m_runner.respawns();

@@ -111,6 +111,7 @@ int main(int argc, char** argv) {
         r.telemetry.sm_clock_mhz = 1400 + threads;  // as the real worker reads NVML while timing
         r.telemetry.power_w = 300.0 + double(threads) / 10.0;
         r.telemetry.sm_clock_counted_mhz = 1390 + threads;  // counted in-kernel after the timing
+        r.telemetry.mem_clock_mhz = 2619;                   // an H100's HBM3
         r.message = "fake measurement " + std::to_string(++measured);
         medians[r.id] = r.timing.median_us;
       }

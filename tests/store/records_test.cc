@@ -48,6 +48,8 @@ TEST(RecordsTest, TrialJobBlockRoundTrip) {
   t.power_w = 691.9;
   EXPECT_EQ(encode(t).find("sm_clock_counted_mhz"), std::string::npos) << "not counted: no field";
   t.sm_clock_counted_mhz = 1417;
+  EXPECT_EQ(encode(t).find("mem_clock_mhz"), std::string::npos) << "not sampled: no field";
+  t.mem_clock_mhz = 2619;
   EXPECT_EQ(encode(t).find("timing_l2"), std::string::npos) << "unknown timing: no field";
   t.timing_l2 = TimingL2::rotated;
   auto timed = decode_trial(encode(t));
@@ -55,6 +57,7 @@ TEST(RecordsTest, TrialJobBlockRoundTrip) {
   EXPECT_EQ(*timed, t);
   EXPECT_EQ(timed->sm_clock_mhz, 1410);
   EXPECT_EQ(timed->sm_clock_counted_mhz, 1417);
+  EXPECT_EQ(timed->mem_clock_mhz, 2619);
   EXPECT_EQ(timed->timing_l2, TimingL2::rotated);
 
   JobRecord j;

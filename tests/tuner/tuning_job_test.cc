@@ -116,6 +116,7 @@ TEST_F(TuningJobTest, CrashesHangsAndExitsAreOutcomesAndTheRightConfigWins) {
   EXPECT_EQ((*stored)->sm_clock_mhz, 1400 + 128);
   EXPECT_DOUBLE_EQ((*stored)->power_w, 300.0 + 128 / 10.0);
   EXPECT_EQ((*stored)->sm_clock_counted_mhz, 1390 + 128);
+  EXPECT_EQ((*stored)->mem_clock_mhz, 2619);
   // Every trial is recorded, a timed one with the clock and power the worker read while timing it;
   // crashing and hanging configs are blocklisted.
   auto trials = scan_trials(m_store);
@@ -126,6 +127,7 @@ TEST_F(TuningJobTest, CrashesHangsAndExitsAreOutcomesAndTheRightConfigWins) {
     EXPECT_EQ(t.sm_clock_mhz, timed ? 1400 + t.params.at("THREADS") : 0) << to_string(t.outcome);
     EXPECT_EQ(t.power_w, timed ? 300.0 + double(t.params.at("THREADS")) / 10.0 : 0.0);
     EXPECT_EQ(t.sm_clock_counted_mhz, timed ? 1390 + t.params.at("THREADS") : 0);
+    EXPECT_EQ(t.mem_clock_mhz, timed ? 2619 : 0);
   }
   auto blocked = scan_blocklist(m_store);
   ASSERT_TRUE(blocked);
@@ -328,6 +330,7 @@ TEST_F(TuningJobTest, AReusedWinnerCarriesTheClocksItsTrialRecorded) {
   t.sm_clock_mhz = 1755;
   t.power_w = 612.5;
   t.sm_clock_counted_mhz = 1740;
+  t.mem_clock_mhz = 3201;
   ASSERT_TRUE(m_store.put(Table::trials, t.key(), encode(t), Durability::buffered));
   TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);
   auto req = request();
@@ -341,6 +344,7 @@ TEST_F(TuningJobTest, AReusedWinnerCarriesTheClocksItsTrialRecorded) {
   EXPECT_EQ(r->winner.sm_clock_mhz, 1755);
   EXPECT_DOUBLE_EQ(r->winner.power_w, 612.5);
   EXPECT_EQ(r->winner.sm_clock_counted_mhz, 1740);
+  EXPECT_EQ(r->winner.mem_clock_mhz, 3201) << "it read 0 before TrialRecord kept the memory clock";
 }
 
 // A time recorded another way (tuning.timing_l2 changed between the runs, or a record from before
