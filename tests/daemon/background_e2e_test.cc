@@ -205,10 +205,11 @@ TEST_F(BackgroundTest, MissBecomesAJobThenAnExactAnswer) {
   ASSERT_TRUE(after);
   EXPECT_EQ(after->entries.front().provenance, "exact");
   EXPECT_EQ(after->entries.front().params.size(), 2u);
-  for (const auto& [name, value] : after->entries.front().params)
-    if (name == "MODE") {
-      EXPECT_EQ(value, 0) << "only MODE 0 passes verification";
-    }
+  const auto& params = after->entries.front().params;
+  const auto mode =
+      std::find_if(params.begin(), params.end(), [](const auto& p) { return p.first == "MODE"; });
+  ASSERT_NE(mode, params.end());
+  EXPECT_EQ(mode->second, 0) << "only MODE 0 passes verification";
   auto misses = app.misses(5);
   ASSERT_TRUE(misses);
   EXPECT_EQ((*misses)["top"][0]["queued"], true);

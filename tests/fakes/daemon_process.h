@@ -117,6 +117,17 @@ class DaemonProcess {
     return -1;
   }
 
+  // Whether the spawned ktuned is still alive; one that exited is reaped (wait_exit() then
+  // returns its exit code).
+  bool running() {
+    int status = 0;
+    if (m_pid > 0 && ::waitpid(m_pid, &status, WNOHANG) == m_pid) {
+      m_pid = -1;
+      m_exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    }
+    return m_pid > 0;
+  }
+
   // SIGKILL, as a crash would: the socket file stays behind.
   void crash() {
     if (m_pid <= 0) return;
