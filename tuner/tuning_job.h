@@ -91,7 +91,7 @@ struct TuneProgress {
 struct TuneStats {
   size_t candidates = 0;   // after constraints and the blocklist
   double space_total = 0;  // before constraints
-  int trials = 0;   // configs measured, reused ones included; the outcome counts below add up
+  int trials = 0;   // configs measured, reused ones included; the failures below are among them
   int reused = 0;   // trials read back from an earlier job's records (TuneRequest::resume)
   // Heuristic rules' configs queued after the other seeds (tuner/seeds.h, step 3): measured
   // before the strategy's own picks as far as the budget goes; a resumed job counts those the
