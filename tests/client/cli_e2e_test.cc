@@ -23,6 +23,7 @@
 #include "templates/registry.h"
 #include "templates/space.h"
 #include "tests/fakes/daemon_process.h"
+#include "tests/fakes/require_tool.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -680,8 +681,7 @@ class CliZshCompletionTest : public CliCompletionTest {
   enum class Load { source, fpath };
 
   void SetUp() override {
-    if (testing::run_command("command -v zsh >/dev/null 2>&1").first != 0)
-      GTEST_SKIP() << "zsh is not installed (.ci/bootstrap installs it)";
+    KTUNE_REQUIRE_TOOL(testing::run_command("command -v zsh >/dev/null 2>&1").first == 0, "zsh");
     CliCompletionTest::SetUp();
     auto [rc, script] = testing::run_command(testing::ktune_cli_path() + " completion zsh");
     ASSERT_EQ(rc, 0) << script;

@@ -17,6 +17,7 @@
 #include "tests/fakes/daemon_parts.h"
 #include "tests/fakes/eventually.h"
 #include "tests/fakes/redis_process.h"
+#include "tests/fakes/require_tool.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -86,7 +87,7 @@ JobRecord job_for(const Problem& p) {
 class FleetClaimsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (RedisProcess::binary().empty()) GTEST_SKIP() << "redis-server is not installed";
+    KTUNE_REQUIRE_TOOL(!RedisProcess::binary().empty(), "redis-server");
     ASSERT_TRUE(m_redis.start()) << "redis-server did not start";
   }
   std::unique_ptr<Node> node(const std::string& name, std::chrono::milliseconds lease = 10s) {

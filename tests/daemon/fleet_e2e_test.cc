@@ -28,6 +28,7 @@
 #include "tests/fakes/daemon_process.h"
 #include "tests/fakes/eventually.h"
 #include "tests/fakes/redis_process.h"
+#include "tests/fakes/require_tool.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -58,8 +59,7 @@ protocol::ProblemSpec scale(std::int64_t n) {
 class FleetE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (RedisProcess::binary().empty())
-      GTEST_SKIP() << "redis-server is not installed (.ci/bootstrap installs it)";
+    KTUNE_REQUIRE_TOOL(!RedisProcess::binary().empty(), "redis-server");
     std::filesystem::create_directories(m_dir / "nvml");
     ASSERT_TRUE(m_redis.start()) << "redis-server did not start";
     for (int i = 0; i < k_nodes; ++i) m_nodes.push_back(make_node(i));

@@ -11,6 +11,7 @@
 #include "tests/fakes/daemon_parts.h"
 #include "tests/fakes/eventually.h"
 #include "tests/fakes/redis_process.h"
+#include "tests/fakes/require_tool.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -149,7 +150,7 @@ TEST(FleetMergeTest, ARecordStaleHereNeverReplacesOneFreshHereAndAlwaysGivesWayT
 // driver, kept here, moved that class's hash back at every resync of this node, and that class's
 // upgraded nodes tuned the key again.
 TEST(FleetResyncTest, RecordsOfAClassThisNodeDoesNotOwnOnlyFillWhatTheHashLacks) {
-  if (testing::RedisProcess::binary().empty()) GTEST_SKIP() << "redis-server is not installed";
+  KTUNE_REQUIRE_TOOL(!testing::RedisProcess::binary().empty(), "redis-server");
   testing::TempDir dir;
   testing::RedisProcess redis(dir.path());
   ASSERT_TRUE(redis.start()) << "redis-server did not start";

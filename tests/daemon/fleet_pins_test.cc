@@ -14,6 +14,7 @@
 #include "tests/fakes/daemon_parts.h"
 #include "tests/fakes/eventually.h"
 #include "tests/fakes/redis_process.h"
+#include "tests/fakes/require_tool.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -92,7 +93,7 @@ Json import_request(const std::vector<WinnerRecord>& records) {
 }
 
 TEST(FleetPinsTest, APinMadeOnOneNodeAnswersIdenticallyOnEvery) {
-  if (RedisProcess::binary().empty()) GTEST_SKIP() << "redis-server is not installed";
+  KTUNE_REQUIRE_TOOL(!RedisProcess::binary().empty(), "redis-server");
   ::signal(SIGPIPE, SIG_IGN);  // as ktuned does: Redis is stopped under a live connection below
   TempDir dir;
   RedisProcess redis(dir.path());

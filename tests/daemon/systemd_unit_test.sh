@@ -9,7 +9,11 @@
 set -euo pipefail
 unit=$1
 mode=${2:-}
-command -v systemd-analyze >/dev/null || { echo "systemd-analyze not found: skipped"; exit 77; }
+if ! command -v systemd-analyze >/dev/null; then
+  [ -n "${KTUNE_REQUIRE_TEST_TOOLS:-}" ] && { echo "systemd-analyze not found, and KTUNE_REQUIRE_TEST_TOOLS is set" >&2; exit 1; }
+  echo "systemd-analyze not found: skipped"
+  exit 77
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -10,6 +10,7 @@ set -euo pipefail
 src=$1 ktune=$2 ktuned=$3
 chromium_bin=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$chromium_bin" ]; then
+  [ -n "${KTUNE_REQUIRE_TEST_TOOLS:-}" ] && { echo "chromium is not installed, and KTUNE_REQUIRE_TEST_TOOLS is set" >&2; exit 1; }
   echo "chromium is not installed (.ci/bootstrap installs it): skipped"
   exit 77
 fi
