@@ -657,11 +657,13 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 // KTUNE_* variables read outside the key table: the data root (config/paths), the worker
-// binary, and two test hooks (a fake NVML, a fleet outage). KTUNE_SOCKET, which the clients read
-// too, is server.socket's override. ConfigTest.OtherEnvironmentIsWhatTheSourcesRead keeps this
-// list equal to what the sources read.
+// binary, and three test hooks (a fake NVML, a fleet outage, CI's demand for the tests' tools,
+// which reaches the ktuneds the tests start). KTUNE_SOCKET, which the clients read too, is
+// server.socket's override. ConfigTest.OtherEnvironmentIsWhatTheSourcesRead keeps this list
+// equal to what the sources read.
 constexpr std::string_view k_other_environment[] = {
-    "KTUNE_HOME", "KTUNE_WORKER", "KTUNE_FAKE_NVML_DIR", "KTUNE_FLEET_TEST_OUTAGE_S"};
+    "KTUNE_HOME", "KTUNE_WORKER", "KTUNE_FAKE_NVML_DIR", "KTUNE_FLEET_TEST_OUTAGE_S",
+    "KTUNE_REQUIRE_TEST_TOOLS"};
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // A fleet end to end: a real redis-server on a Unix socket in a temp dir and three real ktuned
 // processes whose lanes drive fake workers (tests/fakes/fake_worker.cc: no GPU), all of one
-// device class. Label "e2e"; skipped when redis-server is not installed (CI installs it).
+// device class. Label "e2e"; skipped when redis-server is not installed, failed under .ci/run
+// (tests/fakes/require_tool.h).
 //
 //   1. 50 keys asked on all three nodes (missed on each that asks before the fleet has the
 //      winner): each is tuned exactly once fleet-wide (the jobs that ran, counted on every node)

@@ -2,7 +2,8 @@
 # ctest (label unit): `systemd-analyze verify` on the shipped unit.
 #   systemd_unit_test.sh UNIT              the unit must verify cleanly
 #   systemd_unit_test.sh UNIT --self-test  broken copies of it must be rejected (the check bites)
-# Exits 77 (ctest: skipped) where systemd-analyze is missing. verify reports bad values and
+# Exits 77 (ctest: skipped) where systemd-analyze is missing; 1 under .ci/run
+# (KTUNE_REQUIRE_TEST_TOOLS). verify reports bad values and
 # unknown keys as "..., ignoring" and still exits 0, so any output at all counts as a failure.
 # The unit is verified as a copy whose ExecStart binary is /bin/true: verify insists that binary
 # exists, and /usr/local/bin/ktuned is not installed on a build machine.
@@ -10,7 +11,7 @@ set -euo pipefail
 unit=$1
 mode=${2:-}
 if ! command -v systemd-analyze >/dev/null; then
-  [ -n "${KTUNE_REQUIRE_TEST_TOOLS:-}" ] && { echo "systemd-analyze not found, and KTUNE_REQUIRE_TEST_TOOLS is set" >&2; exit 1; }
+  [ "${KTUNE_REQUIRE_TEST_TOOLS:-0}" != 0 ] && { echo "systemd-analyze not found, and KTUNE_REQUIRE_TEST_TOOLS is set" >&2; exit 1; }
   echo "systemd-analyze not found: skipped"
   exit 77
 fi

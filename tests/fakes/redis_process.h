@@ -1,7 +1,7 @@
 // RedisProcess: a real redis-server on a Unix socket in a test's temp dir (no TCP port, no
-// persistence), for the fleet tests. Tests skip when redis-server is not installed (CI installs
-// it: .ci/bootstrap). stop() and start() again give a Redis that lost everything, as a restart
-// without persistence would.
+// persistence), for the fleet tests. Tests skip when redis-server is not installed, and fail under
+// .ci/run, whose bootstrap installs it (tests/fakes/require_tool.h). stop() and start() again give
+// a Redis that lost everything, as a restart without persistence would.
 #pragma once
 
 #include <signal.h>
