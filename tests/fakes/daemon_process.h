@@ -43,6 +43,7 @@ class DaemonProcess {
   // Starts ktuned and returns at once (wait_ready waits for it).
   void spawn() {
     m_log = m_data_dir + ".log";
+    m_exit_code = -1;
     m_pid = ::fork();
     if (m_pid == 0) {
       std::FILE* log = std::fopen(m_log.c_str(), "a");
@@ -85,12 +86,7 @@ class DaemonProcess {
     o.timeout = std::chrono::milliseconds(500);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
-        m_pid = -1;
-        m_exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-        return false;
-      }
+      if (reap(WNOHANG)) return false;
       Client c(o);
       if (auto s = c.status(); s && (*s)["pid"] == m_pid) return true;  // ours, not another daemon
       std::this_thread::sleep_for(poll);
@@ -99,32 +95,23 @@ class DaemonProcess {
   }
 
   // SIGTERM and wait; returns the exit status (or -1 if it had to be killed after 30 s: longer
-  // than server.drain_timeout_ms, 10 s, and a lane's trial).
+  // than server.drain_timeout_ms, 10 s, and a lane's trial). One that already exited by itself
+  // returns that exit's status; none running after crash(), 0.
   int stop() {
-    if (m_pid <= 0) return 0;
+    if (m_pid <= 0) return m_exit_code == -1 ? 0 : m_exit_code;
     ::kill(m_pid, SIGTERM);
-    int status = 0;
     for (int i = 0; i < 600; ++i) {
-      if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
-        m_pid = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
+      if (reap(WNOHANG)) return m_exit_code;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    ::kill(m_pid, SIGKILL);
-    ::waitpid(m_pid, &status, 0);
-    m_pid = -1;
+    crash();
     return -1;
   }
 
   // Whether the spawned ktuned is still alive; one that exited is reaped (wait_exit() then
   // returns its exit code).
   bool running() {
-    int status = 0;
-    if (m_pid > 0 && ::waitpid(m_pid, &status, WNOHANG) == m_pid) {
-      m_pid = -1;
-      m_exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    }
+    reap(WNOHANG);
     return m_pid > 0;
   }
 
@@ -132,23 +119,17 @@ class DaemonProcess {
   void crash() {
     if (m_pid <= 0) return;
     ::kill(m_pid, SIGKILL);
-    int status = 0;
-    ::waitpid(m_pid, &status, 0);
-    m_pid = -1;
+    reap(0);
+    m_exit_code = -1;  // killed here, not an exit of its own
   }
 
   // Waits up to 5 s for the process to exit; its exit code, or -1 if it is still running.
   int wait_exit() {
-    if (m_pid <= 0) return m_exit_code;
     for (int i = 0; i < 100 && m_pid > 0; ++i) {
-      int status = 0;
-      if (::waitpid(m_pid, &status, WNOHANG) == m_pid) {
-        m_pid = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
+      if (reap(WNOHANG)) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    return -1;
+    return m_pid > 0 ? -1 : m_exit_code;
   }
 
   // "NAME=value" entries added to the daemon's environment at the next start().
@@ -161,6 +142,16 @@ class DaemonProcess {
   pid_t pid() const { return m_pid; }
 
  private:
+  // waitpid(flags) on the spawned process; true when it was reaped, its status kept in
+  // m_exit_code (128 + the signal for a death by signal, as a shell reports it).
+  bool reap(int flags) {
+    int status = 0;
+    if (m_pid <= 0 || ::waitpid(m_pid, &status, flags) != m_pid) return false;
+    m_pid = -1;
+    m_exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return true;
+  }
+
   std::string m_socket;
   std::string m_data_dir;
   std::vector<std::string> m_extra;
