@@ -160,6 +160,7 @@ void Lane::run_job(const JobRecord& job) {
     m_deps.jobs.progress(id, p.trials, p.reused, p.best_us, p.best);
     std::lock_guard lock(m_mutex);
     m_job.trials_done = p.trials;
+    m_job.budget_trials = p.budget_trials;  // the job's own cap: at most its candidates
     m_job.best_us = p.best_us;
   });
   if (result) return commit_result(job, result->winner, *claim);

@@ -521,7 +521,7 @@ TEST_F(BackgroundTest, RetimeRoundsAndTimingL2KeysReachTheFinalistsRetime) {
 // gpu_policy idle: a foreign process on the GPU pauses the lane within a second; it resumes when
 // the process leaves, and the job still finishes.
 TEST_F(BackgroundTest, ForeignWorkPausesTheLaneWithinASecond) {
-  auto d = daemon(1, {"tuning.gpu_policy=idle", "tuning.budget_trials=10"},
+  auto d = daemon(1, {"tuning.gpu_policy=idle", "tuning.budget_trials=100"},
                   {"FAKE_WORKER_DELAY_MS=100"});
   ASSERT_TRUE(d->start());
   Client client(options());
@@ -542,6 +542,10 @@ TEST_F(BackgroundTest, ForeignWorkPausesTheLaneWithinASecond) {
   EXPECT_FALSE(eventually([&] { return job(id)["trials"].get<int>() > trials_at_pause + 1; },
                           std::chrono::milliseconds(600)));
   foreign_process(0, false);
+  // From its first trial the lane shows the job's own cap: the space's 10 configs, not the 100
+  // asked (10 trials of 100 ms each are left to see it in).
+  EXPECT_TRUE(eventually([&] { return status()["lanes"][0]["budget_trials"] == 10; }))
+      << status()["lanes"][0].dump();
   ASSERT_TRUE(eventually([&] { return job_in(id, {"done", "failed"}); }));
   EXPECT_EQ(job(id)["state"], "done");
   EXPECT_GT(status()["lanes"][0]["seconds"]["paused"].get<double>(), 0.3);

@@ -127,6 +127,10 @@ TEST(Seeds, RulesConfigsTakeTurnsAfterTheOtherSeedsUpToAQuarterOfTheTrials) {
   EXPECT_EQ(o.seeds, (std::vector<size_t>{9, 2, 7, 1}));
   EXPECT_EQ(o.rule_configs, 2u);
   o = order_seeds(t, g.candidates, {}, 16, RuleSeeds::left_out);
+  // A job's trial budget: what it asks, at most every candidate; 0 asks for every candidate.
+  EXPECT_EQ(trial_budget(8, 40), 8u);
+  EXPECT_EQ(trial_budget(100, 40), 40u);
+  EXPECT_EQ(trial_budget(0, 40), 40u);
   EXPECT_EQ(o.seeds, (std::vector<size_t>{9}));
   EXPECT_EQ(o.rule_configs, 0u);
   EXPECT_EQ(order_seeds(t, g.candidates, {}, 3).seeds, (std::vector<size_t>{9}))
