@@ -213,13 +213,17 @@ std::string unreadable_file(const TempDir& dir) {
 // a malformed or missing --config and a bad standalone flag are usage, 2 (were 1, the latter
 // after looking for a GPU).
 TEST_F(CliTest, ExitCodesAreTheDocumentedOnes) {
-  {
-    // Where no file is unreadable here (root without /proc/sys), a directory stands in.
-    const std::string unreadable = unreadable_file(m_dir);
-    const std::string file = unreadable.empty() ? std::string(m_dir / "") : unreadable;
+  // A file that cannot be read, where one can be made (not as root without /proc/sys), and a
+  // directory everywhere.
+  std::vector<std::pair<std::string, std::string>> unreadable = {
+      {std::string(m_dir / ""), ": not a file"}};
+  if (const std::string file = unreadable_file(m_dir); !file.empty())
+    unreadable.emplace_back(file, ": cannot read: ");
+  else
+    RecordProperty("unreadable_file", "none could be made here");
+  for (const auto& [file, why] : unreadable) {
     EXPECT_EQ(run("import " + file + " --json"), 1) << m_out;
     EXPECT_EQ(out_json()["error"]["code"], "failed") << m_out;
-    const std::string why = unreadable.empty() ? ": not a file" : ": cannot read: ";
     EXPECT_NE(out_json()["error"]["message"].dump().find(file + why), std::string::npos) << m_out;
   }
   const std::string shape = " --shape rows=64,cols=4096 --device h200";
