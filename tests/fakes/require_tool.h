@@ -1,5 +1,5 @@
 // Tests that need a tool from outside the build (redis-server, zsh): they skip where it is
-// missing on a developer's machine, and fail where KTUNE_REQUIRE_TEST_TOOLS is set (.ci/test
+// missing on a developer's machine, and fail where KTUNE_REQUIRE_TEST_TOOLS is set (.ci/run
 // sets it), so that a CI image losing a package cannot turn a whole suite green unrun. Only the
 // GPU tests skip everywhere (ctest label gpu).
 #pragma once
