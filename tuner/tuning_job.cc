@@ -57,6 +57,25 @@ Timing timing_of(const TrialRecord& r) {
   return t;
 }
 
+// The telemetry a trial or winner record keeps (both name the fields alike), written and read
+// in one place so that a field added to the records is copied on every path.
+template <typename Record>
+void keep_telemetry(Record& r, const GpuTelemetry& t) {
+  r.sm_clock_mhz = t.sm_clock_mhz;
+  r.mem_clock_mhz = t.mem_clock_mhz;
+  r.power_w = t.power_w;
+  r.sm_clock_counted_mhz = t.sm_clock_counted_mhz;
+}
+
+GpuTelemetry telemetry_of(const TrialRecord& r) {
+  GpuTelemetry t;
+  t.sm_clock_mhz = r.sm_clock_mhz;
+  t.mem_clock_mhz = r.mem_clock_mhz;
+  t.power_w = r.power_w;
+  t.sm_clock_counted_mhz = r.sm_clock_counted_mhz;
+  return t;
+}
+
 }  // namespace
 
 WorkerJson cublas_problem(const Problem& p) {
@@ -247,10 +266,7 @@ class JobRun {
         ok.timing = timing_of(r);
         ok.ref_error = r.ref_error;
         // What the GPU ran at when it was timed, for the winner record if this config wins.
-        ok.telemetry.sm_clock_mhz = r.sm_clock_mhz;
-        ok.telemetry.power_w = r.power_w;
-        ok.telemetry.sm_clock_counted_mhz = r.sm_clock_counted_mhz;
-        ok.telemetry.mem_clock_mhz = r.mem_clock_mhz;
+        ok.telemetry = telemetry_of(r);
         note_success(i, ok);
         o.value = r.median_us;
       }
@@ -349,11 +365,8 @@ class JobRun {
       trial.ref_error = r->ref_error;
       trial.message = r->message;
       if (r->outcome == Outcome::ok) {
-        trial.sm_clock_mhz = r->telemetry.sm_clock_mhz;
+        keep_telemetry(trial, r->telemetry);
         trial.timing_l2 = m_req.timing.l2;
-        trial.power_w = r->telemetry.power_w;
-        trial.sm_clock_counted_mhz = r->telemetry.sm_clock_counted_mhz;
-        trial.mem_clock_mhz = r->telemetry.mem_clock_mhz;
         obs.value = r->timing.median_us;
         note_success(p.index, *r);
         m_worker_of[p.index] = m_runner.respawns();
@@ -545,11 +558,7 @@ class JobRun {
     w.ref_error = m_ok_results[chosen].ref_error;
     // The winner's own clocks and power, read while its trial ran (the runner's last reply is
     // the re-timing's, pooled over every finalist and cuBLAS).
-    const GpuTelemetry& tel = m_ok_results[chosen].telemetry;
-    w.sm_clock_mhz = tel.sm_clock_mhz;
-    w.mem_clock_mhz = tel.mem_clock_mhz;
-    w.power_w = tel.power_w;
-    w.sm_clock_counted_mhz = tel.sm_clock_counted_mhz;
+    keep_telemetry(w, m_ok_results[chosen].telemetry);
     w.node_id = m_ctx.node_id;
     w.timestamp = unix_now();
     w.trials = m_stats.trials;

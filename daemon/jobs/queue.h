@@ -35,8 +35,8 @@ struct JobSpec {
   int budget_trials = 0;
   double budget_seconds = 0;
   std::vector<std::string> templates;  // empty: every template for the op
-  std::vector<Params>
-      seeds;  // measured right after the heuristics' configs where a space holds them
+  // Measured right after the heuristics' configs where a space holds them.
+  std::vector<Params> seeds;
 };
 
 class JobQueue {
