@@ -106,6 +106,8 @@ Json trial_json(const TrialRecord& t) {
   if (t.sm_clock_mhz != 0) j["sm_clock_mhz"] = t.sm_clock_mhz;  // read while timing (NVML)
   if (t.power_w != 0) j["power_w"] = t.power_w;
   if (t.sm_clock_counted_mhz != 0) j["sm_clock_counted_mhz"] = t.sm_clock_counted_mhz;
+  if (t.mem_clock_mhz != 0) j["mem_clock_mhz"] = t.mem_clock_mhz;
+  if (t.timing_l2 != TimingL2::unknown) j["timing_l2"] = std::string(to_string(t.timing_l2));
   return j;
 }
 
