@@ -18,6 +18,7 @@ struct LogAxis {
   double operator()(double v) const {
     const double t =
         (std::log10(std::max(v, lo)) - std::log10(lo)) / (std::log10(hi) - std::log10(lo));
+    if (std::isnan(t)) return a;  // a range that no log axis holds (lo <= 0): the axis' start
     return a + (b - a) * std::clamp(t, 0.0, 1.0);
   }
 };
@@ -90,6 +91,11 @@ std::string labelled_points(const std::vector<RooflinePoint>& points, const LogA
   return s;
 }
 
+// A trial with a time a log axis can hold: a zero (a file's, a hand-built set's) is left out.
+bool plottable(const Trial& t) {
+  return t.outcome == Outcome::ok && t.median_us > 0;
+}
+
 }  // namespace
 
 std::string convergence_svg(const std::vector<const TrialSet*>& sets, double table_best_us) {
@@ -98,7 +104,7 @@ std::string convergence_svg(const std::vector<const TrialSet*>& sets, double tab
   for (const TrialSet* set : sets) {
     bool seen = false;
     for (const Trial& t : set->trials) {
-      if (t.outcome != Outcome::ok) continue;
+      if (!plottable(t)) continue;
       best = std::min(best, t.median_us);
       if (!seen) first = std::max(first, t.median_us), seen = true;
     }
@@ -147,7 +153,7 @@ std::string convergence_svg(const std::vector<const TrialSet*>& sets, double tab
     double so_far = std::numeric_limits<double>::infinity();
     for (size_t i = 0; i < set.trials.size(); ++i) {
       const Trial& t = set.trials[i];
-      if (t.outcome != Outcome::ok || t.median_us >= so_far) continue;
+      if (!plottable(t) || t.median_us >= so_far) continue;
       const double px = x(double(i + 1)), py = y(t.median_us);
       path += path.empty() ? strf("M%.1f %.1f", px, py) : strf("H%.1fV%.1f", px, py);
       so_far = t.median_us;
