@@ -283,15 +283,29 @@ inline bool mentions_attach_key(std::string_view line) {
   return false;
 }
 
+// The version `v` names when it is an integer this side speaks (compared as the 64-bit value
+// sent: 4294967297 is not version 1); nullopt otherwise.
+inline std::optional<int> spoken_version(const Json& v) {
+  if (!v.is_number_integer()) return std::nullopt;
+  const bool known =
+      v.is_number_unsigned()
+          ? v.get<std::uint64_t>() >= std::uint64_t(k_min_version) &&
+                v.get<std::uint64_t>() <= std::uint64_t(k_version)
+          : v.get<std::int64_t>() >= k_min_version && v.get<std::int64_t>() <= k_version;
+  if (!known) return std::nullopt;
+  return static_cast<int>(v.get<std::int64_t>());
+}
+
 // Requests may carry an attachment: "attach": N (bytes) in the line, and exactly N raw bytes right
 // after its newline (an imported table, larger than a frame). Returns N, 0 when the line has no
 // attachment, or an error (the stream cannot be resynchronized after it: close). A line that is
 // not JSON has no attachment unless it names "attach" as a key (then it is an error). On an error
-// the request's "id" goes to `id_out` when it could be read, for the error reply to echo.
+// the request's "id" goes to `id_out` when it could be read, for the error reply to echo, and its
+// version to `v_out` when it is one spoken here.
 // The key may be spelled with JSON escapes ("att\u0061ch" is "attach"): a line with a backslash
 // is parsed even without the literal token, so its attachment is read, not taken for lines.
 inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes,
-                                        Json* id_out = nullptr) {
+                                        Json* id_out = nullptr, int* v_out = nullptr) {
   if (find_attach_token(line) == std::string_view::npos &&
       std::memchr(line.data(), '\\', line.size()) == nullptr)
     return size_t(0);
@@ -310,6 +324,7 @@ inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes,
   if (!a.is_number_unsigned() || a.get<std::uint64_t>() == 0 ||
       a.get<std::uint64_t>() > max_bytes) {
     if (auto id = j->find("id"); id_out && id != j->end()) *id_out = *id;
+    if (auto v = j->find("v"); v_out && v != j->end()) *v_out = spoken_version(*v).value_or(*v_out);
     return error(ErrorKind::bad_request, "\"attach\" must be a byte count 1.." +
                                              std::to_string(max_bytes) +
                                              "; closing the connection");
@@ -319,8 +334,10 @@ inline Expected<size_t> attachment_size(std::string_view line, size_t max_bytes,
 
 // Parses one request line (without its newline). On failure the Error says what is wrong; the
 // `id` out-parameter still receives the request's id when it could be read, so the error reply
-// can echo it. Never throws.
-inline Expected<Request> parse_request(std::string_view line, Json* id_out = nullptr) {
+// can echo it, and `v_out` the request's version once it was read and is spoken here. Never
+// throws.
+inline Expected<Request> parse_request(std::string_view line, Json* id_out = nullptr,
+                                       int* v_out = nullptr) {
   Request r;
   auto body = parse_json(line, id_out);
   if (!body) return std::unexpected(body.error());
@@ -333,17 +350,13 @@ inline Expected<Request> parse_request(std::string_view line, Json* id_out = nul
   auto v = r.body.find("v");
   if (v == r.body.end()) return error(ErrorKind::bad_request, "missing \"v\" (protocol version)");
   if (!v->is_number_integer()) return error(ErrorKind::bad_request, "\"v\" must be an integer");
-  // Compared as the 64-bit value sent: 4294967297 is not version 1.
-  const bool known =
-      v->is_number_unsigned()
-          ? v->get<std::uint64_t>() >= std::uint64_t(k_min_version) &&
-                v->get<std::uint64_t>() <= std::uint64_t(k_version)
-          : v->get<std::int64_t>() >= k_min_version && v->get<std::int64_t>() <= k_version;
-  if (!known)
+  const std::optional<int> spoken = spoken_version(*v);
+  if (!spoken)
     return error(ErrorKind::unsupported_version,
                  "protocol version " + v->dump() + " not supported (this daemon speaks " +
                      std::to_string(k_min_version) + ".." + std::to_string(k_version) + ")");
-  r.v = static_cast<int>(v->get<std::int64_t>());
+  r.v = *spoken;
+  if (v_out) *v_out = r.v;
   auto op = r.body.find("op");
   if (op == r.body.end()) return error(ErrorKind::bad_request, "missing \"op\" (a string)");
   if (!op->is_string())

@@ -130,17 +130,18 @@ void Dispatcher::handle(std::string_view line, std::string attachment, const Pee
   // Nothing a client sends may throw out of here (the session would lose the connection and the
   // replies owed on it); a throw is a bug, answered `internal` for this line alone.
   Json id;
+  int v = protocol::k_min_version;  // the request's, once read: every reply echoes it
   if (log_enabled(LogLevel::debug)) emit = logged(line, peer, std::move(emit));
   try {
-    policy(line, std::move(attachment), peer, emit, id, lane);
+    policy(line, std::move(attachment), peer, emit, id, v, lane);
   } catch (const std::exception& e) {
     log(LogLevel::error, "request_failed", {{"what", e.what()}});
-    emit(reply_line(m_ctx, id, protocol::error(ErrorKind::internal, e.what())), true);
+    emit(reply_line(m_ctx, id, protocol::error(ErrorKind::internal, e.what()), v), true);
   }
 }
 
 void Dispatcher::policy(std::string_view line, std::string attachment, const Peer& peer, Emit& emit,
-                        Json& id, const Executor::Lane* lane) {
+                        Json& id, int& v, const Executor::Lane* lane) {
   // --- policy: parse, version ---
   // A plain lookup line (daemon/plain_line.h) is read without the JSON parser. Not from TCP: the
   // general parser reads its token.
@@ -148,13 +149,14 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
   if (attachment.empty() && !peer.tcp) req = plain_request(line);
   if (req) {
     id = req->id;
+    v = req->v;
   } else {
-    auto parsed = protocol::parse_request(line, &id);
+    auto parsed = protocol::parse_request(line, &id, &v);
     if (!parsed) {
       m_ctx.metrics.count_request("other");
       m_ctx.metrics.count_error(parsed.error().kind);
       return void(
-          emit(protocol::reply_error(id, parsed.error().kind, parsed.error().message), true));
+          emit(protocol::reply_error(id, parsed.error().kind, parsed.error().message, v), true));
     }
     req = std::make_shared<protocol::Request>(std::move(*parsed));
     req->attachment = std::move(attachment);
@@ -184,7 +186,7 @@ void Dispatcher::policy(std::string_view line, std::string attachment, const Pee
   m_ctx.metrics.count_request(req->op);
   // --- policy: rights (admin ops), before any handler or cache ---
   if (auto allowed = authorize(*info, rights, peer, m_ctx.config); !allowed)
-    return void(emit(reply_line(m_ctx, req->id, std::unexpected(allowed.error())), true));
+    return void(emit(reply_line(m_ctx, *req, std::unexpected(allowed.error())), true));
   // --- fast ops from memory on this thread ---
   if (handler->fast) {
     if (!peer.tcp) req->raw = std::string(line);  // text caches serve trusted peers only

@@ -63,10 +63,11 @@ class Dispatcher final : public RequestHandler {
   std::string metrics_gauges() { return op_metrics_gauges(m_ctx); }
 
  private:
-  // handle()'s body: the policy stage, then the handler on its thread. `id` receives the
-  // request's id as soon as it is known, for the error reply should anything throw.
+  // handle()'s body: the policy stage, then the handler on its thread. `id` and `v` receive the
+  // request's id and version as soon as they are known, for the error reply should anything
+  // throw.
   void policy(std::string_view line, std::string attachment, const Peer& peer, Emit& emit,
-              protocol::Json& id, const Executor::Lane* lane);
+              protocol::Json& id, int& v, const Executor::Lane* lane);
 
   OpContext& m_ctx;
   Executor* m_executor;

@@ -297,10 +297,12 @@ asio::awaitable<void, SessionExecutor> Session<Socket>::read_loop() {
           }
         }
         protocol::Json id;  // null unless an error names it
-        auto attach = protocol::attachment_size(line, max_attachment, &id);
+        int v = protocol::k_min_version;
+        auto attach = protocol::attachment_size(line, max_attachment, &id, &v);
         if (!attach) {
           m_metrics.count_error(attach.error().kind);
-          push_ready(protocol::reply_error(id, attach.error().kind, attach.error().message), true);
+          push_ready(protocol::reply_error(id, attach.error().kind, attach.error().message, v),
+                     true);
           fatal = true;
           break;
         }

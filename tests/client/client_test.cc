@@ -128,6 +128,16 @@ TEST(ProtocolTest, AttachTokenIsFoundWhereverItIsAndOnlyThere) {
   // A line that cannot be parsed may name it with escapes: the stream cannot be trusted.
   EXPECT_FALSE(protocol::attachment_size(R"({"op":"import","att\u0061ch": 1e400})", 100));
   EXPECT_FALSE(protocol::attachment_size(R"({"op":"import","att\u0061ch":4, oops)", 100));
+  // A refused count: the error reply echoes the request's id and version (1 for one not spoken).
+  protocol::Json id;
+  int v = protocol::k_min_version;
+  EXPECT_FALSE(
+      protocol::attachment_size(R"({"v":2,"id":5,"op":"import","attach":420})", 100, &id, &v));
+  EXPECT_EQ(id, 5);
+  EXPECT_EQ(v, 2);
+  v = protocol::k_min_version;
+  EXPECT_FALSE(protocol::attachment_size(R"({"v":9,"op":"import","attach":420})", 100, &id, &v));
+  EXPECT_EQ(v, protocol::k_min_version);
 }
 
 TEST(ClientTest, BigReplyArrivingInSmallPiecesIsReadInLinearTime) {

@@ -69,6 +69,9 @@ TEST_F(AccessDispatchTest, ReadOnlyUnixPeerIsRefusedEveryAdminOp) {
     }
     ++admin_ops;
     EXPECT_EQ(code(reply), "forbidden") << op.name << ": " << reply.dump();
+    Json v2 = request(op.name);
+    v2["v"] = 2;
+    EXPECT_EQ(call(v2, reader)["v"], 2) << op.name << ": the refusal echoes the version asked in";
     const std::string message = reply["error"]["message"].get<std::string>();
     EXPECT_NE(message.find("'ktune-admin' (server.admin_group)"), std::string::npos) << message;
     EXPECT_NE(message.find(std::string(op.name)), std::string::npos) << message;

@@ -859,6 +859,14 @@ TEST_F(DispatcherTest, ErrorRepliesEchoTheRequestVersion) {
   EXPECT_EQ(call(R"({"v":2,"id":1,"op":"explode"})")["v"], 2);
   EXPECT_EQ(call(R"({"v":1,"id":1,"op":"explode"})")["v"], 1);
   EXPECT_EQ(call(R"({"v":2,"id":1,"op":"job","job":"000000000042"})")["v"], 2);
+  // Refused by the policy stage once the version was read: still the request's version.
+  for (const char* line : {R"({"v":2,"id":1})", R"({"v":2,"id":1,"op":7})"}) {
+    const Json r = call(line);
+    EXPECT_EQ(r["v"], 2) << line << " -> " << r.dump();
+  }
+  // A version this daemon does not speak, or none: the reply is in version 1.
+  EXPECT_EQ(call(R"({"v":3,"id":1,"op":"status"})")["v"], 1);
+  EXPECT_EQ(call(R"({"id":1,"op":"status"})")["v"], 1);
 }
 
 TEST(WinnerIndexTest, NearestIsWithinRadiusOrderedAndFamilyScoped) {
