@@ -3,6 +3,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "config/text.h"
 #include "store/record_json.h"
@@ -60,6 +61,17 @@ template <typename T, typename Get>
 T optional_field(const Json& j, const char* key, const std::string& path, T def, Get get) {
   if (!j.is_object() || !j.contains(key)) return def;
   return get(j, key, path);
+}
+
+// A trial's reference error is +inf in memory where the outputs were not finite (NaN/inf, or
+// never written): stored as the largest double, which every reader takes as a number (JSON has no
+// inf; null would fail older readers' decode), and read back as +inf (2026-12-07 (2)).
+Json stored_ref_error(double error) {
+  return std::isfinite(error) ? Json(error) : Json(std::numeric_limits<double>::max());
+}
+double ref_error_from_json(const Json& j, const std::string& path) {
+  const double e = get_number(j, "ref_error", path);
+  return e == std::numeric_limits<double>::max() ? std::numeric_limits<double>::infinity() : e;
 }
 
 // "timing_l2" is written only when known, so a record of unknown timing encodes as before it
@@ -200,14 +212,22 @@ WinnerRecord winner_from_json(const Json& j, const std::string& path) {
 }
 
 Json to_json(const TrialRecord& r) {
-  Json j{{"device", to_json(r.device)},  {"problem", to_json(r.problem)},
-         {"template", r.template_name},  {"template_hash", r.template_hash},
-         {"params", to_json(r.params)},  {"outcome", to_string(r.outcome)},
-         {"median_us", r.median_us},     {"spread_pct", r.spread_pct},
-         {"ref_error", r.ref_error},     {"registers", r.registers},
-         {"spill_bytes", r.spill_bytes}, {"smem_bytes", r.smem_bytes},
-         {"compile_ms", r.compile_ms},   {"message", r.message},
-         {"timestamp", r.timestamp},     {"job_id", r.job_id}};
+  Json j{{"device", to_json(r.device)},
+         {"problem", to_json(r.problem)},
+         {"template", r.template_name},
+         {"template_hash", r.template_hash},
+         {"params", to_json(r.params)},
+         {"outcome", to_string(r.outcome)},
+         {"median_us", r.median_us},
+         {"spread_pct", r.spread_pct},
+         {"ref_error", stored_ref_error(r.ref_error)},
+         {"registers", r.registers},
+         {"spill_bytes", r.spill_bytes},
+         {"smem_bytes", r.smem_bytes},
+         {"compile_ms", r.compile_ms},
+         {"message", r.message},
+         {"timestamp", r.timestamp},
+         {"job_id", r.job_id}};
   // Written only when sampled: a trial without telemetry encodes as before 2026-12-04.
   if (r.sm_clock_mhz != 0) j["sm_clock_mhz"] = r.sm_clock_mhz;
   if (r.power_w != 0) j["power_w"] = r.power_w;
@@ -229,7 +249,7 @@ TrialRecord trial_from_json(const Json& j, const std::string& path) {
   r.outcome = *outcome;
   r.median_us = get_number(j, "median_us", path);
   r.spread_pct = get_number(j, "spread_pct", path);
-  r.ref_error = get_number(j, "ref_error", path);
+  r.ref_error = ref_error_from_json(j, path);
   r.registers = get_int32(j, "registers", path);
   r.spill_bytes = get_int32(j, "spill_bytes", path);
   r.smem_bytes = get_int32(j, "smem_bytes", path);
@@ -469,8 +489,12 @@ Result<void> validate_winner(const WinnerRecord& r) {
       return fail(ErrorCode::invalid_argument, at + ".template_hash: expected 16 hex digits");
     if (!(c.median_us > 0) || !std::isfinite(c.median_us))
       return fail(ErrorCode::invalid_argument, at + ".median_us: must be > 0");
-    if (c.spread_pct < 0 || c.tflops < 0 || c.gbps < 0)
-      return fail(ErrorCode::invalid_argument, at + ": negative spread or throughput");
+    // `!(x >= 0)` holds for NaN too: a non-finite number would encode as JSON null, which no
+    // reader takes back (the store's own scan included).
+    for (double x : {c.spread_pct, c.tflops, c.gbps})
+      if (!(x >= 0) || !std::isfinite(x))
+        return fail(ErrorCode::invalid_argument,
+                    at + ": spread and throughput must be finite and >= 0");
     if (i > 0 && c.median_us < r.ranked[i - 1].median_us)
       return fail(ErrorCode::invalid_argument, at + ": ranked must be sorted fastest first");
   }

@@ -67,6 +67,16 @@ Result<std::int64_t> as_integer(const Result<double>& v, const Where& where) {
   return static_cast<std::int64_t>(*v);
 }
 
+// A finite number (a scalar argument, a metric): NaN or inf would reach the worker's request and
+// the winner's throughput as JSON null.
+template <typename Where>
+Result<double> as_finite(const Result<double>& v, const Where& where) {
+  if (!v) return std::unexpected(v.error());
+  if (!std::isfinite(*v))
+    return fail(ErrorCode::invalid_argument, where() + ": evaluates to " + std::to_string(*v));
+  return *v;
+}
+
 // An integer in lo..hi.
 template <typename Where>
 Result<std::int64_t> eval_in_range(Evaluator& ev, const Expression& e, const Where& where,
@@ -229,7 +239,7 @@ Result<void> eval_args(Evaluator& ev, const Manifest& m, const Problem& p,
       v->pass = a.pass;
       v->zero = a.zero;
     } else if (a.kind == ArgKind::scalar) {
-      auto value = ev.eval(a.value);
+      auto value = as_finite(ev.eval(a.value), [&] { return where() + ".value"; });
       if (!value) return std::unexpected(value.error());
       if (!v) continue;
       v->scalar = a.scalar;
@@ -481,7 +491,7 @@ Result<Instance> finish_instance(Evaluator& ev, const Manifest& m, const Problem
   inst.grid_reads_max_active_clusters = m.grid_reads_max_active_clusters();
   if (auto ok = eval_args(ev, m, problem, args == ArgValues::kept ? &inst.args : nullptr); !ok)
     return std::unexpected(ok.error());
-  auto metric = ev.eval(m.metric.amount);
+  auto metric = as_finite(ev.eval(m.metric.amount), [] { return std::string("metric"); });
   if (!metric) return std::unexpected(metric.error());
   inst.metric = *metric;
   inst.metric_kind = m.metric.kind;

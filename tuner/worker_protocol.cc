@@ -11,7 +11,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
 
 namespace ktune {
@@ -309,7 +311,8 @@ WorkerJson to_json(const TrialResult& r) {
   return {{"id", r.id},
           {"outcome", std::string(to_string(r.outcome))},
           {"timing", to_json(r.timing)},
-          {"ref_error", r.ref_error},
+          // null: the outputs were not finite (NaN/inf, or never written), a wrong_result.
+          {"ref_error", std::isfinite(r.ref_error) ? WorkerJson(r.ref_error) : WorkerJson()},
           {"message", r.message},
           {"telemetry", to_json(r.telemetry)}};
 }
@@ -322,7 +325,10 @@ Result<TrialResult> trial_result_from_json(const WorkerJson& j) {
     if (!outcome) return std::unexpected(outcome.error());
     r.outcome = *outcome;
     r.timing = timing_from_json(j.value("timing", WorkerJson::object()));
-    r.ref_error = j.value("ref_error", 0.0);
+    const auto e = j.find("ref_error");
+    r.ref_error = e == j.end()   ? 0.0
+                  : e->is_null() ? std::numeric_limits<double>::infinity()
+                                 : e->get<double>();
     r.message = j.value("message", "");
     r.telemetry = telemetry_from_json(j.value("telemetry", WorkerJson::object()));
     return r;

@@ -9,6 +9,8 @@
 //                            loaded again for re-timing): its params, "MODE=0,THREADS=128"
 //   FAKE_WORKER_DELAY_MS=n   sleeps n ms at the start of every trial (slow jobs to kill mid-way)
 //   FAKE_WORKER_HANG_LOG=path  appends a mode-2 trial's params as it starts to hang
+//   FAKE_WORKER_NONFINITE=1  mode 4 replies wrong_result with outputs that were not finite (the
+//                            real worker's +inf reference error) instead of exiting
 //   FAKE_WORKER_PROTOCOL=n   says protocol n in its hello (default: this build's)
 //   FAKE_WORKER_CLUSTERS=n   answers every `occupancy` request with n (default 132 / cluster size)
 //   FAKE_WORKER_RETIME_LOG=path  appends "rounds=R finalists=F l2=S" for every retime request (S:
@@ -22,6 +24,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <string>
 #include <thread>
@@ -101,8 +104,12 @@ int main(int argc, char** argv) {
         log_line("FAKE_WORKER_HANG_LOG", params_to_string(params));
         ::sleep(3600);
       }
-      if (mode == 4) std::_Exit(1);
-      if (mode == 3) {
+      if (mode == 4 && !std::getenv("FAKE_WORKER_NONFINITE")) std::_Exit(1);
+      if (mode == 4) {
+        r.outcome = Outcome::wrong_result;
+        r.ref_error = std::numeric_limits<double>::infinity();
+        r.message = "y: 2048 of 4096 elements NaN/inf or never written";
+      } else if (mode == 3) {
         r.outcome = Outcome::resource_error;
         r.message = "CUDA_ERROR_INVALID_VALUE: shared memory request refused";
       } else {

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "store/mem_store.h"
 #include "tests/fakes/test_records.h"
 
@@ -180,6 +183,38 @@ TEST(RecordsTest, ValidateWinnerCatchesBadContent) {
   future.validators.store_format = 2;
   EXPECT_EQ(validate_winner(future).error().code, ErrorCode::format_mismatch);
   EXPECT_FALSE(put_winner(*std::make_unique<MemStore>(), zero));
+  // A non-finite throughput or spread (a template metric that divided by zero) would be written
+  // as null, which no reader takes back: refused before it is stored.
+  for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+    auto t = w;
+    t.ranked[0].tflops = bad;
+    EXPECT_FALSE(validate_winner(t)) << bad;
+    auto s = w;
+    s.ranked[1].spread_pct = bad;
+    EXPECT_FALSE(validate_winner(s)) << bad;
+    EXPECT_FALSE(put_winner(*std::make_unique<MemStore>(), t));
+  }
+}
+
+// A wrong_result whose outputs were not finite has a +inf reference error: stored as the largest
+// double (a number every reader takes) and read back as +inf; a finite error stays itself.
+TEST(RecordsTest, ATrialWithNonFiniteOutputsRoundTrips) {
+  TrialRecord t;
+  t.device = testing::h200();
+  t.problem = testing::gemm_problem(64, 14336, 4096);
+  t.template_name = "gemm";
+  t.template_hash = "fedcba9876543210";
+  t.outcome = Outcome::wrong_result;
+  t.ref_error = std::numeric_limits<double>::infinity();
+  EXPECT_NE(encode(t).find("\"ref_error\":1.7976931348623157e+308"), std::string::npos)
+      << encode(t);
+  auto back = decode_trial(encode(t));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, t);
+  t.ref_error = 0.25;
+  back = decode_trial(encode(t));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->ref_error, 0.25);
 }
 
 }  // namespace

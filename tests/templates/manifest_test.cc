@@ -419,6 +419,33 @@ TEST(ManifestTest, ConstraintThatPrunesEverythingIsNamed) {
   std::filesystem::remove_all(dir);
 }
 
+// A metric or scalar argument that evaluates to a non-finite number (a division by zero) makes
+// instantiate fail, naming it: NaN or inf would reach the worker's request and the winner's
+// throughput as JSON null.
+TEST(SpaceTest, NonFiniteMetricOrScalarIsRefusedByName) {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("ktune-nonfinite-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "scale");
+  std::filesystem::copy_file(k_scale_dir + "/scale/scale.cuh", dir / "scale/scale.cuh",
+                             std::filesystem::copy_options::overwrite_existing);
+  const Params p{{"THREADS", 256}, {"VEC", 4}, {"WAVES", 2}};
+  for (auto [from, to, named] :
+       {std::tuple{"metric: {bytes: n * (in_bytes + out_bytes)}",
+                   "metric: {bytes: n / (VEC - VEC)}", "metric: evaluates to inf"},
+        std::tuple{"{name: a, scalar: f32, value: 1.5}",
+                   "{name: a, scalar: f32, value: 0 / (n - n)}", "args.a.value: evaluates to"}}) {
+    std::ofstream(dir / "scale/scale.yaml")
+        << std::regex_replace(edited(from, to), std::regex(R"(\.\./\.\./\.\./\.\./)"),
+                              std::string(KTUNE_SOURCE_DIR) + "/");
+    auto t = TemplateRegistry::load_template((dir / "scale/scale.yaml").string());
+    ASSERT_TRUE(t) << t.error().message;
+    auto inst = instantiate(**t, scale_problem(1 << 20), DeviceLimits{}, p);
+    ASSERT_FALSE(inst) << to;
+    EXPECT_NE(inst.error().message.find(named), std::string::npos) << inst.error().message;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(SpaceTest, EnumeratesAndReportsPruning) {
   auto t = TemplateRegistry::load_template(k_scale);
   ASSERT_TRUE(t) << t.error().message;

@@ -135,6 +135,36 @@ TEST_F(TuningJobTest, CrashesHangsAndExitsAreOutcomesAndTheRightConfigWins) {
   for (const auto& b : *blocked) EXPECT_NE(b.params.at("MODE"), 0);
 }
 
+// A kernel whose outputs are NaN/inf or never written is a wrong_result: its +inf reference error
+// crosses the worker protocol and the store (as null) without the worker taken for crashed, and
+// the config is not blocklisted for every other shape.
+TEST_F(TuningJobTest, NonFiniteOutputsAreAWrongResultNotACrash) {
+  ::setenv("FAKE_WORKER_NONFINITE", "1", 1);
+  TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);
+  auto r = job.run(request(), nullptr);
+  ::unsetenv("FAKE_WORKER_NONFINITE");
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->stats.wrong_results, 2);
+  EXPECT_EQ(r->stats.respawns, 4) << "2 crashes, 2 hangs; not the wrong results";
+  auto trials = scan_trials(m_store);
+  ASSERT_TRUE(trials) << trials.error().message << " (a stored +inf must read back)";
+  size_t wrong = 0;
+  for (const auto& t : *trials)
+    if (t.params.at("MODE") == 4) {
+      ++wrong;
+      EXPECT_EQ(t.outcome, Outcome::wrong_result);
+      EXPECT_TRUE(std::isinf(t.ref_error)) << t.ref_error;
+      EXPECT_NE(t.message.find("never written"), std::string::npos) << t.message;
+    }
+  EXPECT_EQ(wrong, 2u);
+  auto blocked = scan_blocklist(m_store);
+  ASSERT_TRUE(blocked);
+  for (const auto& b : *blocked)
+    EXPECT_NE(b.params.at("MODE"), 4) << "wrong here, maybe not elsewhere";
+  // A second job for the problem resumes from those trials (it reads every one back).
+  TuningJob again(m_templates, m_compiler, &m_store, *m_runner, m_context);
+  EXPECT_TRUE(again.run(request(), nullptr));
+}
 TEST_F(TuningJobTest, BlocklistedConfigsAreNotTriedAgain) {
   {
     TuningJob job(m_templates, m_compiler, &m_store, *m_runner, m_context);

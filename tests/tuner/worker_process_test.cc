@@ -6,7 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -76,6 +78,23 @@ TEST(WorkerProtocol, TensorMapArgsAndClustersRoundTrip) {
 
 // The timing's L2 state travels by name; a request without one (an older parent) times with the
 // L2 flushed, the default.
+// Outputs that were not finite give a +inf reference error: sent as null, read back as +inf
+// (nlohmann reads a null number as an error: the parent took such a wrong_result for a crash).
+TEST(WorkerProtocol, WrongResultWithNonFiniteErrorRoundTrips) {
+  TrialResult r;
+  r.id = 7;
+  r.outcome = Outcome::wrong_result;
+  r.ref_error = std::numeric_limits<double>::infinity();
+  auto back = trial_result_from_json(WorkerJson::parse(to_json(r).dump()));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->outcome, Outcome::wrong_result);
+  EXPECT_TRUE(std::isinf(back->ref_error));
+  r.ref_error = 0.5;
+  back = trial_result_from_json(WorkerJson::parse(to_json(r).dump()));
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(back->ref_error, 0.5);
+}
+
 TEST(WorkerProtocol, TimingL2StateRoundTripsAndDefaultsToFlushed) {
   TimingOptions rotated;
   rotated.l2 = TimingL2::rotated;
