@@ -57,6 +57,30 @@ Result<int> JobQueue::load() {
 
 Result<JobQueue::Submitted> JobQueue::submit(const JobSpec& spec) {
   std::lock_guard lock(m_mutex);
+  return submit_locked(spec);
+}
+
+Result<std::vector<JobQueue::Submitted>> JobQueue::submit_all(const std::vector<JobSpec>& specs) {
+  std::lock_guard lock(m_mutex);
+  std::set<std::string> new_keys;
+  for (const auto& s : specs)
+    if (const std::string key = job_key(s.device, s.problem); !m_active_by_key.contains(key))
+      new_keys.insert(key);
+  if (!new_keys.empty() && queued_locked() + int(new_keys.size()) > m_max_queued)
+    return fail(ErrorCode::unavailable,
+                std::to_string(new_keys.size()) + " new jobs do not fit: " +
+                    std::to_string(queued_locked()) + " of " + std::to_string(m_max_queued) +
+                    " are queued already (tuning.max_queued_jobs); nothing queued");
+  std::vector<Submitted> out;
+  for (const auto& s : specs) {
+    auto submitted = submit_locked(s);
+    if (!submitted) return std::unexpected(submitted.error());
+    out.push_back(std::move(*submitted));
+  }
+  return out;
+}
+
+Result<JobQueue::Submitted> JobQueue::submit_locked(const JobSpec& spec) {
   const std::string key = job_key(spec.device, spec.problem);
   if (auto it = m_active_by_key.find(key); it != m_active_by_key.end()) {
     JobRecord& existing = m_jobs.at(it->second);

@@ -55,6 +55,10 @@ class JobQueue {
   };
   // ErrorCode::unavailable when max_queued jobs are waiting already.
   Result<Submitted> submit(const JobSpec& spec);
+  // Every spec, or none when their new jobs do not all fit under max_queued (a plan is queued
+  // whole). Specs for a key already queued or running (or twice in `specs`) create nothing.
+  // A store failure part-way leaves the jobs written before it queued.
+  Result<std::vector<Submitted>> submit_all(const std::vector<JobSpec>& specs);
 
   // Blocks until a queued job for one of `device_ids` exists, claims it (running, lane) and
   // returns it; nullopt once stop() was called.
@@ -105,6 +109,7 @@ class JobQueue {
 
  private:
   int queued_locked() const;
+  Result<Submitted> submit_locked(const JobSpec& spec);
   Result<JobRecord> finish_locked(JobRecord& job, JobState state, const std::string& message);
   void persist_locked(const JobRecord& job);
   void notify_locked(const JobRecord& job);

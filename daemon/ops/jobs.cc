@@ -195,6 +195,11 @@ protocol::Expected<protocol::ProblemSpec> plan_problem(const YAML::Node& n, size
   return p;
 }
 
+// A full queue is `unavailable` (try later); the store failing to write the job is `internal`.
+ErrorKind queue_failure(const Error& e) {
+  return e.code == ErrorCode::unavailable ? ErrorKind::unavailable : ErrorKind::internal;
+}
+
 }  // namespace
 
 Json job_json(const JobRecord& j) {
@@ -235,7 +240,8 @@ OpReply op_tune(OpContext& ctx, const protocol::Request& req) {
   auto js = job_spec(ctx, req.body, std::move(*target), "request", k_request_priority);
   if (!js) return std::unexpected(js.error());
   auto submitted = ctx.jobs.submit(*js);
-  if (!submitted) return protocol::error(ErrorKind::unavailable, submitted.error().message);
+  if (!submitted)
+    return protocol::error(queue_failure(submitted.error()), submitted.error().message);
   return Json{{"job", job_json(submitted->job)}, {"created", submitted->created}};
 }
 
@@ -279,13 +285,14 @@ OpReply op_plan(OpContext& ctx, const protocol::Request& req) {
   }
   if (!errors.empty())
     return protocol::error(ErrorKind::invalid_problem, "plan rejected, nothing queued:" + errors);
+  auto submitted = ctx.jobs.submit_all(specs);
+  if (!submitted)
+    return protocol::error(queue_failure(submitted.error()), submitted.error().message);
   Json jobs = Json::array();
   int created = 0;
-  for (const auto& s : specs) {
-    auto submitted = ctx.jobs.submit(s);
-    if (!submitted) return protocol::error(ErrorKind::unavailable, submitted.error().message);
-    created += submitted->created;
-    jobs.push_back(job_json(submitted->job));
+  for (const auto& s : *submitted) {
+    created += s.created;
+    jobs.push_back(job_json(s.job));
   }
   return Json{{"jobs", jobs}, {"created", created}, {"existing", int(specs.size()) - created}};
 }

@@ -44,7 +44,13 @@ OpReply op_import(OpContext& ctx, const protocol::Request& req) {
   auto origin = protocol::get_string(req.body, "origin", false, "request");
   if (!origin) return std::unexpected(origin.error());
   auto report = ctx.catalog.import(text, *origin, Catalog::Written::moved_to_index);
-  if (!report) return protocol::error(ErrorKind::bad_request, report.error().message);
+  if (!report) {
+    // The table's fault (unreadable, a newer format) or the store's (a read or write failed).
+    const ErrorCode c = report.error().code;
+    const bool tables_fault = c == ErrorCode::invalid_argument || c == ErrorCode::format_mismatch;
+    return protocol::error(tables_fault ? ErrorKind::bad_request : ErrorKind::internal,
+                           report.error().message);
+  }
   if (!report->applied())
     return protocol::error(ErrorKind::bad_request, report->rejection_summary());
   return Json{{"total", report->total},

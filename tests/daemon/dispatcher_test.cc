@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <future>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -589,6 +590,24 @@ TEST_F(DispatcherTest, BadRequestsGetSpecificErrors) {
   EXPECT_GE(m_parts->metrics.errors(), cases.size());
 }
 
+// The store refusing a write is the daemon's failure, `internal` (protocol.md), not the client's:
+// an import of a valid table is not answered bad_request. (tune and plan map a job the store
+// could not write the same way, queue_failure in ops/jobs.cc; they need a node with GPU lanes.)
+TEST_F(DispatcherTest, AStoreThatFailsAWriteIsInternal) {
+  Json table = Json::parse(
+      ok(R"({"v":1,"id":1,"op":"export","format":"json"})")["content"].get<std::string>());
+  for (auto& c : table["winners"][0]["ranked"]) {  // faster: the import replaces it
+    c["median_us"] = c["median_us"].get<double>() / 2;
+    for (const char* t : {"tflops", "gbps"})
+      if (c.contains(t)) c[t] = c[t].get<double>() * 2;
+  }
+  const Json import = {{"v", 1}, {"id", 1}, {"op", "import"}, {"table", table.dump()}};
+  m_parts->store.failing = true;
+  EXPECT_EQ(error_code(import.dump()), "internal");
+  m_parts->store.failing = false;
+  EXPECT_EQ(ok(import.dump())["replaced"], 1);
+}
+
 // A watch that ktuned's stop ends gets an `unavailable` line, an error reply like any other:
 // counted in ktune_errors_total (it was sent without being counted).
 TEST_F(DispatcherTest, AWatchEndedByTheStopIsAnErrorCounted) {
@@ -738,6 +757,36 @@ TEST(ProtocolDocTest, EveryOpIsDocumented) {
     if (line.starts_with("### ")) headings += line + "\n";
   for (const auto& op : protocol::k_ops)
     EXPECT_NE(headings.find("`" + std::string(op.name) + "`"), std::string::npos) << op.name;
+}
+
+// The spec's error table lists exactly the codes the daemon and clients use, and its Rights
+// paragraph puts every op under the right it needs.
+TEST(ProtocolDocTest, ErrorCodesAndRightsMatchTheTables) {
+  std::ifstream in(std::string(KTUNE_SOURCE_DIR) + "/docs/protocol.md");
+  std::set<std::string> rows;  // "| `code` | ..." rows of the error table
+  std::string text;            // the whole page, for the Rights paragraph
+  static const std::regex row(R"(^\| `([a-z_]+)` \| .* \| (stays open|\*\*closed\*\*) \|$)");
+  for (std::string line; std::getline(in, line);) {
+    if (std::smatch m; std::regex_match(line, m, row)) rows.insert(m[1]);
+    text += line + "\n";
+  }
+  // "Two rights. **Read**: ... (ops). **Admin**: ... (ops, and ops added later ...). A peer ..."
+  const size_t from = text.find("Two rights."), admin_at = text.find("**Admin**", from),
+               to = text.find("A peer with read", admin_at);
+  ASSERT_TRUE(from != std::string::npos && admin_at != std::string::npos &&
+              to != std::string::npos);
+  const std::string read = text.substr(from, admin_at - from),
+                    admin = text.substr(admin_at, to - admin_at);
+  std::set<std::string> names;
+  for (const auto& [kind, name] : protocol::k_error_names)
+    if (name != "connection_failed") names.insert(std::string(name));  // the clients' own
+  EXPECT_EQ(rows, names);
+  for (const auto& op : protocol::k_ops) {
+    const std::string quoted = "`" + std::string(op.name) + "`";
+    const bool needs_admin = op.flags & (protocol::op_write | protocol::op_admin);
+    EXPECT_NE((needs_admin ? admin : read).find(quoted), std::string::npos) << op.name;
+    EXPECT_EQ((needs_admin ? read : admin).find(quoted), std::string::npos) << op.name;
+  }
 }
 
 TEST_F(DispatcherTest, MissesAreWorthSomethingAndListed) {

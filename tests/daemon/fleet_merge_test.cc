@@ -10,6 +10,7 @@
 #include "templates/space.h"
 #include "tests/fakes/daemon_parts.h"
 #include "tests/fakes/eventually.h"
+#include "tests/fakes/flaky_store.h"
 #include "tests/fakes/redis_process.h"
 #include "tests/fakes/require_tool.h"
 #include "tests/fakes/test_records.h"
@@ -18,36 +19,7 @@ namespace ktune {
 namespace {
 
 using testing::builtin_templates;
-
-// A MemStore whose writes fail while `failing` is set (a full disk).
-class FlakyStore final : public Store {
- public:
-  std::atomic<bool> failing{false};
-
-  Result<std::optional<std::string>> get(Table table, std::string_view key) override {
-    return m_store.get(table, key);
-  }
-  Result<void> put(Table table, std::string_view key, std::string_view value,
-                   Durability durability) override {
-    if (failing) return fail(ErrorCode::io_error, "no space left on device");
-    return m_store.put(table, key, value, durability);
-  }
-  Result<void> remove(Table table, std::string_view key, Durability durability) override {
-    if (failing) return fail(ErrorCode::io_error, "no space left on device");
-    return m_store.remove(table, key, durability);
-  }
-  Result<void> scan(Table table, std::string_view prefix, const ScanFn& fn) override {
-    return m_store.scan(table, prefix, fn);
-  }
-  Result<void> write(const WriteBatch& batch, Durability durability) override {
-    if (failing) return fail(ErrorCode::io_error, "no space left on device");
-    return m_store.write(batch, durability);
-  }
-  std::string describe() const override { return "flaky memory"; }
-
- private:
-  MemStore m_store;
-};
+using testing::FlakyStore;
 
 // One node as ktuned wires it, with a FleetSync that is not started unless a test starts it (then
 // on `redis`, a Unix socket).

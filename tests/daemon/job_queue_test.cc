@@ -72,6 +72,28 @@ TEST_F(JobQueueTest, QueueIsBounded) {
   EXPECT_EQ(third.error().code, ErrorCode::unavailable);
 }
 
+// A plan's jobs go in whole or not at all: three new keys do not fit beside two queued of four,
+// so nothing is queued; a key already queued (or named twice) needs no room.
+TEST_F(JobQueueTest, SubmitAllQueuesEveryJobOrNone) {
+  JobQueue q(m_store, 4);
+  ASSERT_TRUE(q.submit(spec(16, 1)));
+  ASSERT_TRUE(q.submit(spec(32, 1)));
+  auto refused = q.submit_all({spec(64, 1), spec(128, 1), spec(256, 1)});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::unavailable);
+  EXPECT_NE(refused.error().message.find("nothing queued"), std::string::npos);
+  EXPECT_EQ(q.list(10).size(), 2u) << "none of the plan's jobs was queued";
+  auto fits = q.submit_all({spec(16, 1e9), spec(64, 1), spec(128, 1), spec(64, 1)});
+  ASSERT_TRUE(fits) << fits.error().message;
+  ASSERT_EQ(fits->size(), 4u);
+  EXPECT_FALSE((*fits)[0].created) << "16 was queued already";
+  EXPECT_TRUE((*fits)[1].created);
+  EXPECT_TRUE((*fits)[2].created);
+  EXPECT_FALSE((*fits)[3].created) << "64 twice is one job";
+  EXPECT_EQ((*fits)[3].job.id, (*fits)[1].job.id);
+  EXPECT_EQ(q.list(10).size(), 4u);
+}
+
 TEST_F(JobQueueTest, CancelQueuedAtOnceRunningAtItsNextTrial) {
   JobQueue q(m_store, 10);
   const auto queued = q.submit(spec(16, 1))->job.id;

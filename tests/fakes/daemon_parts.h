@@ -1,5 +1,6 @@
-// DaemonParts: the objects a Dispatcher works with (what daemon.cc assembles), over a MemStore and
-// with no GPU lanes, for tests that drive request handling without sockets or processes.
+// DaemonParts: the objects a Dispatcher works with (what daemon.cc assembles), over a memory
+// store whose writes a test can make fail (FlakyStore) and with no GPU lanes, for tests that drive
+// request handling without sockets or processes.
 #pragma once
 
 #include <memory>
@@ -7,8 +8,8 @@
 #include "config/config.h"
 #include "daemon/dispatcher.h"
 #include "daemon/jobs/queue.h"
-#include "store/mem_store.h"
 #include "templates/registry.h"
+#include "tests/fakes/flaky_store.h"
 
 namespace ktune::testing {
 
@@ -39,7 +40,7 @@ struct DaemonParts {
   }
 
   DaemonConfig config;
-  MemStore store;
+  FlakyStore store;
   const TemplateRegistry& templates;
   TemplateSet template_set;  // starts as `templates`
   NodeIdentity node;
