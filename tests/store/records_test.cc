@@ -27,12 +27,18 @@ TEST(RecordsTest, UnknownEncodingVersionIsCorruption) {
   EXPECT_NE(r.error().message.find("unknown encoding version 9"), std::string::npos);
 }
 
-TEST(RecordsTest, TrialJobBlockRoundTrip) {
+// A trial of the gemm template at 64x14336x4096 on an H200, its outcome and numbers unset.
+TrialRecord gemm_trial() {
   TrialRecord t;
   t.device = testing::h200();
   t.problem = testing::gemm_problem(64, 14336, 4096);
   t.template_name = "gemm";
   t.template_hash = "fedcba9876543210";
+  return t;
+}
+
+TEST(RecordsTest, TrialJobBlockRoundTrip) {
+  TrialRecord t = gemm_trial();
   t.params = {{"SPLIT_K", 4}, {"BLOCK_M", 64}};
   t.outcome = Outcome::resource_error;
   t.message = "too many resources requested for launch";
@@ -199,11 +205,7 @@ TEST(RecordsTest, ValidateWinnerCatchesBadContent) {
 // A wrong_result whose outputs were not finite has a +inf reference error: stored as the largest
 // double (a number every reader takes) and read back as +inf; a finite error stays itself.
 TEST(RecordsTest, ATrialWithNonFiniteOutputsRoundTrips) {
-  TrialRecord t;
-  t.device = testing::h200();
-  t.problem = testing::gemm_problem(64, 14336, 4096);
-  t.template_name = "gemm";
-  t.template_hash = "fedcba9876543210";
+  TrialRecord t = gemm_trial();
   t.outcome = Outcome::wrong_result;
   t.ref_error = std::numeric_limits<double>::infinity();
   EXPECT_NE(encode(t).find("\"ref_error\":1.7976931348623157e+308"), std::string::npos)
