@@ -100,7 +100,7 @@ Json trial_json(const TrialRecord& t) {
             {"outcome", std::string(to_string(t.outcome))},
             {"median_us", t.median_us},
             {"spread_pct", t.spread_pct},
-            {"ref_error", t.ref_error},
+            {"ref_error", storable_ref_error(t.ref_error)},
             {"registers", t.registers},
             {"compile_ms", t.compile_ms}};
   if (t.sm_clock_mhz != 0) j["sm_clock_mhz"] = t.sm_clock_mhz;  // read while timing (NVML)

@@ -1,8 +1,8 @@
 // Access: who may talk to ktuned and what each peer may do (docs/reliability.md § Access).
 //
-// Two rights. Read: every op that changes nothing (lookup, status, templates, export, jobs, job,
-// watch, misses). Admin: every op flagged op_write or op_admin in protocol::k_ops (import, tune,
-// plan, cancel, and any later op so flagged).
+// Two rights. Read: every op that changes nothing. Admin: every op flagged op_write or op_admin
+// in protocol::k_ops (import, tune, plan, cancel, pin, unpin, and any later op so flagged);
+// docs/protocol.md § Rights lists both, checked against k_ops by a test.
 //  - Unix socket: rights come from the peer's credentials (SO_PEERCRED, SO_PEERGROUPS), read once
 //    at accept. The daemon's own user and root are admins, and so are members of
 //    server.admin_group; members of the daemon's group are readers; anyone else is refused.

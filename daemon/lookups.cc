@@ -319,9 +319,9 @@ protocol::Expected<std::pair<DeviceClass, DeviceLimits>> LookupService::resolve_
         std::none_of(known.begin(), known.end(), [&](const auto& k) { return k.first.id() == id; }))
       known.emplace_back(*d, m_node.limits_for(*d));
   }
-  // An exact id wins; then a prefix that ends where a part of the id ends ("nvidia-h200" is the
-  // whole name of nvidia-h200.sm90...), so a known "nvidia-h200-nvl.sm90..." does not make it
-  // ambiguous; then a unique prefix of any kind; then a unique substring ("h200", "sm90"), a
+  // An exact id wins; then a prefix followed by a '.' in the id, whole leading parts ("nvidia-h200"
+  // is the whole name of nvidia-h200.sm90...), so a known "nvidia-h200-nvl.sm90..." does not make
+  // it ambiguous; then a unique prefix of any kind; then a unique substring ("h200", "sm90"), a
   // whole part of the id before any part of one. Case does not matter.
   auto lower = [](std::string s) {
     for (auto& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));

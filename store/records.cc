@@ -63,12 +63,6 @@ T optional_field(const Json& j, const char* key, const std::string& path, T def,
   return get(j, key, path);
 }
 
-// A trial's reference error is +inf in memory where the outputs were not finite (NaN/inf, or
-// never written): stored as the largest double, which every reader takes as a number (JSON has no
-// inf; null would fail older readers' decode), and read back as +inf (2026-12-07 (2)).
-Json stored_ref_error(double error) {
-  return std::isfinite(error) ? Json(error) : Json(std::numeric_limits<double>::max());
-}
 double ref_error_from_json(const Json& j, const std::string& path) {
   const double e = get_number(j, "ref_error", path);
   return e == std::numeric_limits<double>::max() ? std::numeric_limits<double>::infinity() : e;
@@ -220,7 +214,7 @@ Json to_json(const TrialRecord& r) {
          {"outcome", to_string(r.outcome)},
          {"median_us", r.median_us},
          {"spread_pct", r.spread_pct},
-         {"ref_error", stored_ref_error(r.ref_error)},
+         {"ref_error", storable_ref_error(r.ref_error)},
          {"registers", r.registers},
          {"spill_bytes", r.spill_bytes},
          {"smem_bytes", r.smem_bytes},
@@ -388,6 +382,10 @@ std::int64_t now_seconds() {
 }
 
 }  // namespace
+
+double storable_ref_error(double error) {
+  return std::isfinite(error) ? error : std::numeric_limits<double>::max();
+}
 
 std::string_view to_string(Outcome o) {
   switch (o) {

@@ -89,6 +89,12 @@ enum class Outcome : std::uint8_t {
   in_flight = 7,  // recorded before launch; still set after a crash means it was to blame
 };
 std::string_view to_string(Outcome outcome);
+
+// A trial's reference error as JSON can hold it: one that is not finite (the outputs were NaN,
+// infinite or never written: +inf in memory; NaN and -inf likewise) becomes the largest double,
+// which every reader takes as a number (JSON has no infinity, and null would fail older readers'
+// decode); decode_trial reads it back as +inf (store format 1, revision 2026-12-07 (2)).
+double storable_ref_error(double error);
 Result<Outcome> parse_outcome(std::string_view text);
 
 // One measured (or failed) config.

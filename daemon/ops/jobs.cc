@@ -331,7 +331,10 @@ OpReply op_cancel(OpContext& ctx, const protocol::Request& req) {
   auto id = job_id(req.body);
   if (!id) return std::unexpected(id.error());
   auto job = ctx.jobs.cancel(*id);
-  if (!job) return protocol::error(ErrorKind::not_found, job.error().message);
+  if (!job)
+    return protocol::error(
+        job.error().code == ErrorCode::not_found ? ErrorKind::not_found : ErrorKind::internal,
+        job.error().message);
   return job_json(*job);
 }
 

@@ -8,6 +8,7 @@
 
 #include "store/mem_store.h"
 #include "tests/fakes/eventually.h"
+#include "tests/fakes/flaky_store.h"
 #include "tests/fakes/test_records.h"
 
 namespace ktune {
@@ -92,6 +93,26 @@ TEST_F(JobQueueTest, SubmitAllQueuesEveryJobOrNone) {
   EXPECT_FALSE((*fits)[3].created) << "64 twice is one job";
   EXPECT_EQ((*fits)[3].job.id, (*fits)[1].job.id);
   EXPECT_EQ(q.list(10).size(), 4u);
+}
+
+// A store that refuses the write fails submit, submit_all and a queued job's cancel with the
+// store's error, not the queue's unavailable or not_found (the ops answer it `internal`).
+TEST(JobQueueStoreTest, AFailedWriteIsTheStoresError) {
+  testing::FlakyStore store;
+  ASSERT_TRUE(check_store_format(store, false));
+  JobQueue q(store, 10);
+  auto queued = q.submit(spec(16, 1));
+  ASSERT_TRUE(queued);
+  store.failing = true;
+  auto one = q.submit(spec(32, 1));
+  ASSERT_FALSE(one);
+  EXPECT_EQ(one.error().code, ErrorCode::io_error);
+  auto all = q.submit_all({spec(64, 1)});
+  ASSERT_FALSE(all);
+  EXPECT_EQ(all.error().code, ErrorCode::io_error);
+  auto cancelled = q.cancel(queued->job.id);
+  ASSERT_FALSE(cancelled);
+  EXPECT_EQ(cancelled.error().code, ErrorCode::io_error);
 }
 
 TEST_F(JobQueueTest, CancelQueuedAtOnceRunningAtItsNextTrial) {

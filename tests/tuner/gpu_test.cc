@@ -689,7 +689,8 @@ TEST(GpuWorkerTest, CopyCeilingIsPlausible) {
   EXPECT_LE(counted, 2100);
   // NVML, which the driver installs beside libcuda.so.1, reads the clock and power while the
   // copies ran (~20 reads over the 100 ms measured), not once after them.
-  ASSERT_TRUE(Nvml::get()) << "libnvidia-ml.so.1 did not load on a node whose driver has a GPU";
+  ASSERT_TRUE(Nvml::get()) << "libnvidia-ml.so.1 did not load on a node whose driver has a GPU (a "
+                              "container started without NVIDIA_DRIVER_CAPABILITIES=utility?)";
   const GpuTelemetry t = tuner->runner().last_telemetry();
   EXPECT_GE(t.samples, 5);
   EXPECT_GT(t.sm_clock_mhz, 0);

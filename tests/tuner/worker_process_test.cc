@@ -76,8 +76,6 @@ TEST(WorkerProtocol, TensorMapArgsAndClustersRoundTrip) {
   EXPECT_EQ(launch_from_json(to_json(g)), g);
 }
 
-// The timing's L2 state travels by name; a request without one (an older parent) times with the
-// L2 flushed, the default.
 // Outputs that were not finite give a +inf reference error: sent as null, read back as +inf
 // (nlohmann reads a null number as an error: the parent took such a wrong_result for a crash).
 TEST(WorkerProtocol, WrongResultWithNonFiniteErrorRoundTrips) {
@@ -95,6 +93,8 @@ TEST(WorkerProtocol, WrongResultWithNonFiniteErrorRoundTrips) {
   EXPECT_EQ(back->ref_error, 0.5);
 }
 
+// The timing's L2 state travels by name; a request without one (an older parent) times with the
+// L2 flushed, the default.
 TEST(WorkerProtocol, TimingL2StateRoundTripsAndDefaultsToFlushed) {
   TimingOptions rotated;
   rotated.l2 = TimingL2::rotated;
