@@ -111,6 +111,21 @@ std::string reply_line(OpContext& ctx, const protocol::Request& req, OpReply rep
   return reply_line(ctx, req.id, std::move(reply), req.v);
 }
 
+std::unexpected<protocol::Error> as_protocol(const Error& e) {
+  switch (e.code) {
+    case ErrorCode::invalid_argument:
+      return protocol::error(ErrorKind::bad_request, e.message);
+    case ErrorCode::not_found:
+      return protocol::error(ErrorKind::not_found, e.message);
+    case ErrorCode::already_exists:
+      return protocol::error(ErrorKind::already_exists, e.message);
+    case ErrorCode::unavailable:
+      return protocol::error(ErrorKind::unavailable, e.message);
+    default:
+      return protocol::error(ErrorKind::internal, e.message);
+  }
+}
+
 Dispatcher::Dispatcher(OpContext& ctx, Executor* executor) : m_ctx(ctx), m_executor(executor) {}
 
 bool Dispatcher::append_fast(std::string_view line, const Peer& peer, std::string& out) {

@@ -195,11 +195,6 @@ protocol::Expected<protocol::ProblemSpec> plan_problem(const YAML::Node& n, size
   return p;
 }
 
-// A full queue is `unavailable` (try later); the store failing to write the job is `internal`.
-ErrorKind queue_failure(const Error& e) {
-  return e.code == ErrorCode::unavailable ? ErrorKind::unavailable : ErrorKind::internal;
-}
-
 }  // namespace
 
 Json job_json(const JobRecord& j) {
@@ -240,8 +235,7 @@ OpReply op_tune(OpContext& ctx, const protocol::Request& req) {
   auto js = job_spec(ctx, req.body, std::move(*target), "request", k_request_priority);
   if (!js) return std::unexpected(js.error());
   auto submitted = ctx.jobs.submit(*js);
-  if (!submitted)
-    return protocol::error(queue_failure(submitted.error()), submitted.error().message);
+  if (!submitted) return as_protocol(submitted.error());  // a full queue, or the store's failure
   return Json{{"job", job_json(submitted->job)}, {"created", submitted->created}};
 }
 
@@ -286,8 +280,7 @@ OpReply op_plan(OpContext& ctx, const protocol::Request& req) {
   if (!errors.empty())
     return protocol::error(ErrorKind::invalid_problem, "plan rejected, nothing queued:" + errors);
   auto submitted = ctx.jobs.submit_all(specs);
-  if (!submitted)
-    return protocol::error(queue_failure(submitted.error()), submitted.error().message);
+  if (!submitted) return as_protocol(submitted.error());  // a full queue, or the store's failure
   Json jobs = Json::array();
   int created = 0;
   for (const auto& s : *submitted) {
@@ -331,10 +324,7 @@ OpReply op_cancel(OpContext& ctx, const protocol::Request& req) {
   auto id = job_id(req.body);
   if (!id) return std::unexpected(id.error());
   auto job = ctx.jobs.cancel(*id);
-  if (!job)
-    return protocol::error(
-        job.error().code == ErrorCode::not_found ? ErrorKind::not_found : ErrorKind::internal,
-        job.error().message);
+  if (!job) return as_protocol(job.error());  // no such job, or the store's failure
   return job_json(*job);
 }
 

@@ -66,6 +66,11 @@ std::string reply_line(OpContext& ctx, const protocol::Json& id, OpReply reply,
 // The same for `req` (its id and version).
 std::string reply_line(OpContext& ctx, const protocol::Request& req, OpReply reply);
 
+// A failure of the daemon's own parts (store, queue, pins) as the error a client is sent: the
+// caller's fault (invalid_argument) is bad_request; not_found, already_exists and unavailable
+// keep their names; anything else (a store that failed a read or write) is internal.
+std::unexpected<protocol::Error> as_protocol(const Error& e);
+
 // Every handler, in protocol::k_ops order (tests check the two tables match).
 std::span<const OpHandler> op_handlers();
 

@@ -12,21 +12,6 @@ using protocol::Json;
 
 namespace {
 
-std::unexpected<protocol::Error> as_protocol(const Error& e) {
-  switch (e.code) {
-    case ErrorCode::invalid_argument:
-      return protocol::error(ErrorKind::bad_request, e.message);
-    case ErrorCode::not_found:
-      return protocol::error(ErrorKind::not_found, e.message);
-    case ErrorCode::already_exists:
-      return protocol::error(ErrorKind::already_exists, e.message);
-    case ErrorCode::unavailable:
-      return protocol::error(ErrorKind::unavailable, e.message);
-    default:
-      return protocol::error(ErrorKind::internal, e.message);
-  }
-}
-
 Json info_json(const PinInfo& p) {
   return Json{{"name", p.name},     {"id", p.id}, {"node", p.node},  {"created", p.created},
               {"device", p.device}, {"op", p.op}, {"count", p.count}};

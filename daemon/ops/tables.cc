@@ -45,11 +45,11 @@ OpReply op_import(OpContext& ctx, const protocol::Request& req) {
   if (!origin) return std::unexpected(origin.error());
   auto report = ctx.catalog.import(text, *origin, Catalog::Written::moved_to_index);
   if (!report) {
-    // The table's fault (unreadable, a newer format) or the store's (a read or write failed).
-    const ErrorCode c = report.error().code;
-    const bool tables_fault = c == ErrorCode::invalid_argument || c == ErrorCode::format_mismatch;
-    return protocol::error(tables_fault ? ErrorKind::bad_request : ErrorKind::internal,
-                           report.error().message);
+    // A table of a newer format is the table's fault; the rest as any failure (an unreadable
+    // table is bad_request, a store that failed a read or write internal).
+    if (report.error().code == ErrorCode::format_mismatch)
+      return protocol::error(ErrorKind::bad_request, report.error().message);
+    return as_protocol(report.error());
   }
   if (!report->applied())
     return protocol::error(ErrorKind::bad_request, report->rejection_summary());

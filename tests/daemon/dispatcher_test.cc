@@ -592,7 +592,7 @@ TEST_F(DispatcherTest, BadRequestsGetSpecificErrors) {
 
 // The store refusing a write is the daemon's failure, `internal` (protocol.md), not the client's:
 // an import of a valid table is not answered bad_request. (tune and plan map a job the store
-// could not write the same way, queue_failure in ops/jobs.cc; they need a node with GPU lanes.)
+// could not write the same way, through as_protocol; they need a node with GPU lanes.)
 TEST_F(DispatcherTest, AStoreThatFailsAWriteIsInternal) {
   Json table = Json::parse(
       ok(R"({"v":1,"id":1,"op":"export","format":"json"})")["content"].get<std::string>());
