@@ -63,11 +63,6 @@ T optional_field(const Json& j, const char* key, const std::string& path, T def,
   return get(j, key, path);
 }
 
-double ref_error_from_json(const Json& j, const std::string& path) {
-  const double e = get_number(j, "ref_error", path);
-  return e == std::numeric_limits<double>::max() ? std::numeric_limits<double>::infinity() : e;
-}
-
 // "timing_l2" is written only when known, so a record of unknown timing encodes as before it
 // existed (2026-12-05).
 void add_timing_l2(Json& j, TimingL2 t) {
@@ -243,7 +238,7 @@ TrialRecord trial_from_json(const Json& j, const std::string& path) {
   r.outcome = *outcome;
   r.median_us = get_number(j, "median_us", path);
   r.spread_pct = get_number(j, "spread_pct", path);
-  r.ref_error = ref_error_from_json(j, path);
+  r.ref_error = ref_error_from_storable(get_number(j, "ref_error", path));
   r.registers = get_int32(j, "registers", path);
   r.spill_bytes = get_int32(j, "spill_bytes", path);
   r.smem_bytes = get_int32(j, "smem_bytes", path);
@@ -385,6 +380,10 @@ std::int64_t now_seconds() {
 
 double storable_ref_error(double error) {
   return std::isfinite(error) ? error : std::numeric_limits<double>::max();
+}
+double ref_error_from_storable(double stored) {
+  return stored == std::numeric_limits<double>::max() ? std::numeric_limits<double>::infinity()
+                                                      : stored;
 }
 
 std::string_view to_string(Outcome o) {

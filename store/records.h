@@ -93,8 +93,10 @@ std::string_view to_string(Outcome outcome);
 // A trial's reference error as JSON can hold it: one that is not finite (the outputs were NaN,
 // infinite or never written: +inf in memory; NaN and -inf likewise) becomes the largest double,
 // which every reader takes as a number (JSON has no infinity, and null would fail older readers'
-// decode); decode_trial reads it back as +inf (store format 1, revision 2026-12-07 (2)).
+// decode). The store, the worker protocol and ktune-bench write it so (store format 1, revision
+// 2026-12-07 (2)); ref_error_from_storable reads the largest double back as +inf.
 double storable_ref_error(double error);
+double ref_error_from_storable(double stored);
 Result<Outcome> parse_outcome(std::string_view text);
 
 // One measured (or failed) config.

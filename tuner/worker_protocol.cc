@@ -11,9 +11,7 @@
 
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <cstring>
-#include <limits>
 #include <stdexcept>
 
 namespace ktune {
@@ -311,8 +309,7 @@ WorkerJson to_json(const TrialResult& r) {
   return {{"id", r.id},
           {"outcome", std::string(to_string(r.outcome))},
           {"timing", to_json(r.timing)},
-          // null: the outputs were not finite (NaN/inf, or never written), a wrong_result.
-          {"ref_error", std::isfinite(r.ref_error) ? WorkerJson(r.ref_error) : WorkerJson()},
+          {"ref_error", storable_ref_error(r.ref_error)},
           {"message", r.message},
           {"telemetry", to_json(r.telemetry)}};
 }
@@ -325,10 +322,7 @@ Result<TrialResult> trial_result_from_json(const WorkerJson& j) {
     if (!outcome) return std::unexpected(outcome.error());
     r.outcome = *outcome;
     r.timing = timing_from_json(j.value("timing", WorkerJson::object()));
-    const auto e = j.find("ref_error");
-    r.ref_error = e == j.end()   ? 0.0
-                  : e->is_null() ? std::numeric_limits<double>::infinity()
-                                 : e->get<double>();
+    r.ref_error = ref_error_from_storable(j.value("ref_error", 0.0));
     r.message = j.value("message", "");
     r.telemetry = telemetry_from_json(j.value("telemetry", WorkerJson::object()));
     return r;

@@ -136,8 +136,8 @@ TEST_F(TuningJobTest, CrashesHangsAndExitsAreOutcomesAndTheRightConfigWins) {
 }
 
 // A kernel whose outputs are NaN/inf or never written is a wrong_result: its +inf reference error
-// crosses the worker protocol (as null) and the store (as the largest double) without the worker
-// taken for crashed, and
+// crosses the worker protocol and the store (as the largest double) without the worker taken for
+// crashed, and
 // the config is not blocklisted for every other shape.
 TEST_F(TuningJobTest, NonFiniteOutputsAreAWrongResultNotACrash) {
   ::setenv("FAKE_WORKER_NONFINITE", "1", 1);

@@ -76,8 +76,9 @@ TEST(WorkerProtocol, TensorMapArgsAndClustersRoundTrip) {
   EXPECT_EQ(launch_from_json(to_json(g)), g);
 }
 
-// Outputs that were not finite give a +inf reference error: sent as null, read back as +inf
-// (nlohmann reads a null number as an error: the parent took such a wrong_result for a crash).
+// Outputs that were not finite give a +inf reference error: sent as the largest double, read back
+// as +inf (sent as JSON's null, it failed the parent's parse: it took such a wrong_result for a
+// crash).
 TEST(WorkerProtocol, WrongResultWithNonFiniteErrorRoundTrips) {
   TrialResult r;
   r.id = 7;
